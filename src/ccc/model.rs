@@ -1,0 +1,231 @@
+//! The universal property of the free category, as code.
+//!
+//! The structure is split the way the category theory is: a [`Category`] (identities,
+//! composition), [`Cartesian`] (terminal object, products), [`Closed`] (exponentials),
+//! [`Coproducts`] (with distributivity), [`Arrays`] (the array operations, including the
+//! "elementary" second-order `map`, `map2` and `build` of CHAD §10) and [`Primitives`] (literal
+//! constants and primitive operations). A [`Model`] is anything with all of them.
+//!
+//! [`interpret`] is the unique structure-preserving functor from the free category into a
+//! model: one fold over the combinator that calls the model's operation for each constructor.
+//! Evaluation ([`crate::ccc::eval`]), type reconstruction ([`crate::ccc::typing`]) and printing
+//! ([`crate::ccc::print`]) are models; forward and reverse CHAD are models too, with target-
+//! language terms as morphisms.
+//!
+//! Objects are passed to the operations as source [`Type`]s (the objects of the free
+//! category); a model applies its own object map where it needs one. Each operation receives
+//! exactly the objects that determine the morphism, e.g. `fst(A, B) : A × B → A`.
+
+use super::{Comb, CombKind, Path, Step};
+use crate::deep::deep;
+use crate::error::Span;
+use crate::prim::Prim;
+use crate::source::term::Lit;
+use crate::types::Type;
+
+/// A category: objects are (images of) types, morphisms are `Self::Mor`.
+pub trait Category {
+    /// Morphisms of the model.
+    type Mor;
+    /// Why a morphism could not be built (e.g. a construct the model does not support).
+    type Error;
+
+    /// `id_A`.
+    fn id(&self, a: &Type) -> Result<Self::Mor, Self::Error>;
+
+    /// `g ∘ f`.
+    fn compose(&self, g: Self::Mor, f: Self::Mor) -> Result<Self::Mor, Self::Error>;
+
+    /// Attaches a source location to a morphism (for runtime error reports). Most models
+    /// ignore it.
+    fn located(&self, m: Self::Mor, _at: Span) -> Self::Mor {
+        m
+    }
+}
+
+/// Finite products: a terminal object `1` and binary products `A × B`.
+pub trait Cartesian: Category {
+    /// `bang_A : A → 1`.
+    fn bang(&self, a: &Type) -> Result<Self::Mor, Self::Error>;
+
+    /// `fst : A × B → A`.
+    fn fst(&self, a: &Type, b: &Type) -> Result<Self::Mor, Self::Error>;
+
+    /// `snd : A × B → B`.
+    fn snd(&self, a: &Type, b: &Type) -> Result<Self::Mor, Self::Error>;
+
+    /// `⟨f, g⟩ : A → B × C`.
+    fn pair(&self, f: Self::Mor, g: Self::Mor) -> Result<Self::Mor, Self::Error>;
+
+    /// A chain of projections from `dom`. The default composes `fst`s and `snd`s.
+    fn proj(&self, dom: &Type, path: &Path) -> Result<Self::Mor, Self::Error> {
+        let mut cur = dom.clone();
+        let mut acc = self.id(dom)?;
+        for s in path.expanded() {
+            let (a, b) = cur
+                .as_prod()
+                .map(|(a, b)| (a.clone(), b.clone()))
+                .expect("projection paths follow products");
+            let (p, next) = match s {
+                Step::Fst => (self.fst(&a, &b)?, a),
+                Step::Snd => (self.snd(&a, &b)?, b),
+            };
+            acc = self.compose(p, acc)?;
+            cur = next;
+        }
+        Ok(acc)
+    }
+}
+
+/// Exponentials `B ⇒ C`.
+pub trait Closed: Cartesian {
+    /// `curry(f) : A → (B ⇒ C)` for `f : A × B → C`.
+    fn curry(&self, f: Self::Mor, a: &Type, b: &Type, c: &Type) -> Result<Self::Mor, Self::Error>;
+
+    /// `eval : (B ⇒ C) × B → C`.
+    fn eval(&self, b: &Type, c: &Type) -> Result<Self::Mor, Self::Error>;
+}
+
+/// Binary coproducts, distributing over products.
+pub trait Coproducts: Cartesian {
+    /// `inl : A → A + B`.
+    fn inl(&self, a: &Type, b: &Type) -> Result<Self::Mor, Self::Error>;
+
+    /// `inr : B → A + B`.
+    fn inr(&self, a: &Type, b: &Type) -> Result<Self::Mor, Self::Error>;
+
+    /// `[f, g] : A + B → C`.
+    fn copair(&self, f: Self::Mor, g: Self::Mor, a: &Type, b: &Type, c: &Type) -> Result<Self::Mor, Self::Error>;
+
+    /// `dist : A × (B + C) → (A × B) + (A × C)`.
+    fn dist(&self, a: &Type, b: &Type, c: &Type) -> Result<Self::Mor, Self::Error>;
+}
+
+/// Arrays and their operations.
+pub trait Arrays: Cartesian {
+    /// `map(f) : Γ × Array A → Array B` for `f : Γ × A → B`.
+    fn map(&self, f: Self::Mor, gamma: &Type, a: &Type, b: &Type) -> Result<Self::Mor, Self::Error>;
+
+    /// `map2(f) : Γ × (Array A × Array B) → Array C` for `f : Γ × (A × B) → C`.
+    fn map2(&self, f: Self::Mor, gamma: &Type, a: &Type, b: &Type, c: &Type) -> Result<Self::Mor, Self::Error>;
+
+    /// `build(f) : Γ × Int → Array A` for `f : Γ × Int → A`.
+    fn build(&self, f: Self::Mor, gamma: &Type, a: &Type) -> Result<Self::Mor, Self::Error>;
+
+    /// `index : Array A × Int → A`.
+    fn index(&self, a: &Type) -> Result<Self::Mor, Self::Error>;
+
+    /// `length : Array A → Int`.
+    fn length(&self, a: &Type) -> Result<Self::Mor, Self::Error>;
+
+    /// `replicate : Int × A → Array A`.
+    fn replicate(&self, a: &Type) -> Result<Self::Mor, Self::Error>;
+
+    /// `array_n : A × (... × A) → Array A`.
+    fn array(&self, a: &Type, n: usize) -> Result<Self::Mor, Self::Error>;
+}
+
+/// The generators: literal constants and primitive operations.
+pub trait Primitives: Category {
+    /// A constant `1 → T`.
+    fn constant(&self, lit: &Lit) -> Result<Self::Mor, Self::Error>;
+
+    /// A primitive operation `A1 × (... × An) → B`.
+    fn prim(&self, op: &Prim) -> Result<Self::Mor, Self::Error>;
+}
+
+/// A model of all the structure of the free category.
+pub trait Model: Closed + Coproducts + Arrays + Primitives {}
+
+impl<M: Closed + Coproducts + Arrays + Primitives> Model for M {}
+
+/// The unique structure-preserving functor from the free category into `m`: interprets `c`
+/// by structural recursion, sub-combinators before the node that uses them.
+pub fn interpret<M: Model>(c: &Comb, m: &M) -> Result<M::Mor, M::Error> {
+    deep(|| {
+        let prod = |t: &Type| {
+            let (a, b) = t.as_prod().expect("typed combinator");
+            (a.clone(), b.clone())
+        };
+        let (mor, at) = match &c.kind {
+            CombKind::Id => (m.id(&c.dom)?, None),
+            CombKind::Compose(g, f) => {
+                let f = interpret(f, m)?;
+                let g = interpret(g, m)?;
+                (m.compose(g, f)?, None)
+            }
+            CombKind::Bang => (m.bang(&c.dom)?, None),
+            CombKind::Fst => {
+                let (a, b) = prod(&c.dom);
+                (m.fst(&a, &b)?, None)
+            }
+            CombKind::Snd => {
+                let (a, b) = prod(&c.dom);
+                (m.snd(&a, &b)?, None)
+            }
+            CombKind::Pair(f, g) => {
+                let f = interpret(f, m)?;
+                let g = interpret(g, m)?;
+                (m.pair(f, g)?, None)
+            }
+            CombKind::Proj(path) => (m.proj(&c.dom, path)?, None),
+            CombKind::Curry(f) => {
+                let (a, b) = prod(&f.dom);
+                let fm = interpret(f, m)?;
+                (m.curry(fm, &a, &b, &f.cod)?, None)
+            }
+            CombKind::Eval => {
+                let (_, b) = prod(&c.dom);
+                (m.eval(&b, &c.cod)?, None)
+            }
+            CombKind::Const(l) => (m.constant(l)?, None),
+            CombKind::Prim(op, at) => (m.prim(op)?, Some(*at)),
+            CombKind::Inl => {
+                let (a, b) = c.cod.as_sum().expect("typed combinator");
+                (m.inl(a, b)?, None)
+            }
+            CombKind::Inr => {
+                let (a, b) = c.cod.as_sum().expect("typed combinator");
+                (m.inr(a, b)?, None)
+            }
+            CombKind::Copair(f, g) => {
+                let (a, b) = (f.dom.clone(), g.dom.clone());
+                let fm = interpret(f, m)?;
+                let gm = interpret(g, m)?;
+                (m.copair(fm, gm, &a, &b, &c.cod)?, None)
+            }
+            CombKind::Dist => {
+                let (a, bc) = prod(&c.dom);
+                let (b, cc) = bc.as_sum().expect("typed combinator");
+                (m.dist(&a, b, cc)?, None)
+            }
+            CombKind::Map(f) => {
+                let (g, a) = prod(&f.dom);
+                let fm = interpret(f, m)?;
+                (m.map(fm, &g, &a, &f.cod)?, None)
+            }
+            CombKind::Map2(f, at) => {
+                let (g, ab) = prod(&f.dom);
+                let (a, b) = prod(&ab);
+                let fm = interpret(f, m)?;
+                (m.map2(fm, &g, &a, &b, &f.cod)?, Some(*at))
+            }
+            CombKind::Build(f, at) => {
+                let (g, _) = prod(&f.dom);
+                let fm = interpret(f, m)?;
+                (m.build(fm, &g, &f.cod)?, Some(*at))
+            }
+            CombKind::Index(at) => (m.index(&c.cod)?, Some(*at)),
+            CombKind::Length => (m.length(c.dom.as_array().expect("typed combinator"))?, None),
+            CombKind::Replicate(at) => {
+                let (_, a) = prod(&c.dom);
+                (m.replicate(&a)?, Some(*at))
+            }
+            CombKind::Array(n) => (m.array(c.cod.as_array().expect("typed combinator"), *n)?, None),
+        };
+        Ok(match at {
+            Some(s) => m.located(mor, s),
+            None => mor,
+        })
+    })
+}

@@ -1,0 +1,202 @@
+//! Printing combinators: a model whose morphisms are documents.
+//!
+//! Notation: `g ∘ f`, `⟨f, g⟩`, `[f, g]` (copairing), `curry(f)`, `map(f)`, `map2(f)`,
+//! `build(f)`, generators by name (`id`, `bang`, `fst`, `snd`, `eval`, `inl`, `inr`, `dist`,
+//! `index`, `length`, `replicate`, `array₃`), constants by value (`2.0`), primitives by name or
+//! operator section (`sin`, `(+)`). A projection chain prints as `snd ∘ fst³`.
+
+use super::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
+use super::{Comb, Path, Step, interpret};
+use crate::deep::with_large_stack;
+use crate::prim::{Fixity, Prim};
+use crate::source::term::Lit;
+use crate::types::Type;
+use crate::value::format_real;
+use pretty::RcDoc;
+use std::convert::Infallible;
+
+type Doc = RcDoc<'static, ()>;
+
+/// The printing model.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Printer;
+
+/// Prints a combinator at a line width.
+pub fn to_string(c: &Comb, width: usize) -> String {
+    with_large_stack(|| {
+        let doc = match interpret(c, &Printer) {
+            Ok(d) => d,
+            Err(e) => match e {},
+        };
+        doc.pretty(width).to_string()
+    })
+}
+
+type R = Result<Doc, Infallible>;
+
+fn text(s: impl Into<String>) -> R {
+    Ok(RcDoc::text(s.into()))
+}
+
+fn call(name: &str, args: Vec<Doc>) -> R {
+    Ok(RcDoc::text(format!("{name}("))
+        .append(
+            RcDoc::line_()
+                .append(RcDoc::intersperse(args, RcDoc::text(",").append(RcDoc::line())))
+                .nest(2),
+        )
+        .append(RcDoc::line_())
+        .append(")")
+        .group())
+}
+
+fn superscript(n: usize) -> String {
+    const DIGITS: [char; 10] = ['⁰', '¹', '²', '³', '⁴', '⁵', '⁶', '⁷', '⁸', '⁹'];
+    n.to_string()
+        .chars()
+        .map(|c| DIGITS[c.to_digit(10).expect("digit") as usize])
+        .collect()
+}
+
+fn subscript(n: usize) -> String {
+    const DIGITS: [char; 10] = ['₀', '₁', '₂', '₃', '₄', '₅', '₆', '₇', '₈', '₉'];
+    n.to_string()
+        .chars()
+        .map(|c| DIGITS[c.to_digit(10).expect("digit") as usize])
+        .collect()
+}
+
+impl Category for Printer {
+    type Mor = Doc;
+    type Error = Infallible;
+
+    fn id(&self, _: &Type) -> R {
+        text("id")
+    }
+
+    fn compose(&self, g: Doc, f: Doc) -> R {
+        // Composition is associative and the only infix form, so no parentheses are needed.
+        Ok(g.append(RcDoc::text(" ∘")).append(RcDoc::line()).append(f).group())
+    }
+}
+
+impl Cartesian for Printer {
+    fn bang(&self, _: &Type) -> R {
+        text("bang")
+    }
+
+    fn fst(&self, _: &Type, _: &Type) -> R {
+        text("fst")
+    }
+
+    fn snd(&self, _: &Type, _: &Type) -> R {
+        text("snd")
+    }
+
+    fn pair(&self, f: Doc, g: Doc) -> R {
+        Ok(RcDoc::text("⟨")
+            .append(RcDoc::line_().append(f).append(",").append(RcDoc::line()).append(g).nest(2))
+            .append(RcDoc::line_())
+            .append("⟩")
+            .group())
+    }
+
+    fn proj(&self, _: &Type, path: &Path) -> R {
+        // Written outermost first: the last step is printed first.
+        let mut parts: Vec<String> = path
+            .steps
+            .iter()
+            .rev()
+            .map(|s| if *s == Step::Fst { "fst" } else { "snd" }.to_string())
+            .collect();
+        match path.skip {
+            0 => {}
+            1 => parts.push("fst".into()),
+            k => parts.push(format!("fst{}", superscript(k))),
+        }
+        if parts.is_empty() {
+            return text("id");
+        }
+        text(parts.join(" ∘ "))
+    }
+}
+
+impl Closed for Printer {
+    fn curry(&self, f: Doc, _: &Type, _: &Type, _: &Type) -> R {
+        call("curry", vec![f])
+    }
+
+    fn eval(&self, _: &Type, _: &Type) -> R {
+        text("eval")
+    }
+}
+
+impl Coproducts for Printer {
+    fn inl(&self, _: &Type, _: &Type) -> R {
+        text("inl")
+    }
+
+    fn inr(&self, _: &Type, _: &Type) -> R {
+        text("inr")
+    }
+
+    fn copair(&self, f: Doc, g: Doc, _: &Type, _: &Type, _: &Type) -> R {
+        Ok(RcDoc::text("[")
+            .append(RcDoc::line_().append(f).append(",").append(RcDoc::line()).append(g).nest(2))
+            .append(RcDoc::line_())
+            .append("]")
+            .group())
+    }
+
+    fn dist(&self, _: &Type, _: &Type, _: &Type) -> R {
+        text("dist")
+    }
+}
+
+impl Arrays for Printer {
+    fn map(&self, f: Doc, _: &Type, _: &Type, _: &Type) -> R {
+        call("map", vec![f])
+    }
+
+    fn map2(&self, f: Doc, _: &Type, _: &Type, _: &Type, _: &Type) -> R {
+        call("map2", vec![f])
+    }
+
+    fn build(&self, f: Doc, _: &Type, _: &Type) -> R {
+        call("build", vec![f])
+    }
+
+    fn index(&self, _: &Type) -> R {
+        text("index")
+    }
+
+    fn length(&self, _: &Type) -> R {
+        text("length")
+    }
+
+    fn replicate(&self, _: &Type) -> R {
+        text("replicate")
+    }
+
+    fn array(&self, _: &Type, n: usize) -> R {
+        text(format!("array{}", subscript(n)))
+    }
+}
+
+impl Primitives for Printer {
+    fn constant(&self, lit: &Lit) -> R {
+        text(match *lit {
+            Lit::Real(x) => format_real(x),
+            Lit::Int(i) => i.to_string(),
+            Lit::Bool(b) => b.to_string(),
+            Lit::Unit => "()".to_string(),
+        })
+    }
+
+    fn prim(&self, op: &Prim) -> R {
+        match op.fixity() {
+            Fixity::Infix(sym, _) => text(format!("({sym})")),
+            _ => text(op.name()),
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! # chad: Combinatory Homomorphic Automatic Differentiation
+//!
+//! `chad` implements CHAD (Vákár & Smeding, TOPLAS 2022) for a small typed higher-order
+//! functional language. Source programs are compiled into typed combinators of the free
+//! cartesian closed category (with coproducts and arrays); anything that implements the
+//! categorical structure ([`ccc::model::Model`]) then gets a structure-preserving functor out of
+//! it for free ([`ccc::interpret`]). Evaluation is one such model; forward and reverse AD are
+//! others.
+//!
+//! The pipeline:
+//!
+//! ```text
+//! text --source::parser--> syntax --source::check--> typed core terms (source::term)
+//!      --ccc::compile--> combinators --ccc::interpret--> any model (eval, typing, printing, ...)
+//! ```
+//!
+//! ## Example
+//!
+//! ```
+//! use chad::prim::Registry;
+//! use chad::value::Value;
+//!
+//! let program = chad::source::load(
+//!     "def f (x : Real) (ys : Array Real) : Real =
+//!        let g = \\(y : Real) -> x * sin y in
+//!        sum (map g ys)",
+//!     &Registry::builtin(),
+//! )?;
+//! let entry = program.entry(program.find("f").unwrap());
+//! let args = [Value::Real(2.0), Value::reals(vec![0.0, 1.0])];
+//!
+//! // Route 1: evaluate the typed source term directly.
+//! let direct = chad::eval::eval_entry(&entry, &args)?;
+//!
+//! // Route 2: compile to combinators and evaluate through the generic `interpret`.
+//! let comb = chad::ccc::compile_entry(&entry);
+//! assert_eq!(comb.dom.to_string(), "((Unit, Real), Array Real)");
+//! let via_ccc = chad::ccc::eval::run(&comb, &chad::ccc::eval::context_value(&args))?;
+//!
+//! assert_eq!(direct.expect_real(), 2.0 * 1f64.sin());
+//! assert_eq!(direct.same(&via_ccc), Some(true));
+//! # Ok::<(), chad::error::Error>(())
+//! ```
+//!
+//! ## Modules
+//!
+//! * [`types`]: source types, the objects of the category.
+//! * [`source`]: surface syntax, parser, bidirectional checker, typed core terms, printer.
+//! * [`prim`]: primitive operations, registered once.
+//! * [`ccc`]: combinators, the compiler, the structure traits and `interpret`, and the models
+//!   (evaluation, type reconstruction, printing).
+//! * [`eval`]: the direct evaluator of source terms.
+//! * [`value`]: run-time values.
+//! * [`random`]: random well-typed programs and inputs, for property tests.
+//! * [`error`]: errors with source positions.
+
+pub mod ccc;
+pub mod deep;
+pub mod error;
+pub mod eval;
+pub mod prim;
+pub mod random;
+pub mod source;
+pub mod types;
+pub mod value;
+
+pub use error::{Error, ErrorKind, Result, Source, Span};

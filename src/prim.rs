@@ -1,0 +1,515 @@
+//! Primitive operations: the generating morphisms of the free category.
+//!
+//! A primitive is registered once, as a [`Primitive`]: its name, its curried parameter types and
+//! result type (all first-order), how it is written (a named function, an infix operator, a prefix
+//! operator, or internal), and its evaluation. The parser, checker, both evaluators and the
+//! printers all read the [`Registry`]; nothing else enumerates primitives. In the category, a
+//! primitive with parameters `A1, ..., An` and result `B` is a morphism `A1 × (... × An) → B`
+//! (right-nested; `1 → B` for no parameters), and its evaluation receives that tuple as one
+//! [`Value`].
+//!
+//! ```
+//! use chad::prim::{Primitive, Registry};
+//! use chad::types::Type;
+//! use chad::value::Value;
+//! let mut reg = Registry::builtin();
+//! reg.register(Primitive::function("softplus", vec![Type::Real], Type::Real, |x| {
+//!     Ok(Value::Real(x.expect_real().exp().ln_1p()))
+//! }))
+//! .unwrap();
+//! assert!(reg.function("softplus").is_some());
+//! ```
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::types::Type;
+use crate::value::Value;
+use std::collections::HashMap;
+use std::fmt;
+use std::rc::Rc;
+
+/// How a primitive is written in source and printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fixity {
+    /// Called by name, curried: `pow x y`. Can be passed as a value: `map exp xs`.
+    Function,
+    /// A binary operator with its symbol and precedence (higher binds tighter):
+    /// `||` 1, `&&` 2, comparisons 3, `+ -` 4, `* /` 5.
+    Infix(&'static str, u8),
+    /// A prefix operator (unary minus).
+    Prefix(&'static str),
+    /// Not writable in source; introduced by elaboration (e.g. `decide` for `if`).
+    Internal,
+}
+
+/// The evaluation function of a primitive: it receives the argument tuple.
+pub type EvalFn = dyn Fn(&Value) -> Result<Value>;
+
+/// One primitive operation.
+pub struct Primitive {
+    name: String,
+    params: Vec<Type>,
+    result: Type,
+    fixity: Fixity,
+    eval: Box<EvalFn>,
+}
+
+/// A shared handle to a registered primitive.
+pub type Prim = Rc<Primitive>;
+
+impl Primitive {
+    /// A primitive with full control over its fixity.
+    pub fn new(
+        name: impl Into<String>,
+        params: Vec<Type>,
+        result: Type,
+        fixity: Fixity,
+        eval: impl Fn(&Value) -> Result<Value> + 'static,
+    ) -> Primitive {
+        Primitive {
+            name: name.into(),
+            params,
+            result,
+            fixity,
+            eval: Box::new(eval),
+        }
+    }
+
+    /// A primitive called by name, like `sin x` or `pow x y`.
+    pub fn function(
+        name: impl Into<String>,
+        params: Vec<Type>,
+        result: Type,
+        eval: impl Fn(&Value) -> Result<Value> + 'static,
+    ) -> Primitive {
+        Primitive::new(name, params, result, Fixity::Function, eval)
+    }
+
+    /// The name (for operators, an internal name such as `add`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The curried parameter types.
+    pub fn params(&self) -> &[Type] {
+        &self.params
+    }
+
+    /// The result type.
+    pub fn result(&self) -> &Type {
+        &self.result
+    }
+
+    /// How it is written.
+    pub fn fixity(&self) -> Fixity {
+        self.fixity
+    }
+
+    /// The domain as an object of the category: the right-nested tuple of the parameters.
+    pub fn domain(&self) -> Type {
+        Type::tuple(&self.params)
+    }
+
+    /// The type of the primitive used as a curried function value.
+    pub fn curried_type(&self) -> Type {
+        Type::curried(&self.params, self.result.clone())
+    }
+
+    /// Evaluates on the argument tuple.
+    pub fn eval(&self, arg: &Value) -> Result<Value> {
+        (self.eval)(arg)
+    }
+
+    /// Evaluates on the arguments given separately.
+    pub fn eval_args(&self, args: Vec<Value>) -> Result<Value> {
+        self.eval(&Value::tuple(args))
+    }
+}
+
+impl fmt::Debug for Primitive {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} : {}", self.name, Type::curried(&self.params, self.result.clone()))
+    }
+}
+
+/// Words the language reserves: keywords and the polymorphic builtins, which are elaborated by
+/// the checker rather than registered (their types are not fixed).
+pub const RESERVED: &[&str] = &[
+    "def", "let", "in", "if", "then", "else", "case", "of", "true", "false", "fst", "snd", "inl",
+    "inr", "map", "map2", "build", "length", "replicate",
+];
+
+/// The set of primitives known to a program.
+#[derive(Clone)]
+pub struct Registry {
+    prims: Vec<Prim>,
+    by_name: HashMap<String, Prim>,
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.prims.iter()).finish()
+    }
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry::builtin()
+    }
+}
+
+impl Registry {
+    /// A registry with no primitives at all.
+    pub fn empty() -> Registry {
+        Registry {
+            prims: Vec::new(),
+            by_name: HashMap::new(),
+        }
+    }
+
+    /// Adds a primitive. Fails if the name is taken or reserved, or if a parameter or the result
+    /// is not first-order.
+    pub fn register(&mut self, p: Primitive) -> Result<Prim> {
+        let err = |m: String| Error::new(ErrorKind::Input, m);
+        if self.by_name.contains_key(&p.name) {
+            return Err(err(format!("primitive `{}` is already registered", p.name)));
+        }
+        if RESERVED.contains(&p.name.as_str()) {
+            return Err(err(format!("`{}` is a reserved word", p.name)));
+        }
+        if !p.params.iter().all(Type::is_first_order) || !p.result.is_first_order() {
+            return Err(err(format!(
+                "primitive `{}` must have first-order parameter and result types",
+                p.name
+            )));
+        }
+        let p = Rc::new(p);
+        self.by_name.insert(p.name.clone(), p.clone());
+        self.prims.push(p.clone());
+        Ok(p)
+    }
+
+    /// Every primitive, in registration order.
+    pub fn all(&self) -> &[Prim] {
+        &self.prims
+    }
+
+    /// A primitive callable by name from source (fixity [`Fixity::Function`]).
+    pub fn function(&self, name: &str) -> Option<&Prim> {
+        self.by_name
+            .get(name)
+            .filter(|p| p.fixity == Fixity::Function)
+    }
+
+    /// Any primitive by its (internal) name.
+    pub fn get(&self, name: &str) -> Option<&Prim> {
+        self.by_name.get(name)
+    }
+
+    /// The built-in primitives of LANGUAGE.md (shared handles: the same `Rc`s every time on a
+    /// given thread).
+    pub fn builtin() -> Registry {
+        BUILTINS.with(|r| r.clone())
+    }
+}
+
+thread_local! {
+    static BUILTINS: Registry = {
+        let mut r = Registry::empty();
+        for p in builtins() {
+            r.register(p).expect("builtin primitives are distinct");
+        }
+        r
+    };
+}
+
+/// A built-in primitive by its internal name (`add`, `iadd`, `decide`, `sin`, ...). The checker
+/// and compiler use these whatever registry a program was checked against. Panics on an unknown
+/// name: callers name builtins.
+pub fn op(name: &str) -> Prim {
+    BUILTINS.with(|r| {
+        r.get(name)
+            .cloned()
+            .unwrap_or_else(|| panic!("internal error: no builtin primitive `{name}`"))
+    })
+}
+
+fn real1(name: &str, f: fn(f64) -> f64) -> Primitive {
+    Primitive::function(name, vec![Type::Real], Type::Real, move |x| {
+        Ok(Value::Real(f(x.expect_real())))
+    })
+}
+
+fn real2(name: &str, fixity: Fixity, f: fn(f64, f64) -> f64) -> Primitive {
+    Primitive::new(
+        name,
+        vec![Type::Real, Type::Real],
+        Type::Real,
+        fixity,
+        move |x| {
+            let (a, b) = x.expect_pair();
+            Ok(Value::Real(f(a.expect_real(), b.expect_real())))
+        },
+    )
+}
+
+fn int2(name: &str, sym: &'static str, prec: u8, f: fn(i64, i64) -> Option<i64>) -> Primitive {
+    Primitive::new(
+        name,
+        vec![Type::Int, Type::Int],
+        Type::Int,
+        Fixity::Infix(sym, prec),
+        move |x| {
+            let (a, b) = x.expect_pair();
+            let (a, b) = (a.expect_int(), b.expect_int());
+            f(a, b).map(Value::Int).ok_or_else(|| {
+                if sym == "/" && b == 0 {
+                    Error::runtime(format!("integer division by zero ({a} / 0)"))
+                } else {
+                    Error::runtime(format!("integer overflow in {a} {sym} {b}"))
+                }
+            })
+        },
+    )
+}
+
+fn compare<T: 'static>(
+    name: &str,
+    ty: Type,
+    sym: &'static str,
+    get: fn(&Value) -> T,
+    f: fn(&T, &T) -> bool,
+) -> Primitive {
+    Primitive::new(
+        name,
+        vec![ty.clone(), ty],
+        Type::Bool,
+        Fixity::Infix(sym, 3),
+        move |x| {
+            let (a, b) = x.expect_pair();
+            Ok(Value::Bool(f(&get(a), &get(b))))
+        },
+    )
+}
+
+/// The numerically stable logistic function.
+pub fn sigmoid(x: f64) -> f64 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+fn builtins() -> Vec<Primitive> {
+    let real = || Type::Real;
+    let arr = || Type::array(Type::Real);
+    let mut v = vec![
+        real1("sin", f64::sin),
+        real1("cos", f64::cos),
+        real1("tan", f64::tan),
+        real1("exp", f64::exp),
+        real1("log", f64::ln),
+        real1("sqrt", f64::sqrt),
+        real1("tanh", f64::tanh),
+        real1("sigmoid", sigmoid),
+        real1("abs", f64::abs),
+        real2("pow", Fixity::Function, f64::powf),
+        // Ties and NaN go to the first argument: `max x y` is `if x >= y then x else y`
+        // with NaN treated as "not smaller". The derivative follows the same branch.
+        real2("max", Fixity::Function, |a, b| if a >= b || b.is_nan() { a } else { b }),
+        real2("min", Fixity::Function, |a, b| if a <= b || b.is_nan() { a } else { b }),
+        Primitive::function("toReal", vec![Type::Int], real(), |x| {
+            Ok(Value::Real(x.expect_int() as f64))
+        }),
+        Primitive::function("floor", vec![real()], Type::Int, |x| {
+            let f = x.expect_real().floor();
+            // i64 range is [-2^63, 2^63); the upper bound is exactly representable.
+            if f.is_nan() || f < -9.223_372_036_854_776e18 || f >= 9.223_372_036_854_776e18 {
+                Err(Error::runtime(format!(
+                    "floor: {} is not in the range of Int",
+                    crate::value::format_real(x.expect_real())
+                )))
+            } else {
+                Ok(Value::Int(f as i64))
+            }
+        }),
+        Primitive::function("sum", vec![arr()], real(), |x| {
+            Ok(Value::Real(x.expect_reals().iter().sum()))
+        }),
+        Primitive::function("dot", vec![arr(), arr()], real(), |x| {
+            let (a, b) = x.expect_pair();
+            let (a, b) = (a.expect_reals(), b.expect_reals());
+            if a.len() != b.len() {
+                return Err(Error::runtime(format!(
+                    "dot: arrays have different lengths ({} and {})",
+                    a.len(),
+                    b.len()
+                )));
+            }
+            Ok(Value::Real(a.iter().zip(b).map(|(x, y)| x * y).sum()))
+        }),
+        Primitive::function("not", vec![Type::Bool], Type::Bool, |x| {
+            Ok(Value::Bool(!x.expect_bool()))
+        }),
+        real2("add", Fixity::Infix("+", 4), |a, b| a + b),
+        real2("sub", Fixity::Infix("-", 4), |a, b| a - b),
+        real2("mul", Fixity::Infix("*", 5), |a, b| a * b),
+        real2("div", Fixity::Infix("/", 5), |a, b| a / b),
+        Primitive::new("neg", vec![real()], real(), Fixity::Prefix("-"), |x| {
+            Ok(Value::Real(-x.expect_real()))
+        }),
+        int2("iadd", "+", 4, i64::checked_add),
+        int2("isub", "-", 4, i64::checked_sub),
+        int2("imul", "*", 5, i64::checked_mul),
+        int2("idiv", "/", 5, i64::checked_div),
+        Primitive::new("ineg", vec![Type::Int], Type::Int, Fixity::Prefix("-"), |x| {
+            let i = x.expect_int();
+            i.checked_neg()
+                .map(Value::Int)
+                .ok_or_else(|| Error::runtime(format!("integer overflow in -({i})")))
+        }),
+        // `decide : Bool → 1 + 1` turns a condition into a coproduct so that `if` is `copair`:
+        // true ↦ inl (), false ↦ inr ().
+        Primitive::new(
+            "decide",
+            vec![Type::Bool],
+            Type::sum(Type::Unit, Type::Unit),
+            Fixity::Internal,
+            |x| {
+                Ok(if x.expect_bool() {
+                    Value::inl(Value::Unit)
+                } else {
+                    Value::inr(Value::Unit)
+                })
+            },
+        ),
+    ];
+    let cmp: [(&str, &'static str, fn(&f64, &f64) -> bool, fn(&i64, &i64) -> bool); 6] = [
+        ("lt", "<", f64::lt, i64::lt),
+        ("le", "<=", f64::le, i64::le),
+        ("gt", ">", f64::gt, i64::gt),
+        ("ge", ">=", f64::ge, i64::ge),
+        ("eq", "==", f64::eq, i64::eq),
+        ("ne", "!=", f64::ne, i64::ne),
+    ];
+    for (name, sym, fr, fi) in cmp {
+        v.push(compare(name, real(), sym, Value::expect_real, fr));
+        v.push(compare(&format!("i{name}"), Type::Int, sym, Value::expect_int, fi));
+    }
+    v.push(compare("beq", Type::Bool, "==", Value::expect_bool, bool::eq));
+    v.push(compare("bne", Type::Bool, "!=", Value::expect_bool, bool::ne));
+    v
+}
+
+/// The internal names of the primitives an operator symbol denotes, per operand type:
+/// `(Real version, Int version, Bool version)`.
+pub fn operator_prims(symbol: &str) -> Option<(Option<&'static str>, Option<&'static str>, Option<&'static str>)> {
+    Some(match symbol {
+        "+" => (Some("add"), Some("iadd"), None),
+        "-" => (Some("sub"), Some("isub"), None),
+        "*" => (Some("mul"), Some("imul"), None),
+        "/" => (Some("div"), Some("idiv"), None),
+        "<" => (Some("lt"), Some("ilt"), None),
+        "<=" => (Some("le"), Some("ile"), None),
+        ">" => (Some("gt"), Some("igt"), None),
+        ">=" => (Some("ge"), Some("ige"), None),
+        "==" => (Some("eq"), Some("ieq"), Some("beq")),
+        "!=" => (Some("ne"), Some("ine"), Some("bne")),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(reg: &Registry, name: &str, args: Vec<Value>) -> Result<Value> {
+        reg.get(name).unwrap().eval_args(args)
+    }
+
+    fn real(reg: &Registry, name: &str, args: &[f64]) -> f64 {
+        run(reg, name, args.iter().map(|&x| Value::Real(x)).collect())
+            .unwrap()
+            .expect_real()
+    }
+
+    #[test]
+    fn real_builtins_against_hand_computed_values() {
+        let r = Registry::builtin();
+        assert_eq!(real(&r, "sin", &[0.0]), 0.0);
+        assert_eq!(real(&r, "cos", &[0.0]), 1.0);
+        assert!((real(&r, "tan", &[std::f64::consts::FRAC_PI_4]) - 1.0).abs() < 1e-15);
+        assert_eq!(real(&r, "exp", &[0.0]), 1.0);
+        assert_eq!(real(&r, "log", &[1.0]), 0.0);
+        assert_eq!(real(&r, "sqrt", &[9.0]), 3.0);
+        assert_eq!(real(&r, "tanh", &[0.0]), 0.0);
+        assert_eq!(real(&r, "sigmoid", &[0.0]), 0.5);
+        assert!((real(&r, "sigmoid", &[-800.0])).abs() < 1e-300);
+        assert_eq!(real(&r, "sigmoid", &[800.0]), 1.0);
+        assert_eq!(real(&r, "abs", &[-2.5]), 2.5);
+        assert_eq!(real(&r, "pow", &[2.0, 10.0]), 1024.0);
+        assert_eq!(real(&r, "max", &[1.0, 2.0]), 2.0);
+        assert_eq!(real(&r, "min", &[1.0, 2.0]), 1.0);
+        assert_eq!(real(&r, "add", &[1.5, 2.0]), 3.5);
+        assert_eq!(real(&r, "sub", &[1.5, 2.0]), -0.5);
+        assert_eq!(real(&r, "mul", &[1.5, 2.0]), 3.0);
+        assert_eq!(real(&r, "div", &[1.0, 4.0]), 0.25);
+        assert_eq!(real(&r, "div", &[1.0, 0.0]), f64::INFINITY);
+        assert_eq!(real(&r, "neg", &[3.0]), -3.0);
+    }
+
+    #[test]
+    fn int_and_bool_builtins() {
+        let r = Registry::builtin();
+        let i = |n| Value::Int(n);
+        assert_eq!(run(&r, "iadd", vec![i(2), i(3)]).unwrap().expect_int(), 5);
+        assert_eq!(run(&r, "isub", vec![i(2), i(3)]).unwrap().expect_int(), -1);
+        assert_eq!(run(&r, "imul", vec![i(-2), i(3)]).unwrap().expect_int(), -6);
+        assert_eq!(run(&r, "idiv", vec![i(7), i(2)]).unwrap().expect_int(), 3);
+        assert_eq!(run(&r, "idiv", vec![i(-7), i(2)]).unwrap().expect_int(), -3);
+        assert_eq!(run(&r, "ineg", vec![i(4)]).unwrap().expect_int(), -4);
+        let e = run(&r, "idiv", vec![i(1), i(0)]).unwrap_err();
+        assert_eq!(e.message(), "integer division by zero (1 / 0)");
+        let e = run(&r, "iadd", vec![i(i64::MAX), i(1)]).unwrap_err();
+        assert!(e.message().contains("integer overflow"), "{}", e.message());
+        assert!(run(&r, "idiv", vec![i(i64::MIN), i(-1)]).is_err());
+        assert!(run(&r, "ineg", vec![i(i64::MIN)]).is_err());
+        assert_eq!(run(&r, "toReal", vec![i(3)]).unwrap().expect_real(), 3.0);
+        assert_eq!(run(&r, "floor", vec![Value::Real(-1.5)]).unwrap().expect_int(), -2);
+        assert!(run(&r, "floor", vec![Value::Real(f64::NAN)]).is_err());
+        assert!(run(&r, "floor", vec![Value::Real(1e19)]).is_err());
+        let b = Value::Bool;
+        assert!(!run(&r, "not", vec![b(true)]).unwrap().expect_bool());
+        assert!(run(&r, "beq", vec![b(true), b(true)]).unwrap().expect_bool());
+        assert!(run(&r, "bne", vec![b(true), b(false)]).unwrap().expect_bool());
+        assert!(run(&r, "ilt", vec![i(1), i(2)]).unwrap().expect_bool());
+        assert!(!run(&r, "ige", vec![i(1), i(2)]).unwrap().expect_bool());
+        assert!(run(&r, "le", vec![Value::Real(2.0), Value::Real(2.0)]).unwrap().expect_bool());
+        assert!(!run(&r, "eq", vec![Value::Real(f64::NAN), Value::Real(f64::NAN)]).unwrap().expect_bool());
+        let d = run(&r, "decide", vec![b(false)]).unwrap();
+        assert!(matches!(d, Value::Inr(_)));
+    }
+
+    #[test]
+    fn array_kernels() {
+        let r = Registry::builtin();
+        let xs = Value::reals(vec![1.0, 2.0, 3.0]);
+        let ys = Value::reals(vec![4.0, 5.0, 6.0]);
+        assert_eq!(run(&r, "sum", vec![xs.clone()]).unwrap().expect_real(), 6.0);
+        assert_eq!(run(&r, "dot", vec![xs.clone(), ys]).unwrap().expect_real(), 32.0);
+        let e = run(&r, "dot", vec![xs, Value::reals(vec![1.0])]).unwrap_err();
+        assert_eq!(e.message(), "dot: arrays have different lengths (3 and 1)");
+    }
+
+    #[test]
+    fn registration_rejects_duplicates_reserved_and_higher_order() {
+        let mut r = Registry::builtin();
+        let id = |_: &Value| Ok(Value::Unit);
+        assert!(r.register(Primitive::function("sin", vec![], Type::Unit, id)).is_err());
+        assert!(r.register(Primitive::function("map", vec![], Type::Unit, id)).is_err());
+        let f = Type::fun(Type::Real, Type::Real);
+        assert!(r.register(Primitive::function("h", vec![f], Type::Unit, id)).is_err());
+        assert!(r.register(Primitive::function("h", vec![], Type::Unit, id)).is_ok());
+    }
+}

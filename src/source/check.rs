@@ -1,0 +1,1014 @@
+//! Bidirectional type checking, elaborating surface syntax into typed core terms.
+//!
+//! `infer` computes a type; `check` pushes an expected type inward. Checking is what lets an
+//! integer literal be a `Real` (`2 * x`, `f 3`, `[1, 2.5]`), `inl e` know its other side, and a
+//! lambda omit its parameter types where they are known (`map (\x -> x * x) xs`). Binary
+//! operators infer the operand that is not a bare integer literal first, then check the other
+//! against it.
+//!
+//! Elaboration: operators become primitives (`+` on `Real` is `add`, on `Int` is `iadd`);
+//! `a && b` is `if a then b else false` and `a || b` is `if a then true else b` (short-circuit);
+//! builtins used without all their arguments become lambdas (`map exp xs` passes
+//! `\(x : Real) -> exp x`); supplied arguments of a partial application are evaluated once, at
+//! the point of partial application.
+
+use super::syntax::{self as ast, BinOp, Expr, ExprKind};
+use super::term::*;
+use crate::deep::deep;
+use crate::error::{Error, Result, Span};
+use crate::prim::{Prim, Registry};
+use crate::types::Type;
+use crate::value::tuple_components;
+use std::collections::{BTreeSet, HashMap};
+use std::rc::Rc;
+
+/// Checks a parsed program against the primitives of `reg`.
+pub fn check_program(prog: &ast::Program, reg: &Registry) -> Result<Program> {
+    let mut c = Checker {
+        reg,
+        scope: HashMap::new(),
+        globals: HashMap::new(),
+        deps: BTreeSet::new(),
+        current: None,
+    };
+    let mut defs: Vec<Def> = Vec::new();
+    for d in &prog.defs {
+        if let Some(&(i, _)) = c.globals.get(&d.name.name) {
+            return Err(Error::type_error(
+                d.name.span,
+                format!("`{}` is defined twice", d.name.name),
+            )
+            .with_label("second definition")
+            .with_note(format!(
+                "the first definition of `{}` is definition number {}",
+                d.name.name,
+                i + 1
+            )));
+        }
+        c.current = Some(d.name.name.clone());
+        c.deps.clear();
+        let mut params = Vec::new();
+        for p in &d.params {
+            let ty = p.ty.as_ref().expect("parser requires annotations").ty.clone();
+            if params.iter().any(|v: &Var| v.name == p.name.name) && &*p.name.name != "_" {
+                return Err(Error::type_error(
+                    p.name.span,
+                    format!("parameter `{}` is bound twice", p.name.name),
+                ));
+            }
+            params.push(Var::fresh(p.name.name.clone(), ty));
+        }
+        for v in &params {
+            c.push(v);
+        }
+        let body = match &d.ret {
+            Some(t) => c.check(&d.body, &t.ty)?,
+            None => c.infer(&d.body)?,
+        };
+        for v in &params {
+            c.pop(v);
+        }
+        let ret = body.ty.clone();
+        let ty = Type::curried(&params.iter().map(|p| p.ty.clone()).collect::<Vec<_>>(), ret.clone());
+        let var = Var::fresh(d.name.name.clone(), ty);
+        c.globals.insert(d.name.name.clone(), (defs.len(), var.clone()));
+        defs.push(Def {
+            var,
+            params,
+            ret,
+            body,
+            deps: c.deps.iter().copied().collect(),
+            span: d.span,
+        });
+    }
+    Ok(Program { defs })
+}
+
+/// The polymorphic builtins, elaborated by the checker, with their arities.
+const POLY: &[(&str, usize)] = &[
+    ("fst", 1),
+    ("snd", 1),
+    ("inl", 1),
+    ("inr", 1),
+    ("map", 2),
+    ("map2", 3),
+    ("build", 2),
+    ("length", 1),
+    ("replicate", 2),
+];
+
+struct Checker<'r> {
+    reg: &'r Registry,
+    scope: HashMap<Rc<str>, Vec<Var>>,
+    globals: HashMap<Rc<str>, (usize, Var)>,
+    deps: BTreeSet<usize>,
+    current: Option<Rc<str>>,
+}
+
+/// An argument of a builtin: either source still to elaborate or an elaborated term
+/// (a variable introduced by eta-expansion).
+#[derive(Clone, Copy)]
+enum Arg<'a> {
+    Src(&'a Expr),
+    Core(&'a Term),
+}
+
+impl Arg<'_> {
+    fn span(&self) -> Span {
+        match self {
+            Arg::Src(e) => e.span,
+            Arg::Core(t) => t.span,
+        }
+    }
+}
+
+/// Integer literals whose type is decided by context: `3`, `-3`, `2 * 3`.
+fn is_flexible(e: &Expr) -> bool {
+    match &e.kind {
+        ExprKind::Int(_) => true,
+        ExprKind::Neg(x) => is_flexible(x),
+        ExprKind::Binary(BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div, a, b) => {
+            is_flexible(a) && is_flexible(b)
+        }
+        _ => false,
+    }
+}
+
+/// Expressions whose type cannot be inferred without context (a syntactic approximation used
+/// only to choose which of two branches to infer first).
+fn needs_context(e: &Expr) -> bool {
+    match &e.kind {
+        ExprKind::Array(items) => items.is_empty(),
+        ExprKind::Lam(ps, _) => ps.iter().any(|p| p.ty.is_none()),
+        ExprKind::App(h, _) => matches!(&h.kind, ExprKind::Var(x) if &**x == "inl" || &**x == "inr"),
+        ExprKind::Var(x) => POLY.iter().any(|(n, _)| **n == **x),
+        ExprKind::Let(_, _, _, b) => needs_context(b),
+        ExprKind::If(_, a, b) | ExprKind::Case(_, _, a, _, b) => needs_context(a) && needs_context(b),
+        _ => false,
+    }
+}
+
+fn mismatch(span: Span, expected: &Type, found: &Type) -> Error {
+    let mut e = Error::type_error(
+        span,
+        format!("type mismatch: expected `{expected}`, found `{found}`"),
+    )
+    .with_label(format!("this has type `{found}`"));
+    if matches!((expected, found), (Type::Real, Type::Int)) {
+        e = e.with_note("convert an Int to a Real with `toReal`");
+    }
+    e
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+impl<'r> Checker<'r> {
+    fn push(&mut self, v: &Var) {
+        self.scope.entry(v.name.clone()).or_default().push(v.clone());
+    }
+
+    fn pop(&mut self, v: &Var) {
+        if let Some(stack) = self.scope.get_mut(&v.name) {
+            stack.pop();
+        }
+    }
+
+    fn local(&self, name: &str) -> Option<&Var> {
+        self.scope.get(name).and_then(|s| s.last())
+    }
+
+    /// Is `name` a builtin that is not shadowed by a local or a definition?
+    fn builtin_name(&self, name: &str) -> bool {
+        self.local(name).is_none()
+            && !self.globals.contains_key(name)
+            && (POLY.iter().any(|(n, _)| *n == name) || self.reg.function(name).is_some())
+    }
+
+    fn unknown_variable(&self, name: &str, span: Span) -> Error {
+        let mut e = Error::type_error(span, format!("unknown variable `{name}`")).with_label("not in scope");
+        if self.current.as_deref() == Some(name) {
+            return e.with_note(format!(
+                "`{name}` is not in scope in its own body: definitions cannot be recursive"
+            ));
+        }
+        let candidates = self
+            .scope
+            .iter()
+            .filter(|(_, s)| !s.is_empty())
+            .map(|(n, _)| n.to_string())
+            .chain(self.globals.keys().map(|n| n.to_string()))
+            .chain(POLY.iter().map(|(n, _)| n.to_string()))
+            .chain(
+                self.reg
+                    .all()
+                    .iter()
+                    .filter(|p| self.reg.function(p.name()).is_some())
+                    .map(|p| p.name().to_string()),
+            );
+        let best = candidates
+            .map(|c| (edit_distance(name, &c), c))
+            .filter(|(d, c)| *d <= 2 && *d < c.len().max(name.len()))
+            .min();
+        if let Some((_, c)) = best {
+            e = e.with_note(format!("did you mean `{c}`?"));
+        }
+        e
+    }
+
+    // ----- patterns -----
+
+    fn bind_pattern(&mut self, p: &ast::Pattern, ty: &Type, seen: &mut Vec<Rc<str>>) -> Result<Pat> {
+        Ok(match p {
+            ast::Pattern::Var(x) => {
+                if seen.contains(&x.name) {
+                    return Err(Error::type_error(
+                        x.span,
+                        format!("`{}` is bound twice in the same pattern", x.name),
+                    ));
+                }
+                seen.push(x.name.clone());
+                Pat::Var(Var::fresh(x.name.clone(), ty.clone()))
+            }
+            ast::Pattern::Wild(_) => Pat::Wild(ty.clone()),
+            ast::Pattern::Tuple(items, span) => {
+                let comps = tuple_components(ty, items.len());
+                if comps.len() != items.len() || ty.as_prod().is_none() {
+                    return Err(Error::type_error(
+                        *span,
+                        format!(
+                            "this tuple pattern has {} components, but the value has type `{ty}`",
+                            items.len()
+                        ),
+                    ));
+                }
+                let mut pats = Vec::new();
+                for (q, t) in items.iter().zip(&comps) {
+                    pats.push(self.bind_pattern(q, t, seen)?);
+                }
+                let last = pats.pop().expect("at least two components");
+                pats.into_iter()
+                    .rev()
+                    .fold(last, |acc, q| Pat::Pair(Box::new(q), Box::new(acc)))
+            }
+        })
+    }
+
+    /// Elaborates `body` with the pattern's variables in scope.
+    fn under<T>(&mut self, pat: &Pat, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        let vars: Vec<Var> = pat.vars().into_iter().cloned().collect();
+        for v in &vars {
+            self.push(v);
+        }
+        let r = f(self);
+        for v in vars.iter().rev() {
+            self.pop(v);
+        }
+        r
+    }
+
+    // ----- inference -----
+
+    fn infer(&mut self, e: &Expr) -> Result<Term> {
+        deep(|| self.infer_inner(e))
+    }
+
+    fn infer_inner(&mut self, e: &Expr) -> Result<Term> {
+        let span = e.span;
+        let mk = |kind| Term::new(kind, span);
+        match &e.kind {
+            ExprKind::Var(x) => self.var(x, span, None),
+            ExprKind::Int(i) => Ok(mk(TermKind::Lit(Lit::Int(*i)))),
+            ExprKind::Real(x) => Ok(mk(TermKind::Lit(Lit::Real(*x)))),
+            ExprKind::Bool(b) => Ok(mk(TermKind::Lit(Lit::Bool(*b)))),
+            ExprKind::Unit => Ok(mk(TermKind::Lit(Lit::Unit))),
+            ExprKind::Tuple(items) => {
+                let ts = items.iter().map(|i| self.infer(i)).collect::<Result<Vec<_>>>()?;
+                Ok(tuple_term(ts, span))
+            }
+            ExprKind::Array(items) => {
+                let Some(pivot) = items.iter().position(|i| !is_flexible(i)).or(if items.is_empty() {
+                    None
+                } else {
+                    Some(0)
+                }) else {
+                    return Err(Error::type_error(span, "cannot infer the element type of `[]`")
+                        .with_note("annotate it, e.g. `([] : Array Real)`"));
+                };
+                let first = self.infer(&items[pivot])?;
+                let elem = first.ty.clone();
+                let mut ts = Vec::new();
+                for (k, it) in items.iter().enumerate() {
+                    ts.push(if k == pivot { first.clone() } else { self.check(it, &elem)? });
+                }
+                Ok(mk(TermKind::Array(elem, ts)))
+            }
+            ExprKind::Lam(params, body) => self.lambda(params, body, &[], None, span),
+            ExprKind::App(head, args) => self.app(head, args, None, span),
+            ExprKind::Let(p, ann, rhs, body) => self.let_(p, ann.as_ref(), rhs, body, None, span),
+            ExprKind::If(c, a, b) => {
+                let c = self.check(c, &Type::Bool)?;
+                let (a, b) = self.infer_both(a, b)?;
+                Ok(mk(TermKind::If(c, a, b)))
+            }
+            ExprKind::Case(s, p, a, q, b) => self.case(s, p, a, q, b, None, span),
+            ExprKind::Binary(op, a, b) => self.binary(*op, a, b, None, span),
+            ExprKind::Neg(x) => {
+                let t = self.infer(x)?;
+                self.negate(t, x.span, span)
+            }
+            ExprKind::Annot(x, t) => self.check(x, &t.ty),
+        }
+    }
+
+    /// Infers one of two expressions that must have the same type and checks the other against
+    /// it, choosing the order so that literals and context-dependent forms are the checked ones.
+    fn infer_both(&mut self, a: &Expr, b: &Expr) -> Result<(Term, Term)> {
+        if (is_flexible(a) && !is_flexible(b)) || (needs_context(a) && !needs_context(b)) {
+            let tb = self.infer(b)?;
+            let ta = self.check(a, &tb.ty)?;
+            Ok((ta, tb))
+        } else {
+            let ta = self.infer(a)?;
+            let tb = self.check(b, &ta.ty)?;
+            Ok((ta, tb))
+        }
+    }
+
+    fn var(&mut self, x: &Rc<str>, span: Span, expected: Option<&Type>) -> Result<Term> {
+        if let Some(v) = self.local(x) {
+            return Ok(Term::new(TermKind::Var(v.clone()), span));
+        }
+        if let Some((i, v)) = self.globals.get(x) {
+            self.deps.insert(*i);
+            return Ok(Term::new(TermKind::Var(v.clone()), span));
+        }
+        if self.builtin_name(x) {
+            return self.builtin(x, &[], expected, span);
+        }
+        Err(self.unknown_variable(x, span))
+    }
+
+    fn lambda(
+        &mut self,
+        params: &[ast::Param],
+        body: &Expr,
+        known: &[Type],
+        expected_result: Option<&Type>,
+        span: Span,
+    ) -> Result<Term> {
+        deep(|| {
+            let Some((p, rest)) = params.split_first() else {
+                // All parameters bound; more known argument types mean the body must itself be
+                // a function.
+                return match (known.is_empty(), &body.kind) {
+                    (true, _) => match expected_result {
+                        Some(t) => self.check(body, t),
+                        None => self.infer(body),
+                    },
+                    (false, ExprKind::Lam(ps, b)) => self.lambda(ps, b, known, expected_result, body.span),
+                    (false, _) => {
+                        let t = self.infer(body)?;
+                        match peel(&t.ty, known.len()) {
+                            Some((doms, _)) if doms == known => Ok(t),
+                            _ => Err(Error::type_error(
+                                body.span,
+                                format!(
+                                    "expected a function taking `{}`, found `{}`",
+                                    known.iter().map(|k| k.to_string()).collect::<Vec<_>>().join("`, then `"),
+                                    t.ty
+                                ),
+                            )),
+                        }
+                    }
+                };
+            };
+            let ty = match (&p.ty, known.first()) {
+                (Some(ann), Some(k)) if ann.ty != *k => return Err(mismatch(ann.span, k, &ann.ty)),
+                (Some(ann), _) => ann.ty.clone(),
+                (None, Some(k)) => k.clone(),
+                (None, None) => {
+                    return Err(Error::type_error(
+                        p.name.span,
+                        format!("cannot infer the type of parameter `{}`", p.name.name),
+                    )
+                    .with_note(format!("annotate it: `\\({} : T) -> ...`", p.name.name)));
+                }
+            };
+            let var = Var::fresh(p.name.name.clone(), ty);
+            let known_rest = if known.is_empty() { known } else { &known[1..] };
+            let b = self.under(&Pat::Var(var.clone()), |s| s.lambda(rest, body, known_rest, expected_result, span))?;
+            Ok(Term::new(TermKind::Lam(var, b), span))
+        })
+    }
+
+    fn let_(
+        &mut self,
+        p: &ast::Pattern,
+        ann: Option<&ast::TypeAnn>,
+        rhs: &Expr,
+        body: &Expr,
+        expected: Option<&Type>,
+        span: Span,
+    ) -> Result<Term> {
+        // Iterate over a chain of lets so that the Rust stack does not grow per binding.
+        let mut chain: Vec<(Pat, Term, Span)> = Vec::new();
+        let mut cur = (p, ann, rhs, body, span);
+        let result = loop {
+            let (p, ann, rhs, body, span) = cur;
+            let r = match ann {
+                Some(t) => self.check(rhs, &t.ty),
+                None => self.infer(rhs),
+            };
+            let r = match r {
+                Ok(r) => r,
+                Err(e) => break Err(e),
+            };
+            let pat = match self.bind_pattern(p, &r.ty, &mut Vec::new()) {
+                Ok(p) => p,
+                Err(e) => break Err(e),
+            };
+            for v in pat.vars() {
+                let v = v.clone();
+                self.push(&v);
+            }
+            chain.push((pat, r, span));
+            if let ExprKind::Let(p2, ann2, rhs2, body2) = &body.kind {
+                cur = (p2, ann2.as_ref(), rhs2, body2, body.span);
+                continue;
+            }
+            break match expected {
+                Some(t) => self.check(body, t),
+                None => self.infer(body),
+            };
+        };
+        for (pat, _, _) in chain.iter().rev() {
+            for v in pat.vars().into_iter().rev() {
+                let v = v.clone();
+                self.pop(&v);
+            }
+        }
+        let mut t = result?;
+        while let Some((pat, r, span)) = chain.pop() {
+            t = Term::new(TermKind::Let(pat, r, t), span);
+        }
+        Ok(t)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn case(
+        &mut self,
+        s: &Expr,
+        p: &ast::Pattern,
+        a: &Expr,
+        q: &ast::Pattern,
+        b: &Expr,
+        expected: Option<&Type>,
+        span: Span,
+    ) -> Result<Term> {
+        let st = self.infer(s)?;
+        let Some((l, r)) = st.ty.as_sum() else {
+            return Err(Error::type_error(
+                s.span,
+                format!("`case` expects a value of a sum type `A + B`, found `{}`", st.ty),
+            )
+            .with_label(format!("this has type `{}`", st.ty)));
+        };
+        let (l, r) = (l.clone(), r.clone());
+        let pl = self.bind_pattern(p, &l, &mut Vec::new())?;
+        let pr = self.bind_pattern(q, &r, &mut Vec::new())?;
+        let (ta, tb) = match expected {
+            Some(t) => {
+                let ta = self.under(&pl, |c| c.check(a, t))?;
+                let tb = self.under(&pr, |c| c.check(b, t))?;
+                (ta, tb)
+            }
+            None => {
+                let swap = (is_flexible(a) && !is_flexible(b)) || (needs_context(a) && !needs_context(b));
+                if swap {
+                    let tb = self.under(&pr, |c| c.infer(b))?;
+                    let ta = self.under(&pl, |c| c.check(a, &tb.ty))?;
+                    (ta, tb)
+                } else {
+                    let ta = self.under(&pl, |c| c.infer(a))?;
+                    let tb = self.under(&pr, |c| c.check(b, &ta.ty))?;
+                    (ta, tb)
+                }
+            }
+        };
+        Ok(Term::new(TermKind::Case(st, pl, ta, pr, tb), span))
+    }
+
+    fn negate(&mut self, t: Term, operand: Span, span: Span) -> Result<Term> {
+        let op = match t.ty {
+            Type::Real => "neg",
+            Type::Int => "ineg",
+            _ => {
+                return Err(Error::type_error(
+                    operand,
+                    format!("unary `-` expects a Real or an Int, found `{}`", t.ty),
+                ));
+            }
+        };
+        Ok(Term::new(TermKind::Prim(crate::prim::op(op), vec![t]), span))
+    }
+
+    fn binary(&mut self, op: BinOp, a: &Expr, b: &Expr, expected: Option<&Type>, span: Span) -> Result<Term> {
+        match op {
+            BinOp::And | BinOp::Or => {
+                let ta = self.check(a, &Type::Bool)?;
+                let tb = self.check(b, &Type::Bool)?;
+                let lit = |v| Term::new(TermKind::Lit(Lit::Bool(v)), span);
+                let kind = if op == BinOp::And {
+                    TermKind::If(ta, tb, lit(false))
+                } else {
+                    TermKind::If(ta, lit(true), tb)
+                };
+                Ok(Term::new(kind, span))
+            }
+            BinOp::Index => {
+                let xs = self.infer(a)?;
+                if xs.ty.as_array().is_none() {
+                    return Err(Error::type_error(
+                        a.span,
+                        format!("indexing with `!` expects an array, found `{}`", xs.ty),
+                    ));
+                }
+                let i = self.check(b, &Type::Int)?;
+                Ok(Term::new(TermKind::Index(xs, i), span))
+            }
+            _ => {
+                let sym = op.symbol();
+                let (real, int, boolean) = crate::prim::operator_prims(sym).expect("arithmetic or comparison");
+                let arithmetic = matches!(op, BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div);
+                let allowed = |t: &Type| match t {
+                    Type::Real => real,
+                    Type::Int => int,
+                    Type::Bool => boolean,
+                    _ => None,
+                };
+                let describe = if boolean.is_some() {
+                    "Real, Int or Bool"
+                } else {
+                    "Real or Int"
+                };
+                let (ta, tb) = match expected {
+                    Some(t @ (Type::Real | Type::Int)) if arithmetic => (self.check(a, t)?, self.check(b, t)?),
+                    _ => {
+                        let swap = is_flexible(a) && !is_flexible(b);
+                        let (first, second) = if swap { (b, a) } else { (a, b) };
+                        let t1 = self.infer(first)?;
+                        if allowed(&t1.ty).is_none() {
+                            return Err(Error::type_error(
+                                first.span,
+                                format!("operator `{sym}` expects {describe} operands, found `{}`", t1.ty),
+                            )
+                            .with_label(format!("this has type `{}`", t1.ty)));
+                        }
+                        let t2 = self.check(second, &t1.ty)?;
+                        if swap { (t2, t1) } else { (t1, t2) }
+                    }
+                };
+                let name = allowed(&ta.ty).expect("operand type validated");
+                let t = Term::new(TermKind::Prim(crate::prim::op(name), vec![ta, tb]), span);
+                if let Some(exp) = expected
+                    && *exp != t.ty
+                {
+                    return Err(mismatch(span, exp, &t.ty));
+                }
+                Ok(t)
+            }
+        }
+    }
+
+    // ----- application and builtins -----
+
+    fn app(&mut self, head: &Expr, args: &[Expr], expected: Option<&Type>, span: Span) -> Result<Term> {
+        if let ExprKind::Var(x) = &head.kind
+            && self.builtin_name(x)
+        {
+            return self.builtin_app(x, args, expected, span);
+        }
+        let f = self.infer(head)?;
+        let what = match &head.kind {
+            ExprKind::Var(x) => format!("`{x}`"),
+            _ => "this function".to_string(),
+        };
+        self.apply_rest(f, &what, args, 0, span)
+    }
+
+    /// Applies `f`, which has consumed `used` arguments already, to the remaining arguments.
+    fn apply_rest(&mut self, mut f: Term, what: &str, args: &[Expr], used: usize, span: Span) -> Result<Term> {
+        for (k, a) in args.iter().enumerate() {
+            let Some((dom, _)) = f.ty.as_fun() else {
+                let given = used + args.len();
+                let takes = used + k;
+                let msg = if takes == 0 {
+                    format!("{what} has type `{}` and cannot be applied to an argument", f.ty)
+                } else {
+                    format!(
+                        "{what} takes {takes} argument{}, but is given {given}",
+                        if takes == 1 { "" } else { "s" }
+                    )
+                };
+                return Err(Error::type_error(a.span, msg).with_label("extra argument"));
+            };
+            let dom = dom.clone();
+            let arg = self.check(a, &dom)?;
+            let s = if k + 1 == args.len() { span } else { f.span.to(a.span) };
+            f = Term::new(TermKind::App(f, arg), s);
+        }
+        Ok(f)
+    }
+
+    fn check_arg(&mut self, a: Arg, ty: &Type) -> Result<Term> {
+        match a {
+            Arg::Src(e) => self.check(e, ty),
+            Arg::Core(t) => {
+                if t.ty == *ty {
+                    Ok(t.clone())
+                } else {
+                    Err(mismatch(t.span, ty, &t.ty))
+                }
+            }
+        }
+    }
+
+    fn infer_arg(&mut self, a: Arg) -> Result<Term> {
+        match a {
+            Arg::Src(e) => self.infer(e),
+            Arg::Core(t) => Ok(t.clone()),
+        }
+    }
+
+    /// Infers a function argument whose parameter types are known (`map`'s function, `build`'s
+    /// generator), so that its lambda may leave them unannotated.
+    fn infer_fn_arg(&mut self, a: Arg, params: &[Type]) -> Result<Term> {
+        match a {
+            Arg::Src(Expr {
+                kind: ExprKind::Lam(ps, b),
+                span,
+            }) => self.lambda(ps, b, params, None, *span),
+            _ => self.infer_arg(a),
+        }
+    }
+
+    fn arity(&self, name: &str) -> usize {
+        match POLY.iter().find(|(n, _)| *n == name) {
+            Some((_, k)) => *k,
+            None => self.reg.function(name).expect("builtin_name checked").params().len(),
+        }
+    }
+
+    /// A builtin applied to source arguments: more arguments than its arity are applied to the
+    /// result (which must then be a function).
+    fn builtin_app(&mut self, name: &str, args: &[Expr], expected: Option<&Type>, span: Span) -> Result<Term> {
+        let arity = self.arity(name);
+        if args.len() <= arity {
+            let args: Vec<Arg> = args.iter().map(Arg::Src).collect();
+            return self.builtin(name, &args, expected, span);
+        }
+        let first: Vec<Arg> = args[..arity].iter().map(Arg::Src).collect();
+        let head = self.builtin(name, &first, None, span)?;
+        let what = format!("`{name}`");
+        let t = self.apply_rest(head, &what, &args[arity..], arity, span)?;
+        match expected {
+            Some(e) if *e != t.ty => Err(mismatch(span, e, &t.ty)),
+            _ => Ok(t),
+        }
+    }
+
+    /// A builtin applied to at most its arity of arguments; missing ones are eta-expanded.
+    fn builtin(&mut self, name: &str, args: &[Arg], expected: Option<&Type>, span: Span) -> Result<Term> {
+        let t = if args.len() < self.arity(name) {
+            self.eta_expand(name, args, expected, span)?
+        } else {
+            self.saturated(name, args, expected, span)?
+        };
+        match expected {
+            Some(e) if *e != t.ty => Err(mismatch(span, e, &t.ty)),
+            _ => Ok(t),
+        }
+    }
+
+    /// `name a1 .. ak` with k below the arity: evaluates the given arguments once, at this point
+    /// (binding the non-trivial ones with `let`), and returns a lambda over the missing ones.
+    fn eta_expand(&mut self, name: &str, args: &[Arg], expected: Option<&Type>, span: Span) -> Result<Term> {
+        let arity = self.arity(name);
+        let prim = if POLY.iter().any(|(n, _)| *n == name) {
+            None
+        } else {
+            self.reg.function(name).cloned()
+        };
+        let mut given = Vec::new();
+        for (k, a) in args.iter().enumerate() {
+            given.push(match &prim {
+                Some(p) => self.check_arg(*a, &p.params()[k])?,
+                None => self.infer_arg(*a)?,
+            });
+        }
+        let n_missing = arity - args.len();
+        let (missing, result): (Vec<Type>, Option<Type>) = if let Some(p) = &prim {
+            (p.params()[args.len()..].to_vec(), None)
+        } else if let Some(exp) = expected {
+            let (tys, rest) = peel(exp, n_missing).ok_or_else(|| {
+                Error::type_error(
+                    span,
+                    format!("type mismatch: expected `{exp}`, found `{name}` applied to {} of its {arity} arguments", args.len()),
+                )
+            })?;
+            (tys, Some(rest))
+        } else if (name == "map" || name == "map2") && !given.is_empty() {
+            let (doms, _) = peel(&given[0].ty, arity - 1).ok_or_else(|| {
+                Error::type_error(
+                    args[0].span(),
+                    format!("`{name}` expects a function of {} argument{}, found `{}`", arity - 1, if arity == 2 { "" } else { "s" }, given[0].ty),
+                )
+            })?;
+            (doms[args.len() - 1..].iter().cloned().map(Type::array).collect(), None)
+        } else {
+            return Err(Error::type_error(
+                span,
+                format!("cannot infer the type of `{name}` applied to {} of its {arity} arguments", args.len()),
+            )
+            .with_note("apply it to all its arguments, or annotate the expected type"));
+        };
+        let mut lets = Vec::new();
+        let mut all = Vec::new();
+        for (k, t) in given.into_iter().enumerate() {
+            if matches!(t.kind, TermKind::Var(_) | TermKind::Lit(_) | TermKind::Lam(..)) {
+                all.push(t);
+            } else {
+                let v = Var::fresh(format!("a{}", k + 1), t.ty.clone());
+                all.push(Term::new(TermKind::Var(v.clone()), t.span));
+                lets.push((v, t));
+            }
+        }
+        let names: &[&str] = if name == "map" || name == "map2" { &["xs", "ys"] } else { &["x", "y", "z", "w"] };
+        let vars: Vec<Var> = missing
+            .iter()
+            .enumerate()
+            .map(|(k, t)| Var::fresh(names[(k + args.len().saturating_sub(1)) % names.len()], t.clone()))
+            .collect();
+        all.extend(vars.iter().map(|v| Term::new(TermKind::Var(v.clone()), span)));
+        let refs: Vec<Arg> = all.iter().map(Arg::Core).collect();
+        let body = self.saturated(name, &refs, result.as_ref(), span)?;
+        let lam = vars
+            .into_iter()
+            .rev()
+            .fold(body, |b, v| Term::new(TermKind::Lam(v, b), span));
+        Ok(lets
+            .into_iter()
+            .rev()
+            .fold(lam, |b, (v, t)| Term::new(TermKind::Let(Pat::Var(v), t, b), span)))
+    }
+
+    /// A builtin applied to exactly its arguments.
+    fn saturated(&mut self, name: &str, args: &[Arg], expected: Option<&Type>, span: Span) -> Result<Term> {
+        let mk = |kind| Term::new(kind, span);
+        let arity_err = |what: &str, found: &Type, at: Span| {
+            Error::type_error(at, format!("`{name}` expects {what}, found `{found}`"))
+                .with_label(format!("this has type `{found}`"))
+        };
+        Ok(match name {
+            "fst" | "snd" => {
+                let p = self.infer_arg(args[0])?;
+                if p.ty.as_prod().is_none() {
+                    return Err(arity_err("a pair", &p.ty, args[0].span()));
+                }
+                mk(if name == "fst" { TermKind::Fst(p) } else { TermKind::Snd(p) })
+            }
+            "inl" | "inr" => {
+                let Some((l, r)) = expected.and_then(Type::as_sum) else {
+                    let mut e = Error::type_error(
+                        span,
+                        format!("cannot infer the other side of the sum type of `{name}`"),
+                    )
+                    .with_note(format!("annotate it, e.g. `({name} x : A + B)`"));
+                    if let Some(t) = expected {
+                        e = Error::type_error(span, format!("type mismatch: expected `{t}`, found a sum injection `{name}`"));
+                    }
+                    return Err(e);
+                };
+                let (l, r) = (l.clone(), r.clone());
+                if name == "inl" {
+                    mk(TermKind::Inl(self.check_arg(args[0], &l)?, r))
+                } else {
+                    mk(TermKind::Inr(l, self.check_arg(args[0], &r)?))
+                }
+            }
+            "map" | "map2" => {
+                let n = if name == "map" { 1 } else { 2 };
+                // With an unannotated lambda, infer the arrays first to learn its parameters.
+                let lam_needs = matches!(args[0], Arg::Src(Expr { kind: ExprKind::Lam(ps, _), .. }) if ps.iter().any(|p| p.ty.is_none()));
+                let (f, arrays) = if lam_needs {
+                    let arrays = args[1..].iter().map(|a| self.infer_arg(*a)).collect::<Result<Vec<_>>>()?;
+                    let mut elems = Vec::new();
+                    for (a, t) in args[1..].iter().zip(&arrays) {
+                        match t.ty.as_array() {
+                            Some(e) => elems.push(e.clone()),
+                            None => return Err(arity_err("an array", &t.ty, a.span())),
+                        }
+                    }
+                    (self.infer_fn_arg(args[0], &elems)?, arrays)
+                } else {
+                    let f = self.infer_arg(args[0])?;
+                    let mut doms = Vec::new();
+                    let mut cur = f.ty.clone();
+                    for _ in 0..n {
+                        match cur.as_fun() {
+                            Some((d, c)) => {
+                                doms.push(d.clone());
+                                let c = c.clone();
+                                cur = c;
+                            }
+                            None => {
+                                let what = if n == 1 { "a function" } else { "a function of two arguments" };
+                                return Err(arity_err(what, &f.ty, args[0].span()));
+                            }
+                        }
+                    }
+                    let arrays = args[1..]
+                        .iter()
+                        .zip(&doms)
+                        .map(|(a, d)| self.check_arg(*a, &Type::array(d.clone())))
+                        .collect::<Result<Vec<_>>>()?;
+                    (f, arrays)
+                };
+                let mut it = arrays.into_iter();
+                let xs = it.next().expect("one array");
+                match it.next() {
+                    None => mk(TermKind::Map(f, xs)),
+                    Some(ys) => {
+                        // Check the function's type against the arrays (when inferred first).
+                        let (a, b) = (xs.ty.as_array().cloned(), ys.ty.as_array().cloned());
+                        let ok = f.ty.as_fun().is_some_and(|(d, c)| Some(d) == a.as_ref() && c.as_fun().is_some_and(|(d2, _)| Some(d2) == b.as_ref()));
+                        if !ok {
+                            return Err(arity_err("a function of two arguments matching the arrays", &f.ty, args[0].span()));
+                        }
+                        mk(TermKind::Map2(f, xs, ys))
+                    }
+                }
+            }
+            "build" => {
+                let n = self.check_arg(args[0], &Type::Int)?;
+                let f = self.infer_fn_arg(args[1], &[Type::Int])?;
+                match f.ty.as_fun() {
+                    Some((Type::Int, _)) => {}
+                    _ => return Err(arity_err("a function from Int", &f.ty, args[1].span())),
+                }
+                mk(TermKind::Build(n, f))
+            }
+            "length" => {
+                let xs = self.infer_arg(args[0])?;
+                if xs.ty.as_array().is_none() {
+                    return Err(arity_err("an array", &xs.ty, args[0].span()));
+                }
+                mk(TermKind::Length(xs))
+            }
+            "replicate" => {
+                let n = self.check_arg(args[0], &Type::Int)?;
+                let x = match expected.and_then(Type::as_array) {
+                    Some(e) => {
+                        let e = e.clone();
+                        self.check_arg(args[1], &e)?
+                    }
+                    None => self.infer_arg(args[1])?,
+                };
+                mk(TermKind::Replicate(n, x))
+            }
+            _ => {
+                let p: Prim = self.reg.function(name).expect("builtin_name checked").clone();
+                let ts = args
+                    .iter()
+                    .zip(p.params())
+                    .map(|(a, t)| self.check_arg(*a, t))
+                    .collect::<Result<Vec<_>>>()?;
+                mk(TermKind::Prim(p, ts))
+            }
+        })
+    }
+
+    // ----- checking -----
+
+    fn check(&mut self, e: &Expr, ty: &Type) -> Result<Term> {
+        deep(|| self.check_inner(e, ty))
+    }
+
+    fn check_inner(&mut self, e: &Expr, ty: &Type) -> Result<Term> {
+        let span = e.span;
+        match (&e.kind, ty) {
+            (ExprKind::Int(i), Type::Real) => Ok(Term::new(TermKind::Lit(Lit::Real(*i as f64)), span)),
+            (ExprKind::Lam(params, body), Type::Fun(_)) => {
+                let mut known = Vec::new();
+                let mut cur = ty.clone();
+                for _ in params {
+                    match cur.as_fun() {
+                        Some((d, c)) => {
+                            known.push(d.clone());
+                            let c = c.clone();
+                            cur = c;
+                        }
+                        None => {
+                            return Err(Error::type_error(
+                                span,
+                                format!("this lambda has {} parameters, but the expected type `{ty}` takes {}", params.len(), known.len()),
+                            ));
+                        }
+                    }
+                }
+                self.lambda(params, body, &known, Some(&cur), span)
+            }
+            (ExprKind::Tuple(items), Type::Prod(_)) => {
+                let comps = tuple_components(ty, items.len());
+                if comps.len() != items.len() {
+                    return Err(Error::type_error(
+                        span,
+                        format!("type mismatch: expected `{ty}`, found a tuple of {} components", items.len()),
+                    ));
+                }
+                let ts = items
+                    .iter()
+                    .zip(&comps)
+                    .map(|(i, t)| self.check(i, t))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(tuple_term(ts, span))
+            }
+            (ExprKind::Array(items), Type::Array(elem)) => {
+                let ts = items.iter().map(|i| self.check(i, elem)).collect::<Result<Vec<_>>>()?;
+                Ok(Term::new(TermKind::Array((***elem).clone(), ts), span))
+            }
+            (ExprKind::If(c, a, b), _) => {
+                let c = self.check(c, &Type::Bool)?;
+                let a = self.check(a, ty)?;
+                let b = self.check(b, ty)?;
+                Ok(Term::new(TermKind::If(c, a, b), span))
+            }
+            (ExprKind::Case(s, p, a, q, b), _) => self.case(s, p, a, q, b, Some(ty), span),
+            (ExprKind::Let(p, ann, rhs, body), _) => self.let_(p, ann.as_ref(), rhs, body, Some(ty), span),
+            (ExprKind::App(head, args), _) => {
+                let t = self.app(head, args, Some(ty), span)?;
+                self.expect_type(t, ty, span)
+            }
+            (ExprKind::Var(x), _) if self.builtin_name(x) && POLY.iter().any(|(n, _)| **n == **x) => {
+                self.var(x, span, Some(ty))
+            }
+            (ExprKind::Binary(op, a, b), _) => {
+                let t = self.binary(*op, a, b, Some(ty), span)?;
+                self.expect_type(t, ty, span)
+            }
+            (ExprKind::Neg(x), Type::Real | Type::Int) => {
+                let t = self.check(x, ty)?;
+                self.negate(t, x.span, span)
+            }
+            (ExprKind::Annot(x, t), _) => {
+                let inner = self.check(x, &t.ty)?;
+                self.expect_type(inner, ty, span)
+            }
+            _ => {
+                let t = self.infer(e)?;
+                self.expect_type(t, ty, span)
+            }
+        }
+    }
+
+    fn expect_type(&self, t: Term, ty: &Type, span: Span) -> Result<Term> {
+        if t.ty == *ty {
+            Ok(t)
+        } else {
+            Err(mismatch(span, ty, &t.ty))
+        }
+    }
+}
+
+/// Splits `A1 -> ... -> An -> R` into `[A1, ..., An]` and `R`.
+fn peel(ty: &Type, n: usize) -> Option<(Vec<Type>, Type)> {
+    let mut tys = Vec::new();
+    let mut cur = ty.clone();
+    for _ in 0..n {
+        let (d, c) = cur.as_fun()?;
+        tys.push(d.clone());
+        let c = c.clone();
+        cur = c;
+    }
+    Some((tys, cur))
+}
+
+/// The right-nested tuple term of the given components.
+fn tuple_term(mut ts: Vec<Term>, span: Span) -> Term {
+    let last = ts.pop().expect("tuples have at least two components");
+    ts.into_iter()
+        .rev()
+        .fold(last, |acc, t| Term::new(TermKind::Pair(t, acc), span))
+}

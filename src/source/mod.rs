@@ -1,0 +1,127 @@
+//! The source language: syntax, parser, type checker, typed core terms, printer.
+//!
+//! ```text
+//! text --parser--> syntax::Program --check--> term::Program (typed core terms)
+//! ```
+
+pub mod check;
+pub mod lexer;
+pub mod parser;
+pub mod print;
+pub mod syntax;
+pub mod term;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::prim::Registry;
+use crate::types::Type;
+use crate::value::{Value, tuple_components};
+use syntax::{Expr, ExprKind};
+
+/// Parses and type-checks a program text.
+pub fn load(text: &str, reg: &Registry) -> Result<term::Program> {
+    let ast = parser::parse_program(text)?;
+    check::check_program(&ast, reg)
+}
+
+/// Reads a value of type `ty` written in the literal syntax: `1.5`, `-2`, `true`, `()`,
+/// `[1.0, 2.0]`, `(1.0, [2.0, 3.0])`, `inl 2.0`, `inr (1.0, 2.0)`. An integer is accepted where a
+/// `Real` is expected. Errors are [`ErrorKind::Argument`] with a span into `text`.
+pub fn parse_value(text: &str, ty: &Type) -> Result<Value> {
+    let e = parser::parse_expr(text).map_err(|e| Error::at(ErrorKind::Argument, e.span().unwrap_or_default(), e.message().to_string()))?;
+    value_of_expr(&e, ty)
+}
+
+fn value_of_expr(e: &Expr, ty: &Type) -> Result<Value> {
+    crate::deep::deep(|| {
+        let bad = || {
+            Error::at(
+                ErrorKind::Argument,
+                e.span,
+                format!("expected a value of type `{ty}`"),
+            )
+        };
+        Ok(match (&e.kind, ty) {
+            (ExprKind::Real(x), Type::Real) => Value::Real(*x),
+            (ExprKind::Int(i), Type::Real) => Value::Real(*i as f64),
+            (ExprKind::Int(i), Type::Int) => Value::Int(*i),
+            (ExprKind::Var(x), Type::Real) if matches!(&**x, "inf" | "NaN" | "nan") => {
+                Value::Real(if &**x == "inf" { f64::INFINITY } else { f64::NAN })
+            }
+            (ExprKind::Neg(x), Type::Real | Type::Int) => match value_of_expr(x, ty)? {
+                Value::Real(r) => Value::Real(-r),
+                Value::Int(i) => Value::Int(i.checked_neg().ok_or_else(bad)?),
+                _ => unreachable!("numeric types give numbers"),
+            },
+            (ExprKind::Bool(b), Type::Bool) => Value::Bool(*b),
+            (ExprKind::Unit, Type::Unit) => Value::Unit,
+            (ExprKind::Tuple(items), Type::Prod(_)) => {
+                let comps = tuple_components(ty, items.len());
+                if comps.len() != items.len() {
+                    return Err(bad().with_note(format!(
+                        "a tuple of type `{ty}` has {} components, this one has {}",
+                        comps.len(),
+                        items.len()
+                    )));
+                }
+                Value::tuple(
+                    items
+                        .iter()
+                        .zip(&comps)
+                        .map(|(i, t)| value_of_expr(i, t))
+                        .collect::<Result<_>>()?,
+                )
+            }
+            (ExprKind::Array(items), Type::Array(elem)) => Value::array(
+                elem,
+                items
+                    .iter()
+                    .map(|i| value_of_expr(i, elem))
+                    .collect::<Result<_>>()?,
+            ),
+            (ExprKind::App(h, args), Type::Sum(s)) if args.len() == 1 => match &h.kind {
+                ExprKind::Var(x) if &**x == "inl" => Value::inl(value_of_expr(&args[0], &s.0)?),
+                ExprKind::Var(x) if &**x == "inr" => Value::inr(value_of_expr(&args[0], &s.1)?),
+                _ => return Err(bad()),
+            },
+            (ExprKind::Annot(x, t), _) if t.ty == *ty => value_of_expr(x, ty)?,
+            (_, Type::Fun(_)) => {
+                return Err(Error::at(
+                    ErrorKind::Argument,
+                    e.span,
+                    format!("a value of function type `{ty}` cannot be given as an argument"),
+                ));
+            }
+            _ => return Err(bad()),
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Type;
+
+    #[test]
+    fn values_in_literal_syntax() {
+        let ty = Type::tuple(&[
+            Type::Real,
+            Type::array(Type::Real),
+            Type::sum(Type::Real, Type::prod(Type::Real, Type::Real)),
+            Type::Int,
+            Type::Bool,
+            Type::Unit,
+        ]);
+        let v = parse_value("(1, [2.0, -3], inr (1.0, 2e-3), -7, true, ())", &ty).unwrap();
+        assert_eq!(v.to_string(), "(1.0, [2.0, -3.0], inr (1.0, 0.002), -7, true, ())");
+        assert!(v.has_type(&ty));
+        let e = parse_value("[1.0, true]", &Type::array(Type::Real)).unwrap_err();
+        assert_eq!(e.message(), "expected a value of type `Real`");
+        assert_eq!(e.span().unwrap().start, 6);
+        let e = parse_value("(1.0, 2.0, 3.0)", &Type::prod(Type::Real, Type::Real)).unwrap_err();
+        assert!(e.notes()[0].contains("has 2 components"), "{:?}", e.notes());
+        let e = parse_value("1.0 +", &Type::Real).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Argument);
+        assert!(parse_value("2.5", &Type::Int).is_err());
+        assert!(parse_value("sin 1.0", &Type::Real).is_err());
+    }
+}

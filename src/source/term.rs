@@ -1,0 +1,537 @@
+//! Typed core terms: the checker's output, and the input of the compiler and the evaluator.
+//!
+//! Core terms are the surface language with the sugar resolved: operators and builtins are
+//! saturated [`TermKind::Prim`] applications, polymorphic builtins (`map`, `fst`, `inl`, ...) are
+//! their own forms, `&&`/`||` are `if`s, multi-argument lambdas are nested, partial applications
+//! of builtins are lambdas, and every integer literal is an `Int` or a `Real`.
+//!
+//! Every variable has a unique [`VarId`] (names are kept only for printing), so there is no
+//! shadowing or capture to worry about in any pass. Every node knows its type: [`Term::new`]
+//! computes it from the children by the local typing rule and refuses ill-typed nodes, so a core
+//! term is well-typed by construction.
+//!
+//! Binding structure: `Lam(x, b)` binds `x` in `b`; `Let(p, e, b)` binds the variables of `p`
+//! in `b`; `Case(e, p, t1, q, t2)` binds `p` in `t1` and `q` in `t2`.
+
+use crate::deep::{Deep, deep};
+use crate::error::Span;
+use crate::prim::Prim;
+use crate::types::Type;
+use smallvec::SmallVec;
+use std::fmt;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A unique variable identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VarId(pub u32);
+
+static NEXT_VAR: AtomicU32 = AtomicU32::new(1);
+
+impl VarId {
+    /// A fresh identity, distinct from every other one made in this process.
+    pub fn fresh() -> VarId {
+        VarId(NEXT_VAR.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// A variable: identity, display name, type.
+#[derive(Clone)]
+pub struct Var {
+    /// The identity (what scoping uses).
+    pub id: VarId,
+    /// The name as written (for printing).
+    pub name: Rc<str>,
+    /// The type.
+    pub ty: Type,
+}
+
+impl Var {
+    /// A fresh variable.
+    pub fn fresh(name: impl Into<Rc<str>>, ty: Type) -> Var {
+        Var {
+            id: VarId::fresh(),
+            name: name.into(),
+            ty,
+        }
+    }
+}
+
+impl fmt::Debug for Var {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{} : {}", self.name, self.id.0, self.ty)
+    }
+}
+
+/// A binding pattern.
+#[derive(Clone, Debug)]
+pub enum Pat {
+    /// Binds a variable.
+    Var(Var),
+    /// Binds nothing (a value of the given type is discarded).
+    Wild(Type),
+    /// Destructures a pair.
+    Pair(Box<Pat>, Box<Pat>),
+}
+
+impl Pat {
+    /// The type of value the pattern matches.
+    pub fn ty(&self) -> Type {
+        match self {
+            Pat::Var(v) => v.ty.clone(),
+            Pat::Wild(t) => t.clone(),
+            Pat::Pair(a, b) => Type::prod(a.ty(), b.ty()),
+        }
+    }
+
+    /// The bound variables, left to right.
+    pub fn vars(&self) -> Vec<&Var> {
+        let mut out = Vec::new();
+        fn go<'a>(p: &'a Pat, out: &mut Vec<&'a Var>) {
+            match p {
+                Pat::Var(v) => out.push(v),
+                Pat::Wild(_) => {}
+                Pat::Pair(a, b) => {
+                    go(a, out);
+                    go(b, out);
+                }
+            }
+        }
+        go(self, &mut out);
+        out
+    }
+}
+
+/// A literal constant.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Lit {
+    /// A real.
+    Real(f64),
+    /// An integer.
+    Int(i64),
+    /// A boolean.
+    Bool(bool),
+    /// `()`.
+    Unit,
+}
+
+impl Lit {
+    /// The literal's type.
+    pub fn ty(&self) -> Type {
+        match self {
+            Lit::Real(_) => Type::Real,
+            Lit::Int(_) => Type::Int,
+            Lit::Bool(_) => Type::Bool,
+            Lit::Unit => Type::Unit,
+        }
+    }
+
+    /// The literal's value.
+    pub fn value(&self) -> crate::value::Value {
+        use crate::value::Value;
+        match *self {
+            Lit::Real(x) => Value::Real(x),
+            Lit::Int(i) => Value::Int(i),
+            Lit::Bool(b) => Value::Bool(b),
+            Lit::Unit => Value::Unit,
+        }
+    }
+}
+
+/// The forms of core terms.
+#[derive(Clone)]
+pub enum TermKind {
+    /// A variable.
+    Var(Var),
+    /// A literal.
+    Lit(Lit),
+    /// `\(x : A) -> body`.
+    Lam(Var, Term),
+    /// Application `f a`.
+    App(Term, Term),
+    /// `let p = e in body`.
+    Let(Pat, Term, Term),
+    /// `(a, b)`.
+    Pair(Term, Term),
+    /// `fst e`.
+    Fst(Term),
+    /// `snd e`.
+    Snd(Term),
+    /// `if c then a else b`.
+    If(Term, Term, Term),
+    /// `inl e : A + B`, with `B` given.
+    Inl(Term, Type),
+    /// `inr e : A + B`, with `A` given.
+    Inr(Type, Term),
+    /// `case e of inl p -> a | inr q -> b`.
+    Case(Term, Pat, Term, Pat, Term),
+    /// A primitive applied to all its arguments.
+    Prim(Prim, Vec<Term>),
+    /// An array literal with its element type.
+    Array(Type, Vec<Term>),
+    /// `map f xs`.
+    Map(Term, Term),
+    /// `map2 f xs ys` (with `f : A -> B -> C`).
+    Map2(Term, Term, Term),
+    /// `build n f` (with `f : Int -> A`).
+    Build(Term, Term),
+    /// `xs ! i`.
+    Index(Term, Term),
+    /// `length xs`.
+    Length(Term),
+    /// `replicate n x`.
+    Replicate(Term, Term),
+}
+
+/// A typed core term: a cheap-to-clone, immutable handle.
+#[derive(Clone)]
+pub struct Term(Rc<Deep<Node>>);
+
+/// A node of a core term.
+pub struct Node {
+    /// The form.
+    pub kind: TermKind,
+    /// The type (computed by [`Term::new`]).
+    pub ty: Type,
+    /// Where it came from in the source (default for generated terms).
+    pub span: Span,
+}
+
+impl std::ops::Deref for Term {
+    type Target = Node;
+    fn deref(&self) -> &Node {
+        &self.0
+    }
+}
+
+/// Why a node is ill-typed.
+fn ill(msg: String) -> String {
+    msg
+}
+
+fn expect_eq(what: &str, expected: &Type, found: &Type) -> Result<(), String> {
+    if expected == found {
+        Ok(())
+    } else {
+        Err(ill(format!("{what}: expected {expected}, found {found}")))
+    }
+}
+
+fn expect_fun<'a>(what: &str, t: &'a Type) -> Result<(&'a Type, &'a Type), String> {
+    t.as_fun()
+        .ok_or_else(|| ill(format!("{what}: expected a function, found {t}")))
+}
+
+fn expect_array<'a>(what: &str, t: &'a Type) -> Result<&'a Type, String> {
+    t.as_array()
+        .ok_or_else(|| ill(format!("{what}: expected an array, found {t}")))
+}
+
+/// The local typing rule: the type of a node given its children, or why it is ill-typed.
+pub fn type_of(kind: &TermKind) -> Result<Type, String> {
+    Ok(match kind {
+        TermKind::Var(v) => v.ty.clone(),
+        TermKind::Lit(l) => l.ty(),
+        TermKind::Lam(x, b) => Type::fun(x.ty.clone(), b.ty.clone()),
+        TermKind::App(f, a) => {
+            let (dom, cod) = expect_fun("application", &f.ty)?;
+            expect_eq("argument", dom, &a.ty)?;
+            cod.clone()
+        }
+        TermKind::Let(p, e, b) => {
+            expect_eq("let pattern", &p.ty(), &e.ty)?;
+            b.ty.clone()
+        }
+        TermKind::Pair(a, b) => Type::prod(a.ty.clone(), b.ty.clone()),
+        TermKind::Fst(e) => e.ty.as_prod().ok_or("fst of a non-pair")?.0.clone(),
+        TermKind::Snd(e) => e.ty.as_prod().ok_or("snd of a non-pair")?.1.clone(),
+        TermKind::If(c, a, b) => {
+            expect_eq("condition", &Type::Bool, &c.ty)?;
+            expect_eq("else branch", &a.ty, &b.ty)?;
+            a.ty.clone()
+        }
+        TermKind::Inl(e, r) => Type::sum(e.ty.clone(), r.clone()),
+        TermKind::Inr(l, e) => Type::sum(l.clone(), e.ty.clone()),
+        TermKind::Case(e, p, a, q, b) => {
+            let (l, r) = e.ty.as_sum().ok_or("case on a non-sum")?;
+            expect_eq("inl pattern", l, &p.ty())?;
+            expect_eq("inr pattern", r, &q.ty())?;
+            expect_eq("inr branch", &a.ty, &b.ty)?;
+            a.ty.clone()
+        }
+        TermKind::Prim(op, args) => {
+            if args.len() != op.params().len() {
+                return Err(ill(format!("{} applied to {} arguments", op.name(), args.len())));
+            }
+            for (a, t) in args.iter().zip(op.params()) {
+                expect_eq(op.name(), t, &a.ty)?;
+            }
+            op.result().clone()
+        }
+        TermKind::Array(elem, items) => {
+            for it in items {
+                expect_eq("array element", elem, &it.ty)?;
+            }
+            Type::array(elem.clone())
+        }
+        TermKind::Map(f, xs) => {
+            let (a, b) = expect_fun("map", &f.ty)?;
+            expect_eq("map array", &Type::array(a.clone()), &xs.ty)?;
+            Type::array(b.clone())
+        }
+        TermKind::Map2(f, xs, ys) => {
+            let (a, bc) = expect_fun("map2", &f.ty)?;
+            let (b, c) = expect_fun("map2", bc)?;
+            expect_eq("map2 first array", &Type::array(a.clone()), &xs.ty)?;
+            expect_eq("map2 second array", &Type::array(b.clone()), &ys.ty)?;
+            Type::array(c.clone())
+        }
+        TermKind::Build(n, f) => {
+            expect_eq("build size", &Type::Int, &n.ty)?;
+            let (i, a) = expect_fun("build", &f.ty)?;
+            expect_eq("build index", &Type::Int, i)?;
+            Type::array(a.clone())
+        }
+        TermKind::Index(xs, i) => {
+            expect_eq("index", &Type::Int, &i.ty)?;
+            expect_array("index", &xs.ty)?.clone()
+        }
+        TermKind::Length(xs) => {
+            expect_array("length", &xs.ty)?;
+            Type::Int
+        }
+        TermKind::Replicate(n, x) => {
+            expect_eq("replicate count", &Type::Int, &n.ty)?;
+            Type::array(x.ty.clone())
+        }
+    })
+}
+
+impl Term {
+    /// A node, typed by the local rule. Panics if the node is ill-typed: callers (the checker,
+    /// the generators) only build well-typed terms, so this is an internal invariant.
+    pub fn new(kind: TermKind, span: Span) -> Term {
+        match type_of(&kind) {
+            Ok(ty) => Term(Rc::new(Deep::new(Node { kind, ty, span }))),
+            Err(e) => panic!("internal error: ill-typed core term: {e}"),
+        }
+    }
+
+    /// A node, or why it is ill-typed.
+    pub fn try_new(kind: TermKind, span: Span) -> Result<Term, String> {
+        let ty = type_of(&kind)?;
+        Ok(Term(Rc::new(Deep::new(Node { kind, ty, span }))))
+    }
+
+    /// A variable occurrence.
+    pub fn var(v: &Var) -> Term {
+        Term::new(TermKind::Var(v.clone()), Span::default())
+    }
+
+    /// A literal.
+    pub fn lit(l: Lit) -> Term {
+        Term::new(TermKind::Lit(l), Span::default())
+    }
+
+    /// The immediate subterms, left to right (the order of evaluation).
+    pub fn children(&self) -> SmallVec<[&Term; 4]> {
+        use TermKind::*;
+        match &self.kind {
+            Var(_) | Lit(_) => SmallVec::new(),
+            Lam(_, b) | Fst(b) | Snd(b) | Inl(b, _) | Inr(_, b) | Length(b) => {
+                SmallVec::from_slice(&[b])
+            }
+            App(a, b)
+            | Let(_, a, b)
+            | Pair(a, b)
+            | Map(a, b)
+            | Build(a, b)
+            | Index(a, b)
+            | Replicate(a, b) => SmallVec::from_slice(&[a, b]),
+            If(a, b, c) | Case(a, _, b, _, c) | Map2(a, b, c) => SmallVec::from_slice(&[a, b, c]),
+            Prim(_, args) | Array(_, args) => args.iter().collect(),
+        }
+    }
+
+    /// Number of nodes (iteratively, so any depth is fine).
+    pub fn size(&self) -> usize {
+        let mut n = 0;
+        let mut stack = vec![self];
+        while let Some(t) = stack.pop() {
+            n += 1;
+            stack.extend(t.children());
+        }
+        n
+    }
+}
+
+impl fmt::Display for Term {
+    /// Prints in the surface syntax (see [`crate::source::print`]).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&crate::source::print::term_to_string(self, 100))
+    }
+}
+
+impl fmt::Debug for Term {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+/// A checked definition.
+#[derive(Clone, Debug)]
+pub struct Def {
+    /// The global variable the definition binds (its type is the curried function type).
+    pub var: Var,
+    /// The parameters.
+    pub params: Vec<Var>,
+    /// The result type.
+    pub ret: Type,
+    /// The body, in the scope of the parameters and the definitions above.
+    pub body: Term,
+    /// Indices of the definitions the body refers to directly.
+    pub deps: Vec<usize>,
+    /// The whole definition in the source.
+    pub span: Span,
+}
+
+impl Def {
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.var.name
+    }
+
+    /// The definition as a value: its body under lambdas for the parameters.
+    pub fn value(&self) -> Term {
+        self.params.iter().rev().fold(self.body.clone(), |body, p| {
+            Term::new(TermKind::Lam(p.clone(), body), self.span)
+        })
+    }
+}
+
+/// A checked program.
+#[derive(Clone, Debug)]
+pub struct Program {
+    /// The definitions in order.
+    pub defs: Vec<Def>,
+}
+
+/// A definition prepared to run: its parameters are the inputs, and its body has the
+/// definitions it depends on (transitively) bound by `let`s in front.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    /// The definition's name.
+    pub name: Rc<str>,
+    /// The inputs.
+    pub params: Vec<Var>,
+    /// The closed-over body: `let d1 = .. in .. let dk = .. in body`.
+    pub body: Term,
+}
+
+impl Entry {
+    /// The types of the inputs.
+    pub fn param_types(&self) -> Vec<Type> {
+        self.params.iter().map(|p| p.ty.clone()).collect()
+    }
+}
+
+impl Program {
+    /// The index of a definition by name.
+    pub fn find(&self, name: &str) -> Option<usize> {
+        self.defs.iter().position(|d| d.name() == name)
+    }
+
+    /// The indices of the definitions `index` depends on, transitively, in file order
+    /// (excluding `index` itself).
+    pub fn dependencies(&self, index: usize) -> Vec<usize> {
+        let mut needed = vec![false; self.defs.len()];
+        let mut stack = self.defs[index].deps.clone();
+        while let Some(d) = stack.pop() {
+            if !needed[d] {
+                needed[d] = true;
+                stack.extend(self.defs[d].deps.iter().copied());
+            }
+        }
+        (0..self.defs.len()).filter(|&d| needed[d]).collect()
+    }
+
+    /// The entry point for definition `index`.
+    pub fn entry(&self, index: usize) -> Entry {
+        let def = &self.defs[index];
+        let body = self
+            .dependencies(index)
+            .into_iter()
+            .rev()
+            .fold(def.body.clone(), |body, d| {
+                let dep = &self.defs[d];
+                Term::new(
+                    TermKind::Let(Pat::Var(dep.var.clone()), dep.value(), body),
+                    dep.span,
+                )
+            });
+        Entry {
+            name: def.var.name.clone(),
+            params: def.params.clone(),
+            body,
+        }
+    }
+}
+
+/// Visits every node of a term, parents before children, without deep recursion.
+pub fn for_each_node(t: &Term, mut f: impl FnMut(&Term)) {
+    let mut stack = vec![t];
+    while let Some(t) = stack.pop() {
+        f(t);
+        let cs = t.children();
+        stack.extend(cs.into_iter().rev());
+    }
+}
+
+/// Deep equality test helper: do two terms have the same shape, literals, primitives, and
+/// binding structure (variables compared up to renaming)?
+pub fn alpha_eq(a: &Term, b: &Term) -> bool {
+    use std::collections::HashMap;
+    fn pat(p: &Pat, q: &Pat, m: &mut HashMap<VarId, VarId>) -> bool {
+        match (p, q) {
+            (Pat::Var(x), Pat::Var(y)) => {
+                m.insert(x.id, y.id);
+                x.ty == y.ty
+            }
+            (Pat::Wild(s), Pat::Wild(t)) => s == t,
+            (Pat::Pair(a, b), Pat::Pair(c, d)) => pat(a, c, m) && pat(b, d, m),
+            _ => false,
+        }
+    }
+    fn go(a: &Term, b: &Term, m: &mut HashMap<VarId, VarId>) -> bool {
+        use TermKind::*;
+        deep(|| {
+            if a.ty != b.ty {
+                return false;
+            }
+            match (&a.kind, &b.kind) {
+                (Var(x), Var(y)) => m.get(&x.id).copied().unwrap_or(x.id) == y.id,
+                (Lit(x), Lit(y)) => match (x, y) {
+                    (self::Lit::Real(p), self::Lit::Real(q)) => p.to_bits() == q.to_bits(),
+                    _ => x == y,
+                },
+                (Lam(x, s), Lam(y, t)) => {
+                    m.insert(x.id, y.id);
+                    x.ty == y.ty && go(s, t, m)
+                }
+                (Let(p, e1, b1), Let(q, e2, b2)) => go(e1, e2, m) && pat(p, q, m) && go(b1, b2, m),
+                (Case(e1, p1, a1, q1, b1), Case(e2, p2, a2, q2, b2)) => {
+                    go(e1, e2, m) && pat(p1, p2, m) && go(a1, a2, m) && pat(q1, q2, m) && go(b1, b2, m)
+                }
+                (Prim(o1, x1), Prim(o2, x2)) => {
+                    Rc::ptr_eq(o1, o2) && x1.len() == x2.len() && x1.iter().zip(x2).all(|(s, t)| go(s, t, m))
+                }
+                (ka, kb) if std::mem::discriminant(ka) == std::mem::discriminant(kb) => {
+                    let (ca, cb) = (a.children(), b.children());
+                    ca.len() == cb.len() && ca.iter().zip(cb.iter()).all(|(s, t)| go(s, t, m))
+                }
+                _ => false,
+            }
+        })
+    }
+    go(a, b, &mut HashMap::new())
+}
