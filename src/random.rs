@@ -1,1 +1,814 @@
-//! placeholder
+//! Random well-typed programs with matching random inputs, as `proptest` strategies.
+//!
+//! Generation is type-directed: [`term`] produces a core [`Term`] of a requested type in a
+//! context of typed variables, choosing among the forms that can have that type (variables,
+//! literals, `let` with variable or tuple patterns, lambdas, applications including partial
+//! application of context functions, pairs and projections, `if`, injections and `case`,
+//! primitives, array literals, `map`/`map2` with closures, `build` with indexing, `sum`, `dot`,
+//! `length`, `replicate`). Every intermediate type is drawn at random, so higher-order terms
+//! arise everywhere: functions passed as arguments (`(\(f : A -> B) -> ...) g`), returned
+//! (`\x -> \y -> ...`), partially applied, stored in tuples, and closures capturing closures.
+//! A depth budget bounds the size; at depth zero only leaves and constructors of leaves are
+//! produced, so every type is always inhabited.
+//!
+//! [`program`] draws input types and values and a body over them, giving a [`TestProgram`]:
+//! an [`Entry`] plus arguments. The [`Config`] restricts the generator (for example to what an
+//! AD mode supports) and selects which primitives may appear.
+//!
+//! Shrinking follows proptest's `Union`: a failing program shrinks towards earlier options,
+//! which are the leaves.
+//!
+//! ```
+//! use chad::random::{program, Config};
+//! use proptest::strategy::{Strategy, ValueTree};
+//! use proptest::test_runner::TestRunner;
+//! let mut runner = TestRunner::deterministic();
+//! let p = program(Config::default()).new_tree(&mut runner).unwrap().current();
+//! assert_eq!(p.entry.params.len(), p.inputs.len());
+//! assert!(p.entry.body.ty.is_first_order());
+//! ```
+
+use crate::error::Span;
+use crate::prim::{self, Fixity, Prim};
+use crate::source::print::defs_to_string;
+use crate::source::term::{Def, Entry, Lit, Pat, Program, Term, TermKind, Var, freshen};
+use crate::types::Type;
+use crate::value::Value;
+use proptest::prelude::*;
+use proptest::strategy::{BoxedStrategy, Just, Union};
+use std::fmt;
+use std::rc::Rc;
+
+/// What the generator may produce.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Depth budget of terms (each nested form uses one unit).
+    pub depth: u32,
+    /// Depth budget of generated types.
+    pub type_depth: u32,
+    /// Most inputs a program takes (at least one).
+    pub max_params: usize,
+    /// Sum types, injections and `case`.
+    pub sums: bool,
+    /// `if` (and Bool-valued comparisons feeding it).
+    pub conditionals: bool,
+    /// Array types and operations.
+    pub arrays: bool,
+    /// Function types inside generated types (lambdas, application, closures). Without it the
+    /// programs are first-order.
+    pub functions: bool,
+    /// Whether the result type may contain function types.
+    pub higher_order_result: bool,
+    /// A fixed result type, instead of a random one.
+    pub result: Option<Type>,
+    /// The primitives that may appear (operators included).
+    pub prims: Vec<Prim>,
+}
+
+impl Default for Config {
+    /// Everything the language has, depth 4, up to 3 inputs, first-order results.
+    fn default() -> Self {
+        Config {
+            depth: 4,
+            type_depth: 2,
+            max_params: 3,
+            sums: true,
+            conditionals: true,
+            arrays: true,
+            functions: true,
+            higher_order_result: false,
+            result: None,
+            prims: default_prims(),
+        }
+    }
+}
+
+/// All built-in primitives that can be written in source (functions and operators).
+pub fn default_prims() -> Vec<Prim> {
+    crate::prim::Registry::builtin()
+        .all()
+        .iter()
+        .filter(|p| p.fixity() != Fixity::Internal)
+        .cloned()
+        .collect()
+}
+
+/// A generated program and inputs for it.
+#[derive(Clone)]
+pub struct TestProgram {
+    /// The program: parameters and body.
+    pub entry: Entry,
+    /// One argument per parameter.
+    pub inputs: Vec<Value>,
+}
+
+impl TestProgram {
+    /// The program in surface syntax, as a single definition named `main`.
+    pub fn source(&self) -> String {
+        let def = Def {
+            var: Var::fresh(
+                "main",
+                Type::curried(&self.entry.param_types(), self.entry.body.ty.clone()),
+            ),
+            params: self.entry.params.clone(),
+            ret: self.entry.body.ty.clone(),
+            body: self.entry.body.clone(),
+            deps: vec![],
+            span: Span::default(),
+        };
+        defs_to_string(&Program { defs: vec![def] }, &[0], 100)
+    }
+}
+
+impl fmt::Debug for TestProgram {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.source())?;
+        write!(f, "# inputs:")?;
+        for v in &self.inputs {
+            write!(f, " {v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Random programs with inputs.
+pub fn program(cfg: Config) -> impl Strategy<Value = TestProgram> {
+    let cfg = Rc::new(cfg);
+    let n = cfg.max_params.max(1);
+    let c1 = cfg.clone();
+    prop::collection::vec(input_type(&cfg), 1..=n).prop_flat_map(move |tys| {
+        let params: Vec<Var> = tys
+            .iter()
+            .enumerate()
+            .map(|(k, t)| Var::fresh(format!("x{}", k + 1), t.clone()))
+            .collect();
+        let values: Vec<BoxedStrategy<Value>> = tys.iter().map(value).collect();
+        let g = Gen {
+            cfg: c1.clone(),
+            ctx: Rc::new(params.clone()),
+        };
+        let result = match &c1.result {
+            Some(t) => Just(t.clone()).boxed(),
+            None => g.ty(c1.type_depth, c1.higher_order_result && c1.functions),
+        };
+        let body = result.prop_flat_map(move |t| g.term(&t, g.cfg.depth));
+        (body, values).prop_map(move |(body, inputs)| TestProgram {
+            entry: Entry {
+                name: "main".into(),
+                params: params.clone(),
+                // Binders made while building the strategy may repeat across samples.
+                body: freshen(&body),
+            },
+            inputs,
+        })
+    })
+}
+
+/// Random terms of type `ty` whose free variables are among `ctx`.
+pub fn term(cfg: Config, ctx: Vec<Var>, ty: Type) -> BoxedStrategy<Term> {
+    let g = Gen {
+        cfg: Rc::new(cfg),
+        ctx: Rc::new(ctx),
+    };
+    g.term(&ty, g.cfg.depth).prop_map(|t| freshen(&t)).boxed()
+}
+
+/// Types of program inputs: first-order, weighted towards `Real`.
+pub fn input_type(cfg: &Config) -> BoxedStrategy<Type> {
+    let mut opts: Vec<(u32, BoxedStrategy<Type>)> = vec![
+        (6, Just(Type::Real).boxed()),
+        (1, Just(Type::Int).boxed()),
+        (1, Just(Type::prod(Type::Real, Type::Real)).boxed()),
+    ];
+    if cfg.conditionals {
+        opts.push((1, Just(Type::Bool).boxed()));
+    }
+    if cfg.arrays {
+        opts.push((3, Just(Type::array(Type::Real)).boxed()));
+        opts.push((1, Just(Type::array(Type::prod(Type::Real, Type::Int))).boxed()));
+    }
+    if cfg.sums {
+        opts.push((1, Just(Type::sum(Type::Real, Type::Unit)).boxed()));
+    }
+    Union::new_weighted(opts).boxed()
+}
+
+/// Random values of a first-order type: reals in [-2, 2], integers in [-1, 4], arrays of up to
+/// four elements.
+pub fn value(ty: &Type) -> BoxedStrategy<Value> {
+    match ty {
+        Type::Real => (-2.0f64..2.0).prop_map(Value::Real).boxed(),
+        Type::Int => (-1i64..=4).prop_map(Value::Int).boxed(),
+        Type::Bool => any::<bool>().prop_map(Value::Bool).boxed(),
+        Type::Unit => Just(Value::Unit).boxed(),
+        Type::Prod(p) => (value(&p.0), value(&p.1))
+            .prop_map(|(a, b)| Value::pair(a, b))
+            .boxed(),
+        Type::Sum(p) => prop_oneof![
+            value(&p.0).prop_map(Value::inl),
+            value(&p.1).prop_map(Value::inr)
+        ]
+        .boxed(),
+        Type::Array(e) => {
+            let e2: Type = (***e).clone();
+            prop::collection::vec(value(e), 0..=4)
+                .prop_map(move |vs| Value::array(&e2, vs))
+                .boxed()
+        }
+        Type::Fun(_) => panic!("random::value: function types have no random data values"),
+    }
+}
+
+/// Random values of any type. First-order types use [`value`]; a function type gets a closure
+/// made by evaluating a random closed term of that type (programs that fail to evaluate are
+/// skipped), so higher-order arguments can be passed to functions under test.
+pub fn any_value(cfg: &Config, ty: &Type) -> BoxedStrategy<Value> {
+    if ty.is_first_order() {
+        return value(ty);
+    }
+    let cfg = Config {
+        depth: cfg.depth.min(3),
+        ..cfg.clone()
+    };
+    term(cfg, Vec::new(), ty.clone())
+        .prop_filter_map("closed term failed to evaluate", |t| {
+            crate::eval::eval(&t, &crate::eval::Env::new()).ok()
+        })
+        .boxed()
+}
+
+/// The generator state: configuration and the variables in scope.
+#[derive(Clone)]
+struct Gen {
+    cfg: Rc<Config>,
+    ctx: Rc<Vec<Var>>,
+}
+
+type S = BoxedStrategy<Term>;
+
+fn mk(kind: TermKind) -> Term {
+    Term::new(kind, Span::default())
+}
+
+/// A strategy that is only constructed when chosen (so recursive options cost nothing until
+/// used).
+fn lazy(f: impl Fn() -> S + 'static) -> S {
+    Just(()).prop_flat_map(move |_| f()).boxed()
+}
+
+impl Gen {
+    fn with(&self, vars: &[&Var]) -> Gen {
+        let mut ctx = (*self.ctx).clone();
+        ctx.extend(vars.iter().map(|v| (*v).clone()));
+        Gen {
+            cfg: self.cfg.clone(),
+            ctx: Rc::new(ctx),
+        }
+    }
+
+    /// A random type. `funs` allows function types.
+    fn ty(&self, depth: u32, funs: bool) -> BoxedStrategy<Type> {
+        let mut opts: Vec<(u32, BoxedStrategy<Type>)> = vec![
+            (8, Just(Type::Real).boxed()),
+            (1, Just(Type::Int).boxed()),
+        ];
+        if self.cfg.conditionals {
+            opts.push((1, Just(Type::Bool).boxed()));
+        }
+        if depth > 0 {
+            let g = self.clone();
+            opts.push((
+                2,
+                (g.ty(depth - 1, funs), g.ty(depth - 1, funs))
+                    .prop_map(|(a, b)| Type::prod(a, b))
+                    .boxed(),
+            ));
+            if funs {
+                let g = self.clone();
+                opts.push((
+                    3,
+                    (g.ty(depth - 1, funs), g.ty(depth - 1, funs))
+                        .prop_map(|(a, b)| Type::fun(a, b))
+                        .boxed(),
+                ));
+            }
+            if self.cfg.sums {
+                let g = self.clone();
+                opts.push((
+                    1,
+                    (g.ty(depth - 1, funs), g.ty(depth - 1, funs))
+                        .prop_map(|(a, b)| Type::sum(a, b))
+                        .boxed(),
+                ));
+            }
+            if self.cfg.arrays {
+                let g = self.clone();
+                opts.push((2, g.ty(depth - 1, funs).prop_map(Type::array).boxed()));
+            }
+        }
+        Union::new_weighted(opts).boxed()
+    }
+
+    /// Whether the configuration allows values of this type.
+    fn allowed(&self, t: &Type) -> bool {
+        match t {
+            Type::Real | Type::Int | Type::Unit => true,
+            Type::Bool => self.cfg.conditionals,
+            Type::Prod(p) => self.allowed(&p.0) && self.allowed(&p.1),
+            Type::Fun(p) => self.cfg.functions && self.allowed(&p.0) && self.allowed(&p.1),
+            Type::Sum(p) => self.cfg.sums && self.allowed(&p.0) && self.allowed(&p.1),
+            Type::Array(e) => self.cfg.arrays && self.allowed(e),
+        }
+    }
+
+    fn any_ty(&self) -> BoxedStrategy<Type> {
+        self.ty(self.cfg.type_depth.min(2), self.cfg.functions)
+    }
+
+    fn vars_of(&self, ty: &Type) -> Vec<Var> {
+        self.ctx.iter().filter(|v| v.ty == *ty).cloned().collect()
+    }
+
+    /// Leaves and constructors of leaves: always possible, for every type.
+    fn leaf(&self, ty: &Type) -> S {
+        let vars = self.vars_of(ty);
+        let mut opts: Vec<(u32, S)> = Vec::new();
+        match ty {
+            Type::Real => opts.push((
+                2,
+                prop_oneof![
+                    Just(0.0),
+                    Just(1.0),
+                    Just(2.0),
+                    Just(-1.5),
+                    (-3.0f64..3.0).prop_map(|x| (x * 8.0).round() / 8.0)
+                ]
+                .prop_map(|x| mk(TermKind::Lit(Lit::Real(x))))
+                .boxed(),
+            )),
+            Type::Int => opts.push((2, (0i64..=3).prop_map(|i| mk(TermKind::Lit(Lit::Int(i)))).boxed())),
+            Type::Bool => opts.push((2, any::<bool>().prop_map(|b| mk(TermKind::Lit(Lit::Bool(b)))).boxed())),
+            Type::Unit => opts.push((2, Just(mk(TermKind::Lit(Lit::Unit))).boxed())),
+            Type::Prod(p) => {
+                let (a, b) = (p.0.clone(), p.1.clone());
+                opts.push((2, (self.leaf(&a), self.leaf(&b)).prop_map(|(x, y)| mk(TermKind::Pair(x, y))).boxed()));
+            }
+            Type::Fun(p) => {
+                let (a, b) = (p.0.clone(), p.1.clone());
+                let x = Var::fresh(fresh_name(&a), a);
+                let inner = self.with(&[&x]);
+                opts.push((2, inner.leaf(&b).prop_map(move |body| mk(TermKind::Lam(x.clone(), body))).boxed()));
+            }
+            Type::Sum(p) => {
+                let (a, b) = (p.0.clone(), p.1.clone());
+                let (a2, b2) = (a.clone(), b.clone());
+                opts.push((1, self.leaf(&a).prop_map(move |t| mk(TermKind::Inl(t, b2.clone()))).boxed()));
+                opts.push((1, self.leaf(&b).prop_map(move |t| mk(TermKind::Inr(a2.clone(), t))).boxed()));
+            }
+            Type::Array(e) => {
+                let e: Type = (***e).clone();
+                let e2 = e.clone();
+                opts.push((
+                    2,
+                    prop::collection::vec(self.leaf(&e), 1..=3)
+                        .prop_map(move |ts| mk(TermKind::Array(e2.clone(), ts)))
+                        .boxed(),
+                ));
+            }
+        }
+        if !vars.is_empty() {
+            opts.push((3, proptest::sample::select(vars).prop_map(|v| Term::var(&v)).boxed()));
+        }
+        Union::new_weighted(opts).boxed()
+    }
+
+    /// Random terms of type `ty` within the depth budget.
+    fn term(&self, ty: &Type, depth: u32) -> S {
+        if depth == 0 {
+            return self.leaf(ty);
+        }
+        let d = depth - 1;
+        let mut opts: Vec<(u32, S)> = vec![(2, self.leaf(ty))];
+        let ty = ty.clone();
+        let cfg = self.cfg.clone();
+
+        // let x = e in body, with a variable or (for pairs) a tuple pattern.
+        {
+            let g = self.clone();
+            let ty = ty.clone();
+            opts.push((
+                4,
+                lazy(move || {
+                    let (g, ty) = (g.clone(), ty.clone());
+                    (g.any_ty(), any::<bool>())
+                        .prop_flat_map(move |(a, split)| {
+                            let pat = match a.as_prod() {
+                                Some((l, r)) if split => Pat::Pair(
+                                    Box::new(Pat::Var(Var::fresh(fresh_name(l), l.clone()))),
+                                    Box::new(Pat::Var(Var::fresh(fresh_name(r), r.clone()))),
+                                ),
+                                _ => Pat::Var(Var::fresh(fresh_name(&a), a.clone())),
+                            };
+                            let inner = g.with(&pat.vars());
+                            (g.term(&a, d), inner.term(&ty, d))
+                                .prop_map(move |(e, b)| mk(TermKind::Let(pat.clone(), e, b)))
+                        })
+                        .boxed()
+                }),
+            ));
+        }
+
+        if cfg.functions {
+            // (f a) for a random argument type.
+            let g = self.clone();
+            let t2 = ty.clone();
+            opts.push((
+                3,
+                lazy(move || {
+                    let (g, t2) = (g.clone(), t2.clone());
+                    g.any_ty()
+                        .prop_flat_map(move |a| {
+                            (g.term(&Type::fun(a.clone(), t2.clone()), d), g.term(&a, d))
+                                .prop_map(|(f, x)| mk(TermKind::App(f, x)))
+                        })
+                        .boxed()
+                }),
+            ));
+            // A context function applied to enough arguments to produce `ty` (partial
+            // application when it has more parameters).
+            let callers: Vec<(Var, Vec<Type>)> = self
+                .ctx
+                .iter()
+                .filter_map(|v| {
+                    let mut args = Vec::new();
+                    let mut cur = v.ty.clone();
+                    while cur != ty {
+                        let (a, b) = cur.as_fun()?;
+                        args.push(a.clone());
+                        let b = b.clone();
+                        cur = b;
+                    }
+                    (!args.is_empty()).then(|| (v.clone(), args))
+                })
+                .collect();
+            if !callers.is_empty() {
+                let g = self.clone();
+                opts.push((
+                    4,
+                    lazy(move || {
+                        let g = g.clone();
+                        proptest::sample::select(callers.clone())
+                            .prop_flat_map(move |(f, args)| {
+                                let arg_s: Vec<S> = args.iter().map(|a| g.term(a, d)).collect();
+                                arg_s.prop_map(move |xs| {
+                                    xs.into_iter().fold(Term::var(&f), |acc, x| mk(TermKind::App(acc, x)))
+                                })
+                            })
+                            .boxed()
+                    }),
+                ));
+            }
+        }
+
+        // fst / snd of a pair.
+        {
+            let g = self.clone();
+            let t2 = ty.clone();
+            opts.push((
+                2,
+                lazy(move || {
+                    let (g, t2) = (g.clone(), t2.clone());
+                    (g.any_ty(), any::<bool>())
+                        .prop_flat_map(move |(b, first)| {
+                            let pt = if first {
+                                Type::prod(t2.clone(), b)
+                            } else {
+                                Type::prod(b, t2.clone())
+                            };
+                            g.term(&pt, d).prop_map(move |p| {
+                                mk(if first { TermKind::Fst(p) } else { TermKind::Snd(p) })
+                            })
+                        })
+                        .boxed()
+                }),
+            ));
+        }
+
+        if cfg.conditionals {
+            let g = self.clone();
+            let t2 = ty.clone();
+            opts.push((
+                2,
+                lazy(move || {
+                    (g.term(&Type::Bool, d), g.term(&t2, d), g.term(&t2, d))
+                        .prop_map(|(c, a, b)| mk(TermKind::If(c, a, b)))
+                        .boxed()
+                }),
+            ));
+        }
+
+        if cfg.sums {
+            let g = self.clone();
+            let t2 = ty.clone();
+            opts.push((
+                2,
+                lazy(move || {
+                    let (g, t2) = (g.clone(), t2.clone());
+                    (g.any_ty(), g.any_ty())
+                        .prop_flat_map(move |(a, b)| {
+                            let x = Var::fresh(fresh_name(&a), a.clone());
+                            let y = Var::fresh(fresh_name(&b), b.clone());
+                            let s = g.term(&Type::sum(a, b), d);
+                            let l = g.with(&[&x]).term(&t2, d);
+                            let r = g.with(&[&y]).term(&t2, d);
+                            (s, l, r).prop_map(move |(s, l, r)| {
+                                mk(TermKind::Case(s, Pat::Var(x.clone()), l, Pat::Var(y.clone()), r))
+                            })
+                        })
+                        .boxed()
+                }),
+            ));
+        }
+
+        if cfg.arrays {
+            // xs ! i with a small index.
+            let g = self.clone();
+            let t2 = ty.clone();
+            opts.push((
+                2,
+                lazy(move || {
+                    (g.term(&Type::array(t2.clone()), d), g.index())
+                        .prop_map(|(xs, i)| mk(TermKind::Index(xs, i)))
+                        .boxed()
+                }),
+            ));
+        }
+
+        // Primitives with this result type.
+        // (`dot` needs equal lengths, so it only appears in the form built below.)
+        let prims: Vec<Prim> = cfg
+            .prims
+            .iter()
+            .filter(|p| *p.result() == ty && p.name() != "dot")
+            .filter(|p| p.params().iter().chain([p.result()]).all(|t| self.allowed(t)))
+            .cloned()
+            .collect();
+        if !prims.is_empty() {
+            let g = self.clone();
+            opts.push((
+                if ty == Type::Real { 8 } else { 4 },
+                lazy(move || {
+                    let g = g.clone();
+                    proptest::sample::select(prims.clone())
+                        .prop_flat_map(move |p| {
+                            let args: Vec<S> = p.params().iter().map(|t| g.arg_for(&p, t, d)).collect();
+                            args.prop_map(move |xs| mk(TermKind::Prim(p.clone(), xs)))
+                        })
+                        .boxed()
+                }),
+            ));
+        }
+
+        // Type-specific introduction forms and eliminations that land in `ty`.
+        match &ty {
+            Type::Prod(p) => {
+                let (a, b) = (p.0.clone(), p.1.clone());
+                let g = self.clone();
+                opts.push((
+                    3,
+                    lazy(move || {
+                        (g.term(&a, d), g.term(&b, d))
+                            .prop_map(|(x, y)| mk(TermKind::Pair(x, y)))
+                            .boxed()
+                    }),
+                ));
+            }
+            Type::Fun(p) => {
+                let (a, b) = (p.0.clone(), p.1.clone());
+                let g = self.clone();
+                opts.push((
+                    5,
+                    lazy(move || {
+                        let x = Var::fresh(fresh_name(&a), a.clone());
+                        g.with(&[&x])
+                            .term(&b, d)
+                            .prop_map(move |body| mk(TermKind::Lam(x.clone(), body)))
+                            .boxed()
+                    }),
+                ));
+            }
+            Type::Sum(p) => {
+                let (a, b) = (p.0.clone(), p.1.clone());
+                let g = self.clone();
+                opts.push((
+                    3,
+                    lazy(move || {
+                        let (a2, b2) = (a.clone(), b.clone());
+                        prop_oneof![
+                            g.term(&a, d).prop_map(move |t| mk(TermKind::Inl(t, b2.clone()))),
+                            g.term(&b, d).prop_map(move |t| mk(TermKind::Inr(a2.clone(), t)))
+                        ]
+                        .boxed()
+                    }),
+                ));
+            }
+            Type::Array(e) => {
+                let e: Type = (***e).clone();
+                self.array_forms(&e, d, &mut opts);
+            }
+            Type::Real if cfg.arrays => {
+                let g = self.clone();
+                opts.push((
+                    2,
+                    lazy(move || {
+                        g.term(&Type::array(Type::Real), d)
+                            .prop_map(|xs| mk(TermKind::Prim(prim::op("sum"), vec![xs])))
+                            .boxed()
+                    }),
+                ));
+                // let xs = .. in dot xs (map f xs): equal lengths.
+                let g = self.clone();
+                opts.push((
+                    1,
+                    lazy(move || {
+                        let xs = Var::fresh("xs", Type::array(Type::Real));
+                        let inner = g.with(&[&xs]);
+                        (
+                            g.term(&Type::array(Type::Real), d),
+                            inner.term(&Type::fun(Type::Real, Type::Real), d),
+                        )
+                            .prop_map(move |(e, f)| {
+                                let v = Term::var(&xs);
+                                let mapped = mk(TermKind::Map(f, v.clone()));
+                                let body = mk(TermKind::Prim(prim::op("dot"), vec![v, mapped]));
+                                mk(TermKind::Let(Pat::Var(xs.clone()), e, body))
+                            })
+                            .boxed()
+                    }),
+                ));
+            }
+            Type::Int if cfg.arrays => {
+                let g = self.clone();
+                opts.push((
+                    2,
+                    lazy(move || {
+                        let g = g.clone();
+                        g.any_ty()
+                            .prop_flat_map(move |a| g.term(&Type::array(a), d).prop_map(|xs| mk(TermKind::Length(xs))))
+                            .boxed()
+                    }),
+                ));
+            }
+            _ => {}
+        }
+        Union::new_weighted(opts).boxed()
+    }
+
+    /// Array-building forms for `Array e`.
+    fn array_forms(&self, e: &Type, d: u32, opts: &mut Vec<(u32, S)>) {
+        let e = e.clone();
+        // Literal.
+        {
+            let g = self.clone();
+            let e = e.clone();
+            opts.push((
+                2,
+                lazy(move || {
+                    let e2 = e.clone();
+                    let len = prop_oneof![1 => Just(0usize), 4 => 1usize..=3];
+                    let g = g.clone();
+                    let e = e.clone();
+                    len.prop_flat_map(move |n| prop::collection::vec(g.term(&e, d), n))
+                        .prop_map(move |ts| mk(TermKind::Array(e2.clone(), ts)))
+                        .boxed()
+                }),
+            ));
+        }
+        // replicate n x.
+        {
+            let g = self.clone();
+            let e = e.clone();
+            opts.push((
+                1,
+                lazy(move || {
+                    (g.size(d), g.term(&e, d))
+                        .prop_map(|(n, x)| mk(TermKind::Replicate(n, x)))
+                        .boxed()
+                }),
+            ));
+        }
+        // build n (\i -> e), usually indexing an array in scope.
+        {
+            let g = self.clone();
+            let e = e.clone();
+            opts.push((
+                2,
+                lazy(move || {
+                    let i = Var::fresh("i", Type::Int);
+                    let inner = g.with(&[&i]);
+                    (g.size(d), inner.term(&e, d))
+                        .prop_map(move |(n, body)| mk(TermKind::Build(n, mk(TermKind::Lam(i.clone(), body)))))
+                        .boxed()
+                }),
+            ));
+        }
+        if self.cfg.functions {
+            // map f xs.
+            let g = self.clone();
+            let e1 = e.clone();
+            opts.push((
+                3,
+                lazy(move || {
+                    let (g, e1) = (g.clone(), e1.clone());
+                    g.any_ty()
+                        .prop_flat_map(move |a| {
+                            (g.term(&Type::fun(a.clone(), e1.clone()), d), g.term(&Type::array(a), d))
+                                .prop_map(|(f, xs)| mk(TermKind::Map(f, xs)))
+                        })
+                        .boxed()
+                }),
+            ));
+            // let xs = .. in map2 f xs (map g xs): equal lengths.
+            let g = self.clone();
+            let e2 = e.clone();
+            opts.push((
+                2,
+                lazy(move || {
+                    let (g, e2) = (g.clone(), e2.clone());
+                    (g.any_ty(), g.any_ty())
+                        .prop_flat_map(move |(a, b)| {
+                            let xs = Var::fresh("xs", Type::array(a.clone()));
+                            let inner = g.with(&[&xs]);
+                            (
+                                g.term(&Type::array(a.clone()), d),
+                                inner.term(&Type::fun(a.clone(), Type::fun(b.clone(), e2.clone())), d),
+                                inner.term(&Type::fun(a.clone(), b.clone()), d),
+                            )
+                                .prop_map(move |(arr, f, h)| {
+                                    let v = Term::var(&xs);
+                                    let ys = mk(TermKind::Map(h, v.clone()));
+                                    let body = mk(TermKind::Map2(f, v, ys));
+                                    mk(TermKind::Let(Pat::Var(xs.clone()), arr, body))
+                                })
+                        })
+                        .boxed()
+                }),
+            ));
+        }
+    }
+
+    /// A small array length: a literal, or the length of an array.
+    fn size(&self, d: u32) -> S {
+        let g = self.clone();
+        prop_oneof![
+            1 => Just(mk(TermKind::Lit(Lit::Int(0)))),
+            4 => (1i64..=3).prop_map(|i| mk(TermKind::Lit(Lit::Int(i)))),
+            1 => lazy(move || {
+                g.term(&Type::array(Type::Real), d.saturating_sub(1))
+                    .prop_map(|xs| mk(TermKind::Length(xs)))
+                    .boxed()
+            })
+        ]
+        .boxed()
+    }
+
+    /// An index: mostly a small literal, sometimes an Int variable in scope.
+    fn index(&self) -> S {
+        let ints = self.vars_of(&Type::Int);
+        let lit = prop_oneof![4 => Just(0i64), 2 => Just(1), 1 => Just(2)]
+            .prop_map(|i| mk(TermKind::Lit(Lit::Int(i))))
+            .boxed();
+        if ints.is_empty() {
+            lit
+        } else {
+            prop_oneof![2 => lit, 1 => proptest::sample::select(ints).prop_map(|v| Term::var(&v))].boxed()
+        }
+    }
+
+    /// An argument for a primitive; integer division gets a nonzero literal divisor most of
+    /// the time.
+    fn arg_for(&self, p: &Prim, t: &Type, d: u32) -> S {
+        if p.name() == "idiv" {
+            return prop_oneof![
+                3 => (1i64..=3).prop_map(|i| mk(TermKind::Lit(Lit::Int(i)))),
+                1 => self.term(t, d)
+            ]
+            .boxed();
+        }
+        self.term(t, d)
+    }
+}
+
+/// A readable name for a variable of a type.
+fn fresh_name(t: &Type) -> &'static str {
+    match t {
+        Type::Real => "x",
+        Type::Int => "n",
+        Type::Bool => "b",
+        Type::Unit => "u",
+        Type::Prod(_) => "p",
+        Type::Fun(_) => "f",
+        Type::Sum(_) => "s",
+        Type::Array(_) => "xs",
+    }
+}

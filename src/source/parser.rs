@@ -485,6 +485,18 @@ impl Parser {
 
     fn unary(&mut self) -> Result<Expr> {
         if self.peek() == &Tok::Sym("-") {
+            // `-` directly before a number is a negative literal (unless indexing follows,
+            // which binds tighter than unary minus).
+            if matches!(self.peek_at(1), Tok::Int(_) | Tok::Real(_)) && self.peek_at(2) != &Tok::Sym("!") {
+                let (_, start) = self.bump();
+                let (tok, end) = self.bump();
+                let kind = match tok {
+                    Tok::Int(i) => ExprKind::Int(-i),
+                    Tok::Real(x) => ExprKind::Real(-x),
+                    _ => unreachable!("peeked a number"),
+                };
+                return Ok(Expr { kind, span: start.to(end) });
+            }
             let (_, start) = self.bump();
             let e = self.nest(|p| p.unary())?;
             let span = start.to(e.span);
@@ -642,6 +654,11 @@ mod tests {
         assert_eq!(sx("a * -b"), "(* a (neg b))");
         assert_eq!(sx("-a * b"), "(* (neg a) b)");
         assert_eq!(sx("-xs ! i"), "(neg (! xs i))");
+        assert_eq!(sx("-1.5 * x"), "(* -1.5 x)");
+        assert_eq!(sx("- 2"), "-2");
+        assert_eq!(sx("-(2)"), "(neg 2)");
+        assert_eq!(sx("-2 ! i"), "(neg (! 2 i))");
+        assert_eq!(sx("a - 1"), "(- a 1)");
         assert_eq!(sx("f xs ! g i"), "(! (app f xs) (app g i))");
         assert_eq!(sx("f x y + g z"), "(+ (app f x y) (app g z))");
     }

@@ -83,8 +83,15 @@ impl Printer {
 
     fn scan(&mut self, t: &Term, scope: &mut HashMap<Rc<str>, Vec<VarId>>, capture: &mut HashSet<VarId>) {
         deep(|| {
-            let bind = |vars: &[&Var], scope: &mut HashMap<Rc<str>, Vec<VarId>>, used: &mut HashSet<Rc<str>>| {
-                for v in vars {
+            let bind = |vars: &[&Var],
+                        scope: &mut HashMap<Rc<str>, Vec<VarId>>,
+                        used: &mut HashSet<Rc<str>>,
+                        capture: &mut HashSet<VarId>| {
+                for (k, v) in vars.iter().enumerate() {
+                    // Two variables of one pattern may not share a name in the output.
+                    if vars[..k].iter().any(|w| w.name == v.name) {
+                        capture.insert(v.id);
+                    }
                     scope.entry(v.name.clone()).or_default().push(v.id);
                     used.insert(v.name.clone());
                 }
@@ -106,14 +113,14 @@ impl Printer {
                     }
                 }
                 TermKind::Lam(x, b) => {
-                    bind(&[x], scope, &mut self.used);
+                    bind(&[x], scope, &mut self.used, capture);
                     self.scan(b, scope, capture);
                     unbind(&[x], scope);
                 }
                 TermKind::Let(p, e, b) => {
                     self.scan(e, scope, capture);
                     let vs = p.vars();
-                    bind(&vs, scope, &mut self.used);
+                    bind(&vs, scope, &mut self.used, capture);
                     self.scan(b, scope, capture);
                     unbind(&vs, scope);
                 }
@@ -121,7 +128,7 @@ impl Printer {
                     self.scan(e, scope, capture);
                     for (pat, body) in [(p, a), (q, b)] {
                         let vs = pat.vars();
-                        bind(&vs, scope, &mut self.used);
+                        bind(&vs, scope, &mut self.used, capture);
                         self.scan(body, scope, capture);
                         unbind(&vs, scope);
                     }
@@ -266,7 +273,8 @@ impl Printer {
                     cur = b;
                 }
                 lines.push(self.term(cur, 0));
-                (RcDoc::intersperse(lines, RcDoc::line()).group(), 0)
+                // One binding per line, as in the CHAD paper's figures.
+                (RcDoc::intersperse(lines, RcDoc::hardline()), 0)
             }
             K::Pair(..) => {
                 let mut items = Vec::new();
@@ -346,7 +354,15 @@ impl Printer {
                     let b = self.term(&args[1], p + 1);
                     (a.append(format!(" {sym}")).append(RcDoc::line()).append(b).group(), p)
                 }
-                Fixity::Prefix(sym) => (RcDoc::text(sym).append(self.term(&args[0], 6)), 6),
+                Fixity::Prefix(sym) => {
+                    // `-(1.5)`, not `-1.5`, which would read back as a negative literal.
+                    let operand = if matches!(args[0].kind, K::Lit(Lit::Real(_) | Lit::Int(_))) {
+                        RcDoc::text("(").append(self.term(&args[0], 0)).append(")")
+                    } else {
+                        self.term(&args[0], 6)
+                    };
+                    (RcDoc::text(sym).append(operand), 6)
+                }
                 Fixity::Function | Fixity::Internal => {
                     let head = RcDoc::text(op.name().to_string());
                     let refs: Vec<&Term> = args.iter().collect();

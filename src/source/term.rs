@@ -535,3 +535,64 @@ pub fn alpha_eq(a: &Term, b: &Term) -> bool {
     }
     go(a, b, &mut HashMap::new())
 }
+
+/// Renames every bound variable of `t` to a fresh identity (free variables are unchanged).
+/// The result is alpha-equivalent to `t` and every binder in it is distinct from every other
+/// binder anywhere, which passes that duplicate or move code (inlining, generators) rely on.
+pub fn freshen(t: &Term) -> Term {
+    use std::collections::HashMap;
+    fn fresh_var(v: &Var, sub: &mut HashMap<VarId, Var>) -> Var {
+        let nv = Var::fresh(v.name.clone(), v.ty.clone());
+        sub.insert(v.id, nv.clone());
+        nv
+    }
+    fn pat(p: &Pat, sub: &mut HashMap<VarId, Var>) -> Pat {
+        match p {
+            Pat::Var(v) => Pat::Var(fresh_var(v, sub)),
+            Pat::Wild(t) => Pat::Wild(t.clone()),
+            Pat::Pair(a, b) => Pat::Pair(Box::new(pat(a, sub)), Box::new(pat(b, sub))),
+        }
+    }
+    fn go(t: &Term, sub: &mut HashMap<VarId, Var>) -> Term {
+        use TermKind as K;
+        deep(|| {
+            let kind = match &t.kind {
+                K::Var(v) => K::Var(sub.get(&v.id).cloned().unwrap_or_else(|| v.clone())),
+                K::Lit(l) => K::Lit(*l),
+                K::Lam(x, b) => {
+                    let x = fresh_var(x, sub);
+                    K::Lam(x, go(b, sub))
+                }
+                K::Let(p, e, b) => {
+                    let e = go(e, sub);
+                    let p = pat(p, sub);
+                    K::Let(p, e, go(b, sub))
+                }
+                K::Case(e, p, a, q, b) => {
+                    let e = go(e, sub);
+                    let p = pat(p, sub);
+                    let a = go(a, sub);
+                    let q = pat(q, sub);
+                    K::Case(e, p, a, q, go(b, sub))
+                }
+                K::App(a, b) => K::App(go(a, sub), go(b, sub)),
+                K::Pair(a, b) => K::Pair(go(a, sub), go(b, sub)),
+                K::Fst(e) => K::Fst(go(e, sub)),
+                K::Snd(e) => K::Snd(go(e, sub)),
+                K::If(c, a, b) => K::If(go(c, sub), go(a, sub), go(b, sub)),
+                K::Inl(e, r) => K::Inl(go(e, sub), r.clone()),
+                K::Inr(l, e) => K::Inr(l.clone(), go(e, sub)),
+                K::Prim(op, args) => K::Prim(op.clone(), args.iter().map(|a| go(a, sub)).collect()),
+                K::Array(e, items) => K::Array(e.clone(), items.iter().map(|a| go(a, sub)).collect()),
+                K::Map(f, xs) => K::Map(go(f, sub), go(xs, sub)),
+                K::Map2(f, xs, ys) => K::Map2(go(f, sub), go(xs, sub), go(ys, sub)),
+                K::Build(n, f) => K::Build(go(n, sub), go(f, sub)),
+                K::Index(xs, i) => K::Index(go(xs, sub), go(i, sub)),
+                K::Length(xs) => K::Length(go(xs, sub)),
+                K::Replicate(n, x) => K::Replicate(go(n, sub), go(x, sub)),
+            };
+            Term::new(kind, t.span)
+        })
+    }
+    go(t, &mut HashMap::new())
+}
