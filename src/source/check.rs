@@ -759,7 +759,11 @@ impl<'r> Checker<'r> {
         let vars: Vec<Var> = missing
             .iter()
             .enumerate()
-            .map(|(k, t)| Var::fresh(names[(k + args.len().saturating_sub(1)) % names.len()], t.clone()))
+            .map(|(k, t)| {
+                // Named by position: `pow 2.0` gives `\y -> pow 2.0 y`, `map2 f xs` gives `\ys`.
+                let pos = if prim.is_some() { args.len() + k } else { (args.len() + k).saturating_sub(1) };
+                Var::fresh(names[pos % names.len()], t.clone())
+            })
             .collect();
         all.extend(vars.iter().map(|v| Term::new(TermKind::Var(v.clone()), span)));
         let refs: Vec<Arg> = all.iter().map(Arg::Core).collect();
@@ -1011,4 +1015,219 @@ fn tuple_term(mut ts: Vec<Term>, span: Span) -> Term {
     ts.into_iter()
         .rev()
         .fold(last, |acc, t| Term::new(TermKind::Pair(t, acc), span))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::load;
+
+    /// The type of the last definition, or the error message.
+    fn ty(src: &str) -> std::result::Result<String, String> {
+        load(src, &Registry::builtin())
+            .map(|p| p.defs.last().unwrap().var.ty.to_string())
+            .map_err(|e| e.message().to_string())
+    }
+
+    fn err(src: &str) -> Error {
+        load(src, &Registry::builtin()).unwrap_err()
+    }
+
+    fn ok(src: &str, expected: &str) {
+        assert_eq!(ty(src).as_deref(), Ok(expected), "{src}");
+    }
+
+    #[test]
+    fn integer_literals_are_real_where_real_is_expected() {
+        ok("def f (x : Real) = 2 * x", "Real -> Real");
+        ok("def f (x : Real) = x * 2", "Real -> Real");
+        ok("def f (x : Real) = 1 + 2 * x", "Real -> Real");
+        ok("def f (x : Real) = -3 + x", "Real -> Real");
+        ok("def f (x : Real) : Real = 1 + 2", "Real -> Real");
+        ok("def f (n : Int) = 1 + 2 * n", "Int -> Int");
+        ok("def f = [1, 2.5, 3]", "Array Real");
+        ok("def f = [1, 2]", "Array Int");
+        ok("def f (x : Real) = if x > 0 then 1 else x", "Real -> Real");
+        ok("def f (x : Real) = max x 0", "Real -> Real");
+        ok("def f (x : Real) = pow x 2", "Real -> Real");
+        ok("def g (y : Real) = y\ndef f = g 3", "Real");
+        ok("def f : (Real, Int) = (1, 1)", "(Real, Int)");
+    }
+
+    #[test]
+    fn bidirectional_forms() {
+        ok("def f = (inl 1 : Real + Int)", "Real + Int");
+        ok("def f : Real + Int = inr 1", "Real + Int");
+        ok("def f (b : Bool) = if b then inl 1.0 else (inr 2 : Real + Int)", "Bool -> Real + Int");
+        ok("def f : Array Real = []", "Array Real");
+        ok("def f (xs : Array Real) = map (\\x -> x * 2) xs", "Array Real -> Array Real");
+        ok("def f (xs : Array Real) = map2 (\\a b -> a * b) xs xs", "Array Real -> Array Real");
+        ok("def f (xs : Array Real) = build (length xs) (\\i -> xs ! i)", "Array Real -> Array Real");
+        ok("def f : Real -> Real = \\x -> x", "Real -> Real");
+        ok("def f : Array Real = replicate 3 1", "Array Real");
+        ok("def f : Real -> Array Real = replicate 3", "Real -> Array Real");
+    }
+
+    #[test]
+    fn builtins_are_curried_values() {
+        ok("def f (xs : Array Real) = map exp xs", "Array Real -> Array Real");
+        ok("def f (xs : Array Real) = map (pow 2.0) xs", "Array Real -> Array Real");
+        ok("def f = sin", "Real -> Real");
+        ok("def f = pow", "Real -> Real -> Real");
+        ok("def f (xs : Array Real) = map2 max xs xs", "Array Real -> Array Real");
+        ok("def f = map sin", "Array Real -> Array Real");
+        ok("def f : (Real, Real) -> Real = fst", "(Real, Real) -> Real");
+        ok("def f : Array Int -> Int = length", "Array Int -> Int");
+        ok("def f (xs : Array Real) = dot xs", "Array Real -> Array Real -> Real");
+        ok("def f (p : (Real, Int)) = snd p", "(Real, Int) -> Int");
+    }
+
+    #[test]
+    fn locals_shadow_builtins_and_definitions() {
+        ok("def f = let sum = 3 in sum + 1", "Int");
+        ok("def sin = 2\ndef f = sin * 3", "Int");
+        ok("def g = 1.0\ndef f (g : Int) = g", "Int -> Int");
+    }
+
+    #[test]
+    fn patterns() {
+        ok("def f (p : (Real, (Int, Bool))) = let (a, (b, c)) = p in a", "(Real, Int, Bool) -> Real");
+        ok("def f (p : (Real, Int, Bool)) = let (a, b, c) = p in b", "(Real, Int, Bool) -> Int");
+        ok("def f (p : (Real, Int)) = let (_, b) = p in b", "(Real, Int) -> Int");
+        ok("def f (s : (Real, Real) + Int) = case s of inl (a, b) -> a + b | inr n -> toReal n", "(Real, Real) + Int -> Real");
+    }
+
+    #[test]
+    fn unknown_variable_with_suggestion_and_position() {
+        let e = err("def f (xs : Real) = x + 1");
+        assert_eq!(e.message(), "unknown variable `x`");
+        assert_eq!(e.span(), Some(Span::new(20, 21)));
+        assert_eq!(e.notes(), ["did you mean `xs`?"]);
+        let e = err("def f (x : Real) = sn x");
+        assert_eq!(e.notes(), ["did you mean `sin`?"]);
+    }
+
+    #[test]
+    fn recursion_is_reported_as_such() {
+        let e = err("def f (x : Real) : Real = f x");
+        assert_eq!(e.message(), "unknown variable `f`");
+        assert!(e.notes()[0].contains("cannot be recursive"), "{:?}", e.notes());
+    }
+
+    #[test]
+    fn mismatch_shows_expected_and_found() {
+        let e = err("def f (n : Int) : Real = n");
+        assert_eq!(e.message(), "type mismatch: expected `Real`, found `Int`");
+        assert_eq!(e.notes(), ["convert an Int to a Real with `toReal`"]);
+        let e = err("def f (x : Real) = sin true");
+        assert_eq!(e.message(), "type mismatch: expected `Real`, found `Bool`");
+        let e = err("def f (x : Real) : Array Real = [x, (x, x)]");
+        assert_eq!(e.message(), "type mismatch: expected `Real`, found `(Real, Real)`");
+        let e = err("def f (n : Int) (x : Real) = x + n");
+        assert_eq!(e.message(), "type mismatch: expected `Real`, found `Int`");
+        assert_eq!(e.span(), Some(Span::new(33, 34)));
+    }
+
+    #[test]
+    fn applying_a_non_function() {
+        let e = err("def f (x : Real) = x 1");
+        assert_eq!(e.message(), "`x` has type `Real` and cannot be applied to an argument");
+        let e = err("def f (x : Real) = (x + 1) 2");
+        assert_eq!(e.message(), "this function has type `Real` and cannot be applied to an argument");
+    }
+
+    #[test]
+    fn wrong_arity() {
+        let e = err("def f (x : Real) = sin x x");
+        assert_eq!(e.message(), "`sin` takes 1 argument, but is given 2");
+        let e = err("def g (a : Real) (b : Real) = a\ndef f = g 1 2 3");
+        assert_eq!(e.message(), "`g` takes 2 arguments, but is given 3");
+        let e = err("def f (xs : Array Real) = length xs 1");
+        assert_eq!(e.message(), "`length` takes 1 argument, but is given 2");
+    }
+
+    #[test]
+    fn case_and_if_errors() {
+        let e = err("def f (x : Real) = case x of inl a -> a | inr b -> b");
+        assert_eq!(e.message(), "`case` expects a value of a sum type `A + B`, found `Real`");
+        let e = err("def f (x : Real) = if x then 1 else 2");
+        assert_eq!(e.message(), "type mismatch: expected `Bool`, found `Real`");
+        let e = err("def f (b : Bool) = if b then 1.0 else true");
+        assert_eq!(e.message(), "type mismatch: expected `Real`, found `Bool`");
+        let e = err("def f (s : Real + Int) = case s of inl a -> a | inr n -> n");
+        assert_eq!(e.message(), "type mismatch: expected `Real`, found `Int`");
+    }
+
+    #[test]
+    fn pattern_errors() {
+        let e = err("def f (p : (Real, Real)) = let (a, b, c) = p in a");
+        assert_eq!(e.message(), "this tuple pattern has 3 components, but the value has type `(Real, Real)`");
+        let e = err("def f (x : Real) = let (a, b) = x in a");
+        assert_eq!(e.message(), "this tuple pattern has 2 components, but the value has type `Real`");
+        let e = err("def f (p : (Real, Real)) = let (a, a) = p in a");
+        assert_eq!(e.message(), "`a` is bound twice in the same pattern");
+    }
+
+    #[test]
+    fn definition_errors() {
+        let e = err("def f = 1\ndef f = 2");
+        assert_eq!(e.message(), "`f` is defined twice");
+        let e = err("def f (x : Real) (x : Real) = x");
+        assert_eq!(e.message(), "parameter `x` is bound twice");
+        let e = err("def f (x : Real) : Int = x");
+        assert_eq!(e.message(), "type mismatch: expected `Int`, found `Real`");
+    }
+
+    #[test]
+    fn needs_annotation() {
+        let e = err("def f = inl 1.0");
+        assert_eq!(e.message(), "cannot infer the other side of the sum type of `inl`");
+        let e = err("def f = []");
+        assert_eq!(e.message(), "cannot infer the element type of `[]`");
+        let e = err("def f = \\x -> x");
+        assert_eq!(e.message(), "cannot infer the type of parameter `x`");
+        let e = err("def f = length");
+        assert_eq!(e.message(), "cannot infer the type of `length` applied to 0 of its 1 arguments");
+        let e = err("def f : Real = inl 1.0");
+        assert_eq!(e.message(), "type mismatch: expected `Real`, found a sum injection `inl`");
+    }
+
+    #[test]
+    fn operator_and_builtin_argument_errors() {
+        let e = err("def f (b : Bool) = b + 1.0");
+        assert_eq!(e.message(), "operator `+` expects Real or Int operands, found `Bool`");
+        let e = err("def f (x : Real) = x ! 0");
+        assert_eq!(e.message(), "indexing with `!` expects an array, found `Real`");
+        let e = err("def f (xs : Array Real) = xs ! 1.5");
+        assert_eq!(e.message(), "type mismatch: expected `Int`, found `Real`");
+        let e = err("def f (x : Real) = map x [1.0]");
+        assert_eq!(e.message(), "`map` expects a function, found `Real`");
+        let e = err("def f (x : Real) = fst x");
+        assert_eq!(e.message(), "`fst` expects a pair, found `Real`");
+        let e = err("def f (b : Bool) = -b");
+        assert_eq!(e.message(), "unary `-` expects a Real or an Int, found `Bool`");
+        let e = err("def f (x : Real) = x && true");
+        assert_eq!(e.message(), "type mismatch: expected `Bool`, found `Real`");
+        let e = err("def f : Real -> Real = \\(x : Real) (y : Real) -> x");
+        assert_eq!(e.message(), "this lambda has 2 parameters, but the expected type `Real -> Real` takes 1");
+        let e = err("def f (xs : Array Real) = build 3 (\\(i : Real) -> i)");
+        assert_eq!(e.message(), "type mismatch: expected `Int`, found `Real`");
+    }
+
+    #[test]
+    fn and_or_short_circuit_as_ifs() {
+        let p = load("def f (a : Bool) (b : Bool) = a && b || not a", &Registry::builtin()).unwrap();
+        let body = &p.defs[0].body;
+        assert!(matches!(body.kind, TermKind::If(..)), "{body}");
+        assert_eq!(body.to_string(), "a && b || not a");
+    }
+
+    #[test]
+    fn partial_application_evaluates_arguments_once() {
+        let p = load("def f (x : Real) = map (pow (x + 1)) [1.0]", &Registry::builtin()).unwrap();
+        assert_eq!(
+            p.defs[0].body.to_string(),
+            "map\n  (let a1 = x + 1.0 in\n  \\(y : Real) -> pow a1 y)\n  [1.0]"
+        );
+    }
 }

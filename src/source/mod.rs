@@ -83,6 +83,21 @@ fn value_of_expr(e: &Expr, ty: &Type) -> Result<Value> {
                 ExprKind::Var(x) if &**x == "inr" => Value::inr(value_of_expr(&args[0], &s.1)?),
                 _ => return Err(bad()),
             },
+            // `inl -1` parses as `inl - 1`; as a value it can only mean `inl (-1)`.
+            (ExprKind::Binary(syntax::BinOp::Sub, h, n), Type::Sum(s))
+                if matches!(&h.kind, ExprKind::Var(x) if &**x == "inl" || &**x == "inr")
+                    && matches!(n.kind, ExprKind::Int(_) | ExprKind::Real(_)) =>
+            {
+                let neg = |t: &Type| match (value_of_expr(n, t)?, t) {
+                    (Value::Real(x), _) => Ok(Value::Real(-x)),
+                    (Value::Int(i), _) => Ok(Value::Int(-i)),
+                    _ => Err(bad()),
+                };
+                match &h.kind {
+                    ExprKind::Var(x) if &**x == "inl" => Value::inl(neg(&s.0)?),
+                    _ => Value::inr(neg(&s.1)?),
+                }
+            }
             (ExprKind::Annot(x, t), _) if t.ty == *ty => value_of_expr(x, ty)?,
             (_, Type::Fun(_)) => {
                 return Err(Error::at(
@@ -112,6 +127,9 @@ mod tests {
             Type::Unit,
         ]);
         let v = parse_value("(1, [2.0, -3], inr (1.0, 2e-3), -7, true, ())", &ty).unwrap();
+        let s = Type::sum(Type::Real, Type::Int);
+        assert_eq!(parse_value("inl -1", &s).unwrap().to_string(), "inl (-1.0)");
+        assert_eq!(parse_value("inr -2", &s).unwrap().to_string(), "inr (-2)");
         assert_eq!(v.to_string(), "(1.0, [2.0, -3.0], inr (1.0, 0.002), -7, true, ())");
         assert!(v.has_type(&ty));
         let e = parse_value("[1.0, true]", &Type::array(Type::Real)).unwrap_err();
