@@ -98,8 +98,8 @@ fn eval_structured_values_and_negative_numbers() {
     let o = chad(&["eval", s(&p), "--arg", "-2", "--arg", "(3, [1.0, 2e-1])", "--arg", "inl -1"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert_eq!(o.stdout, "(-2.4, inl (-1.0), 3)\n");
-    let o = chad(&["eval", s(&p), "--arg=-2", "--arg", "(3, [])", "--arg", "inr ()", "--json"]);
-    assert_eq!(o.stdout, "{\"value\":[-0.0,{\"inr\":null},3]}\n");
+    let o = chad(&["eval", s(&p), "--arg=-2", "--arg", "(3, [0.5])", "--arg", "inr ()", "--json"]);
+    assert_eq!(o.stdout, "{\"value\":[-1.0,{\"inr\":null},3]}\n");
 }
 
 #[test]
