@@ -148,11 +148,17 @@ fn eval_node(t: &Term, env: &Env) -> Result<Value> {
             eval(body, &env)?
         }
         K::Prim(op, args) => {
-            let vs = args.iter().map(|a| eval(a, env)).collect::<Result<Vec<_>>>()?;
+            let vs = args
+                .iter()
+                .map(|a| eval(a, env))
+                .collect::<Result<Vec<_>>>()?;
             op.eval_args(vs).map_err(at)?
         }
         K::Array(elem, items) => {
-            let vs = items.iter().map(|a| eval(a, env)).collect::<Result<Vec<_>>>()?;
+            let vs = items
+                .iter()
+                .map(|a| eval(a, env))
+                .collect::<Result<Vec<_>>>()?;
             Value::array(elem, vs)
         }
         K::Map(f, xs) => {

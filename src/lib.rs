@@ -65,3 +65,8 @@ pub mod types;
 pub mod value;
 
 pub use error::{Error, ErrorKind, Result, Source, Span};
+
+/// The README's code examples, compiled and run as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -68,7 +68,12 @@ struct RunArgs {
     #[arg(long)]
     def: Option<String>,
     /// An argument value in literal syntax (repeat once per parameter).
-    #[arg(long = "arg", value_name = "V", allow_hyphen_values = true, conflicts_with = "args_file")]
+    #[arg(
+        long = "arg",
+        value_name = "V",
+        allow_hyphen_values = true,
+        conflicts_with = "args_file"
+    )]
     args: Vec<String>,
     /// Read the arguments as a JSON array instead.
     #[arg(long, value_name = "PATH")]
@@ -124,7 +129,10 @@ fn main() -> ExitCode {
 
 fn read_source(path: &PathBuf) -> CliResult<Source> {
     let text = std::fs::read_to_string(path).map_err(|e| {
-        Error::new(ErrorKind::Input, format!("cannot read `{}`: {e}", path.display()))
+        Error::new(
+            ErrorKind::Input,
+            format!("cannot read `{}`: {e}", path.display()),
+        )
     })?;
     Ok(Source::new(path.display().to_string(), text))
 }
@@ -168,7 +176,10 @@ fn select(src: &Source, prog: &Program, def: Option<&str>) -> Result<usize> {
 fn arguments(run: &RunArgs, types: &[chad::types::Type]) -> CliResult<Vec<Value>> {
     if let Some(path) = &run.args_file {
         let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::new(ErrorKind::Input, format!("cannot read `{}`: {e}", path.display()))
+            Error::new(
+                ErrorKind::Input,
+                format!("cannot read `{}`: {e}", path.display()),
+            )
         })?;
         let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
             Error::new(
@@ -190,7 +201,8 @@ fn arguments(run: &RunArgs, types: &[chad::types::Type]) -> CliResult<Vec<Value>
             .zip(types)
             .enumerate()
             .map(|(k, (j, t))| {
-                Value::from_json(j, t).map_err(|e| e.prefixed(&format!("argument {}: ", k + 1)).into())
+                Value::from_json(j, t)
+                    .map_err(|e| e.prefixed(&format!("argument {}: ", k + 1)).into())
             })
             .collect();
     }
@@ -264,7 +276,10 @@ fn run(cli: Cli) -> CliResult<String> {
                 &src,
             )?;
             if json {
-                Ok(format!("{}\n", serde_json::json!({ "value": value.to_json() })))
+                Ok(format!(
+                    "{}\n",
+                    serde_json::json!({ "value": value.to_json() })
+                ))
             } else {
                 Ok(format!("{value}\n"))
             }

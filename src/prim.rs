@@ -127,15 +127,37 @@ impl Primitive {
 
 impl fmt::Debug for Primitive {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} : {}", self.name, Type::curried(&self.params, self.result.clone()))
+        write!(
+            f,
+            "{} : {}",
+            self.name,
+            Type::curried(&self.params, self.result.clone())
+        )
     }
 }
 
 /// Words the language reserves: keywords and the polymorphic builtins, which are elaborated by
 /// the checker rather than registered (their types are not fixed).
 pub const RESERVED: &[&str] = &[
-    "def", "let", "in", "if", "then", "else", "case", "of", "true", "false", "fst", "snd", "inl",
-    "inr", "map", "map2", "build", "length", "replicate",
+    "def",
+    "let",
+    "in",
+    "if",
+    "then",
+    "else",
+    "case",
+    "of",
+    "true",
+    "false",
+    "fst",
+    "snd",
+    "inl",
+    "inr",
+    "map",
+    "map2",
+    "build",
+    "length",
+    "replicate",
 ];
 
 /// The set of primitives known to a program.
@@ -317,15 +339,19 @@ fn builtins() -> Vec<Primitive> {
         real2("pow", Fixity::Function, f64::powf),
         // Ties and NaN go to the first argument: `max x y` is `if x >= y then x else y`
         // with NaN treated as "not smaller". The derivative follows the same branch.
-        real2("max", Fixity::Function, |a, b| if a >= b || b.is_nan() { a } else { b }),
-        real2("min", Fixity::Function, |a, b| if a <= b || b.is_nan() { a } else { b }),
+        real2("max", Fixity::Function, |a, b| {
+            if a >= b || b.is_nan() { a } else { b }
+        }),
+        real2("min", Fixity::Function, |a, b| {
+            if a <= b || b.is_nan() { a } else { b }
+        }),
         Primitive::function("toReal", vec![Type::Int], real(), |x| {
             Ok(Value::Real(x.expect_int() as f64))
         }),
         Primitive::function("floor", vec![real()], Type::Int, |x| {
             let f = x.expect_real().floor();
             // i64 range is [-2^63, 2^63); the upper bound is exactly representable.
-            if f.is_nan() || f < -9.223_372_036_854_776e18 || f >= 9.223_372_036_854_776e18 {
+            if !(-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&f) {
                 Err(Error::runtime(format!(
                     "floor: {} is not in the range of Int",
                     crate::value::format_real(x.expect_real())
@@ -363,12 +389,18 @@ fn builtins() -> Vec<Primitive> {
         int2("isub", "-", 4, i64::checked_sub),
         int2("imul", "*", 5, i64::checked_mul),
         int2("idiv", "/", 5, i64::checked_div),
-        Primitive::new("ineg", vec![Type::Int], Type::Int, Fixity::Prefix("-"), |x| {
-            let i = x.expect_int();
-            i.checked_neg()
-                .map(Value::Int)
-                .ok_or_else(|| Error::runtime(format!("integer overflow in -({i})")))
-        }),
+        Primitive::new(
+            "ineg",
+            vec![Type::Int],
+            Type::Int,
+            Fixity::Prefix("-"),
+            |x| {
+                let i = x.expect_int();
+                i.checked_neg()
+                    .map(Value::Int)
+                    .ok_or_else(|| Error::runtime(format!("integer overflow in -({i})")))
+            },
+        ),
         // `decide : Bool → 1 + 1` turns a condition into a coproduct so that `if` is `copair`:
         // true ↦ inl (), false ↦ inr ().
         Primitive::new(
@@ -385,7 +417,13 @@ fn builtins() -> Vec<Primitive> {
             },
         ),
     ];
-    let cmp: [(&str, &'static str, fn(&f64, &f64) -> bool, fn(&i64, &i64) -> bool); 6] = [
+    type Cmp = (
+        &'static str,
+        &'static str,
+        fn(&f64, &f64) -> bool,
+        fn(&i64, &i64) -> bool,
+    );
+    let cmp: [Cmp; 6] = [
         ("lt", "<", f64::lt, i64::lt),
         ("le", "<=", f64::le, i64::le),
         ("gt", ">", f64::gt, i64::gt),
@@ -395,16 +433,40 @@ fn builtins() -> Vec<Primitive> {
     ];
     for (name, sym, fr, fi) in cmp {
         v.push(compare(name, real(), sym, Value::expect_real, fr));
-        v.push(compare(&format!("i{name}"), Type::Int, sym, Value::expect_int, fi));
+        v.push(compare(
+            &format!("i{name}"),
+            Type::Int,
+            sym,
+            Value::expect_int,
+            fi,
+        ));
     }
-    v.push(compare("beq", Type::Bool, "==", Value::expect_bool, bool::eq));
-    v.push(compare("bne", Type::Bool, "!=", Value::expect_bool, bool::ne));
+    v.push(compare(
+        "beq",
+        Type::Bool,
+        "==",
+        Value::expect_bool,
+        bool::eq,
+    ));
+    v.push(compare(
+        "bne",
+        Type::Bool,
+        "!=",
+        Value::expect_bool,
+        bool::ne,
+    ));
     v
 }
 
 /// The internal names of the primitives an operator symbol denotes, per operand type:
 /// `(Real version, Int version, Bool version)`.
-pub fn operator_prims(symbol: &str) -> Option<(Option<&'static str>, Option<&'static str>, Option<&'static str>)> {
+pub fn operator_prims(
+    symbol: &str,
+) -> Option<(
+    Option<&'static str>,
+    Option<&'static str>,
+    Option<&'static str>,
+)> {
     Some(match symbol {
         "+" => (Some("add"), Some("iadd"), None),
         "-" => (Some("sub"), Some("isub"), None),
@@ -476,17 +538,38 @@ mod tests {
         assert!(run(&r, "idiv", vec![i(i64::MIN), i(-1)]).is_err());
         assert!(run(&r, "ineg", vec![i(i64::MIN)]).is_err());
         assert_eq!(run(&r, "toReal", vec![i(3)]).unwrap().expect_real(), 3.0);
-        assert_eq!(run(&r, "floor", vec![Value::Real(-1.5)]).unwrap().expect_int(), -2);
+        assert_eq!(
+            run(&r, "floor", vec![Value::Real(-1.5)])
+                .unwrap()
+                .expect_int(),
+            -2
+        );
         assert!(run(&r, "floor", vec![Value::Real(f64::NAN)]).is_err());
         assert!(run(&r, "floor", vec![Value::Real(1e19)]).is_err());
         let b = Value::Bool;
         assert!(!run(&r, "not", vec![b(true)]).unwrap().expect_bool());
-        assert!(run(&r, "beq", vec![b(true), b(true)]).unwrap().expect_bool());
-        assert!(run(&r, "bne", vec![b(true), b(false)]).unwrap().expect_bool());
+        assert!(
+            run(&r, "beq", vec![b(true), b(true)])
+                .unwrap()
+                .expect_bool()
+        );
+        assert!(
+            run(&r, "bne", vec![b(true), b(false)])
+                .unwrap()
+                .expect_bool()
+        );
         assert!(run(&r, "ilt", vec![i(1), i(2)]).unwrap().expect_bool());
         assert!(!run(&r, "ige", vec![i(1), i(2)]).unwrap().expect_bool());
-        assert!(run(&r, "le", vec![Value::Real(2.0), Value::Real(2.0)]).unwrap().expect_bool());
-        assert!(!run(&r, "eq", vec![Value::Real(f64::NAN), Value::Real(f64::NAN)]).unwrap().expect_bool());
+        assert!(
+            run(&r, "le", vec![Value::Real(2.0), Value::Real(2.0)])
+                .unwrap()
+                .expect_bool()
+        );
+        assert!(
+            !run(&r, "eq", vec![Value::Real(f64::NAN), Value::Real(f64::NAN)])
+                .unwrap()
+                .expect_bool()
+        );
         let d = run(&r, "decide", vec![b(false)]).unwrap();
         assert!(matches!(d, Value::Inr(_)));
     }
@@ -497,7 +580,10 @@ mod tests {
         let xs = Value::reals(vec![1.0, 2.0, 3.0]);
         let ys = Value::reals(vec![4.0, 5.0, 6.0]);
         assert_eq!(run(&r, "sum", vec![xs.clone()]).unwrap().expect_real(), 6.0);
-        assert_eq!(run(&r, "dot", vec![xs.clone(), ys]).unwrap().expect_real(), 32.0);
+        assert_eq!(
+            run(&r, "dot", vec![xs.clone(), ys]).unwrap().expect_real(),
+            32.0
+        );
         let e = run(&r, "dot", vec![xs, Value::reals(vec![1.0])]).unwrap_err();
         assert_eq!(e.message(), "dot: arrays have different lengths (3 and 1)");
     }
@@ -506,10 +592,22 @@ mod tests {
     fn registration_rejects_duplicates_reserved_and_higher_order() {
         let mut r = Registry::builtin();
         let id = |_: &Value| Ok(Value::Unit);
-        assert!(r.register(Primitive::function("sin", vec![], Type::Unit, id)).is_err());
-        assert!(r.register(Primitive::function("map", vec![], Type::Unit, id)).is_err());
+        assert!(
+            r.register(Primitive::function("sin", vec![], Type::Unit, id))
+                .is_err()
+        );
+        assert!(
+            r.register(Primitive::function("map", vec![], Type::Unit, id))
+                .is_err()
+        );
         let f = Type::fun(Type::Real, Type::Real);
-        assert!(r.register(Primitive::function("h", vec![f], Type::Unit, id)).is_err());
-        assert!(r.register(Primitive::function("h", vec![], Type::Unit, id)).is_ok());
+        assert!(
+            r.register(Primitive::function("h", vec![f], Type::Unit, id))
+                .is_err()
+        );
+        assert!(
+            r.register(Primitive::function("h", vec![], Type::Unit, id))
+                .is_ok()
+        );
     }
 }

@@ -185,7 +185,10 @@ pub fn input_type(cfg: &Config) -> BoxedStrategy<Type> {
     }
     if cfg.arrays {
         opts.push((3, Just(Type::array(Type::Real)).boxed()));
-        opts.push((1, Just(Type::array(Type::prod(Type::Real, Type::Int))).boxed()));
+        opts.push((
+            1,
+            Just(Type::array(Type::prod(Type::Real, Type::Int))).boxed(),
+        ));
     }
     if cfg.sums {
         opts.push((1, Just(Type::sum(Type::Real, Type::Unit)).boxed()));
@@ -268,10 +271,8 @@ impl Gen {
 
     /// A random type. `funs` allows function types.
     fn ty(&self, depth: u32, funs: bool) -> BoxedStrategy<Type> {
-        let mut opts: Vec<(u32, BoxedStrategy<Type>)> = vec![
-            (8, Just(Type::Real).boxed()),
-            (1, Just(Type::Int).boxed()),
-        ];
+        let mut opts: Vec<(u32, BoxedStrategy<Type>)> =
+            vec![(8, Just(Type::Real).boxed()), (1, Just(Type::Int).boxed())];
         if self.cfg.conditionals {
             opts.push((1, Just(Type::Bool).boxed()));
         }
@@ -346,24 +347,55 @@ impl Gen {
                 .prop_map(|x| mk(TermKind::Lit(Lit::Real(x))))
                 .boxed(),
             )),
-            Type::Int => opts.push((2, (0i64..=3).prop_map(|i| mk(TermKind::Lit(Lit::Int(i)))).boxed())),
-            Type::Bool => opts.push((2, any::<bool>().prop_map(|b| mk(TermKind::Lit(Lit::Bool(b)))).boxed())),
+            Type::Int => opts.push((
+                2,
+                (0i64..=3)
+                    .prop_map(|i| mk(TermKind::Lit(Lit::Int(i))))
+                    .boxed(),
+            )),
+            Type::Bool => opts.push((
+                2,
+                any::<bool>()
+                    .prop_map(|b| mk(TermKind::Lit(Lit::Bool(b))))
+                    .boxed(),
+            )),
             Type::Unit => opts.push((2, Just(mk(TermKind::Lit(Lit::Unit))).boxed())),
             Type::Prod(p) => {
                 let (a, b) = (p.0.clone(), p.1.clone());
-                opts.push((2, (self.leaf(&a), self.leaf(&b)).prop_map(|(x, y)| mk(TermKind::Pair(x, y))).boxed()));
+                opts.push((
+                    2,
+                    (self.leaf(&a), self.leaf(&b))
+                        .prop_map(|(x, y)| mk(TermKind::Pair(x, y)))
+                        .boxed(),
+                ));
             }
             Type::Fun(p) => {
                 let (a, b) = (p.0.clone(), p.1.clone());
                 let x = Var::fresh(fresh_name(&a), a);
                 let inner = self.with(&[&x]);
-                opts.push((2, inner.leaf(&b).prop_map(move |body| mk(TermKind::Lam(x.clone(), body))).boxed()));
+                opts.push((
+                    2,
+                    inner
+                        .leaf(&b)
+                        .prop_map(move |body| mk(TermKind::Lam(x.clone(), body)))
+                        .boxed(),
+                ));
             }
             Type::Sum(p) => {
                 let (a, b) = (p.0.clone(), p.1.clone());
                 let (a2, b2) = (a.clone(), b.clone());
-                opts.push((1, self.leaf(&a).prop_map(move |t| mk(TermKind::Inl(t, b2.clone()))).boxed()));
-                opts.push((1, self.leaf(&b).prop_map(move |t| mk(TermKind::Inr(a2.clone(), t))).boxed()));
+                opts.push((
+                    1,
+                    self.leaf(&a)
+                        .prop_map(move |t| mk(TermKind::Inl(t, b2.clone())))
+                        .boxed(),
+                ));
+                opts.push((
+                    1,
+                    self.leaf(&b)
+                        .prop_map(move |t| mk(TermKind::Inr(a2.clone(), t)))
+                        .boxed(),
+                ));
             }
             Type::Array(e) => {
                 let e: Type = (***e).clone();
@@ -377,7 +409,12 @@ impl Gen {
             }
         }
         if !vars.is_empty() {
-            opts.push((3, proptest::sample::select(vars).prop_map(|v| Term::var(&v)).boxed()));
+            opts.push((
+                3,
+                proptest::sample::select(vars)
+                    .prop_map(|v| Term::var(&v))
+                    .boxed(),
+            ));
         }
         Union::new_weighted(opts).boxed()
     }
@@ -461,7 +498,8 @@ impl Gen {
                             .prop_flat_map(move |(f, args)| {
                                 let arg_s: Vec<S> = args.iter().map(|a| g.term(a, d)).collect();
                                 arg_s.prop_map(move |xs| {
-                                    xs.into_iter().fold(Term::var(&f), |acc, x| mk(TermKind::App(acc, x)))
+                                    xs.into_iter()
+                                        .fold(Term::var(&f), |acc, x| mk(TermKind::App(acc, x)))
                                 })
                             })
                             .boxed()
@@ -486,7 +524,11 @@ impl Gen {
                                 Type::prod(b, t2.clone())
                             };
                             g.term(&pt, d).prop_map(move |p| {
-                                mk(if first { TermKind::Fst(p) } else { TermKind::Snd(p) })
+                                mk(if first {
+                                    TermKind::Fst(p)
+                                } else {
+                                    TermKind::Snd(p)
+                                })
                             })
                         })
                         .boxed()
@@ -522,7 +564,13 @@ impl Gen {
                             let l = g.with(&[&x]).term(&t2, d);
                             let r = g.with(&[&y]).term(&t2, d);
                             (s, l, r).prop_map(move |(s, l, r)| {
-                                mk(TermKind::Case(s, Pat::Var(x.clone()), l, Pat::Var(y.clone()), r))
+                                mk(TermKind::Case(
+                                    s,
+                                    Pat::Var(x.clone()),
+                                    l,
+                                    Pat::Var(y.clone()),
+                                    r,
+                                ))
                             })
                         })
                         .boxed()
@@ -550,7 +598,12 @@ impl Gen {
             .prims
             .iter()
             .filter(|p| *p.result() == ty && p.name() != "dot")
-            .filter(|p| p.params().iter().chain([p.result()]).all(|t| self.allowed(t)))
+            .filter(|p| {
+                p.params()
+                    .iter()
+                    .chain([p.result()])
+                    .all(|t| self.allowed(t))
+            })
             .cloned()
             .collect();
         if !prims.is_empty() {
@@ -561,7 +614,8 @@ impl Gen {
                     let g = g.clone();
                     proptest::sample::select(prims.clone())
                         .prop_flat_map(move |p| {
-                            let args: Vec<S> = p.params().iter().map(|t| g.arg_for(&p, t, d)).collect();
+                            let args: Vec<S> =
+                                p.params().iter().map(|t| g.arg_for(&p, t, d)).collect();
                             args.prop_map(move |xs| mk(TermKind::Prim(p.clone(), xs)))
                         })
                         .boxed()
@@ -605,8 +659,10 @@ impl Gen {
                     lazy(move || {
                         let (a2, b2) = (a.clone(), b.clone());
                         prop_oneof![
-                            g.term(&a, d).prop_map(move |t| mk(TermKind::Inl(t, b2.clone()))),
-                            g.term(&b, d).prop_map(move |t| mk(TermKind::Inr(a2.clone(), t)))
+                            g.term(&a, d)
+                                .prop_map(move |t| mk(TermKind::Inl(t, b2.clone()))),
+                            g.term(&b, d)
+                                .prop_map(move |t| mk(TermKind::Inr(a2.clone(), t)))
                         ]
                         .boxed()
                     }),
@@ -654,7 +710,10 @@ impl Gen {
                     lazy(move || {
                         let g = g.clone();
                         g.any_ty()
-                            .prop_flat_map(move |a| g.term(&Type::array(a), d).prop_map(|xs| mk(TermKind::Length(xs))))
+                            .prop_flat_map(move |a| {
+                                g.term(&Type::array(a), d)
+                                    .prop_map(|xs| mk(TermKind::Length(xs)))
+                            })
                             .boxed()
                     }),
                 ));
@@ -707,7 +766,9 @@ impl Gen {
                     let i = Var::fresh("i", Type::Int);
                     let inner = g.with(&[&i]);
                     (g.size(d), inner.term(&e, d))
-                        .prop_map(move |(n, body)| mk(TermKind::Build(n, mk(TermKind::Lam(i.clone(), body)))))
+                        .prop_map(move |(n, body)| {
+                            mk(TermKind::Build(n, mk(TermKind::Lam(i.clone(), body))))
+                        })
                         .boxed()
                 }),
             ));
@@ -722,7 +783,10 @@ impl Gen {
                     let (g, e1) = (g.clone(), e1.clone());
                     g.any_ty()
                         .prop_flat_map(move |a| {
-                            (g.term(&Type::fun(a.clone(), e1.clone()), d), g.term(&Type::array(a), d))
+                            (
+                                g.term(&Type::fun(a.clone(), e1.clone()), d),
+                                g.term(&Type::array(a), d),
+                            )
                                 .prop_map(|(f, xs)| mk(TermKind::Map(f, xs)))
                         })
                         .boxed()
@@ -741,7 +805,10 @@ impl Gen {
                             let inner = g.with(&[&xs]);
                             (
                                 g.term(&Type::array(a.clone()), d),
-                                inner.term(&Type::fun(a.clone(), Type::fun(b.clone(), e2.clone())), d),
+                                inner.term(
+                                    &Type::fun(a.clone(), Type::fun(b.clone(), e2.clone())),
+                                    d,
+                                ),
                                 inner.term(&Type::fun(a.clone(), b.clone()), d),
                             )
                                 .prop_map(move |(arr, f, h)| {
@@ -781,7 +848,8 @@ impl Gen {
         if ints.is_empty() {
             lit
         } else {
-            prop_oneof![2 => lit, 1 => proptest::sample::select(ints).prop_map(|v| Term::var(&v))].boxed()
+            prop_oneof![2 => lit, 1 => proptest::sample::select(ints).prop_map(|v| Term::var(&v))]
+                .boxed()
         }
     }
 
@@ -811,4 +879,57 @@ fn fresh_name(t: &Type) -> &'static str {
         Type::Sum(_) => "s",
         Type::Array(_) => "xs",
     }
+}
+
+/// A deterministic straight-line program of `n` `let`s (about `n` lines), for benchmarks:
+///
+/// ```text
+/// def main (x : Real) (ys : Array Real) : Real =
+///   let v0 = x * 1.5 in
+///   let v1 = sin v0 + x * v0 in
+///   ...
+///   vN
+/// ```
+///
+/// Each line combines earlier variables chosen by `seed`: mostly the last few, sometimes
+/// far-back ones and the parameters, with scalar arithmetic, unary builtins, conditionals,
+/// and every 50th line a `map` of a closure over `ys` followed by a `sum`.
+pub fn straight_line_source(n: usize, seed: u64) -> String {
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let mut next = move |m: usize| {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((state >> 33) as usize) % m.max(1)
+    };
+    let mut s = String::with_capacity(n * 40);
+    s.push_str("def main (x : Real) (ys : Array Real) : Real =\n  let v0 = x * 1.5 in\n");
+    for i in 1..n.max(1) {
+        let pick = |next: &mut dyn FnMut(usize) -> usize| -> String {
+            match next(10) {
+                0 => "x".to_string(),
+                1 | 2 => format!("v{}", next(i)),
+                _ => format!("v{}", i - 1 - next(i.min(4))),
+            }
+        };
+        let a = pick(&mut next);
+        let b = pick(&mut next);
+        let line = if i % 50 == 0 {
+            format!("sum (map (\\(y : Real) -> y * {a} + {b}) ys)")
+        } else {
+            match next(6) {
+                0 => format!("{a} * {b} + 0.5"),
+                1 => format!("sin {a} + {b} * 0.25"),
+                2 => format!("if {a} > {b} then {a} - {b} else {b} * 0.5"),
+                3 => format!("tanh ({a} * {b})"),
+                4 => format!("{a} - 0.125 * {b}"),
+                _ => format!("max {a} {b} / 2"),
+            }
+        };
+        s.push_str(&format!("  let v{i} = {line} in\n"));
+    }
+    s.push_str(&format!("  v{}\n", n.max(1) - 1));
+    s
 }

@@ -293,7 +293,10 @@ mod tests {
         assert_eq!(a, b);
         assert!(!a.ptr_eq(&b));
         assert_ne!(a, Type::prod(Type::Real, Type::array(Type::Real)));
-        assert_ne!(Type::fun(Type::Real, Type::Real), Type::sum(Type::Real, Type::Real));
+        assert_ne!(
+            Type::fun(Type::Real, Type::Real),
+            Type::sum(Type::Real, Type::Real)
+        );
     }
 
     #[test]

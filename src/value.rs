@@ -425,7 +425,11 @@ impl fmt::Display for Value {
                 f.write_str(")")
             }
             Value::Inl(v) | Value::Inr(v) => {
-                f.write_str(if matches!(self, Value::Inl(_)) { "inl " } else { "inr " })?;
+                f.write_str(if matches!(self, Value::Inl(_)) {
+                    "inl "
+                } else {
+                    "inr "
+                })?;
                 let atomic = match &***v {
                     Value::Real(x) => *x >= 0.0 || x.is_nan(),
                     Value::Int(i) => *i >= 0,
@@ -512,11 +516,14 @@ mod tests {
 
     #[test]
     fn json_errors_name_the_type() {
-        let e = Value::from_json(&serde_json::json!([1, true]), &Type::array(Type::Real))
-            .unwrap_err();
+        let e =
+            Value::from_json(&serde_json::json!([1, true]), &Type::array(Type::Real)).unwrap_err();
         assert!(e.message().contains("type Real"), "{}", e.message());
-        let e = Value::from_json(&serde_json::json!([1, 2, 3]), &Type::tuple(&[Type::Real, Type::Real]))
-            .unwrap_err();
+        let e = Value::from_json(
+            &serde_json::json!([1, 2, 3]),
+            &Type::tuple(&[Type::Real, Type::Real]),
+        )
+        .unwrap_err();
         assert!(e.message().contains("(Real, Real)"), "{}", e.message());
     }
 

@@ -18,12 +18,22 @@ use std::cell::Cell;
 
 /// Compares two results of type `ty`: first-order values exactly; functions by applying both to
 /// the same random arguments and comparing the results (errors must match too).
-fn same_at(ty: &Type, a: &chad::Result<Value>, b: &chad::Result<Value>, rng: &mut TestRunner, fuel: u32) -> Result<(), String> {
+fn same_at(
+    ty: &Type,
+    a: &chad::Result<Value>,
+    b: &chad::Result<Value>,
+    rng: &mut TestRunner,
+    fuel: u32,
+) -> Result<(), String> {
     match (a, b) {
         (Err(x), Err(y)) if x.message() == y.message() && x.span() == y.span() => Ok(()),
         (Ok(x), Ok(y)) => match ty {
             _ if ty.is_first_order() => {
-                if x.same(y) == Some(true) { Ok(()) } else { Err(format!("{x} differs from {y}")) }
+                if x.same(y) == Some(true) {
+                    Ok(())
+                } else {
+                    Err(format!("{x} differs from {y}"))
+                }
             }
             Type::Fun(f) => {
                 for _ in 0..if fuel > 0 { 3 } else { 0 } {
@@ -31,8 +41,14 @@ fn same_at(ty: &Type, a: &chad::Result<Value>, b: &chad::Result<Value>, rng: &mu
                         .new_tree(rng)
                         .map_err(|e| e.to_string())?
                         .current();
-                    same_at(&f.1, &x.apply(arg.clone()), &y.apply(arg.clone()), rng, fuel - 1)
-                        .map_err(|e| format!("applied to {arg}: {e}"))?;
+                    same_at(
+                        &f.1,
+                        &x.apply(arg.clone()),
+                        &y.apply(arg.clone()),
+                        rng,
+                        fuel - 1,
+                    )
+                    .map_err(|e| format!("applied to {arg}: {e}"))?;
                 }
                 Ok(())
             }
@@ -42,8 +58,12 @@ fn same_at(ty: &Type, a: &chad::Result<Value>, b: &chad::Result<Value>, rng: &mu
                 same_at(&p.1, &Ok(x2.clone()), &Ok(y2.clone()), rng, fuel)
             }
             Type::Sum(s) => match (x, y) {
-                (Value::Inl(u), Value::Inl(v)) => same_at(&s.0, &Ok((**u).clone()), &Ok((**v).clone()), rng, fuel),
-                (Value::Inr(u), Value::Inr(v)) => same_at(&s.1, &Ok((**u).clone()), &Ok((**v).clone()), rng, fuel),
+                (Value::Inl(u), Value::Inl(v)) => {
+                    same_at(&s.0, &Ok((**u).clone()), &Ok((**v).clone()), rng, fuel)
+                }
+                (Value::Inr(u), Value::Inr(v)) => {
+                    same_at(&s.1, &Ok((**u).clone()), &Ok((**v).clone()), rng, fuel)
+                }
                 _ => Err(format!("{x} and {y} are different injections")),
             },
             Type::Array(e) => {
@@ -81,12 +101,20 @@ fn agree(p: &TestProgram) -> Result<bool, TestCaseError> {
 
     let (direct, via) = run_both(p);
     if let Ok(v) = &direct {
-        prop_assert!(v.has_type(&p.entry.body.ty), "direct result {} has the wrong type", v);
+        prop_assert!(
+            v.has_type(&p.entry.body.ty),
+            "direct result {} has the wrong type",
+            v
+        );
     }
     let mut rng = TestRunner::deterministic();
     same_at(&p.entry.body.ty, &direct, &via, &mut rng, 2).map_err(TestCaseError::fail)?;
     if let Err(e) = &direct {
-        ERRORS.with(|m| *m.borrow_mut().entry(e.message().split(':').next().unwrap_or("").to_string()).or_insert(0) += 1);
+        ERRORS.with(|m| {
+            *m.borrow_mut()
+                .entry(e.message().split(':').next().unwrap_or("").to_string())
+                .or_insert(0) += 1
+        });
     }
     Ok(direct.is_ok())
 }
@@ -109,10 +137,18 @@ fn check_config(cfg: Config, n: u32, min_success: f64) {
         })
         .unwrap_or_else(|e| panic!("{e}"));
     let frac = f64::from(ok.get()) / f64::from(total.get());
-    eprintln!("{} of {} programs evaluated without runtime error", ok.get(), total.get());
+    eprintln!(
+        "{} of {} programs evaluated without runtime error",
+        ok.get(),
+        total.get()
+    );
     ERRORS.with(|m| eprintln!("runtime errors: {:?}", m.borrow()));
     // Most generated programs must run to a value, or the agreement on values proves little.
-    assert!(frac >= min_success, "only {:.0}% of programs ran without error", frac * 100.0);
+    assert!(
+        frac >= min_success,
+        "only {:.0}% of programs ran without error",
+        frac * 100.0
+    );
 }
 
 #[test]

@@ -22,7 +22,11 @@ fn chad(args: &[&str]) -> Out {
         stdout: String::from_utf8(out.stdout).unwrap(),
         stderr: String::from_utf8(out.stderr).unwrap(),
     };
-    assert!(!o.stderr.contains("panicked"), "chad panicked: {}", o.stderr);
+    assert!(
+        !o.stderr.contains("panicked"),
+        "chad panicked: {}",
+        o.stderr
+    );
     o
 }
 
@@ -40,12 +44,18 @@ fn s(p: &Path) -> &str {
 }
 
 fn golden(name: &str, actual: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
     if std::env::var_os("CHAD_BLESS").is_some() {
         std::fs::write(&path, actual).unwrap();
     }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|_| panic!("missing golden file {}; run with CHAD_BLESS=1", path.display()));
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!(
+            "missing golden file {}; run with CHAD_BLESS=1",
+            path.display()
+        )
+    });
     assert_eq!(actual, expected, "output differs from {}", path.display());
 }
 
@@ -70,12 +80,26 @@ fn check_prints_each_definition_with_its_type() {
 fn check_json() {
     let o = chad(&["check", "examples/fig2b.chad", "--json"]);
     assert_eq!(o.code, 0);
-    assert_eq!(o.stdout, "{\"defs\":{\"fig2b\":\"Real -> Array Real -> Real\"}}\n");
+    assert_eq!(
+        o.stdout,
+        "{\"defs\":{\"fig2b\":\"Real -> Array Real -> Real\"}}\n"
+    );
 }
 
 #[test]
 fn eval_text_and_json() {
-    let o = chad(&["eval", "examples/fig1b.chad", "--arg", "1", "--arg", "2", "--arg", "3", "--arg", "4"]);
+    let o = chad(&[
+        "eval",
+        "examples/fig1b.chad",
+        "--arg",
+        "1",
+        "--arg",
+        "2",
+        "--arg",
+        "3",
+        "--arg",
+        "4",
+    ]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     // y = 1*4 + 2*2 = 8, z = 24, w = 28, v = sin 28
     assert_eq!(o.stdout.trim().parse::<f64>().unwrap(), 28f64.sin());
@@ -95,10 +119,28 @@ fn eval_structured_values_and_negative_numbers() {
         "def f (x : Real) (p : (Int, Array Real)) (s : Real + Unit) : (Real, Real + Unit, Int) =\n  \
            (x * sum (snd p), s, fst p)\n",
     );
-    let o = chad(&["eval", s(&p), "--arg", "-2", "--arg", "(3, [1.0, 2e-1])", "--arg", "inl -1"]);
+    let o = chad(&[
+        "eval",
+        s(&p),
+        "--arg",
+        "-2",
+        "--arg",
+        "(3, [1.0, 2e-1])",
+        "--arg",
+        "inl -1",
+    ]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert_eq!(o.stdout, "(-2.4, inl (-1.0), 3)\n");
-    let o = chad(&["eval", s(&p), "--arg=-2", "--arg", "(3, [0.5])", "--arg", "inr ()", "--json"]);
+    let o = chad(&[
+        "eval",
+        s(&p),
+        "--arg=-2",
+        "--arg",
+        "(3, [0.5])",
+        "--arg",
+        "inr ()",
+        "--json",
+    ]);
     assert_eq!(o.stdout, "{\"value\":[-1.0,{\"inr\":null},3]}\n");
 }
 
@@ -108,16 +150,42 @@ fn eval_args_file() {
     let o = chad(&["eval", "examples/fig2b.chad", "--args-file", s(&args)]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert_eq!(o.stdout, "12.0\n");
-    let o = chad(&["eval", "examples/fig2b.chad", "--args-file", s(&args), "--json"]);
+    let o = chad(&[
+        "eval",
+        "examples/fig2b.chad",
+        "--args-file",
+        s(&args),
+        "--json",
+    ]);
     assert_eq!(o.stdout, "{\"value\":12.0}\n");
 }
 
 #[test]
 fn eval_selects_a_definition_and_both_engines_agree() {
-    let a = chad(&["eval", "examples/ml.chad", "--def", "poly", "--arg", "[1, 2, 3]", "--arg", "2"]);
+    let a = chad(&[
+        "eval",
+        "examples/ml.chad",
+        "--def",
+        "poly",
+        "--arg",
+        "[1, 2, 3]",
+        "--arg",
+        "2",
+    ]);
     assert_eq!(a.code, 0, "{}", a.stderr);
     assert_eq!(a.stdout, "17.0\n"); // 1 + 2*2 + 3*4
-    let b = chad(&["eval", "examples/ml.chad", "--def", "poly", "--engine", "direct", "--arg", "[1, 2, 3]", "--arg", "2"]);
+    let b = chad(&[
+        "eval",
+        "examples/ml.chad",
+        "--def",
+        "poly",
+        "--engine",
+        "direct",
+        "--arg",
+        "[1, 2, 3]",
+        "--arg",
+        "2",
+    ]);
     assert_eq!(a.stdout, b.stdout);
 }
 
@@ -125,8 +193,17 @@ fn eval_selects_a_definition_and_both_engines_agree() {
 fn eval_of_a_function_valued_definition() {
     let o = chad(&["eval", "examples/ml.chad", "--def", "twice", "--arg", "1"]);
     assert_eq!(o.code, 1);
-    assert!(o.stderr.contains("argument 1: a value of function type `Real -> Real` cannot be given as an argument"), "{}", o.stderr);
-    let p = file("fn.chad", "def f (x : Real) : Real -> Real = \\(y : Real) -> x * y\n");
+    assert!(
+        o.stderr.contains(
+            "argument 1: a value of function type `Real -> Real` cannot be given as an argument"
+        ),
+        "{}",
+        o.stderr
+    );
+    let p = file(
+        "fn.chad",
+        "def f (x : Real) : Real -> Real = \\(y : Real) -> x * y\n",
+    );
     let o = chad(&["eval", s(&p), "--arg", "1"]);
     assert_eq!((o.code, o.stdout.as_str()), (0, "<function>\n"));
 }
@@ -147,68 +224,205 @@ fn show_stages_match_golden_files() {
 
 fn fails(args: &[&str], code: i32, needles: &[&str]) {
     let o = chad(args);
-    assert_eq!(o.code, code, "{args:?}: stdout {} stderr {}", o.stdout, o.stderr);
+    assert_eq!(
+        o.code, code,
+        "{args:?}: stdout {} stderr {}",
+        o.stdout, o.stderr
+    );
     for n in needles {
-        assert!(o.stderr.contains(n), "{args:?}: expected `{n}` in:\n{}", o.stderr);
+        assert!(
+            o.stderr.contains(n),
+            "{args:?}: expected `{n}` in:\n{}",
+            o.stderr
+        );
     }
 }
 
 #[test]
 fn syntax_errors_name_file_line_and_column() {
-    let p = file("syntax.chad", "def f (x : Real) : Real =\n  let y = x * in y\n");
-    fails(&["check", s(&p)], 1, &["syntax error: expected an expression, found keyword `in`", "syntax.chad:2:15"]);
+    let p = file(
+        "syntax.chad",
+        "def f (x : Real) : Real =\n  let y = x * in y\n",
+    );
+    fails(
+        &["check", s(&p)],
+        1,
+        &[
+            "syntax error: expected an expression, found keyword `in`",
+            "syntax.chad:2:15",
+        ],
+    );
     let p = file("lex.chad", "def f (x : Real) = x @ 2\n");
-    fails(&["eval", s(&p), "--arg", "1"], 1, &["unexpected character `@`", "lex.chad:1:22"]);
+    fails(
+        &["eval", s(&p), "--arg", "1"],
+        1,
+        &["unexpected character `@`", "lex.chad:1:22"],
+    );
 }
 
 #[test]
 fn type_errors_name_file_line_and_column() {
     let p = file("unknown.chad", "def f (x : Real) : Real =\n  x + y\n");
-    fails(&["check", s(&p)], 1, &["type error: unknown variable `y`", "unknown.chad:2:7"]);
+    fails(
+        &["check", s(&p)],
+        1,
+        &["type error: unknown variable `y`", "unknown.chad:2:7"],
+    );
     let p = file("mismatch.chad", "def f (n : Int) : Real = n * 2\n");
-    fails(&["check", s(&p)], 1, &["type mismatch: expected `Real`, found `Int`", "mismatch.chad:1:26", "toReal"]);
+    fails(
+        &["check", s(&p)],
+        1,
+        &[
+            "type mismatch: expected `Real`, found `Int`",
+            "mismatch.chad:1:26",
+            "toReal",
+        ],
+    );
 }
 
 #[test]
 fn bad_argument_values() {
-    fails(&["eval", "examples/fig1a.chad", "--arg", "true"], 1, &["argument 1: expected a value of type `Real`", "argument 1:1:1"]);
-    fails(&["eval", "examples/fig2b.chad", "--arg", "1", "--arg", "[1.0,"], 1, &["argument 2: expected an expression, found end of input"]);
-    fails(&["eval", "examples/fig2b.chad", "--arg", "1", "--arg", "[1.0, (2.0, 3.0)]"], 1, &["argument 2: expected a value of type `Real`", "argument 2:1:7"]);
+    fails(
+        &["eval", "examples/fig1a.chad", "--arg", "true"],
+        1,
+        &[
+            "argument 1: expected a value of type `Real`",
+            "argument 1:1:1",
+        ],
+    );
+    fails(
+        &[
+            "eval",
+            "examples/fig2b.chad",
+            "--arg",
+            "1",
+            "--arg",
+            "[1.0,",
+        ],
+        1,
+        &["argument 2: expected an expression, found end of input"],
+    );
+    fails(
+        &[
+            "eval",
+            "examples/fig2b.chad",
+            "--arg",
+            "1",
+            "--arg",
+            "[1.0, (2.0, 3.0)]",
+        ],
+        1,
+        &[
+            "argument 2: expected a value of type `Real`",
+            "argument 2:1:7",
+        ],
+    );
 }
 
 #[test]
 fn wrong_argument_count() {
-    fails(&["eval", "examples/fig2b.chad", "--arg", "1"], 1, &["the definition takes 2 arguments, but 1 was given"]);
+    fails(
+        &["eval", "examples/fig2b.chad", "--arg", "1"],
+        1,
+        &["the definition takes 2 arguments, but 1 was given"],
+    );
     let args = file("three.json", "[1, [2], 3]");
-    fails(&["eval", "examples/fig2b.chad", "--args-file", s(&args)], 1, &["takes 2 arguments, but 3 were given"]);
+    fails(
+        &["eval", "examples/fig2b.chad", "--args-file", s(&args)],
+        1,
+        &["takes 2 arguments, but 3 were given"],
+    );
 }
 
 #[test]
 fn bad_args_files() {
     let bad = file("bad.json", "[1, ");
-    fails(&["eval", "examples/fig2b.chad", "--args-file", s(&bad)], 1, &["is not valid JSON"]);
+    fails(
+        &["eval", "examples/fig2b.chad", "--args-file", s(&bad)],
+        1,
+        &["is not valid JSON"],
+    );
     let obj = file("obj.json", "{\"x\": 1}");
-    fails(&["eval", "examples/fig2b.chad", "--args-file", s(&obj)], 1, &["must hold a JSON array of arguments"]);
+    fails(
+        &["eval", "examples/fig2b.chad", "--args-file", s(&obj)],
+        1,
+        &["must hold a JSON array of arguments"],
+    );
     let wrong = file("wrong.json", "[1, [true]]");
-    fails(&["eval", "examples/fig2b.chad", "--args-file", s(&wrong)], 1, &["argument 2: expected a JSON value of type Real, found `true`"]);
-    fails(&["eval", "examples/fig2b.chad", "--args-file", "/nonexistent/args.json"], 1, &["cannot read `/nonexistent/args.json`"]);
+    fails(
+        &["eval", "examples/fig2b.chad", "--args-file", s(&wrong)],
+        1,
+        &["argument 2: expected a JSON value of type Real, found `true`"],
+    );
+    fails(
+        &[
+            "eval",
+            "examples/fig2b.chad",
+            "--args-file",
+            "/nonexistent/args.json",
+        ],
+        1,
+        &["cannot read `/nonexistent/args.json`"],
+    );
 }
 
 #[test]
 fn runtime_errors_with_positions() {
     let p = file("index.chad", "def f (xs : Array Real) : Real =\n  xs ! 3\n");
-    fails(&["eval", s(&p), "--arg", "[1.0, 2.0]"], 1, &["runtime error: index 3 out of range for an array of length 2", "index.chad:2:3"]);
-    let p = file("map2.chad", "def f (xs : Array Real) (ys : Array Real) =\n  map2 (\\(a : Real) (b : Real) -> a * b) xs ys\n");
-    fails(&["eval", s(&p), "--arg", "[1.0]", "--arg", "[1.0, 2.0]"], 1, &["map2: arrays have different lengths (1 and 2)", "map2.chad:2:3"]);
-    fails(&["eval", s(&p), "--engine", "direct", "--arg", "[1.0]", "--arg", "[1.0, 2.0]"], 1, &["map2.chad:2:3"]);
+    fails(
+        &["eval", s(&p), "--arg", "[1.0, 2.0]"],
+        1,
+        &[
+            "runtime error: index 3 out of range for an array of length 2",
+            "index.chad:2:3",
+        ],
+    );
+    let p = file(
+        "map2.chad",
+        "def f (xs : Array Real) (ys : Array Real) =\n  map2 (\\(a : Real) (b : Real) -> a * b) xs ys\n",
+    );
+    fails(
+        &["eval", s(&p), "--arg", "[1.0]", "--arg", "[1.0, 2.0]"],
+        1,
+        &[
+            "map2: arrays have different lengths (1 and 2)",
+            "map2.chad:2:3",
+        ],
+    );
+    fails(
+        &[
+            "eval",
+            s(&p),
+            "--engine",
+            "direct",
+            "--arg",
+            "[1.0]",
+            "--arg",
+            "[1.0, 2.0]",
+        ],
+        1,
+        &["map2.chad:2:3"],
+    );
     let p = file("div.chad", "def f (n : Int) : Int = 10 / n\n");
-    fails(&["eval", s(&p), "--arg", "0"], 1, &["integer division by zero (10 / 0)", "div.chad:1:25"]);
+    fails(
+        &["eval", s(&p), "--arg", "0"],
+        1,
+        &["integer division by zero (10 / 0)", "div.chad:1:25"],
+    );
 }
 
 #[test]
 fn missing_file_definition_or_definitions() {
-    fails(&["check", "no/such/file.chad"], 1, &["cannot read `no/such/file.chad`"]);
-    fails(&["eval", "examples/ml.chad", "--def", "nope"], 1, &["no definition named `nope`", "definitions: compose, twice"]);
+    fails(
+        &["check", "no/such/file.chad"],
+        1,
+        &["cannot read `no/such/file.chad`"],
+    );
+    fails(
+        &["eval", "examples/ml.chad", "--def", "nope"],
+        1,
+        &["no definition named `nope`", "definitions: compose, twice"],
+    );
     let empty = file("empty.chad", "# nothing here\n");
     fails(&["eval", s(&empty)], 1, &["has no definitions"]);
 }
@@ -216,17 +430,39 @@ fn missing_file_definition_or_definitions() {
 #[test]
 fn usage_errors_exit_with_status_2() {
     fails(&["frobnicate", "x.chad"], 2, &["unrecognized subcommand"]);
-    fails(&["show", "examples/fig1a.chad", "--stage", "bogus"], 2, &["invalid value 'bogus'"]);
+    fails(
+        &["show", "examples/fig1a.chad", "--stage", "bogus"],
+        2,
+        &["invalid value 'bogus'"],
+    );
     fails(&["show", "examples/fig1a.chad"], 2, &["--stage"]);
     let args = file("ok.json", "[1.0]");
-    fails(&["eval", "examples/fig1a.chad", "--arg", "1", "--args-file", s(&args)], 2, &["cannot be used with"]);
+    fails(
+        &[
+            "eval",
+            "examples/fig1a.chad",
+            "--arg",
+            "1",
+            "--args-file",
+            s(&args),
+        ],
+        2,
+        &["cannot be used with"],
+    );
     fails(&["eval"], 2, &["<FILE>"]);
 }
 
 #[test]
 fn deeply_nested_programs_do_not_crash() {
     let n = 50_000;
-    let p = file("deep.chad", &format!("def f (x : Real) : Real = {}x{}\n", "(".repeat(n), ")".repeat(n)));
+    let p = file(
+        "deep.chad",
+        &format!(
+            "def f (x : Real) : Real = {}x{}\n",
+            "(".repeat(n),
+            ")".repeat(n)
+        ),
+    );
     let o = chad(&["eval", s(&p), "--arg", "1"]);
     assert_eq!((o.code, o.stdout.as_str()), (0, "1.0\n"), "{}", o.stderr);
     let mut lets = String::from("def f (x : Real) : Real =\n");
@@ -237,6 +473,13 @@ fn deeply_nested_programs_do_not_crash() {
     let p = file("lets.chad", &lets);
     let o = chad(&["eval", s(&p), "--arg", "1"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
-    let p = file("toodeep.chad", &format!("def f : Real = {}1.0{}\n", "[".repeat(200_000), "]".repeat(200_000)));
+    let p = file(
+        "toodeep.chad",
+        &format!(
+            "def f : Real = {}1.0{}\n",
+            "[".repeat(200_000),
+            "]".repeat(200_000)
+        ),
+    );
     fails(&["check", s(&p)], 1, &["nested too deeply"]);
 }

@@ -72,7 +72,12 @@ impl Compiler {
 
     fn push(&mut self, p: &Pat) {
         let level = self.levels.len() - 1;
-        fn walk(p: &Pat, path: &mut SmallVec<[Step; 4]>, level: usize, out: &mut HashMap<VarId, (usize, SmallVec<[Step; 4]>)>) {
+        fn walk(
+            p: &Pat,
+            path: &mut SmallVec<[Step; 4]>,
+            level: usize,
+            out: &mut HashMap<VarId, (usize, SmallVec<[Step; 4]>)>,
+        ) {
             match p {
                 Pat::Var(v) => {
                     out.insert(v.id, (level, path.clone()));
@@ -245,7 +250,8 @@ impl Compiler {
                         let fty = f.ty.clone();
                         let (_, a) = fty.as_fun().expect("typed");
                         let fc = self.term(f);
-                        let swap = Comb::pair(Comb::snd(&Type::Int, &fty), Comb::fst(&Type::Int, &fty));
+                        let swap =
+                            Comb::pair(Comb::snd(&Type::Int, &fty), Comb::fst(&Type::Int, &fty));
                         let b = Comb::build(Comb::eval(&Type::Int, a), span);
                         Comb::compose(b, Comb::compose(swap, Comb::pair(nc, fc)))
                     }

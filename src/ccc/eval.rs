@@ -127,7 +127,14 @@ impl Coproducts for Eval {
         fun(|x| Ok(Value::inr(x.clone())))
     }
 
-    fn copair(&self, f: Fun, g: Fun, _: &Type, _: &Type, _: &Type) -> std::result::Result<Fun, Infallible> {
+    fn copair(
+        &self,
+        f: Fun,
+        g: Fun,
+        _: &Type,
+        _: &Type,
+        _: &Type,
+    ) -> std::result::Result<Fun, Infallible> {
         fun(move |x| {
             deep(|| match x {
                 Value::Inl(v) => f(v),
@@ -163,7 +170,14 @@ impl Arrays for Eval {
         })
     }
 
-    fn map2(&self, f: Fun, _: &Type, _: &Type, _: &Type, c: &Type) -> std::result::Result<Fun, Infallible> {
+    fn map2(
+        &self,
+        f: Fun,
+        _: &Type,
+        _: &Type,
+        _: &Type,
+        c: &Type,
+    ) -> std::result::Result<Fun, Infallible> {
         let c = c.clone();
         fun(move |x| {
             let (g, arrays) = x.expect_pair();

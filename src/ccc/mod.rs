@@ -290,7 +290,10 @@ impl Comb {
     /// `dist : A × (B + C) → (A × B) + (A × C)`.
     pub fn dist(a: &Type, b: &Type, c: &Type) -> Comb {
         let dom = Type::prod(a.clone(), Type::sum(b.clone(), c.clone()));
-        let cod = Type::sum(Type::prod(a.clone(), b.clone()), Type::prod(a.clone(), c.clone()));
+        let cod = Type::sum(
+            Type::prod(a.clone(), b.clone()),
+            Type::prod(a.clone(), c.clone()),
+        );
         Comb::node(CombKind::Dist, dom, cod)
     }
 

@@ -95,7 +95,14 @@ pub trait Coproducts: Cartesian {
     fn inr(&self, a: &Type, b: &Type) -> Result<Self::Mor, Self::Error>;
 
     /// `[f, g] : A + B → C`.
-    fn copair(&self, f: Self::Mor, g: Self::Mor, a: &Type, b: &Type, c: &Type) -> Result<Self::Mor, Self::Error>;
+    fn copair(
+        &self,
+        f: Self::Mor,
+        g: Self::Mor,
+        a: &Type,
+        b: &Type,
+        c: &Type,
+    ) -> Result<Self::Mor, Self::Error>;
 
     /// `dist : A × (B + C) → (A × B) + (A × C)`.
     fn dist(&self, a: &Type, b: &Type, c: &Type) -> Result<Self::Mor, Self::Error>;
@@ -104,10 +111,18 @@ pub trait Coproducts: Cartesian {
 /// Arrays and their operations.
 pub trait Arrays: Cartesian {
     /// `map(f) : Γ × Array A → Array B` for `f : Γ × A → B`.
-    fn map(&self, f: Self::Mor, gamma: &Type, a: &Type, b: &Type) -> Result<Self::Mor, Self::Error>;
+    fn map(&self, f: Self::Mor, gamma: &Type, a: &Type, b: &Type)
+    -> Result<Self::Mor, Self::Error>;
 
     /// `map2(f) : Γ × (Array A × Array B) → Array C` for `f : Γ × (A × B) → C`.
-    fn map2(&self, f: Self::Mor, gamma: &Type, a: &Type, b: &Type, c: &Type) -> Result<Self::Mor, Self::Error>;
+    fn map2(
+        &self,
+        f: Self::Mor,
+        gamma: &Type,
+        a: &Type,
+        b: &Type,
+        c: &Type,
+    ) -> Result<Self::Mor, Self::Error>;
 
     /// `build(f) : Γ × Int → Array A` for `f : Γ × Int → A`.
     fn build(&self, f: Self::Mor, gamma: &Type, a: &Type) -> Result<Self::Mor, Self::Error>;
@@ -221,7 +236,10 @@ pub fn interpret<M: Model>(c: &Comb, m: &M) -> Result<M::Mor, M::Error> {
                 let (_, a) = prod(&c.dom);
                 (m.replicate(&a)?, Some(*at))
             }
-            CombKind::Array(n) => (m.array(c.cod.as_array().expect("typed combinator"), *n)?, None),
+            CombKind::Array(n) => (
+                m.array(c.cod.as_array().expect("typed combinator"), *n)?,
+                None,
+            ),
         };
         Ok(match at {
             Some(s) => m.located(mor, s),

@@ -42,7 +42,10 @@ fn call(name: &str, args: Vec<Doc>) -> R {
     Ok(RcDoc::text(format!("{name}("))
         .append(
             RcDoc::line_()
-                .append(RcDoc::intersperse(args, RcDoc::text(",").append(RcDoc::line())))
+                .append(RcDoc::intersperse(
+                    args,
+                    RcDoc::text(",").append(RcDoc::line()),
+                ))
                 .nest(2),
         )
         .append(RcDoc::line_())
@@ -76,7 +79,10 @@ impl Category for Printer {
 
     fn compose(&self, g: Doc, f: Doc) -> R {
         // Composition is associative and the only infix form, so no parentheses are needed.
-        Ok(g.append(RcDoc::text(" ∘")).append(RcDoc::line()).append(f).group())
+        Ok(g.append(RcDoc::text(" ∘"))
+            .append(RcDoc::line())
+            .append(f)
+            .group())
     }
 }
 
@@ -95,7 +101,14 @@ impl Cartesian for Printer {
 
     fn pair(&self, f: Doc, g: Doc) -> R {
         Ok(RcDoc::text("⟨")
-            .append(RcDoc::line_().append(f).append(",").append(RcDoc::line()).append(g).nest(2))
+            .append(
+                RcDoc::line_()
+                    .append(f)
+                    .append(",")
+                    .append(RcDoc::line())
+                    .append(g)
+                    .nest(2),
+            )
             .append(RcDoc::line_())
             .append("⟩")
             .group())
@@ -142,7 +155,14 @@ impl Coproducts for Printer {
 
     fn copair(&self, f: Doc, g: Doc, _: &Type, _: &Type, _: &Type) -> R {
         Ok(RcDoc::text("[")
-            .append(RcDoc::line_().append(f).append(",").append(RcDoc::line()).append(g).nest(2))
+            .append(
+                RcDoc::line_()
+                    .append(f)
+                    .append(",")
+                    .append(RcDoc::line())
+                    .append(g)
+                    .nest(2),
+            )
             .append(RcDoc::line_())
             .append("]")
             .group())

@@ -81,7 +81,10 @@ impl Closed for Typing {
     }
 
     fn eval(&self, b: &Type, c: &Type) -> R {
-        Ok((Type::prod(Type::fun(b.clone(), c.clone()), b.clone()), c.clone()))
+        Ok((
+            Type::prod(Type::fun(b.clone(), c.clone()), b.clone()),
+            c.clone(),
+        ))
     }
 }
 
@@ -105,7 +108,10 @@ impl Coproducts for Typing {
     fn dist(&self, a: &Type, b: &Type, c: &Type) -> R {
         Ok((
             Type::prod(a.clone(), Type::sum(b.clone(), c.clone())),
-            Type::sum(Type::prod(a.clone(), b.clone()), Type::prod(a.clone(), c.clone())),
+            Type::sum(
+                Type::prod(a.clone(), b.clone()),
+                Type::prod(a.clone(), c.clone()),
+            ),
         ))
     }
 }
@@ -114,20 +120,34 @@ impl Arrays for Typing {
     fn map(&self, (d, b1): Sig, g: &Type, a: &Type, b: &Type) -> R {
         same("map function domain", &d, &Type::prod(g.clone(), a.clone()))?;
         same("map function codomain", &b1, b)?;
-        Ok((Type::prod(g.clone(), Type::array(a.clone())), Type::array(b.clone())))
+        Ok((
+            Type::prod(g.clone(), Type::array(a.clone())),
+            Type::array(b.clone()),
+        ))
     }
 
     fn map2(&self, (d, c1): Sig, g: &Type, a: &Type, b: &Type, c: &Type) -> R {
-        same("map2 function domain", &d, &Type::prod(g.clone(), Type::prod(a.clone(), b.clone())))?;
+        same(
+            "map2 function domain",
+            &d,
+            &Type::prod(g.clone(), Type::prod(a.clone(), b.clone())),
+        )?;
         same("map2 function codomain", &c1, c)?;
         Ok((
-            Type::prod(g.clone(), Type::prod(Type::array(a.clone()), Type::array(b.clone()))),
+            Type::prod(
+                g.clone(),
+                Type::prod(Type::array(a.clone()), Type::array(b.clone())),
+            ),
             Type::array(c.clone()),
         ))
     }
 
     fn build(&self, (d, a1): Sig, g: &Type, a: &Type) -> R {
-        same("build function domain", &d, &Type::prod(g.clone(), Type::Int))?;
+        same(
+            "build function domain",
+            &d,
+            &Type::prod(g.clone(), Type::Int),
+        )?;
         same("build function codomain", &a1, a)?;
         Ok((Type::prod(g.clone(), Type::Int), Type::array(a.clone())))
     }

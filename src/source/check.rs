@@ -49,7 +49,11 @@ pub fn check_program(prog: &ast::Program, reg: &Registry) -> Result<Program> {
         c.deps.clear();
         let mut params = Vec::new();
         for p in &d.params {
-            let ty = p.ty.as_ref().expect("parser requires annotations").ty.clone();
+            let ty =
+                p.ty.as_ref()
+                    .expect("parser requires annotations")
+                    .ty
+                    .clone();
             if params.iter().any(|v: &Var| v.name == p.name.name) && &*p.name.name != "_" {
                 return Err(Error::type_error(
                     p.name.span,
@@ -69,9 +73,13 @@ pub fn check_program(prog: &ast::Program, reg: &Registry) -> Result<Program> {
             c.pop(v);
         }
         let ret = body.ty.clone();
-        let ty = Type::curried(&params.iter().map(|p| p.ty.clone()).collect::<Vec<_>>(), ret.clone());
+        let ty = Type::curried(
+            &params.iter().map(|p| p.ty.clone()).collect::<Vec<_>>(),
+            ret.clone(),
+        );
         let var = Var::fresh(d.name.name.clone(), ty);
-        c.globals.insert(d.name.name.clone(), (defs.len(), var.clone()));
+        c.globals
+            .insert(d.name.name.clone(), (defs.len(), var.clone()));
         defs.push(Def {
             var,
             params,
@@ -140,10 +148,14 @@ fn needs_context(e: &Expr) -> bool {
     match &e.kind {
         ExprKind::Array(items) => items.is_empty(),
         ExprKind::Lam(ps, _) => ps.iter().any(|p| p.ty.is_none()),
-        ExprKind::App(h, _) => matches!(&h.kind, ExprKind::Var(x) if &**x == "inl" || &**x == "inr"),
+        ExprKind::App(h, _) => {
+            matches!(&h.kind, ExprKind::Var(x) if &**x == "inl" || &**x == "inr")
+        }
         ExprKind::Var(x) => POLY.iter().any(|(n, _)| **n == **x),
         ExprKind::Let(_, _, _, b) => needs_context(b),
-        ExprKind::If(_, a, b) | ExprKind::Case(_, _, a, _, b) => needs_context(a) && needs_context(b),
+        ExprKind::If(_, a, b) | ExprKind::Case(_, _, a, _, b) => {
+            needs_context(a) && needs_context(b)
+        }
         _ => false,
     }
 }
@@ -176,7 +188,10 @@ fn edit_distance(a: &str, b: &str) -> usize {
 
 impl<'r> Checker<'r> {
     fn push(&mut self, v: &Var) {
-        self.scope.entry(v.name.clone()).or_default().push(v.clone());
+        self.scope
+            .entry(v.name.clone())
+            .or_default()
+            .push(v.clone());
     }
 
     fn pop(&mut self, v: &Var) {
@@ -197,7 +212,8 @@ impl<'r> Checker<'r> {
     }
 
     fn unknown_variable(&self, name: &str, span: Span) -> Error {
-        let mut e = Error::type_error(span, format!("unknown variable `{name}`")).with_label("not in scope");
+        let mut e = Error::type_error(span, format!("unknown variable `{name}`"))
+            .with_label("not in scope");
         if self.current.as_deref() == Some(name) {
             return e.with_note(format!(
                 "`{name}` is not in scope in its own body: definitions cannot be recursive"
@@ -229,7 +245,12 @@ impl<'r> Checker<'r> {
 
     // ----- patterns -----
 
-    fn bind_pattern(&mut self, p: &ast::Pattern, ty: &Type, seen: &mut Vec<Rc<str>>) -> Result<Pat> {
+    fn bind_pattern(
+        &mut self,
+        p: &ast::Pattern,
+        ty: &Type,
+        seen: &mut Vec<Rc<str>>,
+    ) -> Result<Pat> {
         Ok(match p {
             ast::Pattern::Var(x) => {
                 if seen.contains(&x.name) {
@@ -294,23 +315,32 @@ impl<'r> Checker<'r> {
             ExprKind::Bool(b) => Ok(mk(TermKind::Lit(Lit::Bool(*b)))),
             ExprKind::Unit => Ok(mk(TermKind::Lit(Lit::Unit))),
             ExprKind::Tuple(items) => {
-                let ts = items.iter().map(|i| self.infer(i)).collect::<Result<Vec<_>>>()?;
+                let ts = items
+                    .iter()
+                    .map(|i| self.infer(i))
+                    .collect::<Result<Vec<_>>>()?;
                 Ok(tuple_term(ts, span))
             }
             ExprKind::Array(items) => {
-                let Some(pivot) = items.iter().position(|i| !is_flexible(i)).or(if items.is_empty() {
-                    None
-                } else {
-                    Some(0)
-                }) else {
-                    return Err(Error::type_error(span, "cannot infer the element type of `[]`")
-                        .with_note("annotate it, e.g. `([] : Array Real)`"));
+                let Some(pivot) = items
+                    .iter()
+                    .position(|i| !is_flexible(i))
+                    .or(if items.is_empty() { None } else { Some(0) })
+                else {
+                    return Err(
+                        Error::type_error(span, "cannot infer the element type of `[]`")
+                            .with_note("annotate it, e.g. `([] : Array Real)`"),
+                    );
                 };
                 let first = self.infer(&items[pivot])?;
                 let elem = first.ty.clone();
                 let mut ts = Vec::new();
                 for (k, it) in items.iter().enumerate() {
-                    ts.push(if k == pivot { first.clone() } else { self.check(it, &elem)? });
+                    ts.push(if k == pivot {
+                        first.clone()
+                    } else {
+                        self.check(it, &elem)?
+                    });
                 }
                 Ok(mk(TermKind::Array(elem, ts)))
             }
@@ -377,7 +407,9 @@ impl<'r> Checker<'r> {
                         Some(t) => self.check(body, t),
                         None => self.infer(body),
                     },
-                    (false, ExprKind::Lam(ps, b)) => self.lambda(ps, b, known, expected_result, body.span),
+                    (false, ExprKind::Lam(ps, b)) => {
+                        self.lambda(ps, b, known, expected_result, body.span)
+                    }
                     (false, _) => {
                         let t = self.infer(body)?;
                         match peel(&t.ty, known.len()) {
@@ -386,7 +418,11 @@ impl<'r> Checker<'r> {
                                 body.span,
                                 format!(
                                     "expected a function taking `{}`, found `{}`",
-                                    known.iter().map(|k| k.to_string()).collect::<Vec<_>>().join("`, then `"),
+                                    known
+                                        .iter()
+                                        .map(|k| k.to_string())
+                                        .collect::<Vec<_>>()
+                                        .join("`, then `"),
                                     t.ty
                                 ),
                             )),
@@ -408,7 +444,9 @@ impl<'r> Checker<'r> {
             };
             let var = Var::fresh(p.name.name.clone(), ty);
             let known_rest = if known.is_empty() { known } else { &known[1..] };
-            let b = self.under(&Pat::Var(var.clone()), |s| s.lambda(rest, body, known_rest, expected_result, span))?;
+            let b = self.under(&Pat::Var(var.clone()), |s| {
+                s.lambda(rest, body, known_rest, expected_result, span)
+            })?;
             Ok(Term::new(TermKind::Lam(var, b), span))
         })
     }
@@ -481,7 +519,10 @@ impl<'r> Checker<'r> {
         let Some((l, r)) = st.ty.as_sum() else {
             return Err(Error::type_error(
                 s.span,
-                format!("`case` expects a value of a sum type `A + B`, found `{}`", st.ty),
+                format!(
+                    "`case` expects a value of a sum type `A + B`, found `{}`",
+                    st.ty
+                ),
             )
             .with_label(format!("this has type `{}`", st.ty)));
         };
@@ -495,7 +536,8 @@ impl<'r> Checker<'r> {
                 (ta, tb)
             }
             None => {
-                let swap = (is_flexible(a) && !is_flexible(b)) || (needs_context(a) && !needs_context(b));
+                let swap =
+                    (is_flexible(a) && !is_flexible(b)) || (needs_context(a) && !needs_context(b));
                 if swap {
                     let tb = self.under(&pr, |c| c.infer(b))?;
                     let ta = self.under(&pl, |c| c.check(a, &tb.ty))?;
@@ -521,10 +563,20 @@ impl<'r> Checker<'r> {
                 ));
             }
         };
-        Ok(Term::new(TermKind::Prim(crate::prim::op(op), vec![t]), span))
+        Ok(Term::new(
+            TermKind::Prim(crate::prim::op(op), vec![t]),
+            span,
+        ))
     }
 
-    fn binary(&mut self, op: BinOp, a: &Expr, b: &Expr, expected: Option<&Type>, span: Span) -> Result<Term> {
+    fn binary(
+        &mut self,
+        op: BinOp,
+        a: &Expr,
+        b: &Expr,
+        expected: Option<&Type>,
+        span: Span,
+    ) -> Result<Term> {
         match op {
             BinOp::And | BinOp::Or => {
                 let ta = self.check(a, &Type::Bool)?;
@@ -550,7 +602,8 @@ impl<'r> Checker<'r> {
             }
             _ => {
                 let sym = op.symbol();
-                let (real, int, boolean) = crate::prim::operator_prims(sym).expect("arithmetic or comparison");
+                let (real, int, boolean) =
+                    crate::prim::operator_prims(sym).expect("arithmetic or comparison");
                 let arithmetic = matches!(op, BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div);
                 let allowed = |t: &Type| match t {
                     Type::Real => real,
@@ -564,7 +617,9 @@ impl<'r> Checker<'r> {
                     "Real or Int"
                 };
                 let (ta, tb) = match expected {
-                    Some(t @ (Type::Real | Type::Int)) if arithmetic => (self.check(a, t)?, self.check(b, t)?),
+                    Some(t @ (Type::Real | Type::Int)) if arithmetic => {
+                        (self.check(a, t)?, self.check(b, t)?)
+                    }
                     _ => {
                         let swap = is_flexible(a) && !is_flexible(b);
                         let (first, second) = if swap { (b, a) } else { (a, b) };
@@ -572,7 +627,10 @@ impl<'r> Checker<'r> {
                         if allowed(&t1.ty).is_none() {
                             return Err(Error::type_error(
                                 first.span,
-                                format!("operator `{sym}` expects {describe} operands, found `{}`", t1.ty),
+                                format!(
+                                    "operator `{sym}` expects {describe} operands, found `{}`",
+                                    t1.ty
+                                ),
                             )
                             .with_label(format!("this has type `{}`", t1.ty)));
                         }
@@ -594,7 +652,13 @@ impl<'r> Checker<'r> {
 
     // ----- application and builtins -----
 
-    fn app(&mut self, head: &Expr, args: &[Expr], expected: Option<&Type>, span: Span) -> Result<Term> {
+    fn app(
+        &mut self,
+        head: &Expr,
+        args: &[Expr],
+        expected: Option<&Type>,
+        span: Span,
+    ) -> Result<Term> {
         if let ExprKind::Var(x) = &head.kind
             && self.builtin_name(x)
         {
@@ -609,13 +673,23 @@ impl<'r> Checker<'r> {
     }
 
     /// Applies `f`, which has consumed `used` arguments already, to the remaining arguments.
-    fn apply_rest(&mut self, mut f: Term, what: &str, args: &[Expr], used: usize, span: Span) -> Result<Term> {
+    fn apply_rest(
+        &mut self,
+        mut f: Term,
+        what: &str,
+        args: &[Expr],
+        used: usize,
+        span: Span,
+    ) -> Result<Term> {
         for (k, a) in args.iter().enumerate() {
             let Some((dom, _)) = f.ty.as_fun() else {
                 let given = used + args.len();
                 let takes = used + k;
                 let msg = if takes == 0 {
-                    format!("{what} has type `{}` and cannot be applied to an argument", f.ty)
+                    format!(
+                        "{what} has type `{}` and cannot be applied to an argument",
+                        f.ty
+                    )
                 } else {
                     format!(
                         "{what} takes {takes} argument{}, but is given {given}",
@@ -626,7 +700,11 @@ impl<'r> Checker<'r> {
             };
             let dom = dom.clone();
             let arg = self.check(a, &dom)?;
-            let s = if k + 1 == args.len() { span } else { f.span.to(a.span) };
+            let s = if k + 1 == args.len() {
+                span
+            } else {
+                f.span.to(a.span)
+            };
             f = Term::new(TermKind::App(f, arg), s);
         }
         Ok(f)
@@ -667,13 +745,24 @@ impl<'r> Checker<'r> {
     fn arity(&self, name: &str) -> usize {
         match POLY.iter().find(|(n, _)| *n == name) {
             Some((_, k)) => *k,
-            None => self.reg.function(name).expect("builtin_name checked").params().len(),
+            None => self
+                .reg
+                .function(name)
+                .expect("builtin_name checked")
+                .params()
+                .len(),
         }
     }
 
     /// A builtin applied to source arguments: more arguments than its arity are applied to the
     /// result (which must then be a function).
-    fn builtin_app(&mut self, name: &str, args: &[Expr], expected: Option<&Type>, span: Span) -> Result<Term> {
+    fn builtin_app(
+        &mut self,
+        name: &str,
+        args: &[Expr],
+        expected: Option<&Type>,
+        span: Span,
+    ) -> Result<Term> {
         let arity = self.arity(name);
         if args.len() <= arity {
             let args: Vec<Arg> = args.iter().map(Arg::Src).collect();
@@ -690,7 +779,13 @@ impl<'r> Checker<'r> {
     }
 
     /// A builtin applied to at most its arity of arguments; missing ones are eta-expanded.
-    fn builtin(&mut self, name: &str, args: &[Arg], expected: Option<&Type>, span: Span) -> Result<Term> {
+    fn builtin(
+        &mut self,
+        name: &str,
+        args: &[Arg],
+        expected: Option<&Type>,
+        span: Span,
+    ) -> Result<Term> {
         let t = if args.len() < self.arity(name) {
             self.eta_expand(name, args, expected, span)?
         } else {
@@ -704,7 +799,13 @@ impl<'r> Checker<'r> {
 
     /// `name a1 .. ak` with k below the arity: evaluates the given arguments once, at this point
     /// (binding the non-trivial ones with `let`), and returns a lambda over the missing ones.
-    fn eta_expand(&mut self, name: &str, args: &[Arg], expected: Option<&Type>, span: Span) -> Result<Term> {
+    fn eta_expand(
+        &mut self,
+        name: &str,
+        args: &[Arg],
+        expected: Option<&Type>,
+        span: Span,
+    ) -> Result<Term> {
         let arity = self.arity(name);
         let prim = if POLY.iter().any(|(n, _)| *n == name) {
             None
@@ -733,21 +834,39 @@ impl<'r> Checker<'r> {
             let (doms, _) = peel(&given[0].ty, arity - 1).ok_or_else(|| {
                 Error::type_error(
                     args[0].span(),
-                    format!("`{name}` expects a function of {} argument{}, found `{}`", arity - 1, if arity == 2 { "" } else { "s" }, given[0].ty),
+                    format!(
+                        "`{name}` expects a function of {} argument{}, found `{}`",
+                        arity - 1,
+                        if arity == 2 { "" } else { "s" },
+                        given[0].ty
+                    ),
                 )
             })?;
-            (doms[args.len() - 1..].iter().cloned().map(Type::array).collect(), None)
+            (
+                doms[args.len() - 1..]
+                    .iter()
+                    .cloned()
+                    .map(Type::array)
+                    .collect(),
+                None,
+            )
         } else {
             return Err(Error::type_error(
                 span,
-                format!("cannot infer the type of `{name}` applied to {} of its {arity} arguments", args.len()),
+                format!(
+                    "cannot infer the type of `{name}` applied to {} of its {arity} arguments",
+                    args.len()
+                ),
             )
             .with_note("apply it to all its arguments, or annotate the expected type"));
         };
         let mut lets = Vec::new();
         let mut all = Vec::new();
         for (k, t) in given.into_iter().enumerate() {
-            if matches!(t.kind, TermKind::Var(_) | TermKind::Lit(_) | TermKind::Lam(..)) {
+            if matches!(
+                t.kind,
+                TermKind::Var(_) | TermKind::Lit(_) | TermKind::Lam(..)
+            ) {
                 all.push(t);
             } else {
                 let v = Var::fresh(format!("a{}", k + 1), t.ty.clone());
@@ -755,31 +874,47 @@ impl<'r> Checker<'r> {
                 lets.push((v, t));
             }
         }
-        let names: &[&str] = if name == "map" || name == "map2" { &["xs", "ys"] } else { &["x", "y", "z", "w"] };
+        let names: &[&str] = if name == "map" || name == "map2" {
+            &["xs", "ys"]
+        } else {
+            &["x", "y", "z", "w"]
+        };
         let vars: Vec<Var> = missing
             .iter()
             .enumerate()
             .map(|(k, t)| {
                 // Named by position: `pow 2.0` gives `\y -> pow 2.0 y`, `map2 f xs` gives `\ys`.
-                let pos = if prim.is_some() { args.len() + k } else { (args.len() + k).saturating_sub(1) };
+                let pos = if prim.is_some() {
+                    args.len() + k
+                } else {
+                    (args.len() + k).saturating_sub(1)
+                };
                 Var::fresh(names[pos % names.len()], t.clone())
             })
             .collect();
-        all.extend(vars.iter().map(|v| Term::new(TermKind::Var(v.clone()), span)));
+        all.extend(
+            vars.iter()
+                .map(|v| Term::new(TermKind::Var(v.clone()), span)),
+        );
         let refs: Vec<Arg> = all.iter().map(Arg::Core).collect();
         let body = self.saturated(name, &refs, result.as_ref(), span)?;
         let lam = vars
             .into_iter()
             .rev()
             .fold(body, |b, v| Term::new(TermKind::Lam(v, b), span));
-        Ok(lets
-            .into_iter()
-            .rev()
-            .fold(lam, |b, (v, t)| Term::new(TermKind::Let(Pat::Var(v), t, b), span)))
+        Ok(lets.into_iter().rev().fold(lam, |b, (v, t)| {
+            Term::new(TermKind::Let(Pat::Var(v), t, b), span)
+        }))
     }
 
     /// A builtin applied to exactly its arguments.
-    fn saturated(&mut self, name: &str, args: &[Arg], expected: Option<&Type>, span: Span) -> Result<Term> {
+    fn saturated(
+        &mut self,
+        name: &str,
+        args: &[Arg],
+        expected: Option<&Type>,
+        span: Span,
+    ) -> Result<Term> {
         let mk = |kind| Term::new(kind, span);
         let arity_err = |what: &str, found: &Type, at: Span| {
             Error::type_error(at, format!("`{name}` expects {what}, found `{found}`"))
@@ -791,7 +926,11 @@ impl<'r> Checker<'r> {
                 if p.ty.as_prod().is_none() {
                     return Err(arity_err("a pair", &p.ty, args[0].span()));
                 }
-                mk(if name == "fst" { TermKind::Fst(p) } else { TermKind::Snd(p) })
+                mk(if name == "fst" {
+                    TermKind::Fst(p)
+                } else {
+                    TermKind::Snd(p)
+                })
             }
             "inl" | "inr" => {
                 let Some((l, r)) = expected.and_then(Type::as_sum) else {
@@ -801,7 +940,12 @@ impl<'r> Checker<'r> {
                     )
                     .with_note(format!("annotate it, e.g. `({name} x : A + B)`"));
                     if let Some(t) = expected {
-                        e = Error::type_error(span, format!("type mismatch: expected `{t}`, found a sum injection `{name}`"));
+                        e = Error::type_error(
+                            span,
+                            format!(
+                                "type mismatch: expected `{t}`, found a sum injection `{name}`"
+                            ),
+                        );
                     }
                     return Err(e);
                 };
@@ -817,7 +961,10 @@ impl<'r> Checker<'r> {
                 // With an unannotated lambda, infer the arrays first to learn its parameters.
                 let lam_needs = matches!(args[0], Arg::Src(Expr { kind: ExprKind::Lam(ps, _), .. }) if ps.iter().any(|p| p.ty.is_none()));
                 let (f, arrays) = if lam_needs {
-                    let arrays = args[1..].iter().map(|a| self.infer_arg(*a)).collect::<Result<Vec<_>>>()?;
+                    let arrays = args[1..]
+                        .iter()
+                        .map(|a| self.infer_arg(*a))
+                        .collect::<Result<Vec<_>>>()?;
                     let mut elems = Vec::new();
                     for (a, t) in args[1..].iter().zip(&arrays) {
                         match t.ty.as_array() {
@@ -838,7 +985,11 @@ impl<'r> Checker<'r> {
                                 cur = c;
                             }
                             None => {
-                                let what = if n == 1 { "a function" } else { "a function of two arguments" };
+                                let what = if n == 1 {
+                                    "a function"
+                                } else {
+                                    "a function of two arguments"
+                                };
                                 return Err(arity_err(what, &f.ty, args[0].span()));
                             }
                         }
@@ -857,9 +1008,16 @@ impl<'r> Checker<'r> {
                     Some(ys) => {
                         // Check the function's type against the arrays (when inferred first).
                         let (a, b) = (xs.ty.as_array().cloned(), ys.ty.as_array().cloned());
-                        let ok = f.ty.as_fun().is_some_and(|(d, c)| Some(d) == a.as_ref() && c.as_fun().is_some_and(|(d2, _)| Some(d2) == b.as_ref()));
+                        let ok = f.ty.as_fun().is_some_and(|(d, c)| {
+                            Some(d) == a.as_ref()
+                                && c.as_fun().is_some_and(|(d2, _)| Some(d2) == b.as_ref())
+                        });
                         if !ok {
-                            return Err(arity_err("a function of two arguments matching the arrays", &f.ty, args[0].span()));
+                            return Err(arity_err(
+                                "a function of two arguments matching the arrays",
+                                &f.ty,
+                                args[0].span(),
+                            ));
                         }
                         mk(TermKind::Map2(f, xs, ys))
                     }
@@ -893,7 +1051,11 @@ impl<'r> Checker<'r> {
                 mk(TermKind::Replicate(n, x))
             }
             _ => {
-                let p: Prim = self.reg.function(name).expect("builtin_name checked").clone();
+                let p: Prim = self
+                    .reg
+                    .function(name)
+                    .expect("builtin_name checked")
+                    .clone();
                 let ts = args
                     .iter()
                     .zip(p.params())
@@ -913,7 +1075,9 @@ impl<'r> Checker<'r> {
     fn check_inner(&mut self, e: &Expr, ty: &Type) -> Result<Term> {
         let span = e.span;
         match (&e.kind, ty) {
-            (ExprKind::Int(i), Type::Real) => Ok(Term::new(TermKind::Lit(Lit::Real(*i as f64)), span)),
+            (ExprKind::Int(i), Type::Real) => {
+                Ok(Term::new(TermKind::Lit(Lit::Real(*i as f64)), span))
+            }
             (ExprKind::Lam(params, body), Type::Fun(_)) => {
                 let mut known = Vec::new();
                 let mut cur = ty.clone();
@@ -927,7 +1091,11 @@ impl<'r> Checker<'r> {
                         None => {
                             return Err(Error::type_error(
                                 span,
-                                format!("this lambda has {} parameters, but the expected type `{ty}` takes {}", params.len(), known.len()),
+                                format!(
+                                    "this lambda has {} parameters, but the expected type `{ty}` takes {}",
+                                    params.len(),
+                                    known.len()
+                                ),
                             ));
                         }
                     }
@@ -939,7 +1107,10 @@ impl<'r> Checker<'r> {
                 if comps.len() != items.len() {
                     return Err(Error::type_error(
                         span,
-                        format!("type mismatch: expected `{ty}`, found a tuple of {} components", items.len()),
+                        format!(
+                            "type mismatch: expected `{ty}`, found a tuple of {} components",
+                            items.len()
+                        ),
                     ));
                 }
                 let ts = items
@@ -950,7 +1121,10 @@ impl<'r> Checker<'r> {
                 Ok(tuple_term(ts, span))
             }
             (ExprKind::Array(items), Type::Array(elem)) => {
-                let ts = items.iter().map(|i| self.check(i, elem)).collect::<Result<Vec<_>>>()?;
+                let ts = items
+                    .iter()
+                    .map(|i| self.check(i, elem))
+                    .collect::<Result<Vec<_>>>()?;
                 Ok(Term::new(TermKind::Array((***elem).clone(), ts), span))
             }
             (ExprKind::If(c, a, b), _) => {
@@ -960,12 +1134,16 @@ impl<'r> Checker<'r> {
                 Ok(Term::new(TermKind::If(c, a, b), span))
             }
             (ExprKind::Case(s, p, a, q, b), _) => self.case(s, p, a, q, b, Some(ty), span),
-            (ExprKind::Let(p, ann, rhs, body), _) => self.let_(p, ann.as_ref(), rhs, body, Some(ty), span),
+            (ExprKind::Let(p, ann, rhs, body), _) => {
+                self.let_(p, ann.as_ref(), rhs, body, Some(ty), span)
+            }
             (ExprKind::App(head, args), _) => {
                 let t = self.app(head, args, Some(ty), span)?;
                 self.expect_type(t, ty, span)
             }
-            (ExprKind::Var(x), _) if self.builtin_name(x) && POLY.iter().any(|(n, _)| **n == **x) => {
+            (ExprKind::Var(x), _)
+                if self.builtin_name(x) && POLY.iter().any(|(n, _)| **n == **x) =>
+            {
                 self.var(x, span, Some(ty))
             }
             (ExprKind::Binary(op, a, b), _) => {
@@ -1058,27 +1236,54 @@ mod tests {
     fn bidirectional_forms() {
         ok("def f = (inl 1 : Real + Int)", "Real + Int");
         ok("def f : Real + Int = inr 1", "Real + Int");
-        ok("def f (b : Bool) = if b then inl 1.0 else (inr 2 : Real + Int)", "Bool -> Real + Int");
+        ok(
+            "def f (b : Bool) = if b then inl 1.0 else (inr 2 : Real + Int)",
+            "Bool -> Real + Int",
+        );
         ok("def f : Array Real = []", "Array Real");
-        ok("def f (xs : Array Real) = map (\\x -> x * 2) xs", "Array Real -> Array Real");
-        ok("def f (xs : Array Real) = map2 (\\a b -> a * b) xs xs", "Array Real -> Array Real");
-        ok("def f (xs : Array Real) = build (length xs) (\\i -> xs ! i)", "Array Real -> Array Real");
+        ok(
+            "def f (xs : Array Real) = map (\\x -> x * 2) xs",
+            "Array Real -> Array Real",
+        );
+        ok(
+            "def f (xs : Array Real) = map2 (\\a b -> a * b) xs xs",
+            "Array Real -> Array Real",
+        );
+        ok(
+            "def f (xs : Array Real) = build (length xs) (\\i -> xs ! i)",
+            "Array Real -> Array Real",
+        );
         ok("def f : Real -> Real = \\x -> x", "Real -> Real");
         ok("def f : Array Real = replicate 3 1", "Array Real");
-        ok("def f : Real -> Array Real = replicate 3", "Real -> Array Real");
+        ok(
+            "def f : Real -> Array Real = replicate 3",
+            "Real -> Array Real",
+        );
     }
 
     #[test]
     fn builtins_are_curried_values() {
-        ok("def f (xs : Array Real) = map exp xs", "Array Real -> Array Real");
-        ok("def f (xs : Array Real) = map (pow 2.0) xs", "Array Real -> Array Real");
+        ok(
+            "def f (xs : Array Real) = map exp xs",
+            "Array Real -> Array Real",
+        );
+        ok(
+            "def f (xs : Array Real) = map (pow 2.0) xs",
+            "Array Real -> Array Real",
+        );
         ok("def f = sin", "Real -> Real");
         ok("def f = pow", "Real -> Real -> Real");
-        ok("def f (xs : Array Real) = map2 max xs xs", "Array Real -> Array Real");
+        ok(
+            "def f (xs : Array Real) = map2 max xs xs",
+            "Array Real -> Array Real",
+        );
         ok("def f = map sin", "Array Real -> Array Real");
         ok("def f : (Real, Real) -> Real = fst", "(Real, Real) -> Real");
         ok("def f : Array Int -> Int = length", "Array Int -> Int");
-        ok("def f (xs : Array Real) = dot xs", "Array Real -> Array Real -> Real");
+        ok(
+            "def f (xs : Array Real) = dot xs",
+            "Array Real -> Array Real -> Real",
+        );
         ok("def f (p : (Real, Int)) = snd p", "(Real, Int) -> Int");
     }
 
@@ -1091,10 +1296,22 @@ mod tests {
 
     #[test]
     fn patterns() {
-        ok("def f (p : (Real, (Int, Bool))) = let (a, (b, c)) = p in a", "(Real, Int, Bool) -> Real");
-        ok("def f (p : (Real, Int, Bool)) = let (a, b, c) = p in b", "(Real, Int, Bool) -> Int");
-        ok("def f (p : (Real, Int)) = let (_, b) = p in b", "(Real, Int) -> Int");
-        ok("def f (s : (Real, Real) + Int) = case s of inl (a, b) -> a + b | inr n -> toReal n", "(Real, Real) + Int -> Real");
+        ok(
+            "def f (p : (Real, (Int, Bool))) = let (a, (b, c)) = p in a",
+            "(Real, Int, Bool) -> Real",
+        );
+        ok(
+            "def f (p : (Real, Int, Bool)) = let (a, b, c) = p in b",
+            "(Real, Int, Bool) -> Int",
+        );
+        ok(
+            "def f (p : (Real, Int)) = let (_, b) = p in b",
+            "(Real, Int) -> Int",
+        );
+        ok(
+            "def f (s : (Real, Real) + Int) = case s of inl (a, b) -> a + b | inr n -> toReal n",
+            "(Real, Real) + Int -> Real",
+        );
     }
 
     #[test]
@@ -1111,7 +1328,11 @@ mod tests {
     fn recursion_is_reported_as_such() {
         let e = err("def f (x : Real) : Real = f x");
         assert_eq!(e.message(), "unknown variable `f`");
-        assert!(e.notes()[0].contains("cannot be recursive"), "{:?}", e.notes());
+        assert!(
+            e.notes()[0].contains("cannot be recursive"),
+            "{:?}",
+            e.notes()
+        );
     }
 
     #[test]
@@ -1122,7 +1343,10 @@ mod tests {
         let e = err("def f (x : Real) = sin true");
         assert_eq!(e.message(), "type mismatch: expected `Real`, found `Bool`");
         let e = err("def f (x : Real) : Array Real = [x, (x, x)]");
-        assert_eq!(e.message(), "type mismatch: expected `Real`, found `(Real, Real)`");
+        assert_eq!(
+            e.message(),
+            "type mismatch: expected `Real`, found `(Real, Real)`"
+        );
         let e = err("def f (n : Int) (x : Real) = x + n");
         assert_eq!(e.message(), "type mismatch: expected `Real`, found `Int`");
         assert_eq!(e.span(), Some(Span::new(33, 34)));
@@ -1131,9 +1355,15 @@ mod tests {
     #[test]
     fn applying_a_non_function() {
         let e = err("def f (x : Real) = x 1");
-        assert_eq!(e.message(), "`x` has type `Real` and cannot be applied to an argument");
+        assert_eq!(
+            e.message(),
+            "`x` has type `Real` and cannot be applied to an argument"
+        );
         let e = err("def f (x : Real) = (x + 1) 2");
-        assert_eq!(e.message(), "this function has type `Real` and cannot be applied to an argument");
+        assert_eq!(
+            e.message(),
+            "this function has type `Real` and cannot be applied to an argument"
+        );
     }
 
     #[test]
@@ -1149,7 +1379,10 @@ mod tests {
     #[test]
     fn case_and_if_errors() {
         let e = err("def f (x : Real) = case x of inl a -> a | inr b -> b");
-        assert_eq!(e.message(), "`case` expects a value of a sum type `A + B`, found `Real`");
+        assert_eq!(
+            e.message(),
+            "`case` expects a value of a sum type `A + B`, found `Real`"
+        );
         let e = err("def f (x : Real) = if x then 1 else 2");
         assert_eq!(e.message(), "type mismatch: expected `Bool`, found `Real`");
         let e = err("def f (b : Bool) = if b then 1.0 else true");
@@ -1161,9 +1394,15 @@ mod tests {
     #[test]
     fn pattern_errors() {
         let e = err("def f (p : (Real, Real)) = let (a, b, c) = p in a");
-        assert_eq!(e.message(), "this tuple pattern has 3 components, but the value has type `(Real, Real)`");
+        assert_eq!(
+            e.message(),
+            "this tuple pattern has 3 components, but the value has type `(Real, Real)`"
+        );
         let e = err("def f (x : Real) = let (a, b) = x in a");
-        assert_eq!(e.message(), "this tuple pattern has 2 components, but the value has type `Real`");
+        assert_eq!(
+            e.message(),
+            "this tuple pattern has 2 components, but the value has type `Real`"
+        );
         let e = err("def f (p : (Real, Real)) = let (a, a) = p in a");
         assert_eq!(e.message(), "`a` is bound twice in the same pattern");
     }
@@ -1181,23 +1420,38 @@ mod tests {
     #[test]
     fn needs_annotation() {
         let e = err("def f = inl 1.0");
-        assert_eq!(e.message(), "cannot infer the other side of the sum type of `inl`");
+        assert_eq!(
+            e.message(),
+            "cannot infer the other side of the sum type of `inl`"
+        );
         let e = err("def f = []");
         assert_eq!(e.message(), "cannot infer the element type of `[]`");
         let e = err("def f = \\x -> x");
         assert_eq!(e.message(), "cannot infer the type of parameter `x`");
         let e = err("def f = length");
-        assert_eq!(e.message(), "cannot infer the type of `length` applied to 0 of its 1 arguments");
+        assert_eq!(
+            e.message(),
+            "cannot infer the type of `length` applied to 0 of its 1 arguments"
+        );
         let e = err("def f : Real = inl 1.0");
-        assert_eq!(e.message(), "type mismatch: expected `Real`, found a sum injection `inl`");
+        assert_eq!(
+            e.message(),
+            "type mismatch: expected `Real`, found a sum injection `inl`"
+        );
     }
 
     #[test]
     fn operator_and_builtin_argument_errors() {
         let e = err("def f (b : Bool) = b + 1.0");
-        assert_eq!(e.message(), "operator `+` expects Real or Int operands, found `Bool`");
+        assert_eq!(
+            e.message(),
+            "operator `+` expects Real or Int operands, found `Bool`"
+        );
         let e = err("def f (x : Real) = x ! 0");
-        assert_eq!(e.message(), "indexing with `!` expects an array, found `Real`");
+        assert_eq!(
+            e.message(),
+            "indexing with `!` expects an array, found `Real`"
+        );
         let e = err("def f (xs : Array Real) = xs ! 1.5");
         assert_eq!(e.message(), "type mismatch: expected `Int`, found `Real`");
         let e = err("def f (x : Real) = map x [1.0]");
@@ -1205,18 +1459,28 @@ mod tests {
         let e = err("def f (x : Real) = fst x");
         assert_eq!(e.message(), "`fst` expects a pair, found `Real`");
         let e = err("def f (b : Bool) = -b");
-        assert_eq!(e.message(), "unary `-` expects a Real or an Int, found `Bool`");
+        assert_eq!(
+            e.message(),
+            "unary `-` expects a Real or an Int, found `Bool`"
+        );
         let e = err("def f (x : Real) = x && true");
         assert_eq!(e.message(), "type mismatch: expected `Bool`, found `Real`");
         let e = err("def f : Real -> Real = \\(x : Real) (y : Real) -> x");
-        assert_eq!(e.message(), "this lambda has 2 parameters, but the expected type `Real -> Real` takes 1");
+        assert_eq!(
+            e.message(),
+            "this lambda has 2 parameters, but the expected type `Real -> Real` takes 1"
+        );
         let e = err("def f (xs : Array Real) = build 3 (\\(i : Real) -> i)");
         assert_eq!(e.message(), "type mismatch: expected `Int`, found `Real`");
     }
 
     #[test]
     fn and_or_short_circuit_as_ifs() {
-        let p = load("def f (a : Bool) (b : Bool) = a && b || not a", &Registry::builtin()).unwrap();
+        let p = load(
+            "def f (a : Bool) (b : Bool) = a && b || not a",
+            &Registry::builtin(),
+        )
+        .unwrap();
         let body = &p.defs[0].body;
         assert!(matches!(body.kind, TermKind::If(..)), "{body}");
         assert_eq!(body.to_string(), "a && b || not a");
@@ -1224,7 +1488,11 @@ mod tests {
 
     #[test]
     fn partial_application_evaluates_arguments_once() {
-        let p = load("def f (x : Real) = map (pow (x + 1)) [1.0]", &Registry::builtin()).unwrap();
+        let p = load(
+            "def f (x : Real) = map (pow (x + 1)) [1.0]",
+            &Registry::builtin(),
+        )
+        .unwrap();
         assert_eq!(
             p.defs[0].body.to_string(),
             "map\n  (let a1 = x + 1.0 in\n  \\(y : Real) -> pow a1 y)\n  [1.0]"

@@ -27,7 +27,13 @@ pub fn load(text: &str, reg: &Registry) -> Result<term::Program> {
 /// `[1.0, 2.0]`, `(1.0, [2.0, 3.0])`, `inl 2.0`, `inr (1.0, 2.0)`. An integer is accepted where a
 /// `Real` is expected. Errors are [`ErrorKind::Argument`] with a span into `text`.
 pub fn parse_value(text: &str, ty: &Type) -> Result<Value> {
-    let e = parser::parse_expr(text).map_err(|e| Error::at(ErrorKind::Argument, e.span().unwrap_or_default(), e.message().to_string()))?;
+    let e = parser::parse_expr(text).map_err(|e| {
+        Error::at(
+            ErrorKind::Argument,
+            e.span().unwrap_or_default(),
+            e.message().to_string(),
+        )
+    })?;
     value_of_expr(&e, ty)
 }
 
@@ -45,7 +51,11 @@ fn value_of_expr(e: &Expr, ty: &Type) -> Result<Value> {
             (ExprKind::Int(i), Type::Real) => Value::Real(*i as f64),
             (ExprKind::Int(i), Type::Int) => Value::Int(*i),
             (ExprKind::Var(x), Type::Real) if matches!(&**x, "inf" | "NaN" | "nan") => {
-                Value::Real(if &**x == "inf" { f64::INFINITY } else { f64::NAN })
+                Value::Real(if &**x == "inf" {
+                    f64::INFINITY
+                } else {
+                    f64::NAN
+                })
             }
             (ExprKind::Neg(x), Type::Real | Type::Int) => match value_of_expr(x, ty)? {
                 Value::Real(r) => Value::Real(-r),
@@ -130,7 +140,10 @@ mod tests {
         let s = Type::sum(Type::Real, Type::Int);
         assert_eq!(parse_value("inl -1", &s).unwrap().to_string(), "inl (-1.0)");
         assert_eq!(parse_value("inr -2", &s).unwrap().to_string(), "inr (-2)");
-        assert_eq!(v.to_string(), "(1.0, [2.0, -3.0], inr (1.0, 0.002), -7, true, ())");
+        assert_eq!(
+            v.to_string(),
+            "(1.0, [2.0, -3.0], inr (1.0, 0.002), -7, true, ())"
+        );
         assert!(v.has_type(&ty));
         let e = parse_value("[1.0, true]", &Type::array(Type::Real)).unwrap_err();
         assert_eq!(e.message(), "expected a value of type `Real`");

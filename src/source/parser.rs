@@ -116,8 +116,11 @@ impl Parser {
     }
 
     fn error_expected(&self, what: &str) -> Error {
-        Error::syntax(self.span(), format!("expected {what}, found {}", self.peek()))
-            .with_label(format!("expected {what}"))
+        Error::syntax(
+            self.span(),
+            format!("expected {what}, found {}", self.peek()),
+        )
+        .with_label(format!("expected {what}"))
     }
 
     fn expect(&mut self, sym: &str, context: &str) -> Result<Span> {
@@ -199,7 +202,11 @@ impl Parser {
             )
             .with_note(format!("write `({x} : T)`")));
         }
-        let ret = if self.eat(":") { Some(self.ty()?) } else { None };
+        let ret = if self.eat(":") {
+            Some(self.ty()?)
+        } else {
+            None
+        };
         self.expect("=", "before the body of the definition")?;
         let body = self.expr()?;
         let span = start.to(self.prev_span());
@@ -313,7 +320,11 @@ impl Parser {
         while self.peek() == &Tok::Keyword("let") {
             let (_, start) = self.bump();
             let pat = self.pattern()?;
-            let ann = if self.eat(":") { Some(self.ty()?) } else { None };
+            let ann = if self.eat(":") {
+                Some(self.ty()?)
+            } else {
+                None
+            };
             self.expect("=", "after the pattern of `let`")?;
             let rhs = self.expr()?;
             self.expect_kw("in", "after the bound expression of `let`")?;
@@ -365,7 +376,10 @@ impl Parser {
         let c = self.expr()?;
         self.expect_kw("then", "after the condition of `if`")?;
         let a = self.expr()?;
-        self.expect_kw("else", "after the `then` branch (every `if` needs an `else`)")?;
+        self.expect_kw(
+            "else",
+            "after the `then` branch (every `if` needs an `else`)",
+        )?;
         let b = self.expr()?;
         let span = start.to(b.span);
         Ok(Expr {
@@ -383,11 +397,10 @@ impl Parser {
         self.expect("|", "between the two branches of `case`")?;
         let (side2, p2, e2) = self.branch()?;
         if side1 == side2 {
-            return Err(Error::syntax(
-                p2.span(),
-                format!("`case` has two `{side1}` branches"),
-            )
-            .with_note("a case has one `inl` branch and one `inr` branch"));
+            return Err(
+                Error::syntax(p2.span(), format!("`case` has two `{side1}` branches"))
+                    .with_note("a case has one `inl` branch and one `inr` branch"),
+            );
         }
         let span = start.to(self.prev_span());
         let kind = if side1 == "inl" {
@@ -426,7 +439,11 @@ impl Parser {
                 Tok::Sym("(") => {
                     self.bump();
                     let name = self.ident("a parameter name")?;
-                    let ty = if self.eat(":") { Some(self.ty()?) } else { None };
+                    let ty = if self.eat(":") {
+                        Some(self.ty()?)
+                    } else {
+                        None
+                    };
                     self.expect(")", "to close the parameter")?;
                     params.push(Param { name, ty });
                 }
@@ -487,7 +504,9 @@ impl Parser {
         if self.peek() == &Tok::Sym("-") {
             // `-` directly before a number is a negative literal (unless indexing follows,
             // which binds tighter than unary minus).
-            if matches!(self.peek_at(1), Tok::Int(_) | Tok::Real(_)) && self.peek_at(2) != &Tok::Sym("!") {
+            if matches!(self.peek_at(1), Tok::Int(_) | Tok::Real(_))
+                && self.peek_at(2) != &Tok::Sym("!")
+            {
                 let (_, start) = self.bump();
                 let (tok, end) = self.bump();
                 let kind = match tok {
@@ -495,7 +514,10 @@ impl Parser {
                     Tok::Real(x) => ExprKind::Real(-x),
                     _ => unreachable!("peeked a number"),
                 };
-                return Ok(Expr { kind, span: start.to(end) });
+                return Ok(Expr {
+                    kind,
+                    span: start.to(end),
+                });
             }
             let (_, start) = self.bump();
             let e = self.nest(|p| p.unary())?;
@@ -638,7 +660,9 @@ mod tests {
     use super::*;
 
     fn sx(s: &str) -> String {
-        parse_expr(s).unwrap_or_else(|e| panic!("{s}: {e:?}")).to_sexp()
+        parse_expr(s)
+            .unwrap_or_else(|e| panic!("{s}: {e:?}"))
+            .to_sexp()
     }
 
     fn err(s: &str) -> String {
@@ -729,7 +753,12 @@ mod tests {
         assert_eq!(t("Array Array Real"), "Array (Array Real)");
         assert_eq!(t("Array (Real, Real)"), "Array (Real, Real)");
         assert_eq!(t("(Real)"), "Real");
-        assert!(parse_type("Float").unwrap_err().message().contains("unknown type `Float`"));
+        assert!(
+            parse_type("Float")
+                .unwrap_err()
+                .message()
+                .contains("unknown type `Float`")
+        );
     }
 
     #[test]
@@ -747,18 +776,42 @@ mod tests {
 
     #[test]
     fn errors_say_what_was_expected() {
-        assert_eq!(err("let x = 1 x"), "expected `in` after the bound expression of `let`, found end of input");
-        assert_eq!(err("if a then b"), "expected `else` after the `then` branch (every `if` needs an `else`), found end of input");
-        assert_eq!(err("(1, 2"), "expected `)` to close the tuple, found end of input");
+        assert_eq!(
+            err("let x = 1 x"),
+            "expected `in` after the bound expression of `let`, found end of input"
+        );
+        assert_eq!(
+            err("if a then b"),
+            "expected `else` after the `then` branch (every `if` needs an `else`), found end of input"
+        );
+        assert_eq!(
+            err("(1, 2"),
+            "expected `)` to close the tuple, found end of input"
+        );
         assert_eq!(err("1 +"), "expected an expression, found end of input");
-        assert_eq!(err("\\ -> x"), "expected a parameter such as `(x : Real)` after `\\`, found `->`");
-        assert_eq!(err("case x of inl a -> 1 | inl b -> 2"), "`case` has two `inl` branches");
+        assert_eq!(
+            err("\\ -> x"),
+            "expected a parameter such as `(x : Real)` after `\\`, found `->`"
+        );
+        assert_eq!(
+            err("case x of inl a -> 1 | inl b -> 2"),
+            "`case` has two `inl` branches"
+        );
         assert_eq!(err("x y)"), "expected the end of the expression, found `)`");
-        assert_eq!(err("[1, 2"), "expected `,` or `]` in the array literal, found end of input");
+        assert_eq!(
+            err("[1, 2"),
+            "expected `,` or `]` in the array literal, found end of input"
+        );
         let e = parse_program("def f x = x").unwrap_err();
-        assert_eq!(e.message(), "parameter `x` of a definition needs a type annotation");
+        assert_eq!(
+            e.message(),
+            "parameter `x` of a definition needs a type annotation"
+        );
         let e = parse_program("let x = 1").unwrap_err();
-        assert_eq!(e.message(), "expected `def` (the start of a definition), found keyword `let`");
+        assert_eq!(
+            e.message(),
+            "expected `def` (the start of a definition), found keyword `let`"
+        );
     }
 
     #[test]
@@ -774,7 +827,11 @@ mod tests {
         }
         lets.push('x');
         assert!(parse_expr(&lets).is_ok());
-        let too_deep = format!("{}x{}", "[".repeat(MAX_NESTING + 1), "]".repeat(MAX_NESTING + 1));
+        let too_deep = format!(
+            "{}x{}",
+            "[".repeat(MAX_NESTING + 1),
+            "]".repeat(MAX_NESTING + 1)
+        );
         let e = parse_expr(&too_deep).unwrap_err();
         assert!(e.message().contains("nested too deeply"), "{}", e.message());
     }

@@ -81,7 +81,12 @@ impl Printer {
         }
     }
 
-    fn scan(&mut self, t: &Term, scope: &mut HashMap<Rc<str>, Vec<VarId>>, capture: &mut HashSet<VarId>) {
+    fn scan(
+        &mut self,
+        t: &Term,
+        scope: &mut HashMap<Rc<str>, Vec<VarId>>,
+        capture: &mut HashSet<VarId>,
+    ) {
         deep(|| {
             let bind = |vars: &[&Var],
                         scope: &mut HashMap<Rc<str>, Vec<VarId>>,
@@ -296,22 +301,44 @@ impl Printer {
             }
             K::If(c, a, b) => {
                 if let K::Lit(Lit::Bool(false)) = b.kind {
-                    let d = self.term(c, 2).append(" &&").append(RcDoc::line()).append(self.term(a, 3));
+                    let d = self
+                        .term(c, 2)
+                        .append(" &&")
+                        .append(RcDoc::line())
+                        .append(self.term(a, 3));
                     return (d.group(), 2);
                 }
                 if let K::Lit(Lit::Bool(true)) = a.kind {
-                    let d = self.term(c, 1).append(" ||").append(RcDoc::line()).append(self.term(b, 2));
+                    let d = self
+                        .term(c, 1)
+                        .append(" ||")
+                        .append(RcDoc::line())
+                        .append(self.term(b, 2));
                     return (d.group(), 1);
                 }
                 let d = RcDoc::text("if ")
                     .append(self.term(c, 0))
-                    .append(RcDoc::line().append(RcDoc::text("then ")).append(self.term(a, 0)).nest(2))
-                    .append(RcDoc::line().append(RcDoc::text("else ")).append(self.term(b, 0)).nest(2))
+                    .append(
+                        RcDoc::line()
+                            .append(RcDoc::text("then "))
+                            .append(self.term(a, 0))
+                            .nest(2),
+                    )
+                    .append(
+                        RcDoc::line()
+                            .append(RcDoc::text("else "))
+                            .append(self.term(b, 0))
+                            .nest(2),
+                    )
                     .group();
                 (d, 0)
             }
             K::Inl(e, _) | K::Inr(_, e) => {
-                let side = if matches!(t.kind, K::Inl(..)) { "inl" } else { "inr" };
+                let side = if matches!(t.kind, K::Inl(..)) {
+                    "inl"
+                } else {
+                    "inr"
+                };
                 let (inner, _) = self.app(RcDoc::text(side), &[e]);
                 let d = RcDoc::text("(")
                     .append(inner)
@@ -352,7 +379,13 @@ impl Printer {
                 Fixity::Infix(sym, p) => {
                     let a = self.term(&args[0], p);
                     let b = self.term(&args[1], p + 1);
-                    (a.append(format!(" {sym}")).append(RcDoc::line()).append(b).group(), p)
+                    (
+                        a.append(format!(" {sym}"))
+                            .append(RcDoc::line())
+                            .append(b)
+                            .group(),
+                        p,
+                    )
                 }
                 Fixity::Prefix(sym) => {
                     // `-(1.5)`, not `-1.5`, which would read back as a negative literal.
@@ -375,7 +408,10 @@ impl Printer {
             },
             K::Array(elem, items) => {
                 if items.is_empty() {
-                    return (RcDoc::text(format!("([] : {})", Type::array(elem.clone()))), 9);
+                    return (
+                        RcDoc::text(format!("([] : {})", Type::array(elem.clone()))),
+                        9,
+                    );
                 }
                 let ds: Vec<Doc> = items.iter().map(|i| self.term(i, 0)).collect();
                 (tuple_doc("[", ds, "]"), 9)
@@ -384,7 +420,11 @@ impl Printer {
             K::Map2(f, xs, ys) => self.app(RcDoc::text("map2"), &[f, xs, ys]),
             K::Build(n, f) => self.app(RcDoc::text("build"), &[n, f]),
             K::Index(xs, i) => {
-                let d = self.term(xs, 7).append(" !").append(RcDoc::line()).append(self.term(i, 8));
+                let d = self
+                    .term(xs, 7)
+                    .append(" !")
+                    .append(RcDoc::line())
+                    .append(self.term(i, 8));
                 (d.group(), 7)
             }
             K::Length(xs) => self.app(RcDoc::text("length"), &[xs]),
@@ -397,7 +437,10 @@ fn tuple_doc(open: &'static str, items: Vec<Doc>, close: &'static str) -> Doc {
     RcDoc::text(open)
         .append(
             RcDoc::line_()
-                .append(RcDoc::intersperse(items, RcDoc::text(",").append(RcDoc::line())))
+                .append(RcDoc::intersperse(
+                    items,
+                    RcDoc::text(",").append(RcDoc::line()),
+                ))
                 .nest(2),
         )
         .append(RcDoc::line_())

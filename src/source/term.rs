@@ -261,7 +261,11 @@ pub fn type_of(kind: &TermKind) -> Result<Type, String> {
         }
         TermKind::Prim(op, args) => {
             if args.len() != op.params().len() {
-                return Err(ill(format!("{} applied to {} arguments", op.name(), args.len())));
+                return Err(ill(format!(
+                    "{} applied to {} arguments",
+                    op.name(),
+                    args.len()
+                )));
             }
             for (a, t) in args.iter().zip(op.params()) {
                 expect_eq(op.name(), t, &a.ty)?;
@@ -520,10 +524,16 @@ pub fn alpha_eq(a: &Term, b: &Term) -> bool {
                 }
                 (Let(p, e1, b1), Let(q, e2, b2)) => go(e1, e2, m) && pat(p, q, m) && go(b1, b2, m),
                 (Case(e1, p1, a1, q1, b1), Case(e2, p2, a2, q2, b2)) => {
-                    go(e1, e2, m) && pat(p1, p2, m) && go(a1, a2, m) && pat(q1, q2, m) && go(b1, b2, m)
+                    go(e1, e2, m)
+                        && pat(p1, p2, m)
+                        && go(a1, a2, m)
+                        && pat(q1, q2, m)
+                        && go(b1, b2, m)
                 }
                 (Prim(o1, x1), Prim(o2, x2)) => {
-                    Rc::ptr_eq(o1, o2) && x1.len() == x2.len() && x1.iter().zip(x2).all(|(s, t)| go(s, t, m))
+                    Rc::ptr_eq(o1, o2)
+                        && x1.len() == x2.len()
+                        && x1.iter().zip(x2).all(|(s, t)| go(s, t, m))
                 }
                 (ka, kb) if std::mem::discriminant(ka) == std::mem::discriminant(kb) => {
                     let (ca, cb) = (a.children(), b.children());
@@ -583,7 +593,9 @@ pub fn freshen(t: &Term) -> Term {
                 K::Inl(e, r) => K::Inl(go(e, sub), r.clone()),
                 K::Inr(l, e) => K::Inr(l.clone(), go(e, sub)),
                 K::Prim(op, args) => K::Prim(op.clone(), args.iter().map(|a| go(a, sub)).collect()),
-                K::Array(e, items) => K::Array(e.clone(), items.iter().map(|a| go(a, sub)).collect()),
+                K::Array(e, items) => {
+                    K::Array(e.clone(), items.iter().map(|a| go(a, sub)).collect())
+                }
                 K::Map(f, xs) => K::Map(go(f, sub), go(xs, sub)),
                 K::Map2(f, xs, ys) => K::Map2(go(f, sub), go(xs, sub), go(ys, sub)),
                 K::Build(n, f) => K::Build(go(n, sub), go(f, sub)),
