@@ -9,13 +9,12 @@ use super::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
 use super::{Comb, Path, Step, interpret};
 use crate::deep::with_large_stack;
 use crate::prim::{Fixity, Prim};
+use crate::source::print::{Doc, delimited};
 use crate::source::term::Lit;
 use crate::types::Type;
 use crate::value::format_real;
 use pretty::RcDoc;
 use std::convert::Infallible;
-
-type Doc = RcDoc<'static, ()>;
 
 /// The printing model.
 #[derive(Clone, Copy, Debug, Default)]
@@ -39,18 +38,7 @@ fn text(s: impl Into<String>) -> R {
 }
 
 fn call(name: &str, args: Vec<Doc>) -> R {
-    Ok(RcDoc::text(format!("{name}("))
-        .append(
-            RcDoc::line_()
-                .append(RcDoc::intersperse(
-                    args,
-                    RcDoc::text(",").append(RcDoc::line()),
-                ))
-                .nest(2),
-        )
-        .append(RcDoc::line_())
-        .append(")")
-        .group())
+    Ok(delimited(&format!("{name}("), args, ")"))
 }
 
 fn superscript(n: usize) -> String {
@@ -100,18 +88,7 @@ impl Cartesian for Printer {
     }
 
     fn pair(&self, f: Doc, g: Doc) -> R {
-        Ok(RcDoc::text("⟨")
-            .append(
-                RcDoc::line_()
-                    .append(f)
-                    .append(",")
-                    .append(RcDoc::line())
-                    .append(g)
-                    .nest(2),
-            )
-            .append(RcDoc::line_())
-            .append("⟩")
-            .group())
+        Ok(delimited("⟨", vec![f, g], "⟩"))
     }
 
     fn proj(&self, _: &Type, path: &Path) -> R {
@@ -154,18 +131,7 @@ impl Coproducts for Printer {
     }
 
     fn copair(&self, f: Doc, g: Doc, _: &Type, _: &Type, _: &Type) -> R {
-        Ok(RcDoc::text("[")
-            .append(
-                RcDoc::line_()
-                    .append(f)
-                    .append(",")
-                    .append(RcDoc::line())
-                    .append(g)
-                    .nest(2),
-            )
-            .append(RcDoc::line_())
-            .append("]")
-            .group())
+        Ok(delimited("[", vec![f, g], "]"))
     }
 
     fn dist(&self, _: &Type, _: &Type, _: &Type) -> R {

@@ -1211,6 +1211,13 @@ mod tests {
         load(src, &Registry::builtin()).unwrap_err()
     }
 
+    /// Checking `src` fails with exactly `message`; returns the error for further checks.
+    fn expect_error(src: &str, message: &str) -> Error {
+        let e = err(src);
+        assert_eq!(e.message(), message, "{src}");
+        e
+    }
+
     fn ok(src: &str, expected: &str) {
         assert_eq!(ty(src).as_deref(), Ok(expected), "{src}");
     }
@@ -1316,8 +1323,7 @@ mod tests {
 
     #[test]
     fn unknown_variable_with_suggestion_and_position() {
-        let e = err("def f (xs : Real) = x + 1");
-        assert_eq!(e.message(), "unknown variable `x`");
+        let e = expect_error("def f (xs : Real) = x + 1", "unknown variable `x`");
         assert_eq!(e.span(), Some(Span::new(20, 21)));
         assert_eq!(e.notes(), ["did you mean `xs`?"]);
         let e = err("def f (x : Real) = sn x");
@@ -1326,8 +1332,7 @@ mod tests {
 
     #[test]
     fn recursion_is_reported_as_such() {
-        let e = err("def f (x : Real) : Real = f x");
-        assert_eq!(e.message(), "unknown variable `f`");
+        let e = expect_error("def f (x : Real) : Real = f x", "unknown variable `f`");
         assert!(
             e.notes()[0].contains("cannot be recursive"),
             "{:?}",
@@ -1337,141 +1342,159 @@ mod tests {
 
     #[test]
     fn mismatch_shows_expected_and_found() {
-        let e = err("def f (n : Int) : Real = n");
-        assert_eq!(e.message(), "type mismatch: expected `Real`, found `Int`");
-        assert_eq!(e.notes(), ["convert an Int to a Real with `toReal`"]);
-        let e = err("def f (x : Real) = sin true");
-        assert_eq!(e.message(), "type mismatch: expected `Real`, found `Bool`");
-        let e = err("def f (x : Real) : Array Real = [x, (x, x)]");
-        assert_eq!(
-            e.message(),
-            "type mismatch: expected `Real`, found `(Real, Real)`"
+        let e = expect_error(
+            "def f (n : Int) : Real = n",
+            "type mismatch: expected `Real`, found `Int`",
         );
-        let e = err("def f (n : Int) (x : Real) = x + n");
-        assert_eq!(e.message(), "type mismatch: expected `Real`, found `Int`");
+        assert_eq!(e.notes(), ["convert an Int to a Real with `toReal`"]);
+        expect_error(
+            "def f (x : Real) = sin true",
+            "type mismatch: expected `Real`, found `Bool`",
+        );
+        expect_error(
+            "def f (x : Real) : Array Real = [x, (x, x)]",
+            "type mismatch: expected `Real`, found `(Real, Real)`",
+        );
+        let e = expect_error(
+            "def f (n : Int) (x : Real) = x + n",
+            "type mismatch: expected `Real`, found `Int`",
+        );
         assert_eq!(e.span(), Some(Span::new(33, 34)));
     }
 
     #[test]
     fn applying_a_non_function() {
-        let e = err("def f (x : Real) = x 1");
-        assert_eq!(
-            e.message(),
-            "`x` has type `Real` and cannot be applied to an argument"
+        expect_error(
+            "def f (x : Real) = x 1",
+            "`x` has type `Real` and cannot be applied to an argument",
         );
-        let e = err("def f (x : Real) = (x + 1) 2");
-        assert_eq!(
-            e.message(),
-            "this function has type `Real` and cannot be applied to an argument"
+        expect_error(
+            "def f (x : Real) = (x + 1) 2",
+            "this function has type `Real` and cannot be applied to an argument",
         );
     }
 
     #[test]
     fn wrong_arity() {
-        let e = err("def f (x : Real) = sin x x");
-        assert_eq!(e.message(), "`sin` takes 1 argument, but is given 2");
-        let e = err("def g (a : Real) (b : Real) = a\ndef f = g 1 2 3");
-        assert_eq!(e.message(), "`g` takes 2 arguments, but is given 3");
-        let e = err("def f (xs : Array Real) = length xs 1");
-        assert_eq!(e.message(), "`length` takes 1 argument, but is given 2");
+        expect_error(
+            "def f (x : Real) = sin x x",
+            "`sin` takes 1 argument, but is given 2",
+        );
+        expect_error(
+            "def g (a : Real) (b : Real) = a\ndef f = g 1 2 3",
+            "`g` takes 2 arguments, but is given 3",
+        );
+        expect_error(
+            "def f (xs : Array Real) = length xs 1",
+            "`length` takes 1 argument, but is given 2",
+        );
     }
 
     #[test]
     fn case_and_if_errors() {
-        let e = err("def f (x : Real) = case x of inl a -> a | inr b -> b");
-        assert_eq!(
-            e.message(),
-            "`case` expects a value of a sum type `A + B`, found `Real`"
+        expect_error(
+            "def f (x : Real) = case x of inl a -> a | inr b -> b",
+            "`case` expects a value of a sum type `A + B`, found `Real`",
         );
-        let e = err("def f (x : Real) = if x then 1 else 2");
-        assert_eq!(e.message(), "type mismatch: expected `Bool`, found `Real`");
-        let e = err("def f (b : Bool) = if b then 1.0 else true");
-        assert_eq!(e.message(), "type mismatch: expected `Real`, found `Bool`");
-        let e = err("def f (s : Real + Int) = case s of inl a -> a | inr n -> n");
-        assert_eq!(e.message(), "type mismatch: expected `Real`, found `Int`");
+        expect_error(
+            "def f (x : Real) = if x then 1 else 2",
+            "type mismatch: expected `Bool`, found `Real`",
+        );
+        expect_error(
+            "def f (b : Bool) = if b then 1.0 else true",
+            "type mismatch: expected `Real`, found `Bool`",
+        );
+        expect_error(
+            "def f (s : Real + Int) = case s of inl a -> a | inr n -> n",
+            "type mismatch: expected `Real`, found `Int`",
+        );
     }
 
     #[test]
     fn pattern_errors() {
-        let e = err("def f (p : (Real, Real)) = let (a, b, c) = p in a");
-        assert_eq!(
-            e.message(),
-            "this tuple pattern has 3 components, but the value has type `(Real, Real)`"
+        expect_error(
+            "def f (p : (Real, Real)) = let (a, b, c) = p in a",
+            "this tuple pattern has 3 components, but the value has type `(Real, Real)`",
         );
-        let e = err("def f (x : Real) = let (a, b) = x in a");
-        assert_eq!(
-            e.message(),
-            "this tuple pattern has 2 components, but the value has type `Real`"
+        expect_error(
+            "def f (x : Real) = let (a, b) = x in a",
+            "this tuple pattern has 2 components, but the value has type `Real`",
         );
-        let e = err("def f (p : (Real, Real)) = let (a, a) = p in a");
-        assert_eq!(e.message(), "`a` is bound twice in the same pattern");
+        expect_error(
+            "def f (p : (Real, Real)) = let (a, a) = p in a",
+            "`a` is bound twice in the same pattern",
+        );
     }
 
     #[test]
     fn definition_errors() {
-        let e = err("def f = 1\ndef f = 2");
-        assert_eq!(e.message(), "`f` is defined twice");
-        let e = err("def f (x : Real) (x : Real) = x");
-        assert_eq!(e.message(), "parameter `x` is bound twice");
-        let e = err("def f (x : Real) : Int = x");
-        assert_eq!(e.message(), "type mismatch: expected `Int`, found `Real`");
+        expect_error("def f = 1\ndef f = 2", "`f` is defined twice");
+        expect_error(
+            "def f (x : Real) (x : Real) = x",
+            "parameter `x` is bound twice",
+        );
+        expect_error(
+            "def f (x : Real) : Int = x",
+            "type mismatch: expected `Int`, found `Real`",
+        );
     }
 
     #[test]
     fn needs_annotation() {
-        let e = err("def f = inl 1.0");
-        assert_eq!(
-            e.message(),
-            "cannot infer the other side of the sum type of `inl`"
+        expect_error(
+            "def f = inl 1.0",
+            "cannot infer the other side of the sum type of `inl`",
         );
-        let e = err("def f = []");
-        assert_eq!(e.message(), "cannot infer the element type of `[]`");
-        let e = err("def f = \\x -> x");
-        assert_eq!(e.message(), "cannot infer the type of parameter `x`");
-        let e = err("def f = length");
-        assert_eq!(
-            e.message(),
-            "cannot infer the type of `length` applied to 0 of its 1 arguments"
+        expect_error("def f = []", "cannot infer the element type of `[]`");
+        expect_error("def f = \\x -> x", "cannot infer the type of parameter `x`");
+        expect_error(
+            "def f = length",
+            "cannot infer the type of `length` applied to 0 of its 1 arguments",
         );
-        let e = err("def f : Real = inl 1.0");
-        assert_eq!(
-            e.message(),
-            "type mismatch: expected `Real`, found a sum injection `inl`"
+        expect_error(
+            "def f : Real = inl 1.0",
+            "type mismatch: expected `Real`, found a sum injection `inl`",
         );
     }
 
     #[test]
     fn operator_and_builtin_argument_errors() {
-        let e = err("def f (b : Bool) = b + 1.0");
-        assert_eq!(
-            e.message(),
-            "operator `+` expects Real or Int operands, found `Bool`"
+        expect_error(
+            "def f (b : Bool) = b + 1.0",
+            "operator `+` expects Real or Int operands, found `Bool`",
         );
-        let e = err("def f (x : Real) = x ! 0");
-        assert_eq!(
-            e.message(),
-            "indexing with `!` expects an array, found `Real`"
+        expect_error(
+            "def f (x : Real) = x ! 0",
+            "indexing with `!` expects an array, found `Real`",
         );
-        let e = err("def f (xs : Array Real) = xs ! 1.5");
-        assert_eq!(e.message(), "type mismatch: expected `Int`, found `Real`");
-        let e = err("def f (x : Real) = map x [1.0]");
-        assert_eq!(e.message(), "`map` expects a function, found `Real`");
-        let e = err("def f (x : Real) = fst x");
-        assert_eq!(e.message(), "`fst` expects a pair, found `Real`");
-        let e = err("def f (b : Bool) = -b");
-        assert_eq!(
-            e.message(),
-            "unary `-` expects a Real or an Int, found `Bool`"
+        expect_error(
+            "def f (xs : Array Real) = xs ! 1.5",
+            "type mismatch: expected `Int`, found `Real`",
         );
-        let e = err("def f (x : Real) = x && true");
-        assert_eq!(e.message(), "type mismatch: expected `Bool`, found `Real`");
-        let e = err("def f : Real -> Real = \\(x : Real) (y : Real) -> x");
-        assert_eq!(
-            e.message(),
-            "this lambda has 2 parameters, but the expected type `Real -> Real` takes 1"
+        expect_error(
+            "def f (x : Real) = map x [1.0]",
+            "`map` expects a function, found `Real`",
         );
-        let e = err("def f (xs : Array Real) = build 3 (\\(i : Real) -> i)");
-        assert_eq!(e.message(), "type mismatch: expected `Int`, found `Real`");
+        expect_error(
+            "def f (x : Real) = fst x",
+            "`fst` expects a pair, found `Real`",
+        );
+        expect_error(
+            "def f (b : Bool) = -b",
+            "unary `-` expects a Real or an Int, found `Bool`",
+        );
+        expect_error(
+            "def f (x : Real) = x && true",
+            "type mismatch: expected `Bool`, found `Real`",
+        );
+        expect_error(
+            "def f : Real -> Real = \\(x : Real) (y : Real) -> x",
+            "this lambda has 2 parameters, but the expected type `Real -> Real` takes 1",
+        );
+        expect_error(
+            "def f (xs : Array Real) = build 3 (\\(i : Real) -> i)",
+            "type mismatch: expected `Int`, found `Real`",
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ use pretty::RcDoc;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
-type Doc = RcDoc<'static, ()>;
+pub(crate) type Doc = RcDoc<'static, ()>;
 
 /// Prints a term at the given line width.
 pub fn term_to_string(t: &Term, width: usize) -> String {
@@ -289,7 +289,7 @@ impl Printer {
                     cur = b;
                 }
                 items.push(self.term(cur, 0));
-                (tuple_doc("(", items, ")"), 9)
+                (delimited("(", items, ")"), 9)
             }
             K::Fst(e) => {
                 let h = RcDoc::text("fst");
@@ -414,7 +414,7 @@ impl Printer {
                     );
                 }
                 let ds: Vec<Doc> = items.iter().map(|i| self.term(i, 0)).collect();
-                (tuple_doc("[", ds, "]"), 9)
+                (delimited("[", ds, "]"), 9)
             }
             K::Map(f, xs) => self.app(RcDoc::text("map"), &[f, xs]),
             K::Map2(f, xs, ys) => self.app(RcDoc::text("map2"), &[f, xs, ys]),
@@ -433,8 +433,9 @@ impl Printer {
     }
 }
 
-fn tuple_doc(open: &'static str, items: Vec<Doc>, close: &'static str) -> Doc {
-    RcDoc::text(open)
+/// `open item, item, ... close`, on one line if it fits, else one item per line, indented.
+pub(crate) fn delimited(open: &str, items: Vec<Doc>, close: &'static str) -> Doc {
+    RcDoc::text(open.to_string())
         .append(
             RcDoc::line_()
                 .append(RcDoc::intersperse(
