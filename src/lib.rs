@@ -54,6 +54,8 @@
 //! * [`random`]: random well-typed programs and inputs, for property tests.
 //! * [`error`]: errors with source positions.
 
+#![warn(missing_docs)]
+
 pub mod ccc;
 pub mod deep;
 pub mod error;

@@ -148,7 +148,18 @@ impl Compiler {
     }
 
     fn term(&mut self, t: &Term) -> Comb {
-        deep(|| self.term_inner(t))
+        let c = deep(|| self.term_inner(t));
+        // The typing judgement Γ ⊢ t : τ becomes ⟦t⟧ : Γ → τ, at every subterm. (O(1) in
+        // practice: the context type is shared, so equality stops at the pointer.)
+        assert!(
+            c.dom == *self.ctx() && c.cod == t.ty,
+            "internal error: compiled {t} to a combinator of type {} → {}, expected {} → {}",
+            c.dom,
+            c.cod,
+            self.ctx(),
+            t.ty
+        );
+        c
     }
 
     fn term_inner(&mut self, t: &Term) -> Comb {
