@@ -31,8 +31,9 @@ pub fn with_large_stack<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// An owned value whose destructor runs under [`deep`], so dropping a long chain of nodes
-/// (`Rc<Deep<Node>>` where `Node` holds more such pointers) cannot overflow the stack.
-pub struct Deep<T>(ManuallyDrop<T>);
+/// (`Rc<Deep<Node>>` where `Node` holds more such pointers) cannot overflow the stack. `T` may be
+/// unsized, e.g. `Rc<Deep<dyn Fn(..)>>` for trees of closures.
+pub struct Deep<T: ?Sized>(ManuallyDrop<T>);
 
 impl<T> Deep<T> {
     /// Wraps a value.
@@ -41,7 +42,7 @@ impl<T> Deep<T> {
     }
 }
 
-impl<T> Deref for Deep<T> {
+impl<T: ?Sized> Deref for Deep<T> {
     type Target = T;
     #[inline]
     fn deref(&self) -> &T {
@@ -49,16 +50,16 @@ impl<T> Deref for Deep<T> {
     }
 }
 
-impl<T> Drop for Deep<T> {
+impl<T: ?Sized> Drop for Deep<T> {
     fn drop(&mut self) {
-        // SAFETY: `self.0` is never used again: this is the destructor, and the ManuallyDrop
-        // wrapper keeps the compiler from dropping the field a second time.
-        let inner = unsafe { ManuallyDrop::take(&mut self.0) };
-        deep(move || drop(inner));
+        let inner = &mut self.0;
+        // SAFETY: the value is dropped exactly once, here, and never used again: this is the
+        // destructor, and the ManuallyDrop wrapper keeps the compiler from dropping it too.
+        deep(move || unsafe { ManuallyDrop::drop(inner) });
     }
 }
 
-impl<T: std::fmt::Debug> std::fmt::Debug for Deep<T> {
+impl<T: std::fmt::Debug + ?Sized> std::fmt::Debug for Deep<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.0.fmt(f)
     }

@@ -7,7 +7,7 @@
 
 use super::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
 use super::{Comb, Path, Step, interpret};
-use crate::deep::deep;
+use crate::deep::{Deep, deep};
 use crate::error::{Result, Span};
 use crate::prim::Prim;
 use crate::source::term::Lit;
@@ -20,8 +20,9 @@ use std::rc::Rc;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Eval;
 
-/// A morphism of the Set model: a function on values.
-pub type Fun = Rc<dyn Fn(&Value) -> Result<Value>>;
+/// A morphism of the Set model: a function on values. (A tree of closures as deep as the
+/// combinator, hence `Deep`: dropping it must not recurse on one stack.)
+pub type Fun = Rc<Deep<dyn Fn(&Value) -> Result<Value>>>;
 
 /// Evaluates a combinator at a point of its domain.
 pub fn run(c: &Comb, x: &Value) -> Result<Value> {
@@ -39,7 +40,7 @@ pub fn context_value(args: &[Value]) -> Value {
 }
 
 fn fun(f: impl Fn(&Value) -> Result<Value> + 'static) -> std::result::Result<Fun, Infallible> {
-    Ok(Rc::new(f))
+    Ok(Rc::new(Deep::new(f)))
 }
 
 impl Category for Eval {
@@ -55,7 +56,7 @@ impl Category for Eval {
     }
 
     fn located(&self, m: Fun, at: Span) -> Fun {
-        Rc::new(move |x| m(x).map_err(|e| e.or_span(at)))
+        Rc::new(Deep::new(move |x: &Value| m(x).map_err(|e| e.or_span(at))))
     }
 }
 
