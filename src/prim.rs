@@ -109,11 +109,6 @@ impl Primitive {
         Type::tuple(&self.params)
     }
 
-    /// The type of the primitive used as a curried function value.
-    pub fn curried_type(&self) -> Type {
-        Type::curried(&self.params, self.result.clone())
-    }
-
     /// Evaluates on the argument tuple.
     pub fn eval(&self, arg: &Value) -> Result<Value> {
         (self.eval)(arg)

@@ -321,12 +321,6 @@ impl Term {
         }
     }
 
-    /// A node, or why it is ill-typed.
-    pub fn try_new(kind: TermKind, span: Span) -> Result<Term, String> {
-        let ty = type_of(&kind)?;
-        Ok(Term(Rc::new(Deep::new(Node { kind, ty, span }))))
-    }
-
     /// A variable occurrence.
     pub fn var(v: &Var) -> Term {
         Term::new(TermKind::Var(v.clone()), Span::default())
@@ -478,16 +472,6 @@ impl Program {
             params: def.params.clone(),
             body,
         }
-    }
-}
-
-/// Visits every node of a term, parents before children, without deep recursion.
-pub fn for_each_node(t: &Term, mut f: impl FnMut(&Term)) {
-    let mut stack = vec![t];
-    while let Some(t) = stack.pop() {
-        f(t);
-        let cs = t.children();
-        stack.extend(cs.into_iter().rev());
     }
 }
 
