@@ -376,7 +376,7 @@ impl Comb {
 }
 
 impl fmt::Display for Comb {
-    /// The combinator in the notation of the module documentation (see [`print`]).
+    /// The combinator in the notation of the module documentation (see [`mod@print`]).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&print::to_string(self, 100))
     }
