@@ -204,27 +204,22 @@ impl std::ops::Deref for Term {
     }
 }
 
-/// Why a node is ill-typed.
-fn ill(msg: String) -> String {
-    msg
-}
-
 fn expect_eq(what: &str, expected: &Type, found: &Type) -> Result<(), String> {
     if expected == found {
         Ok(())
     } else {
-        Err(ill(format!("{what}: expected {expected}, found {found}")))
+        Err(format!("{what}: expected {expected}, found {found}"))
     }
 }
 
 fn expect_fun<'a>(what: &str, t: &'a Type) -> Result<(&'a Type, &'a Type), String> {
     t.as_fun()
-        .ok_or_else(|| ill(format!("{what}: expected a function, found {t}")))
+        .ok_or_else(|| format!("{what}: expected a function, found {t}"))
 }
 
 fn expect_array<'a>(what: &str, t: &'a Type) -> Result<&'a Type, String> {
     t.as_array()
-        .ok_or_else(|| ill(format!("{what}: expected an array, found {t}")))
+        .ok_or_else(|| format!("{what}: expected an array, found {t}"))
 }
 
 /// The local typing rule: the type of a node given its children, or why it is ill-typed.
@@ -261,11 +256,7 @@ pub fn type_of(kind: &TermKind) -> Result<Type, String> {
         }
         TermKind::Prim(op, args) => {
             if args.len() != op.params().len() {
-                return Err(ill(format!(
-                    "{} applied to {} arguments",
-                    op.name(),
-                    args.len()
-                )));
+                return Err(format!("{} applied to {} arguments", op.name(), args.len()));
             }
             for (a, t) in args.iter().zip(op.params()) {
                 expect_eq(op.name(), t, &a.ty)?;
