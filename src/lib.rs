@@ -63,6 +63,7 @@ pub mod eval;
 pub mod prim;
 pub mod random;
 pub mod source;
+pub mod target;
 pub mod types;
 pub mod value;
 

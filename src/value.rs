@@ -10,6 +10,7 @@
 
 use crate::deep::{Deep, deep};
 use crate::error::{Error, Result};
+use crate::target::linear::{Lin, LinFun};
 use crate::types::Type;
 use std::fmt;
 use std::rc::Rc;
@@ -37,6 +38,10 @@ pub enum Value {
     Array(Rc<Vec<Value>>),
     /// A function value.
     Closure(Rc<dyn Closure>),
+    /// A value of a linear type (target language only).
+    Lin(Lin),
+    /// A linear map `L ⊸ L'` (target language only).
+    LinFun(LinFun),
 }
 
 /// A function value: something that can be applied to an argument.
@@ -73,6 +78,16 @@ impl Value {
     /// An array with elements of type `elem`: unboxed when `elem` is `Real`.
     pub fn array(elem: &Type, items: Vec<Value>) -> Value {
         if matches!(elem, Type::Real) {
+            Value::RealArray(Rc::new(items.iter().map(Value::expect_real).collect()))
+        } else {
+            Value::Array(Rc::new(items))
+        }
+    }
+
+    /// An array whose element type is not at hand: unboxed when the elements are reals or
+    /// there are none (an empty unboxed array stands for the empty array of any type).
+    pub fn array_of(items: Vec<Value>) -> Value {
+        if items.iter().all(|x| matches!(x, Value::Real(_))) {
             Value::RealArray(Rc::new(items.iter().map(Value::expect_real).collect()))
         } else {
             Value::Array(Rc::new(items))
@@ -177,7 +192,8 @@ impl Value {
                 (Value::Unit, Value::Unit) => true,
                 (Value::Pair(a), Value::Pair(b)) => a.0.same(&b.0)? && a.1.same(&b.1)?,
                 (Value::Inl(a), Value::Inl(b)) | (Value::Inr(a), Value::Inr(b)) => a.same(b)?,
-                (Value::Closure(_), _) | (_, Value::Closure(_)) => return None,
+                (Value::Closure(_) | Value::Lin(_) | Value::LinFun(_), _)
+                | (_, Value::Closure(_) | Value::Lin(_) | Value::LinFun(_)) => return None,
                 (a, b) if is_array(a) && is_array(b) => {
                     let (xs, ys) = (a.array_items(), b.array_items());
                     if xs.len() != ys.len() {
@@ -206,7 +222,8 @@ impl Value {
             (Value::Pair(p), Type::Prod(t)) => p.0.has_type(&t.0) && p.1.has_type(&t.1),
             (Value::Inl(v), Type::Sum(t)) => v.has_type(&t.0),
             (Value::Inr(v), Type::Sum(t)) => v.has_type(&t.1),
-            (Value::RealArray(_), Type::Array(e)) => matches!(***e, Type::Real),
+            // An empty array may be stored unboxed whatever its element type.
+            (Value::RealArray(xs), Type::Array(e)) => matches!(***e, Type::Real) || xs.is_empty(),
             (Value::Array(xs), Type::Array(e)) => {
                 !matches!(***e, Type::Real) && xs.iter().all(|x| x.has_type(e))
             }
@@ -230,6 +247,8 @@ impl Value {
             Value::RealArray(xs) => J::Array(xs.iter().map(|&x| real_to_json(x)).collect()),
             Value::Array(xs) => J::Array(xs.iter().map(|v| v.to_json()).collect()),
             Value::Closure(_) => J::String("<function>".into()),
+            Value::Lin(l) => J::String(format!("<linear {l}>")),
+            Value::LinFun(_) => J::String("<linear map>".into()),
         })
     }
 
@@ -463,6 +482,8 @@ impl fmt::Display for Value {
                 f.write_str("]")
             }
             Value::Closure(_) => f.write_str("<function>"),
+            Value::Lin(l) => write!(f, "{l}"),
+            Value::LinFun(_) => f.write_str("<linear map>"),
         })
     }
 }
