@@ -8,79 +8,12 @@
 mod common;
 
 use chad::ccc::{self, typing::Typing};
-use chad::random::{Config, TestProgram, any_value, program};
-use chad::types::Type;
+use chad::random::{Config, TestProgram, program};
 use chad::value::Value;
+use common::same_at;
 use proptest::prelude::*;
-use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
 use std::cell::Cell;
-
-/// Compares two results of type `ty`: first-order values exactly; functions by applying both to
-/// the same random arguments and comparing the results (errors must match too).
-fn same_at(
-    ty: &Type,
-    a: &chad::Result<Value>,
-    b: &chad::Result<Value>,
-    rng: &mut TestRunner,
-    fuel: u32,
-) -> Result<(), String> {
-    match (a, b) {
-        (Err(x), Err(y)) if x.message() == y.message() && x.span() == y.span() => Ok(()),
-        (Ok(x), Ok(y)) => match ty {
-            _ if ty.is_first_order() => {
-                if x.same(y) == Some(true) {
-                    Ok(())
-                } else {
-                    Err(format!("{x} differs from {y}"))
-                }
-            }
-            Type::Fun(f) => {
-                for _ in 0..if fuel > 0 { 3 } else { 0 } {
-                    let arg = any_value(&Config::default(), &f.0)
-                        .new_tree(rng)
-                        .map_err(|e| e.to_string())?
-                        .current();
-                    same_at(
-                        &f.1,
-                        &x.apply(arg.clone()),
-                        &y.apply(arg.clone()),
-                        rng,
-                        fuel - 1,
-                    )
-                    .map_err(|e| format!("applied to {arg}: {e}"))?;
-                }
-                Ok(())
-            }
-            Type::Prod(p) => {
-                let ((x1, x2), (y1, y2)) = (x.expect_pair(), y.expect_pair());
-                same_at(&p.0, &Ok(x1.clone()), &Ok(y1.clone()), rng, fuel)?;
-                same_at(&p.1, &Ok(x2.clone()), &Ok(y2.clone()), rng, fuel)
-            }
-            Type::Sum(s) => match (x, y) {
-                (Value::Inl(u), Value::Inl(v)) => {
-                    same_at(&s.0, &Ok((**u).clone()), &Ok((**v).clone()), rng, fuel)
-                }
-                (Value::Inr(u), Value::Inr(v)) => {
-                    same_at(&s.1, &Ok((**u).clone()), &Ok((**v).clone()), rng, fuel)
-                }
-                _ => Err(format!("{x} and {y} are different injections")),
-            },
-            Type::Array(e) => {
-                let (xs, ys) = (x.array_items(), y.array_items());
-                if xs.len() != ys.len() {
-                    return Err(format!("arrays of lengths {} and {}", xs.len(), ys.len()));
-                }
-                for (u, v) in xs.into_iter().zip(ys) {
-                    same_at(e, &Ok(u), &Ok(v), rng, fuel)?;
-                }
-                Ok(())
-            }
-            _ => unreachable!("first-order handled above"),
-        },
-        _ => Err(format!("{a:?} versus {b:?}")),
-    }
-}
 
 fn run_both(p: &TestProgram) -> (chad::Result<Value>, chad::Result<Value>) {
     let direct = chad::eval::eval_entry(&p.entry, &p.inputs);
