@@ -1,0 +1,940 @@
+//! Run-time values of linear types, linear maps and copowers: the only module that sees how they
+//! are represented.
+//!
+//! CHAD's (co)tangents live in linear types, which denote commutative monoids (in fact real
+//! vector spaces). The paper (§9) implements the two type formers that functional languages lack
+//! as abstract types, and so do we:
+//!
+//! * **Linear maps `L ⊸ L'` are a subtype of functions.** A [`LinFun`] is a trait object
+//!   ([`LinearMap`]) that can only be obtained from the combinators here (identity, composition,
+//!   pairing, projections, zero, sums, scaling, copower fold, ...), from a native implementation
+//!   of the trait (a primitive's derivative kernel, e.g. [`LinFun::dot_with`]), or by evaluating a
+//!   linear λ of the target language, whose body the type checker has verified to be linear. So
+//!   every `LinFun` is a monoid homomorphism by construction; [`LinFun::apply`] uses that to
+//!   return zero for a zero argument without running anything.
+//! * **Copowers `!τ ⊗ L` are a quotient of lists.** A [`Copower`] is a list of pairs `(a, l)` that
+//!   can only be made by [`Copower::empty`], [`Copower::singleton`] and [`Copower::plus`]
+//!   (concatenation), and only consumed by [`Copower::fold`], which sums `f(a_i) • l_i` for a
+//!   family of *linear* maps `f(a)`. Because the sum is commutative and each `f(a)` is additive,
+//!   no client can observe the order of the list, how it was grouped, or whether `(a, l1), (a, l2)`
+//!   was stored instead of `(a, l1 + l2)`: exactly the equations of the copower.
+//!
+//! A [`Lin`] is a value of any linear type. Its representation is private; notably:
+//!
+//! * zero is one O(1) value of every linear type (`Zero`), so `0 + x = x` costs O(1), projecting,
+//!   indexing or applying a linear map to zero is O(1), and no large zero is ever built;
+//! * `L ⊕ L'`, the linear sum, is represented like the biproduct `L × L'` (in commutative monoids
+//!   the coproduct *is* the product): `linl a` is `(a, 0)`, `fromLeft` is `fst`, and addition is
+//!   total;
+//! * arrays are dense (unboxed `f64`s for `Array Real`) or sparse: a one-hot array costs O(1), and
+//!   adding k one-hots costs O(k); a sparse array is densified at most once, when it must be.
+//!   Arrays denote finitely supported sequences, so arrays of different lengths add by padding
+//!   with zeros (the zero array has every length) and indexing past the end gives zero;
+//! * a copower is a binary tree of concatenations, so `plus` is O(1) and `fold` is linear in
+//!   the number of pairs (iterative, any depth).
+
+use crate::deep::{Deep, deep};
+use crate::error::{Error, Result};
+use crate::value::Value;
+use std::cell::OnceCell;
+use std::fmt;
+use std::rc::Rc;
+
+/// A value of a linear type. Cheap to clone.
+#[derive(Clone)]
+pub struct Lin(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    /// Zero of any linear type.
+    Zero,
+    /// A real.
+    Real(f64),
+    /// A pair: biproducts `L × L'` and linear sums `L ⊕ L'`.
+    Pair(Rc<Deep<(Lin, Lin)>>),
+    /// A copower.
+    Copower(Copower),
+    /// A power: a function into a linear type.
+    Power(Rc<Deep<Power>>),
+    /// A dense array of reals.
+    Reals(Rc<Vec<f64>>),
+    /// A dense array of linear values.
+    Items(Rc<Vec<Lin>>),
+    /// A sparse array.
+    Sparse(Rc<Sparse>),
+}
+
+/// The function inside a power value.
+type PowerFn = dyn Fn(&Value) -> Result<Lin>;
+
+enum Power {
+    Fn(Rc<PowerFn>),
+    Plus(Lin, Lin),
+    Scale(f64, Lin),
+}
+
+/// A sparse array: `len` elements, zero except for the listed entries (an index may repeat:
+/// its entries add up).
+struct Sparse {
+    len: usize,
+    entries: Vec<(usize, Lin)>,
+    dense: OnceCell<Lin>,
+}
+
+/// Above this many entries, a sparse array is indexed through its (cached) dense form.
+const SCAN_LIMIT: usize = 16;
+
+fn invariant(what: &str) -> ! {
+    panic!("internal error: linear value is not {what} (the target type checker rules this out)")
+}
+
+impl Lin {
+    /// Zero, of any linear type. O(1).
+    pub fn zero() -> Lin {
+        Lin(Repr::Zero)
+    }
+
+    /// True if this is the (sparse) zero. A value built otherwise may still equal zero; this
+    /// test is O(1) and only used to skip work.
+    pub fn is_zero(&self) -> bool {
+        matches!(self.0, Repr::Zero)
+    }
+
+    /// A linear real.
+    pub fn real(x: f64) -> Lin {
+        Lin(Repr::Real(x))
+    }
+
+    /// The number held by a value of linear type `Real` (0 for zero).
+    pub fn to_real(&self) -> f64 {
+        match self.0 {
+            Repr::Zero => 0.0,
+            Repr::Real(x) => x,
+            _ => invariant("a Real"),
+        }
+    }
+
+    /// The pair `(a, b)` of a biproduct.
+    pub fn pair(a: Lin, b: Lin) -> Lin {
+        if a.is_zero() && b.is_zero() {
+            return Lin::zero();
+        }
+        Lin(Repr::Pair(Rc::new(Deep::new((a, b)))))
+    }
+
+    /// The first component of a pair (linear).
+    pub fn fst(&self) -> Lin {
+        match &self.0 {
+            Repr::Zero => Lin::zero(),
+            Repr::Pair(p) => p.0.clone(),
+            _ => invariant("a pair"),
+        }
+    }
+
+    /// The second component of a pair (linear).
+    pub fn snd(&self) -> Lin {
+        match &self.0 {
+            Repr::Zero => Lin::zero(),
+            Repr::Pair(p) => p.1.clone(),
+            _ => invariant("a pair"),
+        }
+    }
+
+    /// `linl a : L ⊕ L'`.
+    pub fn left(a: Lin) -> Lin {
+        Lin::pair(a, Lin::zero())
+    }
+
+    /// `linr b : L ⊕ L'`.
+    pub fn right(b: Lin) -> Lin {
+        Lin::pair(Lin::zero(), b)
+    }
+
+    /// `fromLeft s`: the left part of a linear sum (zero if there is none).
+    pub fn from_left(&self) -> Lin {
+        self.fst()
+    }
+
+    /// `fromRight s`: the right part of a linear sum (zero if there is none).
+    pub fn from_right(&self) -> Lin {
+        self.snd()
+    }
+
+    /// The monoid operation `a + b`, for values of the same linear type. Takes its arguments by
+    /// value so that a uniquely owned array accumulator is updated in place.
+    pub fn plus(a: Lin, b: Lin) -> Lin {
+        deep(|| match (a.0, b.0) {
+            (Repr::Zero, x) | (x, Repr::Zero) => Lin(x),
+            (Repr::Real(x), Repr::Real(y)) => Lin::real(x + y),
+            (Repr::Pair(p), Repr::Pair(q)) => Lin::pair(
+                Lin::plus(p.0.clone(), q.0.clone()),
+                Lin::plus(p.1.clone(), q.1.clone()),
+            ),
+            (Repr::Copower(c), Repr::Copower(d)) => Lin(Repr::Copower(Copower::plus(c, d))),
+            (Repr::Power(f), Repr::Power(g)) => {
+                Lin::power_node(Power::Plus(Lin(Repr::Power(f)), Lin(Repr::Power(g))))
+            }
+            (x, y) if x.is_array() && y.is_array() => add_arrays(Lin(x), Lin(y)),
+            _ => invariant("of the same type as the value it is added to"),
+        })
+    }
+
+    /// Scalar multiplication `c · x` (every linear type here is a real vector space).
+    pub fn scale(c: f64, x: &Lin) -> Lin {
+        deep(|| match &x.0 {
+            Repr::Zero => Lin::zero(),
+            Repr::Real(y) => Lin::real(c * y),
+            Repr::Pair(p) => Lin::pair(Lin::scale(c, &p.0), Lin::scale(c, &p.1)),
+            Repr::Copower(cp) => Lin(Repr::Copower(cp.scale(c))),
+            Repr::Power(_) => Lin::power_node(Power::Scale(c, x.clone())),
+            Repr::Reals(xs) => Lin::reals(xs.iter().map(|y| c * y).collect()),
+            Repr::Items(xs) => Lin::array(xs.iter().map(|y| Lin::scale(c, y)).collect()),
+            Repr::Sparse(s) => Lin::sparse(
+                s.len,
+                s.entries
+                    .iter()
+                    .map(|(i, y)| (*i, Lin::scale(c, y)))
+                    .collect(),
+            ),
+        })
+    }
+
+    // ----- copowers and powers -----
+
+    /// A copower as a linear value.
+    pub fn copower(c: Copower) -> Lin {
+        if c.is_empty() {
+            Lin::zero()
+        } else {
+            Lin(Repr::Copower(c))
+        }
+    }
+
+    /// The copower held by a value of type `!τ ⊗ L` (empty for zero).
+    pub fn to_copower(&self) -> Copower {
+        match &self.0 {
+            Repr::Zero => Copower::empty(),
+            Repr::Copower(c) => c.clone(),
+            _ => invariant("a copower"),
+        }
+    }
+
+    /// A value of the power `τ → L`: any function into `L` (powers add pointwise).
+    pub fn power(f: impl Fn(&Value) -> Result<Lin> + 'static) -> Lin {
+        Lin::power_node(Power::Fn(Rc::new(f)))
+    }
+
+    fn power_node(p: Power) -> Lin {
+        Lin(Repr::Power(Rc::new(Deep::new(p))))
+    }
+
+    /// Power elimination `p @ b` (linear in `p`).
+    pub fn apply_power(&self, b: &Value) -> Result<Lin> {
+        deep(|| match &self.0 {
+            Repr::Zero => Ok(Lin::zero()),
+            Repr::Power(p) => match &***p {
+                Power::Fn(f) => f(b),
+                Power::Plus(f, g) => Ok(Lin::plus(f.apply_power(b)?, g.apply_power(b)?)),
+                Power::Scale(c, f) => Ok(Lin::scale(*c, &f.apply_power(b)?)),
+            },
+            _ => invariant("a power"),
+        })
+    }
+
+    // ----- arrays -----
+
+    /// A dense linear array of reals.
+    pub fn reals(xs: Vec<f64>) -> Lin {
+        Lin(Repr::Reals(Rc::new(xs)))
+    }
+
+    /// A dense linear array. If every element is a real or zero, the array is stored unboxed.
+    pub fn array(items: Vec<Lin>) -> Lin {
+        if !items.is_empty()
+            && items
+                .iter()
+                .all(|x| matches!(x.0, Repr::Real(_) | Repr::Zero))
+        {
+            Lin::reals(items.iter().map(Lin::to_real).collect())
+        } else {
+            Lin(Repr::Items(Rc::new(items)))
+        }
+    }
+
+    fn sparse(len: usize, entries: Vec<(usize, Lin)>) -> Lin {
+        if entries.is_empty() {
+            return Lin::zero();
+        }
+        Lin(Repr::Sparse(Rc::new(Sparse {
+            len,
+            entries,
+            dense: OnceCell::new(),
+        })))
+    }
+
+    /// `onehot n i x`: the array of length `n` that is `x` at `i` and zero elsewhere. O(1).
+    /// An error if `i` is out of range.
+    pub fn onehot(n: usize, i: i64, x: Lin) -> Result<Lin> {
+        if i < 0 || i as u64 >= n as u64 {
+            return Err(Error::runtime(format!(
+                "onehot: index {i} out of range for an array of length {n}"
+            )));
+        }
+        Ok(Lin::sparse(n, vec![(i as usize, x)]))
+    }
+
+    /// `replicate n x`: `n` copies of `x`.
+    pub fn replicate(n: usize, x: &Lin) -> Lin {
+        match &x.0 {
+            Repr::Zero => Lin::zero(),
+            Repr::Real(y) => Lin::reals(vec![*y; n]),
+            _ => Lin::array(vec![x.clone(); n]),
+        }
+    }
+
+    /// `lbuild n f`: the array `[f 0, ..., f (n-1)]`.
+    pub fn build(n: usize, mut f: impl FnMut(usize) -> Result<Lin>) -> Result<Lin> {
+        Ok(Lin::array((0..n).map(&mut f).collect::<Result<Vec<_>>>()?))
+    }
+
+    /// Element `i` of a linear array (zero past the end, or for the zero array).
+    pub fn index(&self, i: i64) -> Lin {
+        if i < 0 {
+            return Lin::zero();
+        }
+        let i = i as usize;
+        match &self.0 {
+            Repr::Zero => Lin::zero(),
+            Repr::Reals(xs) => xs.get(i).map_or_else(Lin::zero, |&x| Lin::real(x)),
+            Repr::Items(xs) => xs.get(i).cloned().unwrap_or_else(Lin::zero),
+            Repr::Sparse(s) if s.entries.len() <= SCAN_LIMIT => s
+                .entries
+                .iter()
+                .filter(|(j, _)| *j == i)
+                .fold(Lin::zero(), |acc, (_, x)| Lin::plus(acc, x.clone())),
+            Repr::Sparse(s) => s.densified().index(i as i64),
+            _ => invariant("an array"),
+        }
+    }
+
+    /// `lsum xs`: the sum of the elements of a linear array.
+    pub fn sum(&self) -> Lin {
+        match &self.0 {
+            Repr::Zero => Lin::zero(),
+            Repr::Reals(xs) => Lin::real(xs.iter().sum()),
+            Repr::Items(xs) => xs.iter().fold(Lin::zero(), |a, x| Lin::plus(a, x.clone())),
+            Repr::Sparse(s) => s
+                .entries
+                .iter()
+                .fold(Lin::zero(), |a, (_, x)| Lin::plus(a, x.clone())),
+            _ => invariant("an array"),
+        }
+    }
+
+    /// Applies `f(i)` to element `i`, for `i < n` (elementwise application of an array of linear
+    /// maps, `zipWith`). Zero elements cost nothing: on a sparse array this is O(entries).
+    pub fn zip_with(&self, n: usize, f: impl Fn(usize) -> Result<LinFun>) -> Result<Lin> {
+        match &self.0 {
+            Repr::Zero => Ok(Lin::zero()),
+            Repr::Sparse(s) if s.entries.len() < n => {
+                let entries = s
+                    .entries
+                    .iter()
+                    .filter(|(i, _)| *i < n)
+                    .map(|(i, x)| Ok((*i, f(*i)?.apply(x)?)))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(Lin::sparse(n, entries))
+            }
+            _ => Lin::build(n, |i| f(i)?.apply(&self.index(i as i64))),
+        }
+    }
+
+    /// Applies one linear map to every element (`lmap f xs`).
+    pub fn map(&self, f: &LinFun) -> Result<Lin> {
+        match &self.0 {
+            Repr::Zero => Ok(Lin::zero()),
+            Repr::Reals(xs) => Lin::build(xs.len(), |i| f.apply(&Lin::real(xs[i]))),
+            Repr::Items(xs) => Lin::build(xs.len(), |i| f.apply(&xs[i])),
+            Repr::Sparse(s) => Ok(Lin::sparse(
+                s.len,
+                s.entries
+                    .iter()
+                    .map(|(i, x)| Ok((*i, f.apply(x)?)))
+                    .collect::<Result<Vec<_>>>()?,
+            )),
+            _ => invariant("an array"),
+        }
+    }
+
+    /// The number of elements an array value stores (its length; 0 for the zero array, which has
+    /// every length).
+    pub fn stored_len(&self) -> usize {
+        match &self.0 {
+            Repr::Zero => 0,
+            Repr::Reals(xs) => xs.len(),
+            Repr::Items(xs) => xs.len(),
+            Repr::Sparse(s) => s.len,
+            _ => invariant("an array"),
+        }
+    }
+}
+
+impl Repr {
+    fn is_array(&self) -> bool {
+        matches!(self, Repr::Reals(_) | Repr::Items(_) | Repr::Sparse(_))
+    }
+}
+
+impl Sparse {
+    /// The dense form (computed once, then cached).
+    fn densified(&self) -> &Lin {
+        self.dense.get_or_init(|| {
+            let mut items = vec![Lin::zero(); self.len];
+            for (i, x) in &self.entries {
+                let old = std::mem::replace(&mut items[*i], Lin::zero());
+                items[*i] = Lin::plus(old, x.clone());
+            }
+            Lin::array(items)
+        })
+    }
+}
+
+/// Adds two array values (neither zero), reusing a uniquely owned dense buffer.
+fn add_arrays(a: Lin, b: Lin) -> Lin {
+    match (a.0, b.0) {
+        (Repr::Sparse(s), Repr::Sparse(t)) => {
+            let len = s.len.max(t.len);
+            let (mut big, small) = if s.entries.len() >= t.entries.len() {
+                (s, t)
+            } else {
+                (t, s)
+            };
+            let entries = match Rc::get_mut(&mut big) {
+                Some(b) => {
+                    b.dense = OnceCell::new();
+                    b.entries.extend(small.entries.iter().cloned());
+                    std::mem::take(&mut b.entries)
+                }
+                None => big.entries.iter().chain(&small.entries).cloned().collect(),
+            };
+            if entries.len() > len {
+                // More entries than elements: the dense form is now the smaller one.
+                let s = Sparse {
+                    len,
+                    entries,
+                    dense: OnceCell::new(),
+                };
+                return s.densified().clone();
+            }
+            Lin::sparse(len, entries)
+        }
+        (Repr::Sparse(s), dense) | (dense, Repr::Sparse(s)) => {
+            let mut acc = Lin(dense);
+            let len = acc.stored_len().max(s.len);
+            for (i, x) in &s.entries {
+                acc = add_at(acc, len, *i, x.clone());
+            }
+            acc
+        }
+        (Repr::Reals(a), Repr::Reals(b)) => {
+            // Accumulate into the longer buffer, preferring one nobody else holds.
+            let unique = |r: &Rc<Vec<f64>>| Rc::strong_count(r) == 1 && Rc::weak_count(r) == 0;
+            let (mut xs, ys) = if a.len() > b.len() || (a.len() == b.len() && unique(&a)) {
+                (a, b)
+            } else {
+                (b, a)
+            };
+            let v = Rc::make_mut(&mut xs);
+            for (x, y) in v.iter_mut().zip(ys.iter()) {
+                *x += y;
+            }
+            Lin(Repr::Reals(xs))
+        }
+        (x, y) => {
+            let (x, y) = (Lin(x), Lin(y));
+            let n = x.stored_len().max(y.stored_len());
+            let items: Vec<Lin> = (0..n as i64)
+                .map(|i| Lin::plus(x.index(i), y.index(i)))
+                .collect();
+            Lin::array(items)
+        }
+    }
+}
+
+/// Adds `x` at position `i` of a dense array of (at least) length `len`, in place if unique.
+fn add_at(acc: Lin, len: usize, i: usize, x: Lin) -> Lin {
+    match (acc.0, &x.0) {
+        (Repr::Reals(mut xs), Repr::Real(y)) => {
+            let v = Rc::make_mut(&mut xs);
+            if v.len() < len {
+                v.resize(len, 0.0);
+            }
+            v[i] += y;
+            Lin(Repr::Reals(xs))
+        }
+        (Repr::Reals(xs), _) => {
+            let items = xs.iter().map(|&y| Lin::real(y)).collect();
+            add_at(Lin(Repr::Items(Rc::new(items))), len, i, x)
+        }
+        (Repr::Items(mut xs), _) => {
+            let v = Rc::make_mut(&mut xs);
+            if v.len() < len {
+                v.resize(len, Lin::zero());
+            }
+            let old = std::mem::replace(&mut v[i], Lin::zero());
+            v[i] = Lin::plus(old, x);
+            Lin(Repr::Items(xs))
+        }
+        _ => invariant("a dense array"),
+    }
+}
+
+impl fmt::Debug for Lin {
+    /// A readable rendering that does not reveal representation choices: arrays print densely,
+    /// copowers and powers opaquely.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        deep(|| match &self.0 {
+            Repr::Zero => f.write_str("0"),
+            Repr::Real(x) => f.write_str(&crate::value::format_real(*x)),
+            Repr::Pair(p) => write!(f, "({:?}, {:?})", p.0, p.1),
+            Repr::Copower(_) => f.write_str("<copower>"),
+            Repr::Power(_) => f.write_str("<power>"),
+            Repr::Reals(_) | Repr::Items(_) | Repr::Sparse(_) => {
+                f.write_str("[")?;
+                for i in 0..self.stored_len() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{:?}", self.index(i as i64))?;
+                }
+                f.write_str("]")
+            }
+        })
+    }
+}
+
+impl fmt::Display for Lin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self:?}")
+    }
+}
+
+// ----- copowers -----
+
+/// A value of the copower `!τ ⊗ L`: a formal sum of pairs `(a, l)`. Only [`Copower::empty`],
+/// [`Copower::singleton`], [`Copower::plus`] and [`Copower::fold`] exist, so no client can tell
+/// the order or grouping of the pairs. `plus` is O(1); `fold` is linear in the number of pairs.
+#[derive(Clone, Default)]
+pub struct Copower(Option<Rc<Deep<CopowerNode>>>);
+
+enum CopowerNode {
+    Leaf(Value, Lin),
+    Concat(Copower, Copower),
+}
+
+impl Copower {
+    /// The empty formal sum (zero).
+    pub fn empty() -> Copower {
+        Copower(None)
+    }
+
+    /// `!a ⊗ l`. (Empty if `l` is zero: `!a ⊗ 0 = 0`.)
+    pub fn singleton(a: Value, l: Lin) -> Copower {
+        if l.is_zero() {
+            return Copower::empty();
+        }
+        Copower(Some(Rc::new(Deep::new(CopowerNode::Leaf(a, l)))))
+    }
+
+    /// The sum of two copowers (concatenation). O(1).
+    pub fn plus(a: Copower, b: Copower) -> Copower {
+        match (a.0.is_none(), b.0.is_none()) {
+            (true, _) => b,
+            (_, true) => a,
+            _ => Copower(Some(Rc::new(Deep::new(CopowerNode::Concat(a, b))))),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// `copowfold f c`: the sum over the pairs `(a, l)` of `c` of `f(a) • l`. The result is a
+    /// function of the formal sum only (not of order or grouping) because every `f(a)` is linear.
+    pub fn fold(&self, f: impl Fn(&Value) -> Result<LinFun>) -> Result<Lin> {
+        let mut acc = Lin::zero();
+        let mut stack: Vec<&Copower> = vec![self];
+        while let Some(c) = stack.pop() {
+            match c.0.as_deref().map(|d| &**d) {
+                None => {}
+                Some(CopowerNode::Leaf(a, l)) => acc = Lin::plus(acc, f(a)?.apply(l)?),
+                Some(CopowerNode::Concat(x, y)) => {
+                    stack.push(y);
+                    stack.push(x);
+                }
+            }
+        }
+        Ok(acc)
+    }
+
+    /// Scales every pair's linear part (internal: `c · Σ (a, l) = Σ (a, c·l)`).
+    fn scale(&self, c: f64) -> Copower {
+        deep(|| match self.0.as_deref().map(|d| &**d) {
+            None => Copower::empty(),
+            Some(CopowerNode::Leaf(a, l)) => Copower::singleton(a.clone(), Lin::scale(c, l)),
+            Some(CopowerNode::Concat(x, y)) => Copower::plus(x.scale(c), y.scale(c)),
+        })
+    }
+}
+
+// ----- linear maps -----
+
+/// A linear map `L ⊸ L'`: a monoid homomorphism, `f(0) = 0` and `f(a + b) = f(a) + f(b)`.
+///
+/// Implement it natively for a primitive's derivative kernel (the implementation is responsible
+/// for being linear; `check_primitive` tests it); everything else builds linear maps with the
+/// combinators of [`LinFun`] or by evaluating a linear λ.
+pub trait LinearMap {
+    /// Applies the map. Callers never pass the zero value ([`LinFun::apply`] answers zero
+    /// itself), so implementations need not special-case it.
+    fn apply(&self, x: &Lin) -> Result<Lin>;
+
+    /// A short description, for debugging output.
+    fn describe(&self) -> String {
+        "<linear map>".to_string()
+    }
+}
+
+/// A run-time value of type `L ⊸ L'`.
+#[derive(Clone)]
+pub struct LinFun(Rc<dyn LinearMap>);
+
+/// A linear map made from a closure: only this module can make one.
+struct Closure<F>(F, &'static str);
+
+impl<F: Fn(&Lin) -> Result<Lin>> LinearMap for Closure<F> {
+    fn apply(&self, x: &Lin) -> Result<Lin> {
+        (self.0)(x)
+    }
+    fn describe(&self) -> String {
+        self.1.to_string()
+    }
+}
+
+fn closure(name: &'static str, f: impl Fn(&Lin) -> Result<Lin> + 'static) -> LinFun {
+    LinFun(Rc::new(Closure(f, name)))
+}
+
+impl LinFun {
+    /// Wraps a native implementation of [`LinearMap`].
+    pub fn new(m: impl LinearMap + 'static) -> LinFun {
+        LinFun(Rc::new(m))
+    }
+
+    /// Applies the map. A zero argument gives zero at once (linearity), whatever the map.
+    pub fn apply(&self, x: &Lin) -> Result<Lin> {
+        if x.is_zero() {
+            Ok(Lin::zero())
+        } else {
+            deep(|| self.0.apply(x))
+        }
+    }
+
+    /// The map's description.
+    pub fn describe(&self) -> String {
+        self.0.describe()
+    }
+
+    /// The identity `λ̲v. v`.
+    pub fn id() -> LinFun {
+        closure("id", |x| Ok(x.clone()))
+    }
+
+    /// The zero map `λ̲v. 0`.
+    pub fn zero() -> LinFun {
+        closure("zero", |_| Ok(Lin::zero()))
+    }
+
+    /// Composition `g ∘ f` (first `f`, then `g`).
+    pub fn compose(g: &LinFun, f: &LinFun) -> LinFun {
+        let (g, f) = (g.clone(), f.clone());
+        closure("compose", move |x| g.apply(&f.apply(x)?))
+    }
+
+    /// Pairing `⟨f, g⟩ = λ̲v. (f v, g v)`.
+    pub fn pair(f: &LinFun, g: &LinFun) -> LinFun {
+        let (f, g) = (f.clone(), g.clone());
+        closure("pair", move |x| Ok(Lin::pair(f.apply(x)?, g.apply(x)?)))
+    }
+
+    /// The projection `λ̲v. fst v`.
+    pub fn fst() -> LinFun {
+        closure("fst", |x| Ok(x.fst()))
+    }
+
+    /// The projection `λ̲v. snd v`.
+    pub fn snd() -> LinFun {
+        closure("snd", |x| Ok(x.snd()))
+    }
+
+    /// The injection `λ̲v. (v, 0)` into a biproduct (the transpose of [`LinFun::fst`]).
+    pub fn inj1() -> LinFun {
+        closure("inj1", |x| Ok(Lin::pair(x.clone(), Lin::zero())))
+    }
+
+    /// The injection `λ̲v. (0, v)` into a biproduct (the transpose of [`LinFun::snd`]).
+    pub fn inj2() -> LinFun {
+        closure("inj2", |x| Ok(Lin::pair(Lin::zero(), x.clone())))
+    }
+
+    /// Copairing `[f, g] = λ̲v. f (fst v) + g (snd v)` out of a biproduct.
+    pub fn copair(f: &LinFun, g: &LinFun) -> LinFun {
+        let (f, g) = (f.clone(), g.clone());
+        closure("copair", move |x| {
+            Ok(Lin::plus(f.apply(&x.fst())?, g.apply(&x.snd())?))
+        })
+    }
+
+    /// The pointwise sum `f + g = λ̲v. f v + g v`.
+    pub fn plus(f: &LinFun, g: &LinFun) -> LinFun {
+        let (f, g) = (f.clone(), g.clone());
+        closure("plus", move |x| Ok(Lin::plus(f.apply(x)?, g.apply(x)?)))
+    }
+
+    /// The sum of any number of maps (zero for none).
+    pub fn sum(fs: &[LinFun]) -> LinFun {
+        let fs = fs.to_vec();
+        closure("sum", move |x| {
+            fs.iter()
+                .try_fold(Lin::zero(), |acc, f| Ok(Lin::plus(acc, f.apply(x)?)))
+        })
+    }
+
+    /// Scaling `c · f = λ̲v. c · f v`.
+    pub fn scale(c: f64, f: &LinFun) -> LinFun {
+        let f = f.clone();
+        closure("scale", move |x| Ok(Lin::scale(c, &f.apply(x)?)))
+    }
+
+    /// `λ̲v. linl v : L ⊸ L ⊕ L'`.
+    pub fn left() -> LinFun {
+        closure("linl", |x| Ok(Lin::left(x.clone())))
+    }
+
+    /// `λ̲v. linr v : L' ⊸ L ⊕ L'`.
+    pub fn right() -> LinFun {
+        closure("linr", |x| Ok(Lin::right(x.clone())))
+    }
+
+    /// `λ̲v. fromLeft v : L ⊕ L' ⊸ L`.
+    pub fn from_left() -> LinFun {
+        closure("fromLeft", |x| Ok(x.from_left()))
+    }
+
+    /// `λ̲v. fromRight v : L ⊕ L' ⊸ L'`.
+    pub fn from_right() -> LinFun {
+        closure("fromRight", |x| Ok(x.from_right()))
+    }
+
+    /// `λ̲v. !a ⊗ v : L ⊸ !τ ⊗ L`.
+    pub fn copower_singleton(a: Value) -> LinFun {
+        closure("singleton", move |x| {
+            Ok(Lin::copower(Copower::singleton(a.clone(), x.clone())))
+        })
+    }
+
+    /// `copowfold f : !τ ⊗ L ⊸ M` for `f : τ → (L ⊸ M)`.
+    pub fn copower_fold(f: impl Fn(&Value) -> Result<LinFun> + 'static) -> LinFun {
+        closure("copowfold", move |x| x.to_copower().fold(&f))
+    }
+
+    /// `λ̲p. p @ b : (τ → L) ⊸ L`: evaluating powers at a point.
+    pub fn power_eval(b: Value) -> LinFun {
+        closure("at", move |x| x.apply_power(&b))
+    }
+
+    /// `λ̲v. λb. f(b) • v : L ⊸ (τ → M)`, for a family of linear maps `f : τ → (L ⊸ M)`.
+    pub fn power_intro(f: impl Fn(&Value) -> Result<LinFun> + 'static) -> LinFun {
+        let f = Rc::new(f);
+        closure("powerIntro", move |x| {
+            let (f, x) = (f.clone(), x.clone());
+            Ok(Lin::power(move |b| f(b)?.apply(&x)))
+        })
+    }
+
+    /// `λ̲v. v ! i : Array L ⊸ L`.
+    pub fn index(i: i64) -> LinFun {
+        closure("index", move |x| Ok(x.index(i)))
+    }
+
+    /// `λ̲v. onehot n i v : L ⊸ Array L` (the transpose of [`LinFun::index`]).
+    pub fn onehot(n: usize, i: i64) -> LinFun {
+        closure("onehot", move |x| Lin::onehot(n, i, x.clone()))
+    }
+
+    /// `λ̲v. lsum v : Array L ⊸ L`.
+    pub fn lsum() -> LinFun {
+        closure("lsum", |x| Ok(x.sum()))
+    }
+
+    /// `λ̲v. replicate n v : L ⊸ Array L` (the transpose of [`LinFun::lsum`]).
+    pub fn replicate(n: usize) -> LinFun {
+        closure("replicate", move |x| Ok(Lin::replicate(n, x)))
+    }
+
+    /// `λ̲v. lmap f v : Array L ⊸ Array M`.
+    pub fn map(f: &LinFun) -> LinFun {
+        let f = f.clone();
+        closure("lmap", move |x| x.map(&f))
+    }
+
+    /// Native kernel: `λ̲v. Σ_i ys[i] · v[i] : Array Real ⊸ Real`, the inner product with a fixed
+    /// array (the derivative of `dot` in one argument).
+    pub fn dot_with(ys: Rc<Vec<f64>>) -> LinFun {
+        LinFun::new(DotWith(ys))
+    }
+
+    /// Native kernel: `λ̲v. [ys[0] · v, ..., ys[n-1] · v] : Real ⊸ Array Real`, the transpose of
+    /// [`LinFun::dot_with`].
+    pub fn scale_array(ys: Rc<Vec<f64>>) -> LinFun {
+        LinFun::new(ScaleArray(ys))
+    }
+}
+
+impl fmt::Debug for LinFun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "<linear map {}>", self.describe())
+    }
+}
+
+struct DotWith(Rc<Vec<f64>>);
+
+impl LinearMap for DotWith {
+    fn apply(&self, x: &Lin) -> Result<Lin> {
+        Ok(Lin::real(match &x.0 {
+            Repr::Reals(xs) => self.0.iter().zip(xs.iter()).map(|(a, b)| a * b).sum(),
+            _ => (0..self.0.len())
+                .map(|i| self.0[i] * x.index(i as i64).to_real())
+                .sum(),
+        }))
+    }
+    fn describe(&self) -> String {
+        "dotWith".into()
+    }
+}
+
+struct ScaleArray(Rc<Vec<f64>>);
+
+impl LinearMap for ScaleArray {
+    fn apply(&self, x: &Lin) -> Result<Lin> {
+        let c = x.to_real();
+        Ok(Lin::reals(self.0.iter().map(|y| c * y).collect()))
+    }
+    fn describe(&self) -> String {
+        "scaleArray".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reals(l: &Lin, n: usize) -> Vec<f64> {
+        (0..n as i64).map(|i| l.index(i).to_real()).collect()
+    }
+
+    #[test]
+    fn zero_is_absorbed_everywhere_in_constant_time() {
+        let z = Lin::zero();
+        assert!(Lin::plus(z.clone(), z.clone()).is_zero());
+        assert!(z.fst().is_zero() && z.index(7).is_zero() && z.sum().is_zero());
+        assert!(Lin::pair(Lin::zero(), Lin::zero()).is_zero());
+        let f = LinFun::onehot(3, 99); // would fail on a non-zero argument
+        assert!(f.apply(&z).unwrap().is_zero());
+        assert_eq!(Lin::plus(z, Lin::real(2.0)).to_real(), 2.0);
+    }
+
+    #[test]
+    fn one_hots_accumulate_sparsely_and_densify_once() {
+        let n = 1000;
+        let mut acc = Lin::zero();
+        for i in 0..10 {
+            acc = Lin::plus(acc, Lin::onehot(n, i * 3, Lin::real(1.0)).unwrap());
+        }
+        assert!(matches!(&acc.0, Repr::Sparse(s) if s.entries.len() == 10));
+        assert_eq!(acc.index(3).to_real(), 1.0);
+        assert_eq!(acc.index(4).to_real(), 0.0);
+        assert_eq!(acc.sum().to_real(), 10.0);
+        let dense = Lin::plus(acc.clone(), Lin::reals(vec![1.0; n]));
+        assert_eq!(dense.index(0).to_real(), 2.0);
+        assert_eq!(dense.index(1).to_real(), 1.0);
+        assert_eq!(dense.sum().to_real(), 1010.0);
+        let small = Lin::plus(
+            Lin::onehot(2, 0, Lin::real(1.0)).unwrap(),
+            Lin::plus(
+                Lin::onehot(2, 1, Lin::real(2.0)).unwrap(),
+                Lin::onehot(2, 1, Lin::real(3.0)).unwrap(),
+            ),
+        );
+        assert_eq!(reals(&small, 2), vec![1.0, 5.0]);
+        assert!(Lin::onehot(2, 2, Lin::real(1.0)).is_err());
+    }
+
+    #[test]
+    fn arrays_of_different_lengths_add_by_padding() {
+        let a = Lin::reals(vec![1.0, 2.0]);
+        let b = Lin::reals(vec![10.0, 20.0, 30.0]);
+        assert_eq!(
+            reals(&Lin::plus(a.clone(), b.clone()), 3),
+            vec![11.0, 22.0, 30.0]
+        );
+        assert_eq!(reals(&Lin::plus(b, a), 3), vec![11.0, 22.0, 30.0]);
+    }
+
+    #[test]
+    fn shared_buffers_are_not_mutated() {
+        let a = Lin::reals(vec![1.0, 2.0]);
+        let keep = a.clone();
+        let _ = Lin::plus(a, Lin::reals(vec![1.0, 1.0]));
+        assert_eq!(reals(&keep, 2), vec![1.0, 2.0]);
+        let s = Lin::onehot(2, 0, Lin::real(1.0)).unwrap();
+        let keep = s.clone();
+        let _ = Lin::plus(s, Lin::onehot(2, 1, Lin::real(1.0)).unwrap());
+        assert_eq!(reals(&keep, 2), vec![1.0, 0.0]);
+    }
+
+    #[test]
+    fn copower_fold_sums_linear_images() {
+        let c = Copower::plus(
+            Copower::singleton(Value::Real(2.0), Lin::real(3.0)),
+            Copower::singleton(Value::Real(5.0), Lin::real(7.0)),
+        );
+        let f = |a: &Value| Ok(LinFun::scale(a.expect_real(), &LinFun::id()));
+        assert_eq!(c.fold(f).unwrap().to_real(), 2.0 * 3.0 + 5.0 * 7.0);
+        assert!(Copower::singleton(Value::Unit, Lin::zero()).is_empty());
+        // A long left-nested chain folds without recursion.
+        let mut big = Copower::empty();
+        for _ in 0..200_000 {
+            big = Copower::plus(big, Copower::singleton(Value::Unit, Lin::real(1.0)));
+        }
+        let ones = |_: &Value| Ok(LinFun::id());
+        assert_eq!(big.fold(ones).unwrap().to_real(), 200_000.0);
+    }
+
+    #[test]
+    fn native_kernels_are_transposes() {
+        let ys = Rc::new(vec![1.0, -2.0, 3.0]);
+        let d = LinFun::dot_with(ys.clone());
+        let t = LinFun::scale_array(ys);
+        let x = Lin::reals(vec![0.5, 0.25, 2.0]);
+        let v = Lin::real(1.5);
+        // <t v, x> = <v, d x>
+        let lhs: f64 = reals(&t.apply(&v).unwrap(), 3)
+            .iter()
+            .zip(reals(&x, 3))
+            .map(|(a, b)| a * b)
+            .sum();
+        let rhs = 1.5 * d.apply(&x).unwrap().to_real();
+        assert!((lhs - rhs).abs() < 1e-12);
+    }
+}

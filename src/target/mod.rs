@@ -1,0 +1,24 @@
+//! The target language: the source language extended with linear types, the language CHAD's
+//! derivatives are written in (DESIGN.md §4; CHAD paper §4 and §9).
+//!
+//! * [`types`]: Cartesian types [`Ty`] (the source types, linear functions `L ⊸ L'`, and
+//!   `Lin L`) and linear types [`LTy`], which denote commutative monoids.
+//! * [`term`]: Cartesian terms [`Term`] and linear terms [`LTerm`] (terms linear in the linear
+//!   variables in scope).
+//! * [`check`]: the type checker, which also enforces the linear discipline.
+//! * [`linear`]: run-time linear values, linear maps (an abstract trait) and copowers (an
+//!   abstract list type). The only module that sees their representation.
+//! * [`eval`]: the evaluator.
+//! * [`mod@print`]: the pretty printer.
+//! * [`embed`]: the embedding of source terms.
+
+pub mod check;
+pub mod embed;
+pub mod eval;
+pub mod linear;
+pub mod print;
+pub mod term;
+pub mod types;
+
+pub use term::{LTerm, Term};
+pub use types::{LTy, Ty};

@@ -1,0 +1,593 @@
+//! Terms of the target language: Cartesian terms [`Term`] and linear terms [`LTerm`].
+//!
+//! Cartesian terms are the source language's core terms (over target types) plus
+//!
+//! * `λ̲v. l` ([`TermKind::LinLam`]), a linear function `L ⊸ L'` whose body is a linear term,
+//! * `f • t` ([`TermKind::LinApp`]), applying a linear function to a value of linear type,
+//! * `op t` ([`TermKind::LinPrim`]), a primitive's native derivative kernel (a [`LinPrim`]),
+//!   which builds a linear map from Cartesian data.
+//!
+//! A linear term is linear in the *linear variables* in scope: the variable of the enclosing
+//! `λ̲` and those bound by linear lets. Its forms (DESIGN.md §4) are
+//!
+//! ```text
+//! l ::= v | 0 | l + l | (l, l) | fst l | snd l | f • l | let p = t in l | let v = l in l
+//!     | !t ⊗ l | copowfold t l | \b -> l | l @ t | linl l | linr l | fromLeft l | fromRight l
+//!     | replicate t l | lsum l | onehot t t l | l ! t | zipWith t l | lmap t l
+//!     | lbuild t (\i -> l) | t * l
+//! ```
+//!
+//! where `t` and `f` are Cartesian terms, which may not mention linear variables. Linear
+//! variables occur only in linear positions, so every linear term denotes a monoid homomorphism
+//! in them; the checker ([`super::check`]) enforces this. Terms are untyped trees whose binders
+//! carry types; [`super::check`] computes and checks types.
+//!
+//! As in the source core language, every variable has a unique [`VarId`], so no pass needs to
+//! worry about shadowing or capture.
+
+use super::linear::LinFun;
+use super::types::{LTy, Ty};
+use crate::deep::Deep;
+use crate::error::{Result, Span};
+use crate::prim::Prim;
+pub use crate::source::term::{Lit, VarId};
+use crate::value::Value;
+use smallvec::SmallVec;
+use std::fmt;
+use std::rc::Rc;
+
+/// A variable of the target language: identity, display name, type. A linear variable of
+/// linear type `L` has type `Lin L`.
+#[derive(Clone)]
+pub struct Var {
+    /// The identity (what scoping uses).
+    pub id: VarId,
+    /// The name (for printing).
+    pub name: Rc<str>,
+    /// The type.
+    pub ty: Ty,
+}
+
+impl Var {
+    /// A fresh variable.
+    pub fn fresh(name: impl Into<Rc<str>>, ty: Ty) -> Var {
+        Var {
+            id: VarId::fresh(),
+            name: name.into(),
+            ty,
+        }
+    }
+
+    /// A fresh linear variable of linear type `l`.
+    pub fn linear(name: impl Into<Rc<str>>, l: LTy) -> Var {
+        Var::fresh(name, Ty::lin(l))
+    }
+
+    /// The linear type of a linear variable (`L` for `Lin L`), if it has one.
+    pub fn lin_ty(&self) -> Option<&LTy> {
+        self.ty.as_lin()
+    }
+}
+
+impl fmt::Debug for Var {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{} : {}", self.name, self.id.0, self.ty)
+    }
+}
+
+/// A binding pattern of a Cartesian `let` or `case`.
+#[derive(Clone, Debug)]
+pub enum Pat {
+    /// Binds a variable.
+    Var(Var),
+    /// Binds nothing.
+    Wild(Ty),
+    /// Destructures a pair.
+    Pair(Box<Pat>, Box<Pat>),
+}
+
+impl Pat {
+    /// The type the pattern matches.
+    pub fn ty(&self) -> Ty {
+        match self {
+            Pat::Var(v) => v.ty.clone(),
+            Pat::Wild(t) => t.clone(),
+            Pat::Pair(a, b) => Ty::prod(a.ty(), b.ty()),
+        }
+    }
+
+    /// The bound variables, left to right.
+    pub fn vars(&self) -> Vec<&Var> {
+        fn go<'a>(p: &'a Pat, out: &mut Vec<&'a Var>) {
+            match p {
+                Pat::Var(v) => out.push(v),
+                Pat::Wild(_) => {}
+                Pat::Pair(a, b) => {
+                    go(a, out);
+                    go(b, out);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        go(self, &mut out);
+        out
+    }
+}
+
+/// How a [`LinPrim`] makes its linear map from its Cartesian argument.
+type KernelFn = dyn Fn(&Value) -> Result<LinFun>;
+
+/// A primitive's native derivative kernel: from Cartesian data of type `param`, a linear map
+/// `dom ⊸ cod` implemented natively (see [`super::linear::LinearMap`]). In terms it appears as
+/// [`TermKind::LinPrim`], printed `name t`.
+pub struct LinPrim {
+    name: String,
+    param: Ty,
+    dom: LTy,
+    cod: LTy,
+    make: Box<KernelFn>,
+}
+
+impl LinPrim {
+    /// A kernel named `name` taking `param` to a linear map `dom ⊸ cod`.
+    pub fn new(
+        name: impl Into<String>,
+        param: Ty,
+        dom: LTy,
+        cod: LTy,
+        make: impl Fn(&Value) -> Result<LinFun> + 'static,
+    ) -> Rc<LinPrim> {
+        Rc::new(LinPrim {
+            name: name.into(),
+            param,
+            dom,
+            cod,
+            make: Box::new(make),
+        })
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The type of the Cartesian argument.
+    pub fn param(&self) -> &Ty {
+        &self.param
+    }
+    /// The domain of the linear maps it makes.
+    pub fn dom(&self) -> &LTy {
+        &self.dom
+    }
+    /// The codomain of the linear maps it makes.
+    pub fn cod(&self) -> &LTy {
+        &self.cod
+    }
+    /// The linear map for an argument.
+    pub fn make(&self, arg: &Value) -> Result<LinFun> {
+        (self.make)(arg)
+    }
+
+    /// `dotWith ys : Array Real ⊸ Real`, the inner product with `ys`.
+    pub fn dot_with() -> Rc<LinPrim> {
+        LinPrim::new(
+            "dotWith",
+            Ty::array(Ty::Real),
+            LTy::array(LTy::Real),
+            LTy::Real,
+            |ys| Ok(LinFun::dot_with(Rc::new(ys.expect_reals().to_vec()))),
+        )
+    }
+
+    /// `scaleArray ys : Real ⊸ Array Real`, `v ↦ ys · v` (the transpose of `dotWith ys`).
+    pub fn scale_array() -> Rc<LinPrim> {
+        LinPrim::new(
+            "scaleArray",
+            Ty::array(Ty::Real),
+            LTy::Real,
+            LTy::array(LTy::Real),
+            |ys| Ok(LinFun::scale_array(Rc::new(ys.expect_reals().to_vec()))),
+        )
+    }
+}
+
+impl fmt::Debug for LinPrim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} : {} -> {}",
+            self.name,
+            self.param,
+            Ty::lin_fun(self.dom.clone(), self.cod.clone())
+        )
+    }
+}
+
+/// The forms of Cartesian terms.
+#[derive(Clone)]
+pub enum TermKind {
+    /// A variable (never a linear one: the checker rejects that).
+    Var(Var),
+    /// A literal.
+    Lit(Lit),
+    /// `\x -> body`.
+    Lam(Var, Term),
+    /// `f a`.
+    App(Term, Term),
+    /// `let p = e in body`.
+    Let(Pat, Term, Term),
+    /// `(a, b)`.
+    Pair(Term, Term),
+    /// `fst e`.
+    Fst(Term),
+    /// `snd e`.
+    Snd(Term),
+    /// `if c then a else b`.
+    If(Term, Term, Term),
+    /// `inl e : A + B`, with `B` given.
+    Inl(Term, Ty),
+    /// `inr e : A + B`, with `A` given.
+    Inr(Ty, Term),
+    /// `case e of inl p -> a | inr q -> b`.
+    Case(Term, Pat, Term, Pat, Term),
+    /// A source primitive applied to all its arguments.
+    Prim(Prim, Vec<Term>),
+    /// An array literal with its element type.
+    Array(Ty, Vec<Term>),
+    /// `map f xs`.
+    Map(Term, Term),
+    /// `map2 f xs ys` (with `f` curried).
+    Map2(Term, Term, Term),
+    /// `build n f`.
+    Build(Term, Term),
+    /// `xs ! i`.
+    Index(Term, Term),
+    /// `length xs`.
+    Length(Term),
+    /// `replicate n x`.
+    Replicate(Term, Term),
+    /// The linear λ `λ̲v. l : L ⊸ L'` (`v` a linear variable of type `Lin L`).
+    LinLam(Var, LTerm),
+    /// `f • t`: a linear function applied to a value `t : Lin L`.
+    LinApp(Term, Term),
+    /// A native derivative kernel applied to its Cartesian argument: a linear map.
+    LinPrim(Rc<LinPrim>, Term),
+}
+
+/// The forms of linear terms.
+#[derive(Clone)]
+pub enum LTermKind {
+    /// A linear variable.
+    Var(Var),
+    /// `0` of a linear type.
+    Zero(LTy),
+    /// `l1 + l2`.
+    Plus(LTerm, LTerm),
+    /// `(l1, l2)` in a biproduct.
+    Pair(LTerm, LTerm),
+    /// `fst l`.
+    Fst(LTerm),
+    /// `snd l`.
+    Snd(LTerm),
+    /// `f • l`, with `f : L ⊸ L'` Cartesian.
+    App(Term, LTerm),
+    /// A Cartesian `let p = t in l`.
+    Let(Pat, Term, LTerm),
+    /// A linear `let u = l1 in l2`: `u` is a new linear variable of `l2`.
+    LinLet(Var, LTerm, LTerm),
+    /// The copower singleton `!t ⊗ l`.
+    Copower(Term, LTerm),
+    /// `copowfold t l`: with `t : τ → (L ⊸ M)` and `l : !τ ⊗ L`, the sum of `t a • l'` over the
+    /// pairs `(a, l')` of `l`.
+    CopowFold(Term, LTerm),
+    /// Power introduction `\b -> l : τ → L`.
+    PowLam(Var, LTerm),
+    /// Power elimination `l @ t`.
+    PowApp(LTerm, Term),
+    /// `linl l : L ⊕ L'`, with `L'` given.
+    Inl(LTerm, LTy),
+    /// `linr l : L ⊕ L'`, with `L` given.
+    Inr(LTy, LTerm),
+    /// `fromLeft l`: the left part of a linear sum.
+    FromLeft(LTerm),
+    /// `fromRight l`: the right part of a linear sum.
+    FromRight(LTerm),
+    /// `replicate n l`.
+    Replicate(Term, LTerm),
+    /// `lsum l`: the sum of a linear array.
+    Sum(LTerm),
+    /// `onehot n i l`: length `n`, `l` at `i`, zero elsewhere.
+    OneHot(Term, Term, LTerm),
+    /// `l ! i`.
+    Index(LTerm, Term),
+    /// `zipWith fs l`: element `i` is `fs ! i • l ! i` (length of `fs`).
+    ZipWith(Term, LTerm),
+    /// `lmap f l`: applies one linear map `f` to every element.
+    Map(Term, LTerm),
+    /// `lbuild n (\i -> l)`.
+    Build(Term, Var, LTerm),
+    /// Scaling `t * l` by a Cartesian real `t`.
+    Scale(Term, LTerm),
+}
+
+/// A Cartesian term: a cheap-to-clone immutable handle.
+#[derive(Clone)]
+pub struct Term(Rc<Deep<Node>>);
+
+/// A node of a Cartesian term.
+pub struct Node {
+    /// The form.
+    pub kind: TermKind,
+    /// The source position it derives from (for runtime errors), if any.
+    pub span: Span,
+}
+
+/// A linear term: a cheap-to-clone immutable handle.
+#[derive(Clone)]
+pub struct LTerm(Rc<Deep<LNode>>);
+
+/// A node of a linear term.
+pub struct LNode {
+    /// The form.
+    pub kind: LTermKind,
+    /// The source position it derives from (for runtime errors), if any.
+    pub span: Span,
+}
+
+impl std::ops::Deref for Term {
+    type Target = Node;
+    fn deref(&self) -> &Node {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for LTerm {
+    type Target = LNode;
+    fn deref(&self) -> &LNode {
+        &self.0
+    }
+}
+
+/// An immediate subterm of either kind.
+#[derive(Clone, Copy)]
+pub enum Child<'a> {
+    /// A Cartesian subterm.
+    C(&'a Term),
+    /// A linear subterm.
+    L(&'a LTerm),
+}
+
+impl Term {
+    /// A node.
+    pub fn new(kind: TermKind, span: Span) -> Term {
+        Term(Rc::new(Deep::new(Node { kind, span })))
+    }
+
+    /// A node with no source position.
+    pub fn mk(kind: TermKind) -> Term {
+        Term::new(kind, Span::default())
+    }
+
+    /// The immediate subterms, left to right (the order of evaluation).
+    pub fn children(&self) -> SmallVec<[Child<'_>; 4]> {
+        use Child::{C, L};
+        use TermKind as K;
+        match &self.kind {
+            K::Var(_) | K::Lit(_) => SmallVec::new(),
+            K::Lam(_, b)
+            | K::Fst(b)
+            | K::Snd(b)
+            | K::Inl(b, _)
+            | K::Inr(_, b)
+            | K::Length(b)
+            | K::LinPrim(_, b) => SmallVec::from_slice(&[C(b)]),
+            K::App(a, b)
+            | K::Let(_, a, b)
+            | K::Pair(a, b)
+            | K::Map(a, b)
+            | K::Build(a, b)
+            | K::Index(a, b)
+            | K::Replicate(a, b)
+            | K::LinApp(a, b) => SmallVec::from_slice(&[C(a), C(b)]),
+            K::If(a, b, c) | K::Case(a, _, b, _, c) | K::Map2(a, b, c) => {
+                SmallVec::from_slice(&[C(a), C(b), C(c)])
+            }
+            K::Prim(_, args) | K::Array(_, args) => args.iter().map(C).collect(),
+            K::LinLam(_, l) => SmallVec::from_slice(&[L(l)]),
+        }
+    }
+
+    /// Number of nodes, linear ones included (iteratively, so any depth is fine).
+    pub fn size(&self) -> usize {
+        size(Child::C(self))
+    }
+
+    // ----- builders -----
+
+    /// A variable occurrence.
+    pub fn var(v: &Var) -> Term {
+        Term::mk(TermKind::Var(v.clone()))
+    }
+    /// A literal.
+    pub fn lit(l: Lit) -> Term {
+        Term::mk(TermKind::Lit(l))
+    }
+    /// A real literal.
+    pub fn real(x: f64) -> Term {
+        Term::lit(Lit::Real(x))
+    }
+    /// `()`.
+    pub fn unit() -> Term {
+        Term::lit(Lit::Unit)
+    }
+    /// `\x -> body`.
+    pub fn lam(x: &Var, body: Term) -> Term {
+        Term::mk(TermKind::Lam(x.clone(), body))
+    }
+    /// `f a`.
+    pub fn app(f: Term, a: Term) -> Term {
+        Term::mk(TermKind::App(f, a))
+    }
+    /// `let x = e in body`.
+    pub fn let_(x: &Var, e: Term, body: Term) -> Term {
+        Term::mk(TermKind::Let(Pat::Var(x.clone()), e, body))
+    }
+    /// `let p = e in body`.
+    pub fn let_pat(p: Pat, e: Term, body: Term) -> Term {
+        Term::mk(TermKind::Let(p, e, body))
+    }
+    /// `(a, b)`.
+    pub fn pair(a: Term, b: Term) -> Term {
+        Term::mk(TermKind::Pair(a, b))
+    }
+    /// `fst e`.
+    pub fn fst(e: Term) -> Term {
+        Term::mk(TermKind::Fst(e))
+    }
+    /// `snd e`.
+    pub fn snd(e: Term) -> Term {
+        Term::mk(TermKind::Snd(e))
+    }
+    /// A primitive applied to its arguments.
+    pub fn prim(op: &Prim, args: Vec<Term>) -> Term {
+        Term::mk(TermKind::Prim(op.clone(), args))
+    }
+    /// `λ̲v. l`.
+    pub fn lin_lam(v: &Var, body: LTerm) -> Term {
+        Term::mk(TermKind::LinLam(v.clone(), body))
+    }
+    /// `f • t` (Cartesian).
+    pub fn lin_app(f: Term, t: Term) -> Term {
+        Term::mk(TermKind::LinApp(f, t))
+    }
+}
+
+impl LTerm {
+    /// A node.
+    pub fn new(kind: LTermKind, span: Span) -> LTerm {
+        LTerm(Rc::new(Deep::new(LNode { kind, span })))
+    }
+
+    /// A node with no source position.
+    pub fn mk(kind: LTermKind) -> LTerm {
+        LTerm::new(kind, Span::default())
+    }
+
+    /// The immediate subterms, left to right.
+    pub fn children(&self) -> SmallVec<[Child<'_>; 4]> {
+        use Child::{C, L};
+        use LTermKind as K;
+        match &self.kind {
+            K::Var(_) | K::Zero(_) => SmallVec::new(),
+            K::Fst(l)
+            | K::Snd(l)
+            | K::PowLam(_, l)
+            | K::Inl(l, _)
+            | K::Inr(_, l)
+            | K::FromLeft(l)
+            | K::FromRight(l)
+            | K::Sum(l) => SmallVec::from_slice(&[L(l)]),
+            K::Plus(a, b) | K::Pair(a, b) | K::LinLet(_, a, b) => {
+                SmallVec::from_slice(&[L(a), L(b)])
+            }
+            K::App(t, l)
+            | K::Let(_, t, l)
+            | K::Copower(t, l)
+            | K::CopowFold(t, l)
+            | K::Replicate(t, l)
+            | K::ZipWith(t, l)
+            | K::Map(t, l)
+            | K::Build(t, _, l)
+            | K::Scale(t, l) => SmallVec::from_slice(&[C(t), L(l)]),
+            K::PowApp(l, t) | K::Index(l, t) => SmallVec::from_slice(&[L(l), C(t)]),
+            K::OneHot(n, i, l) => SmallVec::from_slice(&[C(n), C(i), L(l)]),
+        }
+    }
+
+    /// Number of nodes, Cartesian ones included.
+    pub fn size(&self) -> usize {
+        size(Child::L(self))
+    }
+
+    // ----- builders -----
+
+    /// A linear variable occurrence.
+    pub fn var(v: &Var) -> LTerm {
+        LTerm::mk(LTermKind::Var(v.clone()))
+    }
+    /// `0 : L`.
+    pub fn zero(l: LTy) -> LTerm {
+        LTerm::mk(LTermKind::Zero(l))
+    }
+    /// `a + b`.
+    pub fn plus(a: LTerm, b: LTerm) -> LTerm {
+        LTerm::mk(LTermKind::Plus(a, b))
+    }
+    /// `(a, b)`.
+    pub fn pair(a: LTerm, b: LTerm) -> LTerm {
+        LTerm::mk(LTermKind::Pair(a, b))
+    }
+    /// `fst l`.
+    pub fn fst(l: LTerm) -> LTerm {
+        LTerm::mk(LTermKind::Fst(l))
+    }
+    /// `snd l`.
+    pub fn snd(l: LTerm) -> LTerm {
+        LTerm::mk(LTermKind::Snd(l))
+    }
+    /// `f • l`.
+    pub fn app(f: Term, l: LTerm) -> LTerm {
+        LTerm::mk(LTermKind::App(f, l))
+    }
+    /// `let x = t in l` (Cartesian `x`).
+    pub fn let_(x: &Var, t: Term, l: LTerm) -> LTerm {
+        LTerm::mk(LTermKind::Let(Pat::Var(x.clone()), t, l))
+    }
+    /// `let u = l1 in l2` (linear `u`).
+    pub fn lin_let(u: &Var, l1: LTerm, l2: LTerm) -> LTerm {
+        LTerm::mk(LTermKind::LinLet(u.clone(), l1, l2))
+    }
+    /// `t * l`.
+    pub fn scale(t: Term, l: LTerm) -> LTerm {
+        LTerm::mk(LTermKind::Scale(t, l))
+    }
+}
+
+/// Number of nodes of either kind under a root, iteratively.
+fn size(root: Child<'_>) -> usize {
+    let mut n = 0;
+    let mut stack = vec![root];
+    while let Some(c) = stack.pop() {
+        n += 1;
+        match c {
+            Child::C(t) => stack.extend(t.children()),
+            Child::L(l) => stack.extend(l.children()),
+        }
+    }
+    n
+}
+
+impl fmt::Display for Term {
+    /// Pretty-printed at width 100 (see [`super::print`]).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&super::print::to_string(self, 100))
+    }
+}
+
+impl fmt::Debug for Term {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+impl fmt::Display for LTerm {
+    /// Pretty-printed at width 100 (see [`super::print`]).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&super::print::linear_to_string(self, 100))
+    }
+}
+
+impl fmt::Debug for LTerm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")
+    }
+}
