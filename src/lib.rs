@@ -12,6 +12,7 @@
 //! ```text
 //! text --source::parser--> syntax --source::check--> typed core terms (source::term)
 //!      --ccc::compile--> combinators --ccc::interpret--> any model (eval, typing, printing, ...)
+//!      (AD models produce target::Term: the source language plus linear types)
 //! ```
 //!
 //! ## Example
@@ -50,6 +51,9 @@
 //! * [`ccc`]: combinators, the compiler, the structure traits and `interpret`, and the models
 //!   (evaluation, type reconstruction, printing).
 //! * [`eval`]: the direct evaluator of source terms.
+//! * [`target`]: the target language derivatives are written in: linear types, linear terms, a
+//!   checker enforcing linearity, an evaluator, a printer, the embedding of source terms, and
+//!   [`target::linear`], where linear maps and copowers are abstract types.
 //! * [`value`]: run-time values.
 //! * [`random`]: random well-typed programs and inputs, for property tests.
 //! * [`error`]: errors with source positions.
