@@ -248,9 +248,10 @@ impl Lin {
         Lin(Repr::Reals(Rc::new(xs)))
     }
 
-    /// A dense linear array. If every element is a real or zero, the array is stored unboxed.
+    /// A dense linear array. If every element is a real or zero, and at least one is a real (so
+    /// that the elements have type `Real`: zero has every type), the array is stored unboxed.
     pub fn array(items: Vec<Lin>) -> Lin {
-        if !items.is_empty()
+        if items.iter().any(|x| matches!(x.0, Repr::Real(_)))
             && items
                 .iter()
                 .all(|x| matches!(x.0, Repr::Real(_) | Repr::Zero))

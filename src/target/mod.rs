@@ -11,6 +11,8 @@
 //! * [`eval`]: the evaluator.
 //! * [`mod@print`]: the pretty printer.
 //! * [`embed`]: the embedding of source terms.
+//! * [`testing`]: random linear types, values and maps, and observations of linear values, for
+//!   property tests.
 
 pub mod check;
 pub mod embed;
@@ -18,6 +20,7 @@ pub mod eval;
 pub mod linear;
 pub mod print;
 pub mod term;
+pub mod testing;
 pub mod types;
 
 pub use term::{LTerm, Term};
