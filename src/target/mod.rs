@@ -13,12 +13,14 @@
 //! * [`embed`]: the embedding of source terms.
 //! * [`testing`]: random linear types, values and maps, and observations of linear values, for
 //!   property tests.
+//! * [`random`]: random well-typed linear terms, for property tests.
 
 pub mod check;
 pub mod embed;
 pub mod eval;
 pub mod linear;
 pub mod print;
+pub mod random;
 pub mod term;
 pub mod testing;
 pub mod types;
