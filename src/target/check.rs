@@ -76,18 +76,12 @@ fn show(c: Child<'_>) -> String {
     }
 }
 
-fn expect_ty(what: &str, expected: &Ty, found: &Ty, at: Child<'_>) -> Result<()> {
-    if expected == found {
-        Ok(())
-    } else {
-        Err(err(format!(
-            "{what} in `{}`: expected {expected}, found {found}",
-            show(at)
-        )))
-    }
-}
-
-fn expect_lty(what: &str, expected: &LTy, found: &LTy, at: Child<'_>) -> Result<()> {
+fn expect_eq<T: PartialEq + std::fmt::Display>(
+    what: &str,
+    expected: &T,
+    found: &T,
+    at: Child<'_>,
+) -> Result<()> {
     if expected == found {
         Ok(())
     } else {
@@ -136,7 +130,7 @@ impl Checker {
     fn var(&self, x: &Var, cart: &Cart, at: Child<'_>) -> Result<Ty> {
         match cart.get(&x.id) {
             Some(ty) => {
-                expect_ty(&format!("variable `{}`", x.name), ty, &x.ty, at)?;
+                expect_eq(&format!("variable `{}`", x.name), ty, &x.ty, at)?;
                 Ok(ty.clone())
             }
             None if self.seen_linear.contains(&x.id) => Err(err(format!(
@@ -155,7 +149,7 @@ impl Checker {
             let mut t = t;
             while let TermKind::Let(p, e, b) = &t.kind {
                 let te = self.term(e, &cart)?;
-                expect_ty("let pattern", &p.ty(), &te, Child::C(t))?;
+                expect_eq("let pattern", &p.ty(), &te, Child::C(t))?;
                 cart = self.bind_pat(&cart, p);
                 t = b;
             }
@@ -179,7 +173,7 @@ impl Checker {
                 let Some((dom, cod)) = tf.as_fun() else {
                     return mismatch("a function", tf, Child::C(f));
                 };
-                expect_ty("argument", dom, &ta, at)?;
+                expect_eq("argument", dom, &ta, at)?;
                 cod.clone()
             }
             K::Let(..) => self.term(t, cart)?,
@@ -193,10 +187,10 @@ impl Checker {
             }
             K::If(c, a, b) => {
                 let tc = self.term(c, cart)?;
-                expect_ty("condition", &Ty::Bool, &tc, at)?;
+                expect_eq("condition", &Ty::Bool, &tc, at)?;
                 let ta = self.term(a, cart)?;
                 let tb = self.term(b, cart)?;
-                expect_ty("else branch", &ta, &tb, at)?;
+                expect_eq("else branch", &ta, &tb, at)?;
                 ta
             }
             K::Inl(e, r) => Ty::sum(self.term(e, cart)?, r.clone()),
@@ -206,13 +200,13 @@ impl Checker {
                 let Some((l, r)) = te.as_sum() else {
                     return mismatch("a sum", te, Child::C(e));
                 };
-                expect_ty("inl pattern", l, &p.ty(), at)?;
-                expect_ty("inr pattern", r, &q.ty(), at)?;
+                expect_eq("inl pattern", l, &p.ty(), at)?;
+                expect_eq("inr pattern", r, &q.ty(), at)?;
                 let ca = self.bind_pat(cart, p);
                 let ta = self.term(a, &ca)?;
                 let cb = self.bind_pat(cart, q);
                 let tb = self.term(b, &cb)?;
-                expect_ty("inr branch", &ta, &tb, at)?;
+                expect_eq("inr branch", &ta, &tb, at)?;
                 ta
             }
             K::Prim(op, args) => {
@@ -227,7 +221,7 @@ impl Checker {
                 }
                 for (a, p) in args.iter().zip(op.params()) {
                     let ta = self.term(a, cart)?;
-                    expect_ty(
+                    expect_eq(
                         &format!("argument of `{}`", op.name()),
                         &Ty::from_source(p),
                         &ta,
@@ -239,14 +233,14 @@ impl Checker {
             K::Array(elem, items) => {
                 for it in items {
                     let ti = self.term(it, cart)?;
-                    expect_ty("array element", elem, &ti, at)?;
+                    expect_eq("array element", elem, &ti, at)?;
                 }
                 Ty::array(elem.clone())
             }
             K::Map(f, xs) => {
                 let (a, b) = self.fun(f, cart)?;
                 let txs = self.term(xs, cart)?;
-                expect_ty("map array", &Ty::array(a), &txs, at)?;
+                expect_eq("map array", &Ty::array(a), &txs, at)?;
                 Ty::array(b)
             }
             K::Map2(f, xs, ys) => {
@@ -255,15 +249,15 @@ impl Checker {
                     return mismatch("a function of two arguments", bc, Child::C(f));
                 };
                 let txs = self.term(xs, cart)?;
-                expect_ty("map2 first array", &Ty::array(a), &txs, at)?;
+                expect_eq("map2 first array", &Ty::array(a), &txs, at)?;
                 let tys = self.term(ys, cart)?;
-                expect_ty("map2 second array", &Ty::array(b.clone()), &tys, at)?;
+                expect_eq("map2 second array", &Ty::array(b.clone()), &tys, at)?;
                 Ty::array(c.clone())
             }
             K::Build(n, f) => {
                 self.int(n, cart)?;
                 let (i, a) = self.fun(f, cart)?;
-                expect_ty("build index", &Ty::Int, &i, at)?;
+                expect_eq("build index", &Ty::Int, &i, at)?;
                 Ty::array(a)
             }
             K::Index(xs, i) => {
@@ -288,12 +282,12 @@ impl Checker {
             K::LinApp(f, a) => {
                 let (dom, cod) = self.lin_fun(f, cart)?;
                 let ta = self.term(a, cart)?;
-                expect_ty("argument of a linear map", &Ty::lin(dom), &ta, at)?;
+                expect_eq("argument of a linear map", &Ty::lin(dom), &ta, at)?;
                 Ty::lin(cod)
             }
             K::LinPrim(op, a) => {
                 let ta = self.term(a, cart)?;
-                expect_ty(&format!("argument of `{}`", op.name()), op.param(), &ta, at)?;
+                expect_eq(&format!("argument of `{}`", op.name()), op.param(), &ta, at)?;
                 Ty::lin_fun(op.dom().clone(), op.cod().clone())
             }
         })
@@ -301,12 +295,12 @@ impl Checker {
 
     fn int(&mut self, t: &Term, cart: &Cart) -> Result<()> {
         let ty = self.term(t, cart)?;
-        expect_ty("size or index", &Ty::Int, &ty, Child::C(t))
+        expect_eq("size or index", &Ty::Int, &ty, Child::C(t))
     }
 
     fn real(&mut self, t: &Term, cart: &Cart) -> Result<()> {
         let ty = self.term(t, cart)?;
-        expect_ty("scaling factor", &Ty::Real, &ty, Child::C(t))
+        expect_eq("scaling factor", &Ty::Real, &ty, Child::C(t))
     }
 
     fn fun(&mut self, t: &Term, cart: &Cart) -> Result<(Ty, Ty)> {
@@ -342,7 +336,7 @@ impl Checker {
                 match &l.kind {
                     LTermKind::Let(p, t, body) => {
                         let tt = self.term(t, &cart)?;
-                        expect_ty("let pattern", &p.ty(), &tt, Child::L(l))?;
+                        expect_eq("let pattern", &p.ty(), &tt, Child::L(l))?;
                         cart = self.bind_pat(&cart, p);
                         l = body;
                     }
@@ -351,7 +345,7 @@ impl Checker {
                         let lu = self.linear_binder(u, || {
                             format!("the variable `{}` of a linear let", u.name)
                         })?;
-                        expect_lty("linear let", &lu, &t1, Child::L(l))?;
+                        expect_eq("linear let", &lu, &t1, Child::L(l))?;
                         lin.insert(u.id, lu);
                         l = body;
                     }
@@ -367,7 +361,7 @@ impl Checker {
         Ok(match &l.kind {
             K::Var(v) => match lin.get(&v.id) {
                 Some(ty) => {
-                    expect_ty(
+                    expect_eq(
                         &format!("linear variable `{}`", v.name),
                         &Ty::lin(ty.clone()),
                         &v.ty,
@@ -395,7 +389,7 @@ impl Checker {
             K::Plus(a, b) => {
                 let ta = self.linear(a, cart, lin)?;
                 let tb = self.linear(b, cart, lin)?;
-                expect_lty("right summand", &ta, &tb, at)?;
+                expect_eq("right summand", &ta, &tb, at)?;
                 ta
             }
             K::Pair(a, b) => LTy::prod(self.linear(a, cart, lin)?, self.linear(b, cart, lin)?),
@@ -409,7 +403,7 @@ impl Checker {
             K::App(f, a) => {
                 let (dom, cod) = self.lin_fun(f, cart)?;
                 let ta = self.linear(a, cart, lin)?;
-                expect_lty("argument of a linear map", &dom, &ta, at)?;
+                expect_eq("argument of a linear map", &dom, &ta, at)?;
                 cod
             }
             K::Let(..) | K::LinLet(..) => self.linear(l, cart, lin)?,
@@ -420,7 +414,7 @@ impl Checker {
                     return mismatch("a function into linear maps `τ -> (L ⊸ M)`", g, Child::C(f));
                 };
                 let te = self.linear(e, cart, lin)?;
-                expect_lty(
+                expect_eq(
                     "copowfold argument",
                     &LTy::copower(tau, dom.clone()),
                     &te,
@@ -438,7 +432,7 @@ impl Checker {
                     return mismatch("a power `τ -> L`", te, Child::L(e));
                 };
                 let tt = self.term(t, cart)?;
-                expect_ty("power argument", tau, &tt, at)?;
+                expect_eq("power argument", tau, &tt, at)?;
                 m.clone()
             }
             K::Inl(e, r) => LTy::sum(self.linear(e, cart, lin)?, r.clone()),
@@ -476,18 +470,18 @@ impl Checker {
                     return mismatch("an array of linear maps", Ty::array(tf), Child::C(fs));
                 };
                 let te = self.linear(e, cart, lin)?;
-                expect_lty("zipWith array", &LTy::array(dom.clone()), &te, at)?;
+                expect_eq("zipWith array", &LTy::array(dom.clone()), &te, at)?;
                 LTy::array(cod.clone())
             }
             K::Map(f, e) => {
                 let (dom, cod) = self.lin_fun(f, cart)?;
                 let te = self.linear(e, cart, lin)?;
-                expect_lty("lmap array", &LTy::array(dom), &te, at)?;
+                expect_eq("lmap array", &LTy::array(dom), &te, at)?;
                 LTy::array(cod)
             }
             K::Build(n, i, body) => {
                 self.int(n, cart)?;
-                expect_ty("lbuild index", &Ty::Int, &i.ty, at)?;
+                expect_eq("lbuild index", &Ty::Int, &i.ty, at)?;
                 let cart = cart.update(i.id, Ty::Int);
                 LTy::array(self.linear(body, &cart, lin)?)
             }
