@@ -190,9 +190,7 @@ impl Printer {
                     cur = b;
                 }
                 items.push(self.pat(cur));
-                RcDoc::text("(")
-                    .append(RcDoc::intersperse(items, RcDoc::text(", ")))
-                    .append(")")
+                tuple_pattern(items)
             }
         }
     }
@@ -434,6 +432,13 @@ impl Printer {
 }
 
 /// `open item, item, ... close`, on one line if it fits, else one item per line, indented.
+/// `(p1, p2, ...)`: a tuple pattern on one line.
+pub(crate) fn tuple_pattern(items: Vec<Doc>) -> Doc {
+    RcDoc::text("(")
+        .append(RcDoc::intersperse(items, RcDoc::text(", ")))
+        .append(")")
+}
+
 pub(crate) fn delimited(open: &str, items: Vec<Doc>, close: &'static str) -> Doc {
     RcDoc::text(open.to_string())
         .append(

@@ -36,7 +36,7 @@
 use super::term::{Child, LTerm, LTermKind, Lit, Pat, Term, TermKind, Var, VarId};
 use crate::deep::{deep, with_large_stack};
 use crate::prim::Fixity;
-use crate::source::print::{Doc, delimited};
+use crate::source::print::{Doc, delimited, tuple_pattern};
 use crate::value::format_real;
 use pretty::RcDoc;
 use std::collections::{HashMap, HashSet};
@@ -303,9 +303,7 @@ impl Printer {
                     cur = b;
                 }
                 items.push(self.pat(cur));
-                RcDoc::text("(")
-                    .append(RcDoc::intersperse(items, RcDoc::text(", ")))
-                    .append(")")
+                tuple_pattern(items)
             }
         })
     }
