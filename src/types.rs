@@ -114,6 +114,24 @@ impl Type {
         })
     }
 
+    /// The source type of (co)tangents of a first-order type: `Real` stays `Real`, the discrete
+    /// types `Int`, `Bool` and `Unit` become `Unit`, and products, sums and arrays are mapped
+    /// componentwise. (On first-order types the forward tangent type `F2` and the reverse
+    /// cotangent type `R2` agree, and this is their source-level reading: a tangent of a sum
+    /// value lies on the same side as the value.) `None` for types containing functions.
+    pub fn tangent(&self) -> Option<Type> {
+        deep(|| {
+            Some(match self {
+                Type::Real => Type::Real,
+                Type::Int | Type::Bool | Type::Unit => Type::Unit,
+                Type::Prod(p) => Type::prod(p.0.tangent()?, p.1.tangent()?),
+                Type::Sum(p) => Type::sum(p.0.tangent()?, p.1.tangent()?),
+                Type::Array(a) => Type::array(a.tangent()?),
+                Type::Fun(_) => return None,
+            })
+        })
+    }
+
     /// True if the two handles share their representation (an O(1) sufficient test for
     /// equality).
     pub fn ptr_eq(&self, other: &Type) -> bool {
