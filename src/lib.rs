@@ -60,6 +60,7 @@
 
 #![warn(missing_docs)]
 
+pub mod ad;
 pub mod ccc;
 pub mod deep;
 pub mod error;

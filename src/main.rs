@@ -3,10 +3,11 @@
 //! Exit status: 0 on success, 1 for program errors (syntax, type, argument, runtime, input),
 //! 2 for command-line usage errors (from `clap`).
 
+use chad::ad;
 use chad::ccc;
 use chad::error::{Error, ErrorKind, Result, Source};
 use chad::prim::Registry;
-use chad::source::{self, term::Program};
+use chad::source::{self, term::Entry, term::Program};
 use chad::value::Value;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -44,6 +45,44 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Reverse-mode gradient of a Real-valued definition with respect to every argument.
+    Grad {
+        #[command(flatten)]
+        run: RunArgs,
+        /// Print `{"value": V, "gradient": [G1, ...]}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Forward mode: the value and the directional derivative along the given tangents.
+    Jvp {
+        #[command(flatten)]
+        run: RunArgs,
+        /// A tangent per argument, in literal syntax (`()` for Int, Bool and Unit arguments).
+        #[arg(
+            long = "tangent",
+            value_name = "T",
+            allow_hyphen_values = true,
+            conflicts_with = "tangents_file"
+        )]
+        tangents: Vec<String>,
+        /// Read the tangents as a JSON array instead.
+        #[arg(long, value_name = "PATH")]
+        tangents_file: Option<PathBuf>,
+        /// Print `{"value": V, "tangent": T}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reverse mode: the value and the cotangent of every argument for an output cotangent.
+    Vjp {
+        #[command(flatten)]
+        run: RunArgs,
+        /// The cotangent of the result, in literal syntax.
+        #[arg(long, value_name = "C", allow_hyphen_values = true)]
+        cotangent: String,
+        /// Print `{"value": V, "gradient": [G1, ...]}`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a definition at a stage of the pipeline.
     Show {
         /// The program.
@@ -57,6 +96,11 @@ enum Command {
         /// Line width for printing.
         #[arg(long, default_value_t = 100)]
         width: usize,
+        /// Show derivative code exactly as the AD functors produce it. (There is no simplifier
+        /// yet, so derivative code is always shown raw; the flag is accepted for forward
+        /// compatibility.)
+        #[arg(long)]
+        no_simplify: bool,
     },
 }
 
@@ -86,6 +130,10 @@ enum Stage {
     Source,
     /// The combinator of the free cartesian closed category.
     Ccc,
+    /// Forward-mode CHAD: primal and derivative (a linear map of tangents).
+    Forward,
+    /// Reverse-mode CHAD: primal and transposed derivative (a linear map of cotangents).
+    Reverse,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -174,7 +222,18 @@ fn select(src: &Source, prog: &Program, def: Option<&str>) -> Result<usize> {
 
 /// Reads the arguments for an entry point from `--arg` texts or an `--args-file`.
 fn arguments(run: &RunArgs, types: &[chad::types::Type]) -> CliResult<Vec<Value>> {
-    if let Some(path) = &run.args_file {
+    values(&run.args, run.args_file.as_ref(), types, "argument")
+}
+
+/// Reads one value per type from literal texts or a JSON file holding an array; `what` names
+/// them in errors ("argument", "tangent").
+fn values(
+    texts: &[String],
+    file: Option<&PathBuf>,
+    types: &[chad::types::Type],
+    what: &str,
+) -> CliResult<Vec<Value>> {
+    if let Some(path) = file {
         let text = std::fs::read_to_string(path).map_err(|e| {
             Error::new(
                 ErrorKind::Input,
@@ -190,11 +249,11 @@ fn arguments(run: &RunArgs, types: &[chad::types::Type]) -> CliResult<Vec<Value>
         let items = json.as_array().ok_or_else(|| {
             Error::new(
                 ErrorKind::Argument,
-                format!("`{}` must hold a JSON array of arguments", path.display()),
+                format!("`{}` must hold a JSON array of {what}s", path.display()),
             )
         })?;
         if items.len() != types.len() {
-            return Err(count_error(types.len(), items.len()).into());
+            return Err(count_error(types.len(), items.len(), what).into());
         }
         return items
             .iter()
@@ -202,34 +261,94 @@ fn arguments(run: &RunArgs, types: &[chad::types::Type]) -> CliResult<Vec<Value>
             .enumerate()
             .map(|(k, (j, t))| {
                 Value::from_json(j, t)
-                    .map_err(|e| e.prefixed(&format!("argument {}: ", k + 1)).into())
+                    .map_err(|e| e.prefixed(&format!("{what} {}: ", k + 1)).into())
             })
             .collect();
     }
-    if run.args.len() != types.len() {
-        return Err(count_error(types.len(), run.args.len()).into());
+    if texts.len() != types.len() {
+        return Err(count_error(types.len(), texts.len(), what).into());
     }
-    run.args
+    texts
         .iter()
         .zip(types)
         .enumerate()
-        .map(|(k, (text, t))| {
-            source::parse_value(text, t).map_err(|error| Failure {
-                error: error.prefixed(&format!("argument {}: ", k + 1)),
-                source: Some(Source::new(format!("argument {}", k + 1), text.clone())),
-            })
-        })
+        .map(|(k, (text, t))| literal(text, t, &format!("{what} {}", k + 1)))
         .collect()
 }
 
-fn count_error(expected: usize, given: usize) -> Error {
+/// Parses one value in literal syntax; `name` says which (for errors).
+fn literal(text: &str, ty: &chad::types::Type, name: &str) -> CliResult<Value> {
+    source::parse_value(text, ty).map_err(|error| Failure {
+        error: error.prefixed(&format!("{name}: ")),
+        source: Some(Source::new(name.to_string(), text.to_string())),
+    })
+}
+
+fn count_error(expected: usize, given: usize, what: &str) -> Error {
+    if what == "argument" {
+        return Error::new(
+            ErrorKind::Argument,
+            format!(
+                "the definition takes {expected} argument{}, but {given} {} given",
+                if expected == 1 { "" } else { "s" },
+                if given == 1 { "was" } else { "were" }
+            ),
+        );
+    }
     Error::new(
         ErrorKind::Argument,
         format!(
-            "the definition takes {expected} argument{}, but {given} {} given",
+            "the definition takes {expected} argument{} and so needs {expected} {what}{}, but \
+             {given} {} given",
+            if expected == 1 { "" } else { "s" },
             if expected == 1 { "" } else { "s" },
             if given == 1 { "was" } else { "were" }
         ),
+    )
+}
+
+/// The tangent types of an entry's parameters (they are first-order: AD checked that).
+fn tangent_types(entry: &Entry) -> Vec<chad::types::Type> {
+    entry
+        .params
+        .iter()
+        .map(|p| p.ty.tangent().unwrap_or(chad::types::Type::Unit))
+        .collect()
+}
+
+/// Loads the program and selects the entry point and its arguments.
+fn prepare(run: &RunArgs) -> CliResult<(Source, Entry, Vec<Value>)> {
+    let (src, prog) = load(&run.file)?;
+    let index = with_source(select(&src, &prog, run.def.as_deref()), &src)?;
+    let entry = prog.entry(index);
+    let args = arguments(run, &entry.param_types())?;
+    with_source(chad::eval::check_args(&entry, &args), &src)?;
+    Ok((src, entry, args))
+}
+
+/// `value` and one gradient per parameter, as text or JSON.
+fn gradient_output(entry: &Entry, value: &Value, grads: &[Value], json: bool) -> String {
+    if json {
+        let gs: Vec<serde_json::Value> = grads.iter().map(Value::to_json).collect();
+        return format!(
+            "{}\n",
+            serde_json::json!({ "value": value.to_json(), "gradient": gs })
+        );
+    }
+    let mut out = format!("value: {value}\ngradient:\n");
+    for (p, g) in entry.params.iter().zip(grads) {
+        out.push_str(&format!("  {} = {g}\n", p.name));
+    }
+    out
+}
+
+/// A derivative morphism printed like the `ccc` stage: its name and type, then the term.
+fn show_mor(name: &str, m: &chad::ad::Mor, image: chad::target::types::Ty, width: usize) -> String {
+    let x_ty = &m.x.ty;
+    format!(
+        "{name} : {x_ty} → {image}\n{name} =\n  {}\n",
+        chad::target::print::lambda_to_string(&m.x, &m.body, width.saturating_sub(2))
+            .replace('\n', "\n  ")
     )
 }
 
@@ -284,11 +403,54 @@ fn run(cli: Cli) -> CliResult<String> {
                 Ok(format!("{value}\n"))
             }
         }
+        Command::Grad { run, json } => {
+            let (src, entry, args) = prepare(&run)?;
+            let vjp = with_source(ad::Vjp::new(&entry), &src)?;
+            let (value, grads) = with_source(vjp.grad(&args), &src)?;
+            Ok(gradient_output(&entry, &value, &grads, json))
+        }
+        Command::Jvp {
+            run,
+            tangents,
+            tangents_file,
+            json,
+        } => {
+            let (src, entry, args) = prepare(&run)?;
+            let jvp = with_source(ad::Jvp::new(&entry), &src)?;
+            let ts = values(
+                &tangents,
+                tangents_file.as_ref(),
+                &tangent_types(&entry),
+                "tangent",
+            )?;
+            let (value, tangent) = with_source(jvp.jvp(&args, &ts), &src)?;
+            if json {
+                Ok(format!(
+                    "{}\n",
+                    serde_json::json!({ "value": value.to_json(), "tangent": tangent.to_json() })
+                ))
+            } else {
+                Ok(format!("value: {value}\ntangent: {tangent}\n"))
+            }
+        }
+        Command::Vjp {
+            run,
+            cotangent,
+            json,
+        } => {
+            let (src, entry, args) = prepare(&run)?;
+            let vjp = with_source(ad::Vjp::new(&entry), &src)?;
+            let ct_ty = entry.body.ty.tangent().unwrap_or(chad::types::Type::Unit);
+            let ct = literal(&cotangent, &ct_ty, "cotangent")?;
+            let (value, grads) = with_source(vjp.vjp(&args, &ct), &src)?;
+            Ok(gradient_output(&entry, &value, &grads, json))
+        }
         Command::Show {
             file,
             def,
             stage,
             width,
+            no_simplify: _,
         } => {
             let (src, prog) = load(&file)?;
             let index = with_source(select(&src, &prog, def.as_deref()), &src)?;
@@ -309,6 +471,22 @@ fn run(cli: Cli) -> CliResult<String> {
                         entry.name,
                         ccc::print::to_string(&comb, width.saturating_sub(2)).replace('\n', "\n  ")
                     ))
+                }
+                Stage::Forward => {
+                    let entry = prog.entry(index);
+                    with_source(ad::check_supported(&entry.body), &src)?;
+                    let comb = ccc::compile_entry(&entry);
+                    let m = with_source(ad::forward::transform(&comb), &src)?;
+                    let image = ad::forward::Forward::new().image(&comb.dom, &comb.cod);
+                    Ok(show_mor(&entry.name, &m, image, width))
+                }
+                Stage::Reverse => {
+                    let entry = prog.entry(index);
+                    with_source(ad::check_supported(&entry.body), &src)?;
+                    let comb = ccc::compile_entry(&entry);
+                    let m = with_source(ad::reverse::transform(&comb), &src)?;
+                    let image = ad::reverse::Reverse::new().image(&comb.dom, &comb.cod);
+                    Ok(show_mor(&entry.name, &m, image, width))
                 }
             }
         }

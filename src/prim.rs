@@ -2,25 +2,35 @@
 //!
 //! A primitive is registered once, as a [`Primitive`]: its name, its curried parameter types and
 //! result type (all first-order), how it is written (a named function, an infix operator, a prefix
-//! operator, or internal), and its evaluation. The parser, checker, both evaluators and the
-//! printers all read the [`Registry`]; nothing else enumerates primitives. In the category, a
-//! primitive with parameters `A1, ..., An` and result `B` is a morphism `A1 × (... × An) → B`
-//! (right-nested; `1 → B` for no parameters), and its evaluation receives that tuple as one
-//! [`Value`].
+//! operator, or internal), its evaluation, and its [`Derivative`]. The parser, checker, both
+//! evaluators, both AD modes ([`crate::ad`]) and the printers all read the [`Registry`]; nothing
+//! else enumerates primitives. In the category, a primitive with parameters `A1, ..., An` and
+//! result `B` is a morphism `A1 × (... × An) → B` (right-nested; `1 → B` for no parameters), and
+//! its evaluation receives that tuple as one [`Value`].
+//!
+//! A derivative is given once, for both AD modes (DESIGN.md §5): the forward derivative
+//! `Dop(x; d)`, linear in the tangent `d`, and the transposed derivative `DopT(x; v)`, linear in
+//! the cotangent `v`. Scalar operations write them as target-language terms (so derivative code
+//! prints readably); array kernels may supply native linear maps instead. Primitives whose
+//! arguments or result are discrete (no `Real` in them) have derivative zero automatically.
 //!
 //! ```
-//! use chad::prim::{Primitive, Registry};
+//! use chad::prim::{Derivative, Primitive, Registry, op};
+//! use chad::target::term::Term;
 //! use chad::types::Type;
 //! use chad::value::Value;
 //! let mut reg = Registry::builtin();
-//! reg.register(Primitive::function("softplus", vec![Type::Real], Type::Real, |x| {
+//! // softplus x = log (1 + exp x); its derivative is sigmoid x.
+//! let softplus = Primitive::function("softplus", vec![Type::Real], Type::Real, |x| {
 //!     Ok(Value::Real(x.expect_real().exp().ln_1p()))
-//! }))
-//! .unwrap();
+//! })
+//! .with_derivative(Derivative::scalar(|x| Term::prim(&op("sigmoid"), vec![x.clone()])));
+//! reg.register(softplus).unwrap();
 //! assert!(reg.function("softplus").is_some());
 //! ```
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::target::term::{LTerm, LTermKind, LinPrim, Term, TermKind};
 use crate::types::Type;
 use crate::value::Value;
 use std::collections::HashMap;
@@ -44,6 +54,113 @@ pub enum Fixity {
 /// The evaluation function of a primitive: it receives the argument tuple.
 pub type EvalFn = dyn Fn(&Value) -> Result<Value>;
 
+/// A forward derivative written as a term: from the primal arguments (Cartesian terms, one per
+/// parameter) and their tangents (linear terms, one per parameter), the result's tangent
+/// `Dop(x; d)`, a linear term linear in the tangents.
+pub type ForwardRule = dyn Fn(&[Term], &[LTerm]) -> LTerm;
+
+/// A transposed derivative written as a term: from the primal arguments and the result's
+/// cotangent `v`, one cotangent per parameter, `DopT(x; v)`, each linear in `v`.
+pub type TransposeRule = dyn Fn(&[Term], &LTerm) -> Vec<LTerm>;
+
+/// How a primitive is differentiated (in both modes; DESIGN.md §5).
+#[derive(Clone)]
+pub enum Derivative {
+    /// No derivative registered: differentiating a program that uses the primitive is an error.
+    Missing,
+    /// The derivative is zero (the arguments or the result are discrete).
+    Zero,
+    /// `Dop` and `DopT` as target-language linear terms (see [`Derivative::terms`]).
+    Terms {
+        /// `Dop(x; d)`.
+        forward: Rc<ForwardRule>,
+        /// `DopT(x; v)`.
+        transpose: Rc<TransposeRule>,
+    },
+    /// `Dop` and `DopT` as native kernels (see [`Derivative::native`]).
+    Native {
+        /// From the argument tuple `x : A`, the linear map `F2 A ⊸ F2 B`.
+        forward: Rc<LinPrim>,
+        /// From the argument tuple `x : A`, the linear map `R2 B ⊸ R2 A`.
+        transpose: Rc<LinPrim>,
+    },
+}
+
+impl Derivative {
+    /// `Dop` and `DopT` as linear terms. `forward(args, tangents)` returns the result's tangent;
+    /// `transpose(args, v)` returns one cotangent per parameter. The terms they receive are
+    /// variables, so using one several times costs nothing extra.
+    pub fn terms(
+        forward: impl Fn(&[Term], &[LTerm]) -> LTerm + 'static,
+        transpose: impl Fn(&[Term], &LTerm) -> Vec<LTerm> + 'static,
+    ) -> Derivative {
+        Derivative::Terms {
+            forward: Rc::new(forward),
+            transpose: Rc::new(transpose),
+        }
+    }
+
+    /// Native kernels: `forward` makes `F2 A ⊸ F2 B` and `transpose` makes `R2 B ⊸ R2 A` from
+    /// the argument tuple `x : A` (for first-order types, `F2 = R2`: `Real` for `Real`, `Unit`
+    /// for discrete types, componentwise otherwise). Registration checks the kernels' types.
+    pub fn native(forward: Rc<LinPrim>, transpose: Rc<LinPrim>) -> Derivative {
+        Derivative::Native { forward, transpose }
+    }
+
+    /// The derivative of a function `Real → Real` from its derivative `f'(x)`, given as a
+    /// Cartesian term in the argument: `Dop(x; d) = f'(x) * d`, `DopT(x; v) = f'(x) * v`.
+    pub fn scalar(df: impl Fn(&Term) -> Term + 'static) -> Derivative {
+        let df = Rc::new(df);
+        let df2 = df.clone();
+        Derivative::terms(
+            move |x, d| LTerm::scale(df(&x[0]), d[0].clone()),
+            move |x, v| vec![LTerm::scale(df2(&x[0]), v.clone())],
+        )
+    }
+
+    /// The derivative of a function `Real × Real → Real` from its partial derivatives `(∂f/∂a,
+    /// ∂f/∂b)`, given as Cartesian terms in the arguments: `Dop((a, b); (da, db)) = ∂a * da +
+    /// ∂b * db` and `DopT((a, b); v) = (∂a * v, ∂b * v)`.
+    pub fn scalar2(df: impl Fn(&Term, &Term) -> (Term, Term) + 'static) -> Derivative {
+        let df = Rc::new(df);
+        let df2 = df.clone();
+        Derivative::terms(
+            move |x, d| {
+                let (da, db) = df(&x[0], &x[1]);
+                LTerm::plus(
+                    LTerm::scale(da, d[0].clone()),
+                    LTerm::scale(db, d[1].clone()),
+                )
+            },
+            move |x, v| {
+                let (da, db) = df2(&x[0], &x[1]);
+                vec![LTerm::scale(da, v.clone()), LTerm::scale(db, v.clone())]
+            },
+        )
+    }
+}
+
+impl fmt::Debug for Derivative {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Derivative::Missing => "Missing",
+            Derivative::Zero => "Zero",
+            Derivative::Terms { .. } => "Terms",
+            Derivative::Native { .. } => "Native",
+        })
+    }
+}
+
+/// True if a (first-order) type has a `Real` in it, i.e. a non-trivial tangent.
+fn has_reals(t: &Type) -> bool {
+    crate::deep::deep(|| match t {
+        Type::Real => true,
+        Type::Int | Type::Bool | Type::Unit => false,
+        Type::Prod(p) | Type::Sum(p) | Type::Fun(p) => has_reals(&p.0) || has_reals(&p.1),
+        Type::Array(a) => has_reals(a),
+    })
+}
+
 /// One primitive operation.
 pub struct Primitive {
     name: String,
@@ -51,6 +168,7 @@ pub struct Primitive {
     result: Type,
     fixity: Fixity,
     eval: Box<EvalFn>,
+    derivative: Derivative,
 }
 
 /// A shared handle to a registered primitive.
@@ -65,13 +183,32 @@ impl Primitive {
         fixity: Fixity,
         eval: impl Fn(&Value) -> Result<Value> + 'static,
     ) -> Primitive {
+        // Discrete arguments or a discrete result: the derivative is zero. Otherwise a
+        // derivative must be given with `with_derivative` before AD can use the primitive.
+        let derivative = if !params.iter().any(has_reals) || !has_reals(&result) {
+            Derivative::Zero
+        } else {
+            Derivative::Missing
+        };
         Primitive {
             name: name.into(),
             params,
             result,
             fixity,
             eval: Box::new(eval),
+            derivative,
         }
+    }
+
+    /// The same primitive with the given derivative.
+    pub fn with_derivative(mut self, d: Derivative) -> Primitive {
+        self.derivative = d;
+        self
+    }
+
+    /// How AD differentiates it.
+    pub fn derivative(&self) -> &Derivative {
+        &self.derivative
     }
 
     /// A primitive called by name, like `sin x` or `pow x y`.
@@ -199,6 +336,9 @@ impl Registry {
                 p.name
             )));
         }
+        if let Derivative::Native { forward, transpose } = &p.derivative {
+            crate::ad::check_kernels(&p, forward, transpose).map_err(err)?;
+        }
         let p = Rc::new(p);
         self.by_name.insert(p.name.clone(), p.clone());
         self.prims.push(p.clone());
@@ -250,13 +390,40 @@ pub fn op(name: &str) -> Prim {
     })
 }
 
-fn real1(name: &str, f: fn(f64) -> f64) -> Primitive {
+/// `name t1 ... tn` with a builtin primitive (for writing derivative rules).
+fn call(name: &str, args: &[&Term]) -> Term {
+    Term::prim(&op(name), args.iter().map(|t| (*t).clone()).collect())
+}
+
+/// A real literal term.
+fn lit(x: f64) -> Term {
+    Term::real(x)
+}
+
+/// `if c then a else b`.
+fn cond(c: Term, a: Term, b: Term) -> Term {
+    Term::mk(TermKind::If(c, a, b))
+}
+
+/// A function `Real → Real` with its derivative `f'(x)` as a term.
+fn real1(name: &str, f: fn(f64) -> f64, df: fn(&Term) -> Term) -> Primitive {
     Primitive::function(name, vec![Type::Real], Type::Real, move |x| {
         Ok(Value::Real(f(x.expect_real())))
     })
+    .with_derivative(Derivative::scalar(df))
 }
 
-fn real2(name: &str, fixity: Fixity, f: fn(f64, f64) -> f64) -> Primitive {
+/// A function `Real × Real → Real` with its partial derivatives as terms.
+fn real2(
+    name: &str,
+    fixity: Fixity,
+    f: fn(f64, f64) -> f64,
+    df: fn(&Term, &Term) -> (Term, Term),
+) -> Primitive {
+    real2_with(name, fixity, f, Derivative::scalar2(df))
+}
+
+fn real2_with(name: &str, fixity: Fixity, f: fn(f64, f64) -> f64, d: Derivative) -> Primitive {
     Primitive::new(
         name,
         vec![Type::Real, Type::Real],
@@ -267,6 +434,22 @@ fn real2(name: &str, fixity: Fixity, f: fn(f64, f64) -> f64) -> Primitive {
             Ok(Value::Real(f(a.expect_real(), b.expect_real())))
         },
     )
+    .with_derivative(d)
+}
+
+/// The selector of `max`/`min`: 1 where the first argument is returned (`cmp a b`, or `b` is
+/// NaN), else 0. The derivative follows the branch the value takes.
+fn select_first(cmp: &str, a: &Term, b: &Term) -> Term {
+    cond(
+        call(cmp, &[a, b]),
+        lit(1.0),
+        cond(call("ne", &[b, b]), lit(1.0), lit(0.0)),
+    )
+}
+
+/// `-1 * l`.
+fn negate(l: &LTerm) -> LTerm {
+    LTerm::scale(lit(-1.0), l.clone())
 }
 
 fn int2(name: &str, sym: &'static str, prec: u8, f: fn(i64, i64) -> Option<i64>) -> Primitive {
@@ -322,24 +505,63 @@ fn builtins() -> Vec<Primitive> {
     let real = || Type::Real;
     let arr = || Type::array(Type::Real);
     let mut v = vec![
-        real1("sin", f64::sin),
-        real1("cos", f64::cos),
-        real1("tan", f64::tan),
-        real1("exp", f64::exp),
-        real1("log", f64::ln),
-        real1("sqrt", f64::sqrt),
-        real1("tanh", f64::tanh),
-        real1("sigmoid", sigmoid),
-        real1("abs", f64::abs),
-        real2("pow", Fixity::Function, f64::powf),
+        real1("sin", f64::sin, |x| call("cos", &[x])),
+        real1("cos", f64::cos, |x| call("neg", &[&call("sin", &[x])])),
+        real1("tan", f64::tan, |x| {
+            let t = call("tan", &[x]);
+            call("add", &[&lit(1.0), &call("mul", &[&t, &t])])
+        }),
+        real1("exp", f64::exp, |x| call("exp", &[x])),
+        real1("log", f64::ln, |x| call("div", &[&lit(1.0), x])),
+        real1("sqrt", f64::sqrt, |x| {
+            call("div", &[&lit(0.5), &call("sqrt", &[x])])
+        }),
+        real1("tanh", f64::tanh, |x| {
+            let t = call("tanh", &[x]);
+            call("sub", &[&lit(1.0), &call("mul", &[&t, &t])])
+        }),
+        real1("sigmoid", sigmoid, |x| {
+            let s = call("sigmoid", &[x]);
+            call("mul", &[&s, &call("sub", &[&lit(1.0), &s])])
+        }),
+        // abs'(0) = 1: the right derivative.
+        real1("abs", f64::abs, |x| {
+            cond(call("ge", &[x, &lit(0.0)]), lit(1.0), lit(-1.0))
+        }),
+        // ∂/∂y (x^y) = x^y log x is taken as 0 where x <= 0 (there x^y is only defined for
+        // integer y, as a function of y it is not differentiable).
+        real2("pow", Fixity::Function, f64::powf, |x, y| {
+            let dx = call(
+                "mul",
+                &[y, &call("pow", &[x, &call("sub", &[y, &lit(1.0)])])],
+            );
+            let dy = cond(
+                call("gt", &[x, &lit(0.0)]),
+                call("mul", &[&call("pow", &[x, y]), &call("log", &[x])]),
+                lit(0.0),
+            );
+            (dx, dy)
+        }),
         // Ties and NaN go to the first argument: `max x y` is `if x >= y then x else y`
         // with NaN treated as "not smaller". The derivative follows the same branch.
-        real2("max", Fixity::Function, |a, b| {
-            if a >= b || b.is_nan() { a } else { b }
-        }),
-        real2("min", Fixity::Function, |a, b| {
-            if a <= b || b.is_nan() { a } else { b }
-        }),
+        real2(
+            "max",
+            Fixity::Function,
+            |a, b| if a >= b || b.is_nan() { a } else { b },
+            |a, b| {
+                let s = select_first("ge", a, b);
+                (s.clone(), call("sub", &[&lit(1.0), &s]))
+            },
+        ),
+        real2(
+            "min",
+            Fixity::Function,
+            |a, b| if a <= b || b.is_nan() { a } else { b },
+            |a, b| {
+                let s = select_first("le", a, b);
+                (s.clone(), call("sub", &[&lit(1.0), &s]))
+            },
+        ),
         Primitive::function("toReal", vec![Type::Int], real(), |x| {
             Ok(Value::Real(x.expect_int() as f64))
         }),
@@ -357,7 +579,14 @@ fn builtins() -> Vec<Primitive> {
         }),
         Primitive::function("sum", vec![arr()], real(), |x| {
             Ok(Value::Real(x.expect_reals().iter().sum()))
-        }),
+        })
+        .with_derivative(Derivative::terms(
+            |_, d| LTerm::mk(LTermKind::Sum(d[0].clone())),
+            |x, v| {
+                let n = Term::mk(TermKind::Length(x[0].clone()));
+                vec![LTerm::mk(LTermKind::Replicate(n, v.clone()))]
+            },
+        )),
         Primitive::function("dot", vec![arr(), arr()], real(), |x| {
             let (a, b) = x.expect_pair();
             let (a, b) = (a.expect_reals(), b.expect_reals());
@@ -369,17 +598,67 @@ fn builtins() -> Vec<Primitive> {
                 )));
             }
             Ok(Value::Real(a.iter().zip(b).map(|(x, y)| x * y).sum()))
-        }),
+        })
+        .with_derivative(Derivative::terms(
+            |x, d| {
+                let with = |ys: &Term, dxs: &LTerm| {
+                    let f = Term::mk(TermKind::LinPrim(LinPrim::dot_with(), ys.clone()));
+                    LTerm::app(f, dxs.clone())
+                };
+                LTerm::plus(with(&x[1], &d[0]), with(&x[0], &d[1]))
+            },
+            |x, v| {
+                let scaled = |ys: &Term| {
+                    let f = Term::mk(TermKind::LinPrim(LinPrim::scale_array(), ys.clone()));
+                    LTerm::app(f, v.clone())
+                };
+                vec![scaled(&x[1]), scaled(&x[0])]
+            },
+        )),
         Primitive::function("not", vec![Type::Bool], Type::Bool, |x| {
             Ok(Value::Bool(!x.expect_bool()))
         }),
-        real2("add", Fixity::Infix("+", 4), |a, b| a + b),
-        real2("sub", Fixity::Infix("-", 4), |a, b| a - b),
-        real2("mul", Fixity::Infix("*", 5), |a, b| a * b),
-        real2("div", Fixity::Infix("/", 5), |a, b| a / b),
+        real2_with(
+            "add",
+            Fixity::Infix("+", 4),
+            |a, b| a + b,
+            Derivative::terms(
+                |_, d| LTerm::plus(d[0].clone(), d[1].clone()),
+                |_, v| vec![v.clone(), v.clone()],
+            ),
+        ),
+        real2_with(
+            "sub",
+            Fixity::Infix("-", 4),
+            |a, b| a - b,
+            Derivative::terms(
+                |_, d| LTerm::plus(d[0].clone(), negate(&d[1])),
+                |_, v| vec![v.clone(), negate(v)],
+            ),
+        ),
+        real2(
+            "mul",
+            Fixity::Infix("*", 5),
+            |a, b| a * b,
+            |a, b| (b.clone(), a.clone()),
+        ),
+        real2(
+            "div",
+            Fixity::Infix("/", 5),
+            |a, b| a / b,
+            |a, b| {
+                let inv = call("div", &[&lit(1.0), b]);
+                let db = call("neg", &[&call("div", &[&call("div", &[a, b]), b])]);
+                (inv, db)
+            },
+        ),
         Primitive::new("neg", vec![real()], real(), Fixity::Prefix("-"), |x| {
             Ok(Value::Real(-x.expect_real()))
-        }),
+        })
+        .with_derivative(Derivative::terms(
+            |_, d| negate(&d[0]),
+            |_, v| vec![negate(v)],
+        )),
         int2("iadd", "+", 4, i64::checked_add),
         int2("isub", "-", 4, i64::checked_sub),
         int2("imul", "*", 5, i64::checked_mul),

@@ -1,0 +1,463 @@
+//! Forward and reverse CHAD: automatic differentiation as structure-preserving functors out of
+//! the free cartesian closed category (CHAD paper §6-7; DESIGN.md §5).
+//!
+//! Each mode is a *model* of the categorical structure ([`crate::ccc::model::Model`]) whose
+//! morphisms are target-language terms, so the generic [`crate::ccc::interpret`] *is* the AD
+//! transformation:
+//!
+//! * [`forward::Forward`] is the Grothendieck construction `Σ_C L`: a combinator `c : A → B`
+//!   becomes `x : F1(A) ⊢ F(c) : F1(B) × (F2(A) ⊸ F2(B))`, the primal result paired with the
+//!   derivative (a linear map of tangents);
+//! * [`reverse::Reverse`] is `Σ_C L^op`: `x : R1(A) ⊢ R(c) : R1(B) × (R2(B) ⊸ R2(A))`, the
+//!   primal result paired with the transposed derivative (a linear map of cotangents).
+//!
+//! Both use the "combined" form, primal and derivative computed by one term, sharing work through
+//! `let`. Each module states its typing judgement and its type maps beside the rules; every term
+//! they produce type-checks ([`crate::target::check`]) at exactly the type the maps predict.
+//!
+//! The entry points for programs are [`jvp`], [`vjp`] and [`grad`] (and [`Jvp`], [`Vjp`] to
+//! transform once and evaluate many times). Sums, conditionals, and the array operations other
+//! than `map`, `replicate`, `length`, `sum` and `dot` are not yet differentiated: they are
+//! reported as [`ErrorKind::Unsupported`] errors with the position of the construct
+//! ([`check_supported`]). Primitives supply their derivatives through their
+//! registration ([`crate::prim::Derivative`]); [`check_primitive`] tests one.
+
+pub mod check;
+pub mod forward;
+pub mod reverse;
+mod tangent;
+
+pub use check::{check_kernels, check_primitive};
+pub use tangent::{from_tangent, to_tangent};
+
+use crate::ccc;
+use crate::error::{Error, ErrorKind, Result, Span};
+use crate::prim::Derivative;
+use crate::source::term::{Entry, Term as STerm, TermKind as SKind};
+use crate::target::linear::{Lin, LinFun};
+use crate::target::print;
+use crate::target::term::{LTerm, Pat, Term, TermKind, Var};
+use crate::target::types::{LTy, Ty};
+use crate::types::Type;
+use crate::value::Value;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt;
+use std::rc::Rc;
+
+/// A morphism of an AD model: `x ⊢ body`, the image of a combinator `dom → cod`.
+///
+/// For forward mode `x : F1(dom)` and `body : F1(cod) × (F2(dom) ⊸ F2(cod))`; for reverse mode
+/// `x : R1(dom)` and `body : R1(cod) × (R2(cod) ⊸ R2(dom))`.
+#[derive(Clone)]
+pub struct Mor {
+    /// The source domain.
+    pub dom: Type,
+    /// The source codomain.
+    pub cod: Type,
+    /// The input variable.
+    pub x: Var,
+    /// The combined primal-and-derivative term.
+    pub body: Term,
+}
+
+impl Mor {
+    /// The morphism as one closed Cartesian term `\x -> body`.
+    pub fn to_term(&self) -> Term {
+        Term::lam(&self.x, self.body.clone())
+    }
+}
+
+impl fmt::Display for Mor {
+    /// `\x -> body`, pretty-printed at width 100.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&print::lambda_to_string(&self.x, &self.body, 100))
+    }
+}
+
+impl fmt::Debug for Mor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self} : {} → {}", self.dom, self.cod)
+    }
+}
+
+/// The error for a construct AD does not handle yet.
+pub(crate) fn unsupported(what: &str) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        format!("{what} {} not yet supported by AD", is_are(what)),
+    )
+    .with_note(
+        "AD handles functions, tuples, `map`, `replicate`, `length`, `sum` and `dot`; sums, \
+         conditionals and the other array operations come in a later version",
+    )
+}
+
+fn is_are(what: &str) -> &'static str {
+    if what.ends_with('s') && !what.starts_with('`') {
+        "are"
+    } else {
+        "is"
+    }
+}
+
+/// Checks that a source term uses only what AD supports, reporting the first unsupported
+/// construct with its position. (The models reject the corresponding combinators too; this
+/// check exists to point at the source.)
+pub fn check_supported(t: &STerm) -> Result<()> {
+    let mut stack = vec![t];
+    while let Some(t) = stack.pop() {
+        let what = match &t.kind {
+            SKind::If(..) => Some("`if`"),
+            SKind::Inl(..) | SKind::Inr(..) => Some("sum injections (`inl`, `inr`)"),
+            SKind::Case(..) => Some("`case`"),
+            SKind::Array(..) => Some("array literals"),
+            SKind::Map2(..) => Some("`map2`"),
+            SKind::Build(..) => Some("`build`"),
+            SKind::Index(..) => Some("array indexing (`!`)"),
+            SKind::Prim(op, _) if matches!(op.derivative(), Derivative::Missing) => {
+                return Err(Error::at(
+                    ErrorKind::Unsupported,
+                    t.span,
+                    format!("primitive `{}` has no derivative", op.name()),
+                )
+                .with_note("register one with `Primitive::with_derivative`"));
+            }
+            _ => None,
+        };
+        if let Some(what) = what {
+            return Err(unsupported(what).with_span(t.span));
+        }
+        stack.extend(t.children());
+    }
+    Ok(())
+}
+
+/// A memo table for a type map, keyed by the identity of shared type nodes, so that mapping a
+/// context type of n variables (built by sharing) costs O(n) once rather than per combinator.
+pub(crate) struct Memo<T> {
+    map: RefCell<HashMap<usize, (Type, T)>>,
+}
+
+impl<T: Clone> Memo<T> {
+    pub(crate) fn new() -> Memo<T> {
+        Memo {
+            map: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// The image of `t`, computing it with `f` (which may call back into the memo) if needed.
+    pub(crate) fn get(&self, t: &Type, f: impl FnOnce() -> T) -> T {
+        let key = match t {
+            Type::Prod(p) | Type::Fun(p) | Type::Sum(p) => Rc::as_ptr(p) as *const () as usize,
+            Type::Array(a) => Rc::as_ptr(a) as *const () as usize,
+            _ => return f(),
+        };
+        if let Some((_, v)) = self.map.borrow().get(&key) {
+            return v.clone();
+        }
+        let v = f();
+        // Keeping `t` alive keeps its address from being reused by another type.
+        self.map.borrow_mut().insert(key, (t.clone(), v.clone()));
+        v
+    }
+}
+
+/// A chain of `let`s under construction: `let p1 = e1 in ... let pn = en in body`.
+pub(crate) struct Lets(Vec<(Pat, Term)>);
+
+impl Lets {
+    pub(crate) fn new() -> Lets {
+        Lets(Vec::new())
+    }
+
+    /// Adds `let p = e`.
+    pub(crate) fn push(&mut self, p: Pat, e: Term) {
+        self.0.push((p, e));
+    }
+
+    /// Adds `let (a, b) = e`.
+    pub(crate) fn push_pair(&mut self, a: &Var, b: &Var, e: Term) {
+        self.push(
+            Pat::Pair(Box::new(Pat::Var(a.clone())), Box::new(Pat::Var(b.clone()))),
+            e,
+        );
+    }
+
+    /// The chain around `body`.
+    pub(crate) fn finish(self, body: Term) -> Term {
+        self.0
+            .into_iter()
+            .rev()
+            .fold(body, |b, (p, e)| Term::let_pat(p, e, b))
+    }
+}
+
+/// `λ̲v. body(v)` for a fresh linear variable `v : Lin l`.
+pub(crate) fn lin_lam(name: &str, l: LTy, body: impl FnOnce(LTerm) -> LTerm) -> Term {
+    let v = Var::linear(name, l);
+    Term::lin_lam(&v, body(LTerm::var(&v)))
+}
+
+/// `f • l` for a Cartesian variable `f`.
+pub(crate) fn apply(f: &Var, l: LTerm) -> LTerm {
+    LTerm::app(Term::var(f), l)
+}
+
+/// Gives the primitive applications on the spine of a term (lets and pairs) a source position,
+/// so runtime errors of the primal computation point at the source.
+pub(crate) fn respan(t: &Term, at: Span) -> Term {
+    let kind = match &t.kind {
+        TermKind::Let(p, e, b) => TermKind::Let(p.clone(), respan(e, at), respan(b, at)),
+        TermKind::Pair(a, b) => TermKind::Pair(respan(a, at), respan(b, at)),
+        TermKind::Prim(..)
+        | TermKind::Replicate(..)
+        | TermKind::Map2(..)
+        | TermKind::Build(..)
+        | TermKind::Index(..)
+            if t.span == Span::default() =>
+        {
+            t.kind.clone()
+        }
+        _ => return t.clone(),
+    };
+    Term::new(kind, at)
+}
+
+/// Binds the components of a primitive's argument tuple `x : A1 × (... × An)` to variables:
+/// returns them (as terms) with the `let`s that bind them. `tys` are the component types.
+pub(crate) fn split_args(x: &Var, tys: &[Ty], lets: &mut Lets) -> Vec<Term> {
+    match tys.len() {
+        0 => vec![],
+        1 => vec![Term::var(x)],
+        _ => {
+            let vars: Vec<Var> = tys
+                .iter()
+                .enumerate()
+                .map(|(i, t)| Var::fresh(format!("{}{}", x.name, i + 1), t.clone()))
+                .collect();
+            fn pat(vars: &[Var]) -> Pat {
+                match vars {
+                    [v] => Pat::Var(v.clone()),
+                    [v, rest @ ..] => Pat::Pair(Box::new(Pat::Var(v.clone())), Box::new(pat(rest))),
+                    [] => unreachable!("at least two components"),
+                }
+            }
+            lets.push(pat(&vars), Term::var(x));
+            vars.iter().map(Term::var).collect()
+        }
+    }
+}
+
+/// The components of a linear value of a right-nested tuple type of `n` components, as linear
+/// terms (`fst l`, `fst (snd l)`, ..., `snd (... (snd l))`).
+pub(crate) fn split_linear(l: LTerm, n: usize) -> Vec<LTerm> {
+    let mut out = Vec::with_capacity(n);
+    let mut rest = l;
+    for k in 0..n {
+        if k + 1 == n {
+            out.push(rest.clone());
+        } else {
+            out.push(LTerm::fst(rest.clone()));
+            rest = LTerm::snd(rest);
+        }
+    }
+    out
+}
+
+/// The right-nested tuple of linear terms (`0` of type `Unit` for none).
+pub(crate) fn tuple_linear(mut ls: Vec<LTerm>) -> LTerm {
+    match ls.len() {
+        0 => LTerm::zero(LTy::Unit),
+        1 => ls.pop().expect("one"),
+        _ => {
+            let last = ls.pop().expect("two");
+            ls.into_iter()
+                .rev()
+                .fold(last, |acc, l| LTerm::pair(l, acc))
+        }
+    }
+}
+
+/// The value of a context `((1 × A1) × ...) × An` (see [`crate::ccc::compile`]).
+fn context(args: &[Value]) -> Value {
+    ccc::eval::context_value(args)
+}
+
+/// The components of a linear value of a context type `((1 × A1) × ...) × An`.
+fn context_components(mut l: Lin, n: usize) -> Vec<Lin> {
+    let mut out = vec![Lin::zero(); n];
+    for k in (0..n).rev() {
+        out[k] = l.snd();
+        l = l.fst();
+    }
+    out
+}
+
+/// The linear value of a context type holding the given components.
+fn context_linear(ls: Vec<Lin>) -> Lin {
+    ls.into_iter().fold(Lin::zero(), Lin::pair)
+}
+
+/// Evaluates a closed morphism at a point: the primal result and the derivative.
+fn run(m: &Mor, x: Value) -> Result<(Value, LinFun)> {
+    let env = crate::target::eval::Env::new().update(m.x.id, x);
+    let v = crate::target::eval::eval(&m.body, &env)?;
+    let (y, d) = v.expect_pair();
+    match d {
+        Value::LinFun(f) => Ok((y.clone(), f.clone())),
+        other => panic!("internal error: AD derivative is not a linear map: {other}"),
+    }
+}
+
+fn first_order_entry(entry: &Entry, what: &str) -> Result<()> {
+    check_supported(&entry.body)?;
+    for p in &entry.params {
+        if !p.ty.is_first_order() {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "{what} needs first-order inputs, but parameter `{}` has type `{}`",
+                    p.name, p.ty
+                ),
+            ));
+        }
+    }
+    if !entry.body.ty.is_first_order() {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "{what} needs a first-order result, but `{}` returns `{}`",
+                entry.name, entry.body.ty
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Forward mode for an entry point, transformed once: evaluate with [`Jvp::jvp`] many times.
+pub struct Jvp {
+    entry: Entry,
+    mor: Mor,
+}
+
+impl Jvp {
+    /// Compiles the entry point and applies forward CHAD. Fails on unsupported constructs,
+    /// primitives without derivatives, and higher-order inputs or results.
+    pub fn new(entry: &Entry) -> Result<Jvp> {
+        first_order_entry(entry, "forward mode")?;
+        let mor = forward::transform(&ccc::compile_entry(entry))?;
+        Ok(Jvp {
+            entry: entry.clone(),
+            mor,
+        })
+    }
+
+    /// The forward derivative as a morphism (for printing).
+    pub fn mor(&self) -> &Mor {
+        &self.mor
+    }
+
+    /// The value at `args` and the directional derivative along `tangents` (one per argument,
+    /// each of type `Type::tangent` of the parameter type; a sum's tangent on the same side as
+    /// the argument, an array's of the same length).
+    pub fn jvp(&self, args: &[Value], tangents: &[Value]) -> Result<(Value, Value)> {
+        crate::eval::check_args(&self.entry, args)?;
+        if tangents.len() != args.len() {
+            return Err(Error::new(
+                ErrorKind::Argument,
+                format!(
+                    "{} tangent{} given for {} argument{}",
+                    tangents.len(),
+                    if tangents.len() == 1 { "" } else { "s" },
+                    args.len(),
+                    if args.len() == 1 { "" } else { "s" },
+                ),
+            ));
+        }
+        let mut ds = Vec::with_capacity(args.len());
+        for (k, ((p, a), t)) in self.entry.params.iter().zip(args).zip(tangents).enumerate() {
+            let d = to_tangent(&p.ty, a, t)
+                .map_err(|e| e.prefixed(&format!("tangent {} (of `{}`): ", k + 1, p.name)))?;
+            ds.push(d);
+        }
+        let (y, f) = run(&self.mor, context(args))?;
+        let dy = f.apply(&context_linear(ds))?;
+        let t = from_tangent(&self.entry.body.ty, &y, &dy);
+        Ok((y, t))
+    }
+}
+
+/// Reverse mode for an entry point, transformed once: evaluate with [`Vjp::vjp`] or
+/// [`Vjp::grad`] many times.
+pub struct Vjp {
+    entry: Entry,
+    mor: Mor,
+}
+
+impl Vjp {
+    /// Compiles the entry point and applies reverse CHAD. Fails on unsupported constructs,
+    /// primitives without derivatives, and higher-order inputs or results.
+    pub fn new(entry: &Entry) -> Result<Vjp> {
+        first_order_entry(entry, "reverse mode")?;
+        let mor = reverse::transform(&ccc::compile_entry(entry))?;
+        Ok(Vjp {
+            entry: entry.clone(),
+            mor,
+        })
+    }
+
+    /// The reverse derivative as a morphism (for printing).
+    pub fn mor(&self) -> &Mor {
+        &self.mor
+    }
+
+    /// The value at `args` and the cotangent of every argument for the output cotangent
+    /// `cotangent` (of type `Type::tangent` of the result type).
+    pub fn vjp(&self, args: &[Value], cotangent: &Value) -> Result<(Value, Vec<Value>)> {
+        crate::eval::check_args(&self.entry, args)?;
+        let (y, f) = run(&self.mor, context(args))?;
+        let v = to_tangent(&self.entry.body.ty, &y, cotangent)
+            .map_err(|e| e.prefixed("cotangent: "))?;
+        let g = f.apply(&v)?;
+        let gs = context_components(g, args.len())
+            .iter()
+            .zip(&self.entry.params)
+            .zip(args)
+            .map(|((g, p), a)| from_tangent(&p.ty, a, g))
+            .collect();
+        Ok((y, gs))
+    }
+
+    /// The value and the gradient with respect to every argument, for a `Real`-valued entry.
+    pub fn grad(&self, args: &[Value]) -> Result<(Value, Vec<Value>)> {
+        if !matches!(self.entry.body.ty, Type::Real) {
+            return Err(Error::new(
+                ErrorKind::Argument,
+                format!(
+                    "grad needs a Real-valued definition, but `{}` returns `{}` (use vjp with a \
+                     cotangent)",
+                    self.entry.name, self.entry.body.ty
+                ),
+            ));
+        }
+        self.vjp(args, &Value::Real(1.0))
+    }
+}
+
+/// Forward mode: the value of `entry` at `args` and its derivative along `tangents`.
+pub fn jvp(entry: &Entry, args: &[Value], tangents: &[Value]) -> Result<(Value, Value)> {
+    Jvp::new(entry)?.jvp(args, tangents)
+}
+
+/// Reverse mode: the value of `entry` at `args` and the cotangent of every argument for the
+/// output cotangent `cotangent`.
+pub fn vjp(entry: &Entry, args: &[Value], cotangent: &Value) -> Result<(Value, Vec<Value>)> {
+    Vjp::new(entry)?.vjp(args, cotangent)
+}
+
+/// Reverse mode for a `Real`-valued entry: the value and the gradient for every argument
+/// (`()` for discrete arguments).
+pub fn grad(entry: &Entry, args: &[Value]) -> Result<(Value, Vec<Value>)> {
+    Vjp::new(entry)?.grad(args)
+}

@@ -1,0 +1,494 @@
+//! Reverse-mode CHAD: the structure-preserving functor from the free category into the
+//! Grothendieck construction `Σ_C L^op` (CHAD paper §6-7; DESIGN.md §5).
+//!
+//! **Typing judgement.** A combinator `c : A → B` becomes a term with one free variable
+//!
+//! ```text
+//! x : R1(A)  ⊢  R(c) : R1(B) × (R2(B) ⊸ R2(A))
+//! ```
+//!
+//! the primal result paired with the transposed derivative at `x`, a linear map from output
+//! cotangents to input cotangents. The type maps ([`primal`] is `R1`, [`cotangent`] is `R2`):
+//!
+//! ```text
+//! R1(Real) = Real    R1(Int) = Int    R1(Bool) = Bool    R1(1) = 1
+//! R1(A × B) = R1 A × R1 B        R1(A + B) = R1 A + R1 B        R1(Array A) = Array (R1 A)
+//! R1(A ⇒ B) = R1 A → R1 B × (R2 B ⊸ R2 A)
+//! R2(Real) = Real    R2(Int) = R2(Bool) = R2(1) = 1
+//! R2(A × B) = R2 A × R2 B        R2(A + B) = R2 A ⊕ R2 B        R2(Array A) = Array (R2 A)
+//! R2(A ⇒ B) = !(R1 A) ⊗ R2 B                                    (a copower)
+//! ```
+//!
+//! The cotangent of a function is a copower: a formal sum of (argument, output cotangent) pairs,
+//! one per call, which `curry`'s transposed derivative folds back into a cotangent of the
+//! captured environment.
+//!
+//! **Rules** (`v` the output cotangent, `λ̲` a linear λ, `•` linear application, `!b ⊗ v` a
+//! copower singleton):
+//!
+//! ```text
+//! R(id)        = (x, λ̲v. v)
+//! R(g ∘ f)     = let (y, f') = R(f)[x] in let (z, g') = R(g)[y] in (z, λ̲v. f' • (g' • v))
+//! R(bang)      = ((), λ̲v. 0)
+//! R(fst)       = (fst x, λ̲v. (v, 0))                R(snd) = (snd x, λ̲v. (0, v))
+//! R(π)         = (π x, λ̲v. ι v)                      (ι: the cotangent injected along π)
+//! R(⟨f, g⟩)    = let (y, f') = R(f)[x] in let (z, g') = R(g)[x] in
+//!                ((y, z), λ̲v. f' • fst v + g' • snd v)
+//! R(curry f)   = let h = λb. R(f)[(x, b)] in
+//!                ( λb. let (c, f') = h b in (c, λ̲v. snd (f' • v)),
+//!                  λ̲w. copowfold (λb. λ̲v. fst ((snd (h b)) • v)) w )
+//! R(eval)      = let (g, b) = x in let (c, g') = g b in (c, λ̲v. (!b ⊗ v, g' • v))
+//! R(c)         = (c, λ̲v. 0)                          (a literal constant)
+//! R(op)        = (op x, λ̲v. DopT(x; v))              (or the native kernel `DopT x`)
+//! R(map f)     = let (γ, as) = x in let rs = map (λa. R(f)[(γ, a)]) as in
+//!                (map fst rs, λ̲v. let cs = zipWith (map snd rs) v in (lsum (lmap fst cs), lmap snd cs))
+//! R(replicate) = let (n, a) = x in (replicate n a, λ̲v. ((), lsum v))
+//! R(length)    = (length x, λ̲v. 0)
+//! ```
+//!
+//! As in forward mode, every subterm is computed once; the output is linear in the size of the
+//! combinator. Sums, conditionals and the array operations other than `map`, `replicate`,
+//! `length` (and the primitives `sum`, `dot`) are reported as not yet supported.
+
+use super::forward::no_derivative;
+use super::{Lets, Memo, Mor, apply, lin_lam, respan, split_args, tuple_linear, unsupported};
+use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
+use crate::ccc::{Comb, Path, Step, interpret};
+use crate::deep::deep;
+use crate::error::{Error, Result, Span};
+use crate::prim::{Derivative, Prim};
+use crate::source::term::Lit;
+use crate::target::term::{LTerm, LTermKind, Pat, Term, TermKind, Var};
+use crate::target::types::{LTy, Ty};
+use crate::types::Type;
+
+/// `R1(A)`: the type of reverse primals.
+pub fn primal(a: &Type) -> Ty {
+    Reverse::new().primal(a)
+}
+
+/// `R2(A)`: the type of cotangents.
+pub fn cotangent(a: &Type) -> LTy {
+    Reverse::new().cotangent(a)
+}
+
+/// Reverse CHAD of a combinator `c : A → B`: `x : R1(A) ⊢ R(c) : R1(B) × (R2(B) ⊸ R2(A))`.
+pub fn transform(c: &Comb) -> Result<Mor> {
+    interpret(c, &Reverse::new())
+}
+
+/// The reverse-mode model `Σ_C L^op`. Holds memo tables for the type maps.
+pub struct Reverse {
+    r1: Memo<Ty>,
+    r2: Memo<LTy>,
+}
+
+impl Default for Reverse {
+    fn default() -> Self {
+        Reverse::new()
+    }
+}
+
+impl Reverse {
+    /// A fresh model.
+    pub fn new() -> Reverse {
+        Reverse {
+            r1: Memo::new(),
+            r2: Memo::new(),
+        }
+    }
+
+    /// `R1(A)`.
+    pub fn primal(&self, a: &Type) -> Ty {
+        self.r1.get(a, || {
+            deep(|| match a {
+                Type::Real => Ty::Real,
+                Type::Int => Ty::Int,
+                Type::Bool => Ty::Bool,
+                Type::Unit => Ty::Unit,
+                Type::Prod(p) => Ty::prod(self.primal(&p.0), self.primal(&p.1)),
+                Type::Sum(p) => Ty::sum(self.primal(&p.0), self.primal(&p.1)),
+                Type::Array(e) => Ty::array(self.primal(e)),
+                Type::Fun(p) => Ty::fun(
+                    self.primal(&p.0),
+                    Ty::prod(self.primal(&p.1), self.derivative(&p.0, &p.1)),
+                ),
+            })
+        })
+    }
+
+    /// `R2(A)`.
+    pub fn cotangent(&self, a: &Type) -> LTy {
+        self.r2.get(a, || {
+            deep(|| match a {
+                Type::Real => LTy::Real,
+                Type::Int | Type::Bool | Type::Unit => LTy::Unit,
+                Type::Prod(p) => LTy::prod(self.cotangent(&p.0), self.cotangent(&p.1)),
+                Type::Sum(p) => LTy::sum(self.cotangent(&p.0), self.cotangent(&p.1)),
+                Type::Array(e) => LTy::array(self.cotangent(e)),
+                Type::Fun(p) => LTy::copower(self.primal(&p.0), self.cotangent(&p.1)),
+            })
+        })
+    }
+
+    /// The type of the transposed derivative of a morphism `A → B`: `R2(B) ⊸ R2(A)`.
+    pub fn derivative(&self, a: &Type, b: &Type) -> Ty {
+        Ty::lin_fun(self.cotangent(b), self.cotangent(a))
+    }
+
+    /// The type of `R(c)` for `c : A → B`: `R1(B) × (R2(B) ⊸ R2(A))`.
+    pub fn image(&self, a: &Type, b: &Type) -> Ty {
+        Ty::prod(self.primal(b), self.derivative(a, b))
+    }
+
+    fn mor(&self, a: &Type, b: &Type, body: impl FnOnce(&Var) -> Term) -> Result<Mor> {
+        let x = Var::fresh("x", self.primal(a));
+        let body = body(&x);
+        Ok(Mor {
+            dom: a.clone(),
+            cod: b.clone(),
+            x,
+            body,
+        })
+    }
+
+    /// `(y, λ̲v. lin(v))` with `v : R2(b)`.
+    fn combined(&self, b: &Type, y: Term, lin: impl FnOnce(LTerm) -> LTerm) -> Term {
+        Term::pair(y, lin_lam("v", self.cotangent(b), lin))
+    }
+
+    fn results(&self, m: &Mor, y: &str, d: &str) -> (Var, Var) {
+        (
+            Var::fresh(y, self.primal(&m.cod)),
+            Var::fresh(d, self.derivative(&m.dom, &m.cod)),
+        )
+    }
+}
+
+impl Category for Reverse {
+    type Mor = Mor;
+    type Error = Error;
+
+    fn id(&self, a: &Type) -> Result<Mor> {
+        self.mor(a, a, |x| self.combined(a, Term::var(x), |v| v))
+    }
+
+    fn compose(&self, g: Mor, f: Mor) -> Result<Mor> {
+        // let (y, f') = R(f)[x] in let (z, g') = R(g)[y] in (z, λ̲v. f' • (g' • v))
+        let df = Var::fresh("df", self.derivative(&f.dom, &f.cod));
+        let (z, dg) = self.results(&g, "z", "dg");
+        let mut lets = Lets::new();
+        lets.push_pair(&g.x, &df, f.body);
+        lets.push_pair(&z, &dg, g.body);
+        let body = lets.finish(self.combined(&g.cod, Term::var(&z), |v| apply(&df, apply(&dg, v))));
+        Ok(Mor {
+            dom: f.dom,
+            cod: g.cod,
+            x: f.x,
+            body,
+        })
+    }
+
+    fn located(&self, m: Mor, at: Span) -> Mor {
+        Mor {
+            body: respan(&m.body, at),
+            ..m
+        }
+    }
+}
+
+impl Cartesian for Reverse {
+    fn bang(&self, a: &Type) -> Result<Mor> {
+        self.mor(a, &Type::Unit, |_| {
+            self.combined(&Type::Unit, Term::unit(), |_| {
+                LTerm::zero(self.cotangent(a))
+            })
+        })
+    }
+
+    fn fst(&self, a: &Type, b: &Type) -> Result<Mor> {
+        let ab = Type::prod(a.clone(), b.clone());
+        self.mor(&ab, a, |x| {
+            self.combined(a, Term::fst(Term::var(x)), |v| {
+                LTerm::pair(v, LTerm::zero(self.cotangent(b)))
+            })
+        })
+    }
+
+    fn snd(&self, a: &Type, b: &Type) -> Result<Mor> {
+        let ab = Type::prod(a.clone(), b.clone());
+        self.mor(&ab, b, |x| {
+            self.combined(b, Term::snd(Term::var(x)), |v| {
+                LTerm::pair(LTerm::zero(self.cotangent(a)), v)
+            })
+        })
+    }
+
+    fn pair(&self, f: Mor, g: Mor) -> Result<Mor> {
+        // let (y, f') = R(f)[x] in let (z, g') = R(g)[x] in ((y, z), λ̲v. f' • fst v + g' • snd v)
+        let (y, df) = self.results(&f, "y", "df");
+        let (z, dg) = self.results(&g, "z", "dg");
+        let cod = Type::prod(f.cod.clone(), g.cod.clone());
+        let mut lets = Lets::new();
+        lets.push_pair(&y, &df, f.body);
+        lets.push(Pat::Var(g.x.clone()), Term::var(&f.x));
+        lets.push_pair(&z, &dg, g.body);
+        let body = lets.finish(self.combined(
+            &cod,
+            Term::pair(Term::var(&y), Term::var(&z)),
+            |v| LTerm::plus(apply(&df, LTerm::fst(v.clone())), apply(&dg, LTerm::snd(v))),
+        ));
+        Ok(Mor {
+            dom: f.dom,
+            cod,
+            x: f.x,
+            body,
+        })
+    }
+
+    fn proj(&self, dom: &Type, path: &Path) -> Result<Mor> {
+        // (π x, λ̲v. ι v): ι puts v where π looks and zeros beside it.
+        let mut sides = Vec::with_capacity(path.len());
+        let mut cur = dom.clone();
+        for s in path.expanded() {
+            let (a, b) = {
+                let (a, b) = cur.as_prod().expect("typed combinator");
+                (a.clone(), b.clone())
+            };
+            let (next, other) = match s {
+                Step::Fst => (a, b),
+                Step::Snd => (b, a),
+            };
+            sides.push((s, self.cotangent(&other)));
+            cur = next;
+        }
+        let cod = cur;
+        self.mor(dom, &cod, |x| {
+            let mut t = Term::var(x);
+            for (s, _) in &sides {
+                t = match s {
+                    Step::Fst => Term::fst(t),
+                    Step::Snd => Term::snd(t),
+                };
+            }
+            self.combined(&cod, t, |mut v| {
+                for (s, other) in sides.into_iter().rev() {
+                    let z = LTerm::zero(other);
+                    v = match s {
+                        Step::Fst => LTerm::pair(v, z),
+                        Step::Snd => LTerm::pair(z, v),
+                    };
+                }
+                v
+            })
+        })
+    }
+}
+
+impl Closed for Reverse {
+    fn curry(&self, f: Mor, a: &Type, b: &Type, c: &Type) -> Result<Mor> {
+        // let h = λb. R(f)[(x, b)] in
+        // ( λb. let (c, f') = h b in (c, λ̲v. snd (f' • v)),
+        //   λ̲w. copowfold (λb. λ̲v. fst ((snd (h b)) • v)) w )
+        let bc = Type::fun(b.clone(), c.clone());
+        let x = Var::fresh("x", self.primal(a));
+        let h = Var::fresh("h", Ty::fun(self.primal(b), self.image(&f.dom, c)));
+        let b1 = Var::fresh("b", self.primal(b));
+        let h_def = Term::lam(
+            &b1,
+            Term::let_(&f.x, Term::pair(Term::var(&x), Term::var(&b1)), f.body),
+        );
+        let b2 = Var::fresh("b", self.primal(b));
+        let cv = Var::fresh("c", self.primal(c));
+        let df = Var::fresh("df", self.derivative(&f.dom, c));
+        let fun = Term::lam(
+            &b2,
+            Term::let_pat(
+                Pat::Pair(
+                    Box::new(Pat::Var(cv.clone())),
+                    Box::new(Pat::Var(df.clone())),
+                ),
+                Term::app(Term::var(&h), Term::var(&b2)),
+                self.combined(c, Term::var(&cv), |v| LTerm::snd(apply(&df, v))),
+            ),
+        );
+        let b3 = Var::fresh("b", self.primal(b));
+        let per_call = Term::lam(
+            &b3,
+            lin_lam("v", self.cotangent(c), |v| {
+                let hb = Term::snd(Term::app(Term::var(&h), Term::var(&b3)));
+                LTerm::fst(LTerm::app(hb, v))
+            }),
+        );
+        let deriv = lin_lam("w", self.cotangent(&bc), |w| {
+            LTerm::mk(LTermKind::CopowFold(per_call, w))
+        });
+        let body = Term::let_(&h, h_def, Term::pair(fun, deriv));
+        Ok(Mor {
+            dom: a.clone(),
+            cod: bc,
+            x,
+            body,
+        })
+    }
+
+    fn eval(&self, b: &Type, c: &Type) -> Result<Mor> {
+        // let (g, b) = x in let (c, g') = g b in (c, λ̲v. (!b ⊗ v, g' • v))
+        let dom = Type::prod(Type::fun(b.clone(), c.clone()), b.clone());
+        self.mor(&dom, c, |x| {
+            let g = Var::fresh("g", self.primal(&Type::fun(b.clone(), c.clone())));
+            let bv = Var::fresh("b", self.primal(b));
+            let cv = Var::fresh("c", self.primal(c));
+            let dg = Var::fresh("dg", self.derivative(b, c));
+            let mut lets = Lets::new();
+            lets.push_pair(&g, &bv, Term::var(x));
+            lets.push_pair(&cv, &dg, Term::app(Term::var(&g), Term::var(&bv)));
+            lets.finish(self.combined(c, Term::var(&cv), |v| {
+                LTerm::pair(
+                    LTerm::mk(LTermKind::Copower(Term::var(&bv), v.clone())),
+                    apply(&dg, v),
+                )
+            }))
+        })
+    }
+}
+
+impl Primitives for Reverse {
+    fn constant(&self, lit: &Lit) -> Result<Mor> {
+        let ty = lit.ty();
+        self.mor(&Type::Unit, &ty, |_| {
+            self.combined(&ty, Term::lit(*lit), |_| LTerm::zero(LTy::Unit))
+        })
+    }
+
+    fn prim(&self, op: &Prim) -> Result<Mor> {
+        let (dom, cod) = (op.domain(), op.result().clone());
+        let x = Var::fresh("x", self.primal(&dom));
+        let mut lets = Lets::new();
+        let tys: Vec<Ty> = op.params().iter().map(|p| self.primal(p)).collect();
+        let args = split_args(&x, &tys, &mut lets);
+        let value = Term::prim(op, args.clone());
+        let deriv = match op.derivative() {
+            Derivative::Missing => return Err(no_derivative(op)),
+            Derivative::Zero => lin_lam("v", self.cotangent(&cod), |_| {
+                LTerm::zero(self.cotangent(&dom))
+            }),
+            Derivative::Terms { transpose, .. } => lin_lam("v", self.cotangent(&cod), |v| {
+                tuple_linear(transpose(&args, &v))
+            }),
+            Derivative::Native { transpose, .. } => {
+                Term::mk(TermKind::LinPrim(transpose.clone(), Term::var(&x)))
+            }
+        };
+        Ok(Mor {
+            dom,
+            cod,
+            body: lets.finish(Term::pair(value, deriv)),
+            x,
+        })
+    }
+}
+
+impl Coproducts for Reverse {
+    fn inl(&self, _: &Type, _: &Type) -> Result<Mor> {
+        Err(unsupported("sum injections"))
+    }
+    fn inr(&self, _: &Type, _: &Type) -> Result<Mor> {
+        Err(unsupported("sum injections"))
+    }
+    fn copair(&self, _: Mor, _: Mor, _: &Type, _: &Type, _: &Type) -> Result<Mor> {
+        Err(unsupported("`case` and `if`"))
+    }
+    fn dist(&self, _: &Type, _: &Type, _: &Type) -> Result<Mor> {
+        Err(unsupported("`case` and `if`"))
+    }
+}
+
+impl Arrays for Reverse {
+    fn map(&self, f: Mor, gamma: &Type, a: &Type, b: &Type) -> Result<Mor> {
+        // let (γ, as) = x in let rs = map (λa. R(f)[(γ, a)]) as in
+        // (map fst rs, λ̲v. let cs = zipWith (map snd rs) v in (lsum (lmap fst cs), lmap snd cs))
+        let dom = Type::prod(gamma.clone(), Type::array(a.clone()));
+        let cod = Type::array(b.clone());
+        let image = self.image(&f.dom, b);
+        let (cg, ca) = (self.cotangent(gamma), self.cotangent(a));
+        self.mor(&dom, &cod, |x| {
+            let g = Var::fresh("γ", self.primal(gamma));
+            let xs = Var::fresh("as", self.primal(&Type::array(a.clone())));
+            let rs = Var::fresh("rs", Ty::array(image.clone()));
+            let ai = Var::fresh("a", self.primal(a));
+            let per_elem = Term::lam(
+                &ai,
+                Term::let_(&f.x, Term::pair(Term::var(&g), Term::var(&ai)), f.body),
+            );
+            let mut lets = Lets::new();
+            lets.push_pair(&g, &xs, Term::var(x));
+            lets.push(
+                Pat::Var(rs.clone()),
+                Term::mk(TermKind::Map(per_elem, Term::var(&xs))),
+            );
+            let proj = |second: bool| {
+                let r = Var::fresh("r", image.clone());
+                let body = if second {
+                    Term::snd(Term::var(&r))
+                } else {
+                    Term::fst(Term::var(&r))
+                };
+                Term::mk(TermKind::Map(Term::lam(&r, body), Term::var(&rs)))
+            };
+            let primal = proj(false);
+            let derivs = proj(true);
+            let pair_ty = LTy::prod(cg.clone(), ca.clone());
+            lets.finish(self.combined(&cod, primal, |v| {
+                let cs = Var::linear("cs", LTy::array(pair_ty.clone()));
+                let lmap = |first: bool| {
+                    let f = lin_lam("p", pair_ty.clone(), |p| {
+                        if first { LTerm::fst(p) } else { LTerm::snd(p) }
+                    });
+                    LTerm::mk(LTermKind::Map(f, LTerm::var(&cs)))
+                };
+                LTerm::lin_let(
+                    &cs,
+                    LTerm::mk(LTermKind::ZipWith(derivs, v)),
+                    LTerm::pair(LTerm::mk(LTermKind::Sum(lmap(true))), lmap(false)),
+                )
+            }))
+        })
+    }
+    fn map2(&self, _: Mor, _: &Type, _: &Type, _: &Type, _: &Type) -> Result<Mor> {
+        Err(unsupported("`map2`"))
+    }
+    fn build(&self, _: Mor, _: &Type, _: &Type) -> Result<Mor> {
+        Err(unsupported("`build`"))
+    }
+    fn index(&self, _: &Type) -> Result<Mor> {
+        Err(unsupported("array indexing"))
+    }
+    fn length(&self, a: &Type) -> Result<Mor> {
+        // (length x, λ̲v. 0)
+        let dom = Type::array(a.clone());
+        self.mor(&dom, &Type::Int, |x| {
+            self.combined(&Type::Int, Term::mk(TermKind::Length(Term::var(x))), |_| {
+                LTerm::zero(self.cotangent(&dom))
+            })
+        })
+    }
+    fn replicate(&self, a: &Type) -> Result<Mor> {
+        // let (n, a) = x in (replicate n a, λ̲v. ((), lsum v))
+        let dom = Type::prod(Type::Int, a.clone());
+        let cod = Type::array(a.clone());
+        self.mor(&dom, &cod, |x| {
+            let n = Var::fresh("n", Ty::Int);
+            let e = Var::fresh("a", self.primal(a));
+            let mut lets = Lets::new();
+            lets.push_pair(&n, &e, Term::var(x));
+            let primal = Term::mk(TermKind::Replicate(Term::var(&n), Term::var(&e)));
+            lets.finish(self.combined(&cod, primal, |v| {
+                LTerm::pair(LTerm::zero(LTy::Unit), LTerm::mk(LTermKind::Sum(v)))
+            }))
+        })
+    }
+    fn array(&self, _: &Type, _: usize) -> Result<Mor> {
+        Err(unsupported("array literals"))
+    }
+}
