@@ -66,6 +66,12 @@ impl Mor {
     pub fn to_term(&self) -> Term {
         Term::lam(&self.x, self.body.clone())
     }
+
+    /// Evaluates the morphism at a primal input (a value of `F1(dom)` or `R1(dom)`): the primal
+    /// result and the (transposed) derivative there.
+    pub fn apply(&self, x: Value) -> Result<(Value, LinFun)> {
+        run(self, x)
+    }
 }
 
 impl fmt::Display for Mor {

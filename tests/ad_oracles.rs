@@ -1,0 +1,227 @@
+//! Forward and reverse CHAD against independent oracles, on random programs (DESIGN.md §6):
+//!
+//! * the dual-number evaluator of the source language ([`chad::oracle::dual`], written
+//!   separately from CHAD) agrees with forward CHAD;
+//! * full Jacobians computed by forward CHAD (one column per input direction), by reverse CHAD
+//!   (one row per output cotangent) and by central finite differences agree;
+//! * the dot-product test `<R'(v), dx> = <v, F'(dx)>` ties the two modes together on random
+//!   directions.
+//!
+//! Programs have first-order inputs and results (higher-order insides) and use what AD supports.
+
+mod common;
+
+use chad::ad::{Jvp, Vjp};
+use chad::oracle::{dual, fd};
+use chad::random::{self, Config, TestProgram};
+use chad::types::Type;
+use chad::value::Value;
+use common::{cases, runner};
+use proptest::strategy::{Strategy, ValueTree};
+use proptest::test_runner::TestRunner;
+
+fn config(arrays: bool) -> Config {
+    Config {
+        sums: false,
+        conditionals: false,
+        arrays,
+        functions: true,
+        higher_order_result: false,
+        ..Config::default()
+    }
+}
+
+fn programs(arrays: bool) -> impl Strategy<Value = TestProgram> {
+    random::program(config(arrays)).prop_filter("AD-supported", |p| {
+        chad::ad::check_supported(&p.entry.body).is_ok()
+    })
+}
+
+fn close(a: f64, b: f64, rel: f64) -> bool {
+    (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= rel * (1.0 + a.abs().max(b.abs()))
+}
+
+fn all_close(a: &[f64], b: &[f64], rel: f64) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| close(*x, *y, rel))
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+fn real(r: &mut TestRunner) -> f64 {
+    (-2.0f64..2.0).new_tree(r).unwrap().current()
+}
+
+/// Random tangents of the same shape as the arguments.
+fn directions(r: &mut TestRunner, tys: &[Type], xs: &[Value]) -> Vec<Value> {
+    tys.iter()
+        .zip(xs)
+        .map(|(t, x)| fd::tangent_with(t, x, &mut || real(r)))
+        .collect()
+}
+
+/// Runs `check` on `n` random programs that evaluate at their inputs; returns how many ran.
+fn for_programs(
+    arrays: bool,
+    n: u32,
+    mut check: impl FnMut(&TestProgram, &mut TestRunner) -> Result<bool, String>,
+) -> u32 {
+    let mut r = runner(n);
+    let mut rng = runner(n);
+    let strategy = programs(arrays);
+    let mut ran = 0;
+    for _ in 0..n {
+        let p = strategy.new_tree(&mut r).unwrap().current();
+        if chad::eval::eval_entry(&p.entry, &p.inputs).is_err() {
+            continue;
+        }
+        match check(&p, &mut rng) {
+            Ok(true) => ran += 1,
+            Ok(false) => {}
+            Err(e) => panic!("{e}\nprogram:\n{p:?}"),
+        }
+    }
+    ran
+}
+
+fn dual_agrees_with_forward(arrays: bool, n: u32) {
+    let ran = for_programs(arrays, n, |p, rng| {
+        let tys = p.entry.param_types();
+        let dx = directions(rng, &tys, &p.inputs);
+        let jvp = Jvp::new(&p.entry).map_err(|e| e.message().to_string())?;
+        let (y, t) = jvp
+            .jvp(&p.inputs, &dx)
+            .map_err(|e| format!("forward CHAD failed: {}", e.message()))?;
+        let (y2, t2) = dual::jvp(&p.entry, &p.inputs, &dx)
+            .map_err(|e| format!("dual numbers failed: {}", e.message()))?;
+        if !all_close(&fd::leaves(&y), &fd::leaves(&y2), 1e-12) {
+            return Err(format!("values differ: CHAD {y}, dual numbers {y2}"));
+        }
+        if !all_close(&fd::leaves(&t), &fd::leaves(&t2), 1e-8) {
+            return Err(format!("tangents differ: CHAD {t}, dual numbers {t2} (dx = {dx:?})"));
+        }
+        Ok(true)
+    });
+    assert!(ran >= n * 3 / 4, "only {ran} of {n} programs ran");
+}
+
+#[test]
+fn dual_numbers_agree_with_forward_chad() {
+    dual_agrees_with_forward(false, cases(300));
+}
+
+#[test]
+fn dual_numbers_agree_with_forward_chad_with_map() {
+    dual_agrees_with_forward(true, cases(100));
+}
+
+/// Richardson-extrapolated central differences of `f` along `dx`; `None` where two step sizes
+/// disagree (not smooth there) or values are not finite.
+fn finite_difference(p: &TestProgram, dx: &[Value]) -> Option<Vec<f64>> {
+    let d = |h: f64| -> Option<Vec<f64>> {
+        let t = fd::jvp(&p.entry, &p.inputs, dx, h).ok()?;
+        let l = fd::leaves(&t);
+        l.iter().all(|x| x.is_finite()).then_some(l)
+    };
+    let (d1, d2, d3) = (d(1e-3)?, d(5e-4)?, d(2.5e-4)?);
+    let rich = |a: &[f64], b: &[f64]| -> Vec<f64> {
+        a.iter().zip(b).map(|(a, b)| (4.0 * b - a) / 3.0).collect()
+    };
+    let (r1, r2) = (rich(&d1, &d2), rich(&d2, &d3));
+    (all_close(&r1, &r2, 1e-7) && r2.iter().all(|x| x.abs() < 1e6)).then_some(r2)
+}
+
+fn jacobians_agree(arrays: bool, n: u32) {
+    let mut fd_checked = 0;
+    let mut fd_skipped = 0;
+    let ran = for_programs(arrays, n, |p, _| {
+        let tys = p.entry.param_types();
+        let jvp = Jvp::new(&p.entry).map_err(|e| e.message().to_string())?;
+        let vjp = Vjp::new(&p.entry).map_err(|e| e.message().to_string())?;
+        let y = chad::eval::eval_entry(&p.entry, &p.inputs).expect("evaluates");
+        let ty = p.entry.body.ty.clone();
+        // Columns: forward mode along each input basis direction.
+        let inputs = fd::basis(&tys, &p.inputs);
+        let mut cols = Vec::new();
+        for dx in &inputs {
+            let (_, t) = jvp
+                .jvp(&p.inputs, dx)
+                .map_err(|e| format!("forward CHAD failed: {}", e.message()))?;
+            cols.push(fd::leaves(&t));
+            match finite_difference(p, dx) {
+                Some(col) => {
+                    if !all_close(&col, cols.last().unwrap(), 1e-5) {
+                        return Err(format!(
+                            "forward column {:?} but finite differences give {col:?} (dx = {dx:?})",
+                            cols.last().unwrap()
+                        ));
+                    }
+                    fd_checked += 1;
+                }
+                None => fd_skipped += 1,
+            }
+        }
+        // Rows: reverse mode for each output basis cotangent.
+        for (i, v) in fd::basis(std::slice::from_ref(&ty), std::slice::from_ref(&y))
+            .iter()
+            .enumerate()
+        {
+            let (_, gs) = vjp
+                .vjp(&p.inputs, &v[0])
+                .map_err(|e| format!("reverse CHAD failed: {}", e.message()))?;
+            let row: Vec<f64> = gs.iter().flat_map(fd::leaves).collect();
+            let col_i: Vec<f64> = cols.iter().map(|c| c[i]).collect();
+            if !all_close(&row, &col_i, 1e-9) {
+                return Err(format!(
+                    "Jacobian row {i}: reverse gives {row:?}, forward gives {col_i:?}"
+                ));
+            }
+        }
+        Ok(true)
+    });
+    eprintln!(
+        "{ran} programs: Jacobians agree; {fd_checked} columns checked by finite differences, \
+         {fd_skipped} skipped"
+    );
+    assert!(ran >= n * 3 / 4, "only {ran} of {n} programs ran");
+    assert!(fd_checked >= 4 * fd_skipped, "too many finite-difference columns skipped");
+}
+
+#[test]
+fn jacobians_by_forward_reverse_and_finite_differences_agree() {
+    jacobians_agree(false, cases(300));
+}
+
+#[test]
+fn jacobians_agree_with_map() {
+    jacobians_agree(true, cases(100));
+}
+
+#[test]
+fn dot_product_test_between_forward_and_reverse() {
+    let n = cases(300);
+    let ran = for_programs(true, n, |p, rng| {
+        let tys = p.entry.param_types();
+        let dx = directions(rng, &tys, &p.inputs);
+        let (y, t) = Jvp::new(&p.entry)
+            .and_then(|j| j.jvp(&p.inputs, &dx))
+            .map_err(|e| format!("forward CHAD failed: {}", e.message()))?;
+        let ty = p.entry.body.ty.clone();
+        let v = fd::tangent_with(&ty, &y, &mut || real(rng));
+        let (_, gs) = Vjp::new(&p.entry)
+            .and_then(|r| r.vjp(&p.inputs, &v))
+            .map_err(|e| format!("reverse CHAD failed: {}", e.message()))?;
+        let lhs: f64 = gs
+            .iter()
+            .zip(&dx)
+            .map(|(g, d)| dot(&fd::leaves(g), &fd::leaves(d)))
+            .sum();
+        let rhs = dot(&fd::leaves(&v), &fd::leaves(&t));
+        if !close(lhs, rhs, 1e-9) {
+            return Err(format!("<R'(v), dx> = {lhs} but <v, F'(dx)> = {rhs}"));
+        }
+        Ok(true)
+    });
+    assert!(ran >= n * 3 / 4, "only {ran} of {n} programs ran");
+}
