@@ -165,11 +165,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(out) => {
-            print!("{out}");
+            // A closed pipe (`chad show ... | head`) is not an error worth a panic.
+            use std::io::Write;
+            let mut stdout = std::io::stdout().lock();
+            let _ = stdout.write_all(out.as_bytes()).and_then(|()| stdout.flush());
             ExitCode::SUCCESS
         }
         Err(f) => {
-            eprint!("{}", f.error.render(f.source.as_ref()));
+            use std::io::Write;
+            let _ = std::io::stderr().write_all(f.error.render(f.source.as_ref()).as_bytes());
             ExitCode::from(1)
         }
     }
