@@ -237,3 +237,174 @@ pub fn add_scaled(ty: &Type, x: &Value, t: &Value, s: f64) -> Value {
         _ => panic!("add_scaled: `{t}` is not a tangent of `{x}` : {ty}"),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oracle::{all_approx_eq, dual};
+    use crate::prim::Registry;
+    use crate::source::load;
+
+    fn entry(src: &str) -> Entry {
+        let p = load(src, &Registry::builtin()).unwrap_or_else(|e| panic!("{src}: {e:?}"));
+        p.entry(p.defs.len() - 1)
+    }
+
+    #[test]
+    fn central_differences_of_smooth_functions() {
+        let e = entry("def f (x : Real) (y : Real) : (Real, Int) = (x * x * sin y, 2)");
+        let args = [Value::Real(3.0), Value::Real(0.5)];
+        let t = jvp(&e, &args, &[Value::Real(1.0), Value::Real(0.0)], 1e-5).unwrap();
+        let (dx, dn) = t.expect_pair();
+        assert!((dx.expect_real() - 6.0 * 0.5f64.sin()).abs() < 1e-8, "{t}");
+        assert!(matches!(dn, Value::Unit));
+        let t = jvp(&e, &args, &[Value::Real(0.0), Value::Real(1.0)], 1e-5).unwrap();
+        assert!((t.expect_pair().0.expect_real() - 9.0 * 0.5f64.cos()).abs() < 1e-8);
+    }
+
+    #[test]
+    fn discrete_changes_are_not_differentiable() {
+        let not_diff = |src: &str, x: f64| {
+            let e = entry(src);
+            let err = jvp(&e, &[Value::Real(x)], &[Value::Real(1.0)], 1e-6).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Runtime, "{src}");
+            assert!(
+                err.message().contains("not differentiable"),
+                "{src}: {err:?}"
+            );
+        };
+        let fine = |src: &str, x: f64| {
+            let e = entry(src);
+            jvp(&e, &[Value::Real(x)], &[Value::Real(1.0)], 1e-6)
+                .unwrap_or_else(|err| panic!("{src}: {err:?}"));
+        };
+        let int_jump = "def f (x : Real) : Int = if x > 0.0 then 1 else 0";
+        not_diff(int_jump, 0.0);
+        fine(int_jump, 1.0);
+        let side = "def f (x : Real) : Real + Real = if x > 0.0 then inl x else inr x";
+        not_diff(side, 0.0);
+        fine(side, -1.0);
+        let length = "def f (x : Real) : Array Real = build (floor x) (\\(i : Int) -> x)";
+        not_diff(length, 2.0);
+        fine(length, 2.5);
+        let boolean = "def f (x : Real) : (Real, Bool) = (x, x >= 1.0)";
+        not_diff(boolean, 1.0);
+        // Only one perturbed point fails to evaluate.
+        let error = "def f (x : Real) : Real = [1.0, 2.0] ! floor (x + 1.0)";
+        not_diff(error, 1.0 - 1e-7);
+        // A failure at the point itself is the evaluator's error.
+        let e = entry(error);
+        let err = jvp(&e, &[Value::Real(1.5)], &[Value::Real(1.0)], 1e-6).unwrap_err();
+        assert!(err.message().starts_with("index 2 out of range"), "{err:?}");
+    }
+
+    #[test]
+    fn bad_steps_and_tangents_are_errors() {
+        let e = entry("def f (x : Real) : Real = x");
+        for h in [0.0, -1e-6, f64::NAN, f64::INFINITY] {
+            let err = jvp(&e, &[Value::Real(1.0)], &[Value::Real(1.0)], h).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Argument);
+        }
+        let err = jvp(&e, &[Value::Real(1.0)], &[Value::Unit], 1e-6).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Argument);
+    }
+
+    fn sample() -> (Vec<Type>, Vec<Value>) {
+        let types = vec![
+            Type::Real,
+            Type::array(Type::prod(Type::Real, Type::Int)),
+            Type::Int,
+            Type::sum(Type::Unit, Type::prod(Type::Real, Type::Real)),
+            Type::array(Type::Real),
+        ];
+        let args = vec![
+            Value::Real(1.5),
+            Value::array(
+                &types[1].as_array().unwrap().clone(),
+                vec![
+                    Value::pair(Value::Real(2.0), Value::Int(1)),
+                    Value::pair(Value::Real(3.0), Value::Int(2)),
+                ],
+            ),
+            Value::Int(7),
+            Value::inr(Value::pair(Value::Real(4.0), Value::Real(5.0))),
+            Value::reals(vec![6.0]),
+        ];
+        (types, args)
+    }
+
+    #[test]
+    fn leaves_zero_tangents_and_scaling() {
+        let (types, args) = sample();
+        let all: Vec<f64> = args.iter().flat_map(leaves).collect();
+        assert_eq!(all, [1.5, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        for (t, a) in types.iter().zip(&args) {
+            let z = zero_tangent(t, a);
+            assert!(
+                z.has_type(&t.tangent().unwrap()),
+                "{z} : {}",
+                t.tangent().unwrap()
+            );
+            assert!(crate::oracle::check_tangent(t, a, &z).is_ok());
+            assert!(leaves(&z).iter().all(|&x| x == 0.0));
+            assert_eq!(leaves(&z).len(), leaves(a).len());
+            let mut k = 0.0;
+            let dt = tangent_with(t, a, &mut || {
+                k += 1.0;
+                k
+            });
+            let moved = add_scaled(t, a, &dt, 0.5);
+            assert!(moved.has_type(t));
+            let want: Vec<f64> = leaves(a)
+                .iter()
+                .zip(leaves(&dt))
+                .map(|(x, d)| x + 0.5 * d)
+                .collect();
+            assert_eq!(leaves(&moved), want);
+        }
+        assert_eq!(
+            zero_tangent(&types[3], &args[3]).to_string(),
+            "inr (0.0, 0.0)"
+        );
+        assert_eq!(
+            add_scaled(&types[1], &args[1], &zero_tangent(&types[1], &args[1]), 3.0).to_string(),
+            "[(2.0, 1), (3.0, 2)]"
+        );
+    }
+
+    #[test]
+    fn basis_has_one_unit_vector_per_real_leaf() {
+        let (types, args) = sample();
+        let b = basis(&types, &args);
+        assert_eq!(b.len(), 6);
+        for (j, tuple) in b.iter().enumerate() {
+            assert_eq!(tuple.len(), args.len());
+            let flat: Vec<f64> = tuple.iter().flat_map(leaves).collect();
+            let want: Vec<f64> = (0..6).map(|i| if i == j { 1.0 } else { 0.0 }).collect();
+            assert_eq!(flat, want);
+            for ((t, a), dt) in types.iter().zip(&args).zip(tuple) {
+                assert!(crate::oracle::check_tangent(t, a, dt).is_ok());
+            }
+        }
+    }
+
+    #[test]
+    fn jacobians_by_finite_differences_and_dual_numbers_agree() {
+        let e = entry(
+            "def f (x : Real) (ps : Array (Real, Int)) (n : Int) (s : () + (Real, Real))
+                   (ys : Array Real) : (Real, Array Real) =
+               let g = \\(p : (Real, Int)) -> sin (fst p * x) * toReal (snd p + n) in
+               let w = case s of inl u -> 1.0 | inr q -> fst q / snd q in
+               (w * sum (map g ps), map (\\(y : Real) -> exp (y * w) + x) ys)",
+        );
+        let (types, args) = sample();
+        for tangents in basis(&types, &args) {
+            let (_, exact) = dual::jvp(&e, &args, &tangents).unwrap();
+            let approx = jvp(&e, &args, &tangents, 1e-5).unwrap();
+            assert!(
+                all_approx_eq(&leaves(&exact), &leaves(&approx), 1e-7, 1e-7),
+                "{exact} vs {approx}"
+            );
+        }
+    }
+}
