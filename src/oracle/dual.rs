@@ -93,7 +93,7 @@ pub enum Dual {
     /// An array (of any element type, including `Real`).
     Array(Rc<Vec<Dual>>),
     /// A function value: a closure over a dual environment.
-    Fun(Rc<DualClosure>),
+    Fun(Rc<Deep<DualClosure>>),
 }
 
 /// A closure of the dual-number evaluator: a lambda and the dual environment it captured.
@@ -378,11 +378,11 @@ fn eval_node(t: &Term, env: &Env) -> Result<Dual> {
             .cloned()
             .unwrap_or_else(|| panic!("internal error: unbound variable {x:?}")),
         K::Lit(l) => Dual::constant(&l.value()),
-        K::Lam(x, b) => Dual::Fun(Rc::new(DualClosure {
+        K::Lam(x, b) => Dual::Fun(Rc::new(Deep::new(DualClosure {
             param: x.clone(),
             body: b.clone(),
             env: env.clone(),
-        })),
+        }))),
         K::App(f, a) => {
             let f = eval(f, env)?;
             let a = eval(a, env)?;
@@ -1045,6 +1045,50 @@ mod tests {
             let f = format!("if x {op} 2.0 && 1 {op} 2 == (x {op} 2.0) then x else 3 * x");
             assert_eq!(d1(&f, 1.0).1, want, "{f}");
         }
+    }
+
+    #[test]
+    fn deep_programs_on_a_small_thread_stack() {
+        let h = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(|| {
+                let e = entry(&crate::random::straight_line_source(10_000, 3));
+                let args = [Value::Real(0.5), Value::reals(vec![1.0, -2.0, 0.25])];
+                let want = crate::eval::eval_entry(&e, &args).unwrap();
+                let tangents = [Value::Real(1.0), Value::reals(vec![0.0, 1.0, 0.0])];
+                let (v, _) = jvp(&e, &args, &tangents).unwrap();
+                assert_eq!(v.same(&want), Some(true));
+
+                let n = 10_000;
+                let nested = format!(
+                    "def f (x : Real) : Real = {}x{}",
+                    "(x + ".repeat(n),
+                    ")".repeat(n)
+                );
+                let (v, t) =
+                    jvp(&entry(&nested), &[Value::Real(1.0)], &[Value::Real(1.0)]).unwrap();
+                assert_eq!(
+                    (v.expect_real(), t.expect_real()),
+                    ((n + 1) as f64, (n + 1) as f64)
+                );
+
+                // A chain of closures, each calling the previous one.
+                let n = 5_000;
+                let mut src = String::from(
+                    "def f (x : Real) : Real =\n  let g0 = \\(y : Real) -> y * x in\n",
+                );
+                for k in 1..n {
+                    src.push_str(&format!(
+                        "  let g{k} = \\(y : Real) -> g{} y + x in\n",
+                        k - 1
+                    ));
+                }
+                src.push_str(&format!("  g{} 1.0\n", n - 1));
+                let (v, t) = jvp(&entry(&src), &[Value::Real(1.0)], &[Value::Real(1.0)]).unwrap();
+                assert_eq!((v.expect_real(), t.expect_real()), (n as f64, n as f64));
+            })
+            .unwrap();
+        h.join().expect("no stack overflow or panic");
     }
 
     #[test]
