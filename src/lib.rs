@@ -54,6 +54,8 @@
 //! * [`target`]: the target language derivatives are written in: linear types, linear terms, a
 //!   checker enforcing linearity, an evaluator, a printer, the embedding of source terms, and
 //!   [`target::linear`], where linear maps and copowers are abstract types.
+//! * [`oracle`]: derivative oracles independent of CHAD, for testing it: a dual-number
+//!   forward-mode evaluator of source terms and central finite differences.
 //! * [`value`]: run-time values.
 //! * [`random`]: random well-typed programs and inputs, for property tests.
 //! * [`error`]: errors with source positions.
@@ -65,6 +67,7 @@ pub mod ccc;
 pub mod deep;
 pub mod error;
 pub mod eval;
+pub mod oracle;
 pub mod prim;
 pub mod random;
 pub mod source;

@@ -158,15 +158,10 @@ impl Value {
 
     /// Element `i` of an array, or a runtime error naming the index and the length.
     pub fn index(&self, i: i64) -> Result<Value> {
-        let n = self.array_len();
-        if i < 0 || i as u64 >= n as u64 {
-            return Err(Error::runtime(format!(
-                "index {i} out of range for an array of length {n}"
-            )));
-        }
+        let i = check_index(i, self.array_len())?;
         Ok(match self {
-            Value::RealArray(xs) => Value::Real(xs[i as usize]),
-            Value::Array(xs) => xs[i as usize].clone(),
+            Value::RealArray(xs) => Value::Real(xs[i]),
+            Value::Array(xs) => xs[i].clone(),
             _ => unreachable!("array_len checked the variant"),
         })
     }
@@ -351,6 +346,18 @@ pub fn check_len(op: &str, n: i64) -> Result<usize> {
         )))
     } else {
         Ok(n as usize)
+    }
+}
+
+/// Validates an index `i` into an array of length `n` (the check and message of
+/// [`Value::index`], for evaluators with their own array representation).
+pub fn check_index(i: i64, n: usize) -> Result<usize> {
+    if i < 0 || i as u64 >= n as u64 {
+        Err(Error::runtime(format!(
+            "index {i} out of range for an array of length {n}"
+        )))
+    } else {
+        Ok(i as usize)
     }
 }
 
