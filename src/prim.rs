@@ -528,12 +528,17 @@ fn builtins() -> Vec<Primitive> {
         real1("abs", f64::abs, |x| {
             cond(call("ge", &[x, &lit(0.0)]), lit(1.0), lit(-1.0))
         }),
-        // ∂/∂y (x^y) = x^y log x is taken as 0 where x <= 0 (there x^y is only defined for
-        // integer y, as a function of y it is not differentiable).
+        // ∂/∂x (x^y) = y x^(y-1), exactly 0 for y = 0 (x^0 = 1 for every x, even where
+        // x^(-1) is infinite). ∂/∂y (x^y) = x^y log x is taken as 0 where x <= 0 (there x^y is
+        // only defined for integer y, as a function of y it is not differentiable).
         real2("pow", Fixity::Function, f64::powf, |x, y| {
-            let dx = call(
-                "mul",
-                &[y, &call("pow", &[x, &call("sub", &[y, &lit(1.0)])])],
+            let dx = cond(
+                call("eq", &[y, &lit(0.0)]),
+                lit(0.0),
+                call(
+                    "mul",
+                    &[y, &call("pow", &[x, &call("sub", &[y, &lit(1.0)])])],
+                ),
             );
             let dy = cond(
                 call("gt", &[x, &lit(0.0)]),

@@ -180,14 +180,24 @@ impl Lin {
     }
 
     /// Scalar multiplication `c · x` (every linear type here is a real vector space).
+    ///
+    /// Zero is a *strong* zero here: `0 · x` and `c · 0` are exactly zero even when the other
+    /// factor is infinite or NaN. A derivative multiplies a partial derivative by a tangent;
+    /// where the tangent is zero (an input that does not vary, the branch `max` does not take)
+    /// the contribution is zero whatever the partial derivative, e.g. `sqrt'(0) = ∞` times a
+    /// zero tangent. IEEE's `∞ · 0 = NaN` would poison derivatives that exist.
     pub fn scale(c: f64, x: &Lin) -> Lin {
+        if c == 0.0 {
+            return Lin::zero();
+        }
+        let mul = |y: f64| if y == 0.0 { 0.0 } else { c * y };
         deep(|| match &x.0 {
             Repr::Zero => Lin::zero(),
-            Repr::Real(y) => Lin::real(c * y),
+            Repr::Real(y) => Lin::real(mul(*y)),
             Repr::Pair(p) => Lin::pair(Lin::scale(c, &p.0), Lin::scale(c, &p.1)),
             Repr::Copower(cp) => Lin(Repr::Copower(cp.scale(c))),
             Repr::Power(_) => Lin::power_node(Power::Scale(c, x.clone())),
-            Repr::Reals(xs) => Lin::reals(xs.iter().map(|y| c * y).collect()),
+            Repr::Reals(xs) => Lin::reals(xs.iter().map(|&y| mul(y)).collect()),
             Repr::Items(xs) => Lin::array(xs.iter().map(|y| Lin::scale(c, y)).collect()),
             Repr::Sparse(s) => Lin::sparse(
                 s.len,
