@@ -455,6 +455,110 @@ fn higher_order_programs_match_hand_derived_gradients() {
     }
 }
 
+#[test]
+fn structured_and_nested_programs_match_hand_derived_jacobians() {
+    let x = 0.6;
+    let ys = [1.5, -0.5, 2.0];
+    let sy: f64 = ys.iter().sum();
+
+    // Nested maps, the inner closure capturing the outer element: x (Σ y)².
+    let e = last(
+        "def f (x : Real) (ys : Array Real) : Real =\n  \
+           sum (map (\\(y : Real) -> sum (map (\\(z : Real) -> y * z * x) ys)) ys)",
+    );
+    let mut row = vec![sy * sy];
+    row.extend(vec![2.0 * x * sy; 3]);
+    check_derivatives(&e, &[r(x), rs(&ys)], &[x * sy * sy], &[row]);
+
+    // An array of pairs (boxed tangents): Σ a_i b_i.
+    let e = last(
+        "def f (ps : Array (Real, Real)) : Real =\n  \
+           sum (map (\\(p : (Real, Real)) -> fst p * snd p) ps)",
+    );
+    let ps = [(1.0, 2.0), (-3.0, 0.5)];
+    let arg = Value::array(
+        &Type::prod(Type::Real, Type::Real),
+        ps.iter().map(|(a, b)| Value::pair(r(*a), r(*b))).collect(),
+    );
+    check_derivatives(&e, &[arg], &[0.5], &[vec![2.0, 1.0, 0.5, -3.0]]);
+
+    // A map returning pairs: [(x y_i, y_i)]; rows are (x y_0, y_0, x y_1, y_1, ...).
+    let e = last(
+        "def f (x : Real) (ys : Array Real) : Array (Real, Real) =\n  \
+           map (\\(y : Real) -> (x * y, y)) ys",
+    );
+    let mut value = Vec::new();
+    let mut jac = Vec::new();
+    for (i, y) in ys.iter().enumerate() {
+        value.extend([x * y, *y]);
+        let mut d_xy = vec![*y, 0.0, 0.0, 0.0];
+        d_xy[1 + i] = x;
+        let mut d_y = vec![0.0; 4];
+        d_y[1 + i] = 1.0;
+        jac.extend([d_xy, d_y]);
+    }
+    check_derivatives(&e, &[r(x), rs(&ys)], &value, &jac);
+
+    // Arrays of arrays: Σ_i Σ_j xss_ij², and a tuple result (total, count as Real).
+    let e = last(
+        "def f (xss : Array (Array Real)) : (Real, Real) =\n  \
+           (sum (map (\\(xs : Array Real) -> dot xs xs) xss), toReal (length xss))",
+    );
+    let xss = Value::array(
+        &Type::array(Type::Real),
+        vec![rs(&[1.0, 2.0]), rs(&[]), rs(&[-3.0])],
+    );
+    check_derivatives(
+        &e,
+        &[xss],
+        &[14.0, 3.0],
+        &[vec![2.0, 4.0, -6.0], vec![0.0, 0.0, 0.0]],
+    );
+
+    // Closures stored in an array and applied in a map: 2 · (3x) + x · Σ y.
+    let e = last(
+        "def f (x : Real) (ys : Array Real) : Real =\n  \
+           let fs = replicate 2 (\\(y : Real) -> x * y) in\n  \
+           sum (map (\\(g : Real -> Real) -> g 3.0) fs) + sum (map (\\(y : Real) -> x * y) ys)",
+    );
+    let mut row = vec![6.0 + sy];
+    row.extend(vec![x; 3]);
+    check_derivatives(&e, &[r(x), rs(&ys)], &[6.0 * x + x * sy], &[row]);
+
+    // A returned closure mapped: map (mk x) ys with mk a y = a y², summed: x Σ y².
+    let e = last(
+        "def mk (a : Real) : Real -> Real = \\(y : Real) -> a * y * y\n\
+         def f (x : Real) (ys : Array Real) : Real = sum (map (mk x) ys)",
+    );
+    let mut row = vec![ys.iter().map(|y| y * y).sum::<f64>()];
+    row.extend(ys.iter().map(|y| 2.0 * x * y));
+    check_derivatives(&e, &[r(x), rs(&ys)], &[x * row[0]], &[row]);
+
+    // Discrete, unit and tuple parameters: toReal n · x · fst p + snd p.
+    let e = last(
+        "def f (n : Int) (u : Unit) (b : Bool) (x : Real) (p : (Real, Real)) : Real =\n  \
+           toReal n * x * fst p + snd p",
+    );
+    let args = [
+        Value::Int(3),
+        Value::Unit,
+        Value::Bool(true),
+        r(x),
+        Value::pair(r(2.0), r(5.0)),
+    ];
+    check_derivatives(
+        &e,
+        &args,
+        &[3.0 * x * 2.0 + 5.0],
+        &[vec![6.0, 3.0 * x, 1.0]],
+    );
+    let (_, g) = ad::grad(&e, &args).unwrap();
+    assert_eq!(
+        g[..3].iter().map(|v| v.to_string()).collect::<Vec<_>>(),
+        ["()"; 3]
+    );
+}
+
 // ----- (b) typing: AD output has exactly the type the type maps predict -----
 
 /// Both transforms of `comb` type-check, closed, at `F1(A) → F1(B) × (F2(A) ⊸ F2(B))` and
