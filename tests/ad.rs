@@ -431,6 +431,30 @@ fn higher_order_cases() -> Vec<Case> {
             value: 3.0 * x * sum_ys,
             grad: vec![3.0 * x; 3].into_iter().chain([3.0 * sum_ys]).collect(),
         },
+        // Curried closures three deep, partially applied and mapped:
+        // x² Σ y + x Σ y² (the second map calls `k y x y`).
+        Case {
+            src: "def f (x : Real) (ys : Array Real) : Real =\n  \
+                    let k = \\(a : Real) -> \\(b : Real) -> \\(c : Real) -> a * b * c in\n  \
+                    sum (map (k x x) ys) + sum (map (\\(y : Real) -> k y x y) ys)",
+            args: vec![r(x), rs(&ys)],
+            value: x * x * sum_ys + x * ys.iter().map(|y| y * y).sum::<f64>(),
+            grad: std::iter::once(2.0 * x * sum_ys + ys.iter().map(|y| y * y).sum::<f64>())
+                .chain(ys.iter().map(|y| x * x + 2.0 * x * y))
+                .collect(),
+        },
+        // A higher-order definition applied to closures, partially applied, and to a partial
+        // application of itself: Σ x y_i + x².
+        Case {
+            src: "def app (g : Real -> Real) (x : Real) : Real = g x\n\
+                  def f (x : Real) (ys : Array Real) : Real =\n  \
+                    sum (map (app (\\(y : Real) -> x * y)) ys) + app (app (\\(z : Real) -> z * x)) x",
+            args: vec![r(x), rs(&ys)],
+            value: x * sum_ys + x * x,
+            grad: std::iter::once(sum_ys + 2.0 * x)
+                .chain(ys.iter().map(|_| x))
+                .collect(),
+        },
         // A function-valued let used at two different arguments inside map's closure:
         // Σ_i (x y_i)² .
         Case {
