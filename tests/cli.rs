@@ -56,7 +56,59 @@ fn golden(name: &str, actual: &str) {
             path.display()
         )
     });
-    assert_eq!(actual, expected, "output differs from {}", path.display());
+    if actual != expected {
+        panic!("{}", golden_diff(&path, &expected, actual));
+    }
+}
+
+/// Describes how `actual` differs from a golden file: the changed block of lines (after the
+/// common prefix and suffix) with some context, `-` expected and `+` actual.
+fn golden_diff(path: &Path, expected: &str, actual: &str) -> String {
+    let (e, a): (Vec<&str>, Vec<&str>) = (expected.lines().collect(), actual.lines().collect());
+    let mut m = format!(
+        "output differs from {} ({} lines expected, {} lines actual)\n",
+        path.display(),
+        e.len(),
+        a.len()
+    );
+    if e == a {
+        m.push_str("the lines agree: the difference is in line endings or the final newline\n");
+    } else {
+        let prefix = e.iter().zip(&a).take_while(|(x, y)| x == y).count();
+        let max_suffix = e.len().min(a.len()) - prefix;
+        let suffix = e
+            .iter()
+            .rev()
+            .zip(a.iter().rev())
+            .take(max_suffix)
+            .take_while(|(x, y)| x == y)
+            .count();
+        const CONTEXT: usize = 3;
+        const SHOWN: usize = 25;
+        m.push_str(&format!("first difference at line {}:\n", prefix + 1));
+        for line in &e[prefix.saturating_sub(CONTEXT)..prefix] {
+            m.push_str(&format!("   {line}\n"));
+        }
+        for (sign, lines) in [
+            ("-", &e[prefix..e.len() - suffix]),
+            ("+", &a[prefix..a.len() - suffix]),
+        ] {
+            for line in lines.iter().take(SHOWN) {
+                m.push_str(&format!("{sign}  {line}\n"));
+            }
+            if lines.len() > SHOWN {
+                m.push_str(&format!(
+                    "{sign}  ... ({} more lines)\n",
+                    lines.len() - SHOWN
+                ));
+            }
+        }
+        for line in e[e.len() - suffix..].iter().take(CONTEXT) {
+            m.push_str(&format!("   {line}\n"));
+        }
+    }
+    m.push_str("(- expected, + actual) If the change is intended, rerun with CHAD_BLESS=1 to update the file.");
+    m
 }
 
 // ----- successful commands -----
@@ -218,6 +270,467 @@ fn show_stages_match_golden_files() {
             golden(&format!("{ex}.{stage}.txt"), &o.stdout);
         }
     }
+}
+
+#[test]
+fn show_derivative_stages_match_golden_files() {
+    // The raw output of the AD functors (there is no simplifier yet).
+    for ex in ["fig1a", "fig1b", "fig2a", "fig2b"] {
+        let path = format!("examples/{ex}.chad");
+        for stage in ["forward", "reverse"] {
+            let o = chad(&["show", &path, "--stage", stage]);
+            assert_eq!(o.code, 0, "{}", o.stderr);
+            golden(&format!("{ex}.{stage}.txt"), &o.stdout);
+            let raw = chad(&["show", &path, "--stage", stage, "--no-simplify"]);
+            assert_eq!(raw.code, 0, "{}", raw.stderr);
+        }
+    }
+}
+
+#[test]
+fn golden_diff_points_at_the_changed_lines() {
+    let m = golden_diff(Path::new("g.txt"), "a\nb\nc\nd\n", "a\nb\nX\nd\n");
+    assert!(m.contains("first difference at line 3"), "{m}");
+    assert!(m.contains("-  c\n+  X\n   d\n"), "{m}");
+    assert!(m.contains("CHAD_BLESS=1"), "{m}");
+    let m = golden_diff(Path::new("g.txt"), "a\nb\n", "a\nb");
+    assert!(m.contains("final newline"), "{m}");
+    let m = golden_diff(Path::new("g.txt"), "a\n", "a\nb\nc\n");
+    assert!(m.contains("(1 lines expected, 3 lines actual)"), "{m}");
+    assert!(m.contains("+  b\n+  c\n"), "{m}");
+}
+
+// ----- AD commands -----
+
+/// Runs each command and returns a transcript: `$ chad ARGS` followed by its output.
+fn transcript(commands: &[Vec<&str>]) -> String {
+    let mut out = String::new();
+    for args in commands {
+        let o = chad(args);
+        assert_eq!(o.code, 0, "{args:?}: {}", o.stderr);
+        let shown: Vec<String> = args
+            .iter()
+            .map(|a| {
+                if a.contains([' ', '(', ')', '[', ']']) {
+                    format!("\"{a}\"")
+                } else {
+                    a.to_string()
+                }
+            })
+            .collect();
+        out.push_str(&format!("$ chad {}\n{}", shown.join(" "), o.stdout));
+    }
+    out
+}
+
+#[test]
+fn grad_jvp_vjp_text_on_the_paper_examples_match_golden_files() {
+    let f1a = "examples/fig1a.chad";
+    let f1b = "examples/fig1b.chad";
+    let f2a = "examples/fig2a.chad";
+    let f2b = "examples/fig2b.chad";
+    let cases: [(&str, Vec<Vec<&str>>); 4] = [
+        (
+            "fig1a",
+            vec![
+                vec!["jvp", f1a, "--arg", "0.5", "--tangent", "1"],
+                vec!["jvp", f1a, "--arg", "0.5", "--tangent", "-2"],
+                vec!["vjp", f1a, "--arg", "0.5", "--cotangent", "(1, 0, 0)"],
+                vec!["vjp", f1a, "--arg", "0.5", "--cotangent", "(0, 1, 0)"],
+                vec!["vjp", f1a, "--arg", "0.5", "--cotangent", "(0, 0, 1)"],
+                vec!["vjp", f1a, "--arg", "0.5", "--cotangent", "(1, 2, 3)"],
+            ],
+        ),
+        (
+            "fig1b",
+            vec![
+                vec![
+                    "grad", f1b, "--arg", "1", "--arg", "2", "--arg", "3", "--arg", "4",
+                ],
+                vec![
+                    "jvp",
+                    f1b,
+                    "--arg",
+                    "1",
+                    "--arg",
+                    "2",
+                    "--arg",
+                    "3",
+                    "--arg",
+                    "4",
+                    "--tangent",
+                    "1",
+                    "--tangent",
+                    "0",
+                    "--tangent",
+                    "0",
+                    "--tangent",
+                    "0",
+                ],
+                vec![
+                    "vjp",
+                    f1b,
+                    "--arg",
+                    "1",
+                    "--arg",
+                    "2",
+                    "--arg",
+                    "3",
+                    "--arg",
+                    "4",
+                    "--cotangent",
+                    "2",
+                ],
+            ],
+        ),
+        (
+            "fig2a",
+            vec![
+                vec![
+                    "jvp",
+                    f2a,
+                    "--arg",
+                    "3",
+                    "--arg",
+                    "0.5",
+                    "--tangent",
+                    "()",
+                    "--tangent",
+                    "1",
+                ],
+                vec![
+                    "vjp",
+                    f2a,
+                    "--arg",
+                    "3",
+                    "--arg",
+                    "0.5",
+                    "--cotangent",
+                    "[1, 0, 2]",
+                ],
+                vec![
+                    "vjp",
+                    f2a,
+                    "--arg",
+                    "0",
+                    "--arg",
+                    "0.5",
+                    "--cotangent",
+                    "[]",
+                ],
+            ],
+        ),
+        (
+            "fig2b",
+            vec![
+                vec!["grad", f2b, "--arg", "1.5", "--arg", "[1, 2, 3]"],
+                vec![
+                    "jvp",
+                    f2b,
+                    "--arg",
+                    "1.5",
+                    "--arg",
+                    "[1, 2, 3]",
+                    "--tangent",
+                    "1",
+                    "--tangent",
+                    "[0, 0, 0]",
+                ],
+                vec![
+                    "vjp",
+                    f2b,
+                    "--arg",
+                    "1.5",
+                    "--arg",
+                    "[1, 2, 3]",
+                    "--cotangent",
+                    "-2",
+                ],
+            ],
+        ),
+    ];
+    for (name, commands) in cases {
+        golden(&format!("{name}.ad.txt"), &transcript(&commands));
+    }
+}
+
+fn json(args: &[&str]) -> serde_json::Value {
+    let o = chad(args);
+    assert_eq!(o.code, 0, "{args:?}: {}", o.stderr);
+    serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {}", o.stdout))
+}
+
+fn reals_of(j: &serde_json::Value) -> Vec<f64> {
+    match j {
+        serde_json::Value::Number(n) => vec![n.as_f64().unwrap()],
+        serde_json::Value::Array(items) => items.iter().flat_map(reals_of).collect(),
+        serde_json::Value::Null => vec![],
+        other => panic!("unexpected JSON {other}"),
+    }
+}
+
+fn assert_close(j: &serde_json::Value, want: &[f64]) {
+    let got = reals_of(j);
+    assert_eq!(got.len(), want.len(), "{j} vs {want:?}");
+    for (g, w) in got.iter().zip(want) {
+        assert!(
+            g == w || (g - w).abs() <= 1e-12 * g.abs().max(w.abs()),
+            "{j} vs {want:?}"
+        );
+    }
+}
+
+#[test]
+fn grad_jvp_vjp_json_on_the_paper_examples_match_hand_derived_values() {
+    // fig1a: (y, z, w) = (2x, 2x², cos 2x²), derivative (2, 4x, -4x sin 2x²).
+    let x: f64 = 0.5;
+    let z = 2.0 * x * x;
+    let j = json(&[
+        "jvp",
+        "examples/fig1a.chad",
+        "--arg",
+        "0.5",
+        "--tangent",
+        "1",
+        "--json",
+    ]);
+    assert_close(&j["value"], &[2.0 * x, z, z.cos()]);
+    assert_close(&j["tangent"], &[2.0, 4.0 * x, -4.0 * x * z.sin()]);
+    let j = json(&[
+        "vjp",
+        "examples/fig1a.chad",
+        "--arg",
+        "0.5",
+        "--cotangent",
+        "(1, 2, 3)",
+        "--json",
+    ]);
+    assert_close(
+        &j["gradient"],
+        &[2.0 + 2.0 * 4.0 * x - 3.0 * 4.0 * x * z.sin()],
+    );
+
+    // fig1b: v = sin w, w = (x1 x4 + 2 x2) x3 + x4 = 28 at (1, 2, 3, 4).
+    let fig1b_args = ["--arg", "1", "--arg", "2", "--arg", "3", "--arg", "4"];
+    let c = 28f64.cos();
+    let grad = [c * 12.0, c * 6.0, c * 8.0, c * 4.0];
+    let mut args = vec!["grad", "examples/fig1b.chad", "--json"];
+    args.extend(fig1b_args);
+    let j = json(&args);
+    assert_close(&j["value"], &[28f64.sin()]);
+    assert_close(&j["gradient"], &grad);
+    let mut args = vec!["jvp", "examples/fig1b.chad", "--json"];
+    args.extend(fig1b_args);
+    args.extend([
+        "--tangent",
+        "1",
+        "--tangent",
+        "0.5",
+        "--tangent",
+        "-1",
+        "--tangent",
+        "2",
+    ]);
+    let j = json(&args);
+    assert_close(
+        &j["tangent"],
+        &[grad[0] + 0.5 * grad[1] - grad[2] + 2.0 * grad[3]],
+    );
+
+    // fig2a: n copies of x² + 1; n's tangent and gradient are null.
+    let j = json(&[
+        "vjp",
+        "examples/fig2a.chad",
+        "--arg",
+        "3",
+        "--arg",
+        "0.5",
+        "--cotangent",
+        "[1, 0, 2]",
+        "--json",
+    ]);
+    assert_close(&j["value"], &[1.25, 1.25, 1.25]);
+    assert_eq!(j["gradient"][0], serde_json::Value::Null);
+    assert_close(&j["gradient"][1], &[3.0 * 2.0 * 0.5]);
+    let j = json(&[
+        "jvp",
+        "examples/fig2a.chad",
+        "--arg",
+        "3",
+        "--arg",
+        "0.5",
+        "--tangent",
+        "()",
+        "--tangent",
+        "2",
+        "--json",
+    ]);
+    assert_close(&j["tangent"], &[2.0, 2.0, 2.0]);
+
+    // fig2b: Σ x1 x2_i; ∂x1 = Σ x2, ∂x2_i = x1.
+    let j = json(&[
+        "grad",
+        "examples/fig2b.chad",
+        "--arg",
+        "1.5",
+        "--arg",
+        "[1, 2, 3]",
+        "--json",
+    ]);
+    assert_close(&j["value"], &[9.0]);
+    assert_close(&j["gradient"], &[6.0, 1.5, 1.5, 1.5]);
+    assert_eq!(
+        j["gradient"].as_array().unwrap().len(),
+        2,
+        "one gradient per argument"
+    );
+    let j = json(&[
+        "vjp",
+        "examples/fig2b.chad",
+        "--arg",
+        "1.5",
+        "--arg",
+        "[1, 2, 3]",
+        "--cotangent",
+        "-2",
+        "--json",
+    ]);
+    assert_close(&j["gradient"], &[-12.0, -3.0, -3.0, -3.0]);
+}
+
+#[test]
+fn gradients_of_discrete_arguments_are_unit_in_text_and_null_in_json() {
+    let p = file(
+        "discrete.chad",
+        "def f (n : Int) (b : Bool) (u : Unit) (x : Real) : Real = toReal n * x\n",
+    );
+    let args = ["--arg", "3", "--arg", "true", "--arg", "()", "--arg", "2"];
+    let mut cmd = vec!["grad", s(&p)];
+    cmd.extend(args);
+    let o = chad(&cmd);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(
+        o.stdout,
+        "value: 6.0\ngradient:\n  n = ()\n  b = ()\n  u = ()\n  x = 3.0\n"
+    );
+    cmd.push("--json");
+    let o = chad(&cmd);
+    assert_eq!(
+        o.stdout,
+        "{\"value\":6.0,\"gradient\":[null,null,null,3.0]}\n"
+    );
+    let mut cmd = vec!["vjp", s(&p), "--cotangent", "0.5"];
+    cmd.extend(args);
+    let o = chad(&cmd);
+    assert_eq!(
+        o.stdout,
+        "value: 6.0\ngradient:\n  n = ()\n  b = ()\n  u = ()\n  x = 1.5\n"
+    );
+    let mut cmd = vec!["jvp", s(&p), "--json"];
+    cmd.extend(args);
+    cmd.extend([
+        "--tangent",
+        "()",
+        "--tangent",
+        "()",
+        "--tangent",
+        "()",
+        "--tangent",
+        "1",
+    ]);
+    let o = chad(&cmd);
+    assert_eq!(o.stdout, "{\"value\":6.0,\"tangent\":3.0}\n");
+    // A discrete result: its tangent is () / null.
+    let p = file("length.chad", "def f (xs : Array Real) : Int = length xs\n");
+    let o = chad(&["jvp", s(&p), "--arg", "[1, 2]", "--tangent", "[1, 1]"]);
+    assert_eq!(o.stdout, "value: 2\ntangent: ()\n");
+    let o = chad(&[
+        "jvp",
+        s(&p),
+        "--arg",
+        "[1, 2]",
+        "--tangent",
+        "[1, 1]",
+        "--json",
+    ]);
+    assert_eq!(o.stdout, "{\"value\":2,\"tangent\":null}\n");
+}
+
+#[test]
+fn args_and_tangents_files() {
+    let args = file("ad-args.json", "[1.5, [1, 2, 3]]");
+    let tangents = file("ad-tangents.json", "[2, [1, 0, -1]]");
+    // 2 · Σ x2 + 1.5 · (1 - 1) = 12
+    let o = chad(&[
+        "jvp",
+        "examples/fig2b.chad",
+        "--args-file",
+        s(&args),
+        "--tangents-file",
+        s(&tangents),
+        "--json",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.stdout, "{\"value\":9.0,\"tangent\":12.0}\n");
+    let o = chad(&["grad", "examples/fig2b.chad", "--args-file", s(&args)]);
+    assert_eq!(
+        o.stdout,
+        "value: 9.0\ngradient:\n  x1 = 6.0\n  x2 = [1.5, 1.5, 1.5]\n"
+    );
+    let o = chad(&[
+        "vjp",
+        "examples/fig2b.chad",
+        "--args-file",
+        s(&args),
+        "--cotangent",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(
+        o.stdout,
+        "{\"value\":9.0,\"gradient\":[12.0,[3.0,3.0,3.0]]}\n"
+    );
+    // JSON null is the tangent of a discrete argument.
+    let args = file("ad-args2.json", "[2, 0.5]");
+    let tangents = file("ad-tangents2.json", "[null, 1]");
+    let o = chad(&[
+        "jvp",
+        "examples/fig2a.chad",
+        "--args-file",
+        s(&args),
+        "--tangents-file",
+        s(&tangents),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.stdout, "value: [1.25, 1.25]\ntangent: [1.0, 1.0]\n");
+    // Errors in tangents files.
+    let short = file("ad-short.json", "[2]");
+    let args = file("ad-args3.json", "[1.5, [1, 2, 3]]");
+    fails(
+        &[
+            "jvp",
+            "examples/fig2b.chad",
+            "--args-file",
+            s(&args),
+            "--tangents-file",
+            s(&short),
+        ],
+        1,
+        &["takes 2 arguments and so needs 2 tangents, but 1 was given"],
+    );
+    let wrong = file("ad-wrong.json", "[1, [1, 2]]");
+    fails(
+        &[
+            "jvp",
+            "examples/fig2b.chad",
+            "--args-file",
+            s(&args),
+            "--tangents-file",
+            s(&wrong),
+        ],
+        1,
+        &["length 3"],
+    );
 }
 
 // ----- errors: exit status 1 with one clear message; 2 for usage -----
@@ -482,4 +995,168 @@ fn deeply_nested_programs_do_not_crash() {
         ),
     );
     fails(&["check", s(&p)], 1, &["nested too deeply"]);
+}
+
+#[test]
+fn ad_of_an_unsupported_construct_fails_with_its_position() {
+    let p = file(
+        "unsup.chad",
+        "def f (x : Real) : Real =\n  if x > 0 then x else 0 - x\n",
+    );
+    for cmd in [
+        vec!["grad", s(&p), "--arg", "1"],
+        vec!["jvp", s(&p), "--arg", "1", "--tangent", "1"],
+        vec!["vjp", s(&p), "--arg", "1", "--cotangent", "1"],
+        vec!["show", s(&p), "--stage", "forward"],
+        vec!["show", s(&p), "--stage", "reverse"],
+    ] {
+        fails(
+            &cmd,
+            1,
+            &[
+                "not supported: `if` is not yet supported by AD",
+                "unsup.chad:2:3",
+            ],
+        );
+    }
+    // Evaluation is unaffected.
+    let o = chad(&["eval", s(&p), "--arg", "-2"]);
+    assert_eq!((o.code, o.stdout.as_str()), (0, "2.0\n"));
+    let p = file(
+        "unsup2.chad",
+        "def f (xs : Array Real) : Real =\n  let y = 2.0 in\n  y * (xs ! 0)\n",
+    );
+    fails(
+        &["grad", s(&p), "--arg", "[1]"],
+        1,
+        &[
+            "array indexing (`!`) is not yet supported by AD",
+            "unsup2.chad:3:7",
+        ],
+    );
+}
+
+#[test]
+fn ad_argument_errors() {
+    fails(
+        &["grad", "examples/fig2a.chad", "--arg", "2", "--arg", "1"],
+        1,
+        &["grad needs a Real-valued definition", "use vjp"],
+    );
+    fails(
+        &[
+            "jvp",
+            "examples/fig1b.chad",
+            "--arg",
+            "1",
+            "--arg",
+            "2",
+            "--arg",
+            "3",
+            "--arg",
+            "4",
+            "--tangent",
+            "1",
+        ],
+        1,
+        &["takes 4 arguments and so needs 4 tangents, but 1 was given"],
+    );
+    fails(
+        &[
+            "jvp",
+            "examples/fig2b.chad",
+            "--arg",
+            "1",
+            "--arg",
+            "[1, 2]",
+            "--tangent",
+            "1",
+            "--tangent",
+            "[1]",
+        ],
+        1,
+        &["length 2"],
+    );
+    fails(
+        &[
+            "jvp",
+            "examples/fig2b.chad",
+            "--arg",
+            "1",
+            "--arg",
+            "[1, 2]",
+            "--tangent",
+            "1",
+            "--tangent",
+            "true",
+        ],
+        1,
+        &["tangent 2: expected a value of type `Array Real`"],
+    );
+    fails(
+        &[
+            "vjp",
+            "examples/fig2a.chad",
+            "--arg",
+            "2",
+            "--arg",
+            "1",
+            "--cotangent",
+            "[1]",
+        ],
+        1,
+        &["cotangent", "length 2"],
+    );
+    fails(
+        &[
+            "vjp",
+            "examples/fig1a.chad",
+            "--arg",
+            "1",
+            "--cotangent",
+            "(1, 2)",
+        ],
+        1,
+        &["cotangent: expected a value of type"],
+    );
+    fails(
+        &["grad", "examples/ml.chad", "--def", "twice", "--arg", "1"],
+        1,
+        &["argument 1: a value of function type"],
+    );
+    let p = file(
+        "ho.chad",
+        "def f (x : Real) : Real -> Real = \\(y : Real) -> x * y\n",
+    );
+    fails(
+        &["jvp", s(&p), "--arg", "1", "--tangent", "1"],
+        1,
+        &["not supported: forward mode needs a first-order result"],
+    );
+}
+
+#[test]
+fn ad_usage_errors_exit_with_status_2() {
+    fails(
+        &["vjp", "examples/fig1a.chad", "--arg", "1"],
+        2,
+        &["--cotangent"],
+    );
+    let t = file("t.json", "[1.0]");
+    fails(
+        &[
+            "jvp",
+            "examples/fig1a.chad",
+            "--arg",
+            "1",
+            "--tangent",
+            "1",
+            "--tangents-file",
+            s(&t),
+        ],
+        2,
+        &["cannot be used with"],
+    );
+    fails(&["grad"], 2, &["<FILE>"]);
+    fails(&["grad", "examples/fig1a.chad", "--bogus"], 2, &["--bogus"]);
 }

@@ -134,7 +134,8 @@ pub fn check_supported(t: &STerm) -> Result<()> {
         if let Some(what) = what {
             return Err(unsupported(what).with_span(t.span));
         }
-        stack.extend(t.children());
+        // Children in reverse, so that the first construct in source order is reported.
+        stack.extend(t.children().into_iter().rev());
     }
     Ok(())
 }
