@@ -168,7 +168,9 @@ fn main() -> ExitCode {
             // A closed pipe (`chad show ... | head`) is not an error worth a panic.
             use std::io::Write;
             let mut stdout = std::io::stdout().lock();
-            let _ = stdout.write_all(out.as_bytes()).and_then(|()| stdout.flush());
+            let _ = stdout
+                .write_all(out.as_bytes())
+                .and_then(|()| stdout.flush());
             ExitCode::SUCCESS
         }
         Err(f) => {

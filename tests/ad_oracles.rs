@@ -110,7 +110,9 @@ fn dual_agrees_with_forward(arrays: bool, n: u32) {
             return Ok(false);
         }
         if !all_close(&fd::leaves(&t), &fd::leaves(&t2), 1e-8) {
-            return Err(format!("tangents differ: CHAD {t}, dual numbers {t2} (dx = {dx:?})"));
+            return Err(format!(
+                "tangents differ: CHAD {t}, dual numbers {t2} (dx = {dx:?})"
+            ));
         }
         Ok(true)
     });
@@ -204,7 +206,10 @@ fn jacobians_agree(arrays: bool, n: u32) {
          {fd_skipped} skipped"
     );
     assert!(ran >= n * 3 / 4, "only {ran} of {n} programs ran");
-    assert!(fd_checked >= 4 * fd_skipped, "too many finite-difference columns skipped");
+    assert!(
+        fd_checked >= 4 * fd_skipped,
+        "too many finite-difference columns skipped"
+    );
 }
 
 #[test]

@@ -215,9 +215,9 @@ impl Relation<'_> {
                 d.apply(&Lin::pair(Lin::zero(), Lin::real(dp)))
                     .map_err(|e| e.message().to_string())?,
             ),
-            Mode::Reverse => Arg::Pairing(Rc::new(move |w: &Lin| {
-                Ok(d.apply(w)?.snd().to_real() * dp)
-            })),
+            Mode::Reverse => {
+                Arg::Pairing(Rc::new(move |w: &Lin| Ok(d.apply(w)?.snd().to_real() * dp)))
+            }
         };
         Ok(Some((curve, g, arg)))
     }
@@ -231,7 +231,14 @@ impl Relation<'_> {
     }
 
     /// `(f, g, h) ∈ P_ty` in the forward relation.
-    fn forward(&mut self, ty: &Type, f: &Curve, g: &Value, h: &Lin, fuel: u32) -> Result<(), String> {
+    fn forward(
+        &mut self,
+        ty: &Type,
+        f: &Curve,
+        g: &Value,
+        h: &Lin,
+        fuel: u32,
+    ) -> Result<(), String> {
         match ty {
             Type::Real | Type::Int | Type::Bool | Type::Unit => {
                 let h = h.clone();
@@ -239,8 +246,20 @@ impl Relation<'_> {
             }
             Type::Prod(p) => {
                 let (ga, gb) = g.expect_pair();
-                self.forward(&p.0, &map_curve(f, |v| v.expect_pair().0.clone()), ga, &h.fst(), fuel)?;
-                self.forward(&p.1, &map_curve(f, |v| v.expect_pair().1.clone()), gb, &h.snd(), fuel)
+                self.forward(
+                    &p.0,
+                    &map_curve(f, |v| v.expect_pair().0.clone()),
+                    ga,
+                    &h.fst(),
+                    fuel,
+                )?;
+                self.forward(
+                    &p.1,
+                    &map_curve(f, |v| v.expect_pair().1.clone()),
+                    gb,
+                    &h.snd(),
+                    fuel,
+                )
             }
             Type::Array(e) => {
                 let n = g.array_len();
@@ -276,7 +295,14 @@ impl Relation<'_> {
     }
 
     /// `(f, g, h) ∈ P_ty` in the reverse relation.
-    fn reverse(&mut self, ty: &Type, f: &Curve, g: &Value, h: &Pairing, fuel: u32) -> Result<(), String> {
+    fn reverse(
+        &mut self,
+        ty: &Type,
+        f: &Curve,
+        g: &Value,
+        h: &Pairing,
+        fuel: u32,
+    ) -> Result<(), String> {
         match ty {
             Type::Real | Type::Int | Type::Bool | Type::Unit => {
                 let h = h.clone();
@@ -287,8 +313,20 @@ impl Relation<'_> {
                 let (h1, h2) = (h.clone(), h.clone());
                 let ha: Pairing = Rc::new(move |v| h1(&Lin::pair(v.clone(), Lin::zero())));
                 let hb: Pairing = Rc::new(move |v| h2(&Lin::pair(Lin::zero(), v.clone())));
-                self.reverse(&p.0, &map_curve(f, |v| v.expect_pair().0.clone()), ga, &ha, fuel)?;
-                self.reverse(&p.1, &map_curve(f, |v| v.expect_pair().1.clone()), gb, &hb, fuel)
+                self.reverse(
+                    &p.0,
+                    &map_curve(f, |v| v.expect_pair().0.clone()),
+                    ga,
+                    &ha,
+                    fuel,
+                )?;
+                self.reverse(
+                    &p.1,
+                    &map_curve(f, |v| v.expect_pair().1.clone()),
+                    gb,
+                    &hb,
+                    fuel,
+                )
             }
             Type::Array(e) => {
                 let n = g.array_len();
@@ -317,7 +355,8 @@ impl Relation<'_> {
                     let h = h.clone();
                     let hb: Pairing = Rc::new(move |v: &Lin| {
                         let through_arg = ha(&dc.apply(v)?)?;
-                        let through_fun = h(&Lin::copower(Copower::singleton(ga.clone(), v.clone())))?;
+                        let through_fun =
+                            h(&Lin::copower(Copower::singleton(ga.clone(), v.clone())))?;
                         Ok(through_arg + through_fun)
                     });
                     self.reverse(&p.1, &fb, &c, &hb, fuel - 1)?;
@@ -362,11 +401,7 @@ fn call(g: &Value, a: &Value) -> Result<(Value, chad::target::linear::LinFun), S
 
 /// Checks the fundamental lemma for one program in one mode. `Ok(false)` if the program fails
 /// at its inputs (no claim to check).
-fn fundamental_lemma(
-    mode: Mode,
-    p: &TestProgram,
-    rel: &mut Relation<'_>,
-) -> Result<bool, String> {
+fn fundamental_lemma(mode: Mode, p: &TestProgram, rel: &mut Relation<'_>) -> Result<bool, String> {
     let entry = &p.entry;
     let x0 = &p.inputs;
     if chad::eval::eval_entry(entry, x0).is_err() {
@@ -446,7 +481,11 @@ fn run_lemma(mode: Mode, cfg: Config, n: u32) {
     let s = &rel.stats;
     eprintln!(
         "{} mode: {programs} programs related; {} derivative checks, {} skipped",
-        if mode == Mode::Forward { "forward" } else { "reverse" },
+        if mode == Mode::Forward {
+            "forward"
+        } else {
+            "reverse"
+        },
         s.checked,
         s.skipped
     );

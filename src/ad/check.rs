@@ -7,7 +7,7 @@ use super::forward::Forward;
 use super::reverse::Reverse;
 use super::{from_tangent, run, to_tangent};
 use crate::ccc::model::Primitives;
-use crate::deep::deep;
+use crate::oracle::fd::{add_scaled, leaves, tangent_with};
 use crate::prim::{Prim, Primitive};
 use crate::target::term::LinPrim;
 use crate::target::testing::sample_value;
@@ -94,7 +94,10 @@ pub fn check_primitive(p: &Prim, points: usize, seed: u64) -> std::result::Resul
         };
         let d = direction(&dom, &x, s ^ 0xd1b5);
         let h = 1e-6;
-        let (plus, minus) = (p.eval(&shift(&x, &d, h)), p.eval(&shift(&x, &d, -h)));
+        let (plus, minus) = (
+            p.eval(&add_scaled(&dom, &x, &d, h)),
+            p.eval(&add_scaled(&dom, &x, &d, -h)),
+        );
         let (Ok(plus), Ok(minus)) = (plus, minus) else {
             done.skipped += 1;
             continue;
@@ -157,88 +160,16 @@ fn finite(v: &Value) -> bool {
     leaves(v).iter().all(|x| x.is_finite())
 }
 
-/// The reals of a first-order value, in order.
-fn leaves(v: &Value) -> Vec<f64> {
-    fn go(v: &Value, out: &mut Vec<f64>) {
-        deep(|| match v {
-            Value::Real(x) => out.push(*x),
-            Value::Pair(p) => {
-                go(&p.0, out);
-                go(&p.1, out);
-            }
-            Value::Inl(a) | Value::Inr(a) => go(a, out),
-            Value::RealArray(xs) => out.extend(xs.iter()),
-            Value::Array(xs) => xs.iter().for_each(|x| go(x, out)),
-            _ => {}
-        })
-    }
-    let mut out = Vec::new();
-    go(v, &mut out);
-    out
-}
-
 fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
-/// A random tangent of `x : ty` (same sum sides and array lengths).
+/// A random tangent of `x : ty` (same sum sides and array lengths), seeded.
 fn direction(ty: &Type, x: &Value, seed: u64) -> Value {
-    let t = ty.tangent().expect("first-order");
     let mut k = seed;
-    let mut next = move || {
+    tangent_with(ty, x, &mut || {
         k = k.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        match sample_value(&Ty::Real, k) {
-            Value::Real(r) => r,
-            _ => unreachable!("a real"),
-        }
-    };
-    fn go(ty: &Type, t: &Type, x: &Value, next: &mut dyn FnMut() -> f64) -> Value {
-        deep(|| match (ty, x) {
-            (Type::Real, _) => Value::Real(next()),
-            (Type::Int | Type::Bool | Type::Unit, _) => Value::Unit,
-            (Type::Prod(p), _) => {
-                let (a, b) = x.expect_pair();
-                let (ta, tb) = t.as_prod().expect("tangent of a product");
-                Value::pair(go(&p.0, ta, a, next), go(&p.1, tb, b, next))
-            }
-            (Type::Sum(p), Value::Inl(a)) => {
-                Value::inl(go(&p.0, t.as_sum().expect("sum").0, a, next))
-            }
-            (Type::Sum(p), Value::Inr(b)) => {
-                Value::inr(go(&p.1, t.as_sum().expect("sum").1, b, next))
-            }
-            (Type::Array(e), _) => {
-                let te = t.as_array().expect("array");
-                let items = x
-                    .array_items()
-                    .iter()
-                    .map(|xi| go(e, te, xi, next))
-                    .collect();
-                Value::array(te, items)
-            }
-            _ => unreachable!("first-order value of its type"),
-        })
-    }
-    go(ty, &t, x, &mut next)
-}
-
-/// `x + s·d` on the reals of `x`.
-fn shift(x: &Value, d: &Value, s: f64) -> Value {
-    deep(|| match (x, d) {
-        (Value::Real(a), Value::Real(b)) => Value::Real(a + s * b),
-        (Value::Pair(p), Value::Pair(q)) => Value::pair(shift(&p.0, &q.0, s), shift(&p.1, &q.1, s)),
-        (Value::Inl(a), Value::Inl(b)) => Value::inl(shift(a, b, s)),
-        (Value::Inr(a), Value::Inr(b)) => Value::inr(shift(a, b, s)),
-        (Value::RealArray(a), Value::RealArray(b)) => {
-            Value::reals(a.iter().zip(b.iter()).map(|(a, b)| a + s * b).collect())
-        }
-        (Value::Array(a), Value::Array(b)) => Value::array_of(
-            a.iter()
-                .zip(b.iter())
-                .map(|(a, b)| shift(a, b, s))
-                .collect(),
-        ),
-        _ => x.clone(),
+        sample_value(&Ty::Real, k).expect_real()
     })
 }
 
