@@ -31,10 +31,18 @@ fn config(arrays: bool) -> Config {
     }
 }
 
-fn programs(arrays: bool) -> impl Strategy<Value = TestProgram> {
-    random::program(config(arrays)).prop_filter("AD-supported", |p| {
-        chad::ad::check_supported(&p.entry.body).is_ok()
-    })
+/// A random program that AD supports (drawn until one is; not a proptest filter, whose
+/// rejection budget long runs would exhaust).
+fn supported_program(
+    strategy: &impl Strategy<Value = TestProgram>,
+    r: &mut TestRunner,
+) -> TestProgram {
+    loop {
+        let p = strategy.new_tree(r).unwrap().current();
+        if chad::ad::check_supported(&p.entry.body).is_ok() {
+            return p;
+        }
+    }
 }
 
 fn finite(v: &Value) -> bool {
@@ -74,10 +82,10 @@ fn for_programs(
 ) -> u32 {
     let mut r = runner(n);
     let mut rng = runner(n);
-    let strategy = programs(arrays);
+    let strategy = random::program(config(arrays));
     let mut ran = 0;
     for _ in 0..n {
-        let p = strategy.new_tree(&mut r).unwrap().current();
+        let p = supported_program(&strategy, &mut r);
         match chad::eval::eval_entry(&p.entry, &p.inputs) {
             Ok(y) if finite(&y) => {}
             _ => continue,

@@ -457,6 +457,17 @@ fn fundamental_lemma(mode: Mode, p: &TestProgram, rel: &mut Relation<'_>) -> Res
     Ok(true)
 }
 
+fn has_lambda(t: &Term) -> bool {
+    let mut stack = vec![t];
+    while let Some(t) = stack.pop() {
+        if matches!(t.kind, chad::source::term::TermKind::Lam(..)) {
+            return true;
+        }
+        stack.extend(t.children());
+    }
+    false
+}
+
 fn run_lemma(mode: Mode, cfg: Config, n: u32) {
     let mut r = runner(n);
     let mut rng = runner(n);
@@ -467,20 +478,31 @@ fn run_lemma(mode: Mode, cfg: Config, n: u32) {
         stats: Stats::default(),
     };
     let mut programs = 0;
-    let strategy = random::program(cfg).prop_filter("AD-supported", |p| {
-        ad::check_supported(&p.entry.body).is_ok()
-    });
+    let (mut with_lambdas, mut function_results) = (0, 0);
+    let strategy = random::program(cfg);
     for _ in 0..n {
-        let p = strategy.new_tree(&mut r).unwrap().current();
+        // Drawn until AD supports it (not a proptest filter, whose rejection budget long runs
+        // would exhaust).
+        let p = loop {
+            let p = strategy.new_tree(&mut r).unwrap().current();
+            if ad::check_supported(&p.entry.body).is_ok() {
+                break p;
+            }
+        };
         match fundamental_lemma(mode, &p, &mut rel) {
-            Ok(true) => programs += 1,
+            Ok(true) => {
+                programs += 1;
+                with_lambdas += has_lambda(&p.entry.body) as usize;
+                function_results += !p.entry.body.ty.is_first_order() as usize;
+            }
             Ok(false) => {}
             Err(e) => panic!("fundamental lemma fails ({e}) for\n{p:?}"),
         }
     }
     let s = &rel.stats;
     eprintln!(
-        "{} mode: {programs} programs related; {} derivative checks, {} skipped",
+        "{} mode: {programs} programs related ({with_lambdas} with lambdas, {function_results} \
+         with function results); {} derivative checks, {} skipped",
         if mode == Mode::Forward {
             "forward"
         } else {
@@ -488,6 +510,10 @@ fn run_lemma(mode: Mode, cfg: Config, n: u32) {
         },
         s.checked,
         s.skipped
+    );
+    assert!(
+        with_lambdas * 3 >= programs && function_results * 10 >= programs,
+        "too few higher-order programs"
     );
     assert!(programs as u32 >= n * 3 / 4, "too few programs evaluated");
     assert!(
