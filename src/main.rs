@@ -3,7 +3,7 @@
 //! Exit status: 0 on success, 1 for program errors (syntax, type, argument, runtime, input),
 //! 2 for command-line usage errors (from `clap`).
 
-use chad::ad;
+use chad::ad::{self, TypeMaps};
 use chad::ccc;
 use chad::error::{Error, ErrorKind, Result, Source};
 use chad::prim::Registry;

@@ -7,7 +7,7 @@
 
 use chad::ad::forward::Forward;
 use chad::ad::reverse::Reverse;
-use chad::ad::{self, Jvp, Vjp};
+use chad::ad::{self, Jvp, TypeMaps, Vjp};
 use chad::ccc::{self, Comb};
 use chad::error::{ErrorKind, Span};
 use chad::prim::{Derivative, Primitive, Registry, op};

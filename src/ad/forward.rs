@@ -46,8 +46,11 @@
 //! combinator. Sums, conditionals and the array operations other than `map`, `replicate`,
 //! `length` (and the primitives `sum`, `dot`) are reported as not yet supported.
 
-use super::{Lets, Memo, Mor, apply, lin_lam, respan, split_args, split_linear, unsupported};
-use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
+use super::{
+    Lets, Memo, Mor, TypeMaps, apply, lin_lam, new_mor, respan, results, split_args, split_linear,
+    unsupported,
+};
+use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Primitives};
 use crate::ccc::{Comb, Path, Step, interpret};
 use crate::deep::deep;
 use crate::error::{Error, ErrorKind, Result, Span};
@@ -93,8 +96,29 @@ impl Forward {
         }
     }
 
+    /// `F2(A)`.
+    pub fn tangent(&self, a: &Type) -> LTy {
+        self.f2.get(a, || {
+            deep(|| match a {
+                Type::Real => LTy::Real,
+                Type::Int | Type::Bool | Type::Unit => LTy::Unit,
+                Type::Prod(p) => LTy::prod(self.tangent(&p.0), self.tangent(&p.1)),
+                Type::Sum(p) => LTy::sum(self.tangent(&p.0), self.tangent(&p.1)),
+                Type::Array(e) => LTy::array(self.tangent(e)),
+                Type::Fun(p) => LTy::power(self.primal(&p.0), self.tangent(&p.1)),
+            })
+        })
+    }
+
+    /// `(y, λ̲d. lin(d))` with `d : F2(a)`.
+    fn combined(&self, a: &Type, y: Term, lin: impl FnOnce(LTerm) -> LTerm) -> Term {
+        Term::pair(y, lin_lam("d", self.tangent(a), lin))
+    }
+}
+
+impl TypeMaps for Forward {
     /// `F1(A)`.
-    pub fn primal(&self, a: &Type) -> Ty {
+    fn primal(&self, a: &Type) -> Ty {
         self.f1.get(a, || {
             deep(|| match a {
                 Type::Real => Ty::Real,
@@ -112,53 +136,9 @@ impl Forward {
         })
     }
 
-    /// `F2(A)`.
-    pub fn tangent(&self, a: &Type) -> LTy {
-        self.f2.get(a, || {
-            deep(|| match a {
-                Type::Real => LTy::Real,
-                Type::Int | Type::Bool | Type::Unit => LTy::Unit,
-                Type::Prod(p) => LTy::prod(self.tangent(&p.0), self.tangent(&p.1)),
-                Type::Sum(p) => LTy::sum(self.tangent(&p.0), self.tangent(&p.1)),
-                Type::Array(e) => LTy::array(self.tangent(e)),
-                Type::Fun(p) => LTy::power(self.primal(&p.0), self.tangent(&p.1)),
-            })
-        })
-    }
-
     /// The type of the derivative of a morphism `A → B`: `F2(A) ⊸ F2(B)`.
-    pub fn derivative(&self, a: &Type, b: &Type) -> Ty {
+    fn derivative(&self, a: &Type, b: &Type) -> Ty {
         Ty::lin_fun(self.tangent(a), self.tangent(b))
-    }
-
-    /// The type of `F(c)` for `c : A → B`: `F1(B) × (F2(A) ⊸ F2(B))`.
-    pub fn image(&self, a: &Type, b: &Type) -> Ty {
-        Ty::prod(self.primal(b), self.derivative(a, b))
-    }
-
-    /// A morphism `a → b` from its body, given the input variable's name.
-    fn mor(&self, a: &Type, b: &Type, body: impl FnOnce(&Var) -> Term) -> Result<Mor> {
-        let x = Var::fresh("x", self.primal(a));
-        let body = body(&x);
-        Ok(Mor {
-            dom: a.clone(),
-            cod: b.clone(),
-            x,
-            body,
-        })
-    }
-
-    /// `(y, λ̲d. lin(d))` with `d : F2(a)`.
-    fn combined(&self, a: &Type, y: Term, lin: impl FnOnce(LTerm) -> LTerm) -> Term {
-        Term::pair(y, lin_lam("d", self.tangent(a), lin))
-    }
-
-    /// Fresh variables for the primal result and the derivative of `m`.
-    fn results(&self, m: &Mor, y: &str, d: &str) -> (Var, Var) {
-        (
-            Var::fresh(y, self.primal(&m.cod)),
-            Var::fresh(d, self.derivative(&m.dom, &m.cod)),
-        )
     }
 }
 
@@ -167,14 +147,14 @@ impl Category for Forward {
     type Error = Error;
 
     fn id(&self, a: &Type) -> Result<Mor> {
-        self.mor(a, a, |x| self.combined(a, Term::var(x), |d| d))
+        new_mor(self, a, a, |x| self.combined(a, Term::var(x), |d| d))
     }
 
     fn compose(&self, g: Mor, f: Mor) -> Result<Mor> {
         // let (y, f') = F(f)[x] in let (z, g') = F(g)[y] in (z, λ̲d. g' • (f' • d)),
         // with g's input variable receiving y directly.
         let df = Var::fresh("df", self.derivative(&f.dom, &f.cod));
-        let (z, dg) = self.results(&g, "z", "dg");
+        let (z, dg) = results(self, &g, "z", "dg");
         let mut lets = Lets::new();
         lets.push_pair(&g.x, &df, f.body);
         lets.push_pair(&z, &dg, g.body);
@@ -197,29 +177,29 @@ impl Category for Forward {
 
 impl Cartesian for Forward {
     fn bang(&self, a: &Type) -> Result<Mor> {
-        self.mor(a, &Type::Unit, |_| {
+        new_mor(self, a, &Type::Unit, |_| {
             self.combined(a, Term::unit(), |_| LTerm::zero(LTy::Unit))
         })
     }
 
     fn fst(&self, a: &Type, b: &Type) -> Result<Mor> {
         let ab = Type::prod(a.clone(), b.clone());
-        self.mor(&ab, a, |x| {
+        new_mor(self, &ab, a, |x| {
             self.combined(&ab, Term::fst(Term::var(x)), LTerm::fst)
         })
     }
 
     fn snd(&self, a: &Type, b: &Type) -> Result<Mor> {
         let ab = Type::prod(a.clone(), b.clone());
-        self.mor(&ab, b, |x| {
+        new_mor(self, &ab, b, |x| {
             self.combined(&ab, Term::snd(Term::var(x)), LTerm::snd)
         })
     }
 
     fn pair(&self, f: Mor, g: Mor) -> Result<Mor> {
         // let (y, f') = F(f)[x] in let (z, g') = F(g)[x] in ((y, z), λ̲d. (f' • d, g' • d))
-        let (y, df) = self.results(&f, "y", "df");
-        let (z, dg) = self.results(&g, "z", "dg");
+        let (y, df) = results(self, &f, "y", "df");
+        let (z, dg) = results(self, &g, "z", "dg");
         let mut lets = Lets::new();
         lets.push_pair(&y, &df, f.body);
         lets.push(Pat::Var(g.x.clone()), Term::var(&f.x));
@@ -240,7 +220,7 @@ impl Cartesian for Forward {
     fn proj(&self, dom: &Type, path: &Path) -> Result<Mor> {
         // (π x, λ̲d. π d): the same chain of projections on primals and on tangents.
         let cod = path.target(dom).expect("typed combinator");
-        self.mor(dom, &cod, |x| {
+        new_mor(self, dom, &cod, |x| {
             let mut p = Term::var(x);
             for s in path.expanded() {
                 p = match s {
@@ -316,7 +296,7 @@ impl Closed for Forward {
     fn eval(&self, b: &Type, c: &Type) -> Result<Mor> {
         // let (g, b) = x in let (c, g') = g b in (c, λ̲d. (fst d) @ b + g' • (snd d))
         let dom = Type::prod(Type::fun(b.clone(), c.clone()), b.clone());
-        self.mor(&dom, c, |x| {
+        new_mor(self, &dom, c, |x| {
             let g = Var::fresh("g", self.primal(&Type::fun(b.clone(), c.clone())));
             let bv = Var::fresh("b", self.primal(b));
             let cv = Var::fresh("c", self.primal(c));
@@ -337,7 +317,7 @@ impl Closed for Forward {
 impl Primitives for Forward {
     fn constant(&self, lit: &Lit) -> Result<Mor> {
         let ty = lit.ty();
-        self.mor(&Type::Unit, &ty, |_| {
+        new_mor(self, &Type::Unit, &ty, |_| {
             self.combined(&Type::Unit, Term::lit(*lit), |_| {
                 LTerm::zero(self.tangent(&ty))
             })
@@ -381,20 +361,7 @@ pub(crate) fn no_derivative(op: &Prim) -> Error {
     .with_note("register one with `Primitive::with_derivative`")
 }
 
-impl Coproducts for Forward {
-    fn inl(&self, _: &Type, _: &Type) -> Result<Mor> {
-        Err(unsupported("sum injections"))
-    }
-    fn inr(&self, _: &Type, _: &Type) -> Result<Mor> {
-        Err(unsupported("sum injections"))
-    }
-    fn copair(&self, _: Mor, _: Mor, _: &Type, _: &Type, _: &Type) -> Result<Mor> {
-        Err(unsupported("`case` and `if`"))
-    }
-    fn dist(&self, _: &Type, _: &Type, _: &Type) -> Result<Mor> {
-        Err(unsupported("`case` and `if`"))
-    }
-}
+unsupported_coproducts!(Forward);
 
 impl Arrays for Forward {
     fn map(&self, f: Mor, gamma: &Type, a: &Type, b: &Type) -> Result<Mor> {
@@ -403,7 +370,7 @@ impl Arrays for Forward {
         let dom = Type::prod(gamma.clone(), Type::array(a.clone()));
         let cod = Type::array(b.clone());
         let image = self.image(&f.dom, b);
-        self.mor(&dom, &cod, |x| {
+        new_mor(self, &dom, &cod, |x| {
             let g = Var::fresh("γ", self.primal(gamma));
             let xs = Var::fresh("as", self.primal(&Type::array(a.clone())));
             let rs = Var::fresh("rs", Ty::array(image.clone()));
@@ -450,7 +417,7 @@ impl Arrays for Forward {
     fn length(&self, a: &Type) -> Result<Mor> {
         // (length x, λ̲d. 0)
         let dom = Type::array(a.clone());
-        self.mor(&dom, &Type::Int, |x| {
+        new_mor(self, &dom, &Type::Int, |x| {
             self.combined(&dom, Term::mk(TermKind::Length(Term::var(x))), |_| {
                 LTerm::zero(LTy::Unit)
             })
@@ -459,7 +426,7 @@ impl Arrays for Forward {
     fn replicate(&self, a: &Type) -> Result<Mor> {
         // let (n, a) = x in (replicate n a, λ̲d. replicate n (snd d))
         let dom = Type::prod(Type::Int, a.clone());
-        self.mor(&dom, &Type::array(a.clone()), |x| {
+        new_mor(self, &dom, &Type::array(a.clone()), |x| {
             let n = Var::fresh("n", Ty::Int);
             let e = Var::fresh("a", self.primal(a));
             let mut lets = Lets::new();

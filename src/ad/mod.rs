@@ -22,6 +22,27 @@
 //! ([`check_supported`]). Primitives supply their derivatives through their
 //! registration ([`crate::prim::Derivative`]); [`check_primitive`] tests one.
 
+/// `Coproducts` for a model that does not differentiate sums yet: every operation is an
+/// "not yet supported by AD" error.
+macro_rules! unsupported_coproducts {
+    ($model:ty) => {
+        impl crate::ccc::model::Coproducts for $model {
+            fn inl(&self, _: &Type, _: &Type) -> Result<Mor> {
+                Err(super::unsupported("sum injections"))
+            }
+            fn inr(&self, _: &Type, _: &Type) -> Result<Mor> {
+                Err(super::unsupported("sum injections"))
+            }
+            fn copair(&self, _: Mor, _: Mor, _: &Type, _: &Type, _: &Type) -> Result<Mor> {
+                Err(super::unsupported("`case` and `if`"))
+            }
+            fn dist(&self, _: &Type, _: &Type, _: &Type) -> Result<Mor> {
+                Err(super::unsupported("`case` and `if`"))
+            }
+        }
+    };
+}
+
 pub mod check;
 pub mod forward;
 pub mod reverse;
@@ -85,6 +106,46 @@ impl fmt::Debug for Mor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{self} : {} → {}", self.dom, self.cod)
     }
+}
+
+/// The object part of an AD functor: the primal type map (`F1` or `R1`) and the type of the
+/// derivative part of a morphism `A → B` (`F2 A ⊸ F2 B` or `R2 B ⊸ R2 A`).
+pub trait TypeMaps {
+    /// `F1(A)` or `R1(A)`.
+    fn primal(&self, a: &Type) -> Ty;
+
+    /// The type of the derivative of a morphism `a → b`.
+    fn derivative(&self, a: &Type, b: &Type) -> Ty;
+
+    /// The type of the image of a morphism `a → b`: the primal result and the derivative.
+    fn image(&self, a: &Type, b: &Type) -> Ty {
+        Ty::prod(self.primal(b), self.derivative(a, b))
+    }
+}
+
+/// A morphism `a → b` of a model, from its body in a fresh input variable `x : primal(a)`.
+pub(crate) fn new_mor(
+    maps: &impl TypeMaps,
+    a: &Type,
+    b: &Type,
+    body: impl FnOnce(&Var) -> Term,
+) -> Result<Mor> {
+    let x = Var::fresh("x", maps.primal(a));
+    let body = body(&x);
+    Ok(Mor {
+        dom: a.clone(),
+        cod: b.clone(),
+        x,
+        body,
+    })
+}
+
+/// Fresh variables for the primal result and the derivative of `m`.
+pub(crate) fn results(maps: &impl TypeMaps, m: &Mor, y: &str, d: &str) -> (Var, Var) {
+    (
+        Var::fresh(y, maps.primal(&m.cod)),
+        Var::fresh(d, maps.derivative(&m.dom, &m.cod)),
+    )
 }
 
 /// The error for a construct AD does not handle yet.

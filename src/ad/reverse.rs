@@ -51,8 +51,11 @@
 //! `length` (and the primitives `sum`, `dot`) are reported as not yet supported.
 
 use super::forward::no_derivative;
-use super::{Lets, Memo, Mor, apply, lin_lam, respan, split_args, tuple_linear, unsupported};
-use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
+use super::{
+    Lets, Memo, Mor, TypeMaps, apply, lin_lam, new_mor, respan, results, split_args, tuple_linear,
+    unsupported,
+};
+use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Primitives};
 use crate::ccc::{Comb, Path, Step, interpret};
 use crate::deep::deep;
 use crate::error::{Error, Result, Span};
@@ -98,8 +101,29 @@ impl Reverse {
         }
     }
 
+    /// `R2(A)`.
+    pub fn cotangent(&self, a: &Type) -> LTy {
+        self.r2.get(a, || {
+            deep(|| match a {
+                Type::Real => LTy::Real,
+                Type::Int | Type::Bool | Type::Unit => LTy::Unit,
+                Type::Prod(p) => LTy::prod(self.cotangent(&p.0), self.cotangent(&p.1)),
+                Type::Sum(p) => LTy::sum(self.cotangent(&p.0), self.cotangent(&p.1)),
+                Type::Array(e) => LTy::array(self.cotangent(e)),
+                Type::Fun(p) => LTy::copower(self.primal(&p.0), self.cotangent(&p.1)),
+            })
+        })
+    }
+
+    /// `(y, λ̲v. lin(v))` with `v : R2(b)`.
+    fn combined(&self, b: &Type, y: Term, lin: impl FnOnce(LTerm) -> LTerm) -> Term {
+        Term::pair(y, lin_lam("v", self.cotangent(b), lin))
+    }
+}
+
+impl TypeMaps for Reverse {
     /// `R1(A)`.
-    pub fn primal(&self, a: &Type) -> Ty {
+    fn primal(&self, a: &Type) -> Ty {
         self.r1.get(a, || {
             deep(|| match a {
                 Type::Real => Ty::Real,
@@ -117,51 +141,9 @@ impl Reverse {
         })
     }
 
-    /// `R2(A)`.
-    pub fn cotangent(&self, a: &Type) -> LTy {
-        self.r2.get(a, || {
-            deep(|| match a {
-                Type::Real => LTy::Real,
-                Type::Int | Type::Bool | Type::Unit => LTy::Unit,
-                Type::Prod(p) => LTy::prod(self.cotangent(&p.0), self.cotangent(&p.1)),
-                Type::Sum(p) => LTy::sum(self.cotangent(&p.0), self.cotangent(&p.1)),
-                Type::Array(e) => LTy::array(self.cotangent(e)),
-                Type::Fun(p) => LTy::copower(self.primal(&p.0), self.cotangent(&p.1)),
-            })
-        })
-    }
-
     /// The type of the transposed derivative of a morphism `A → B`: `R2(B) ⊸ R2(A)`.
-    pub fn derivative(&self, a: &Type, b: &Type) -> Ty {
+    fn derivative(&self, a: &Type, b: &Type) -> Ty {
         Ty::lin_fun(self.cotangent(b), self.cotangent(a))
-    }
-
-    /// The type of `R(c)` for `c : A → B`: `R1(B) × (R2(B) ⊸ R2(A))`.
-    pub fn image(&self, a: &Type, b: &Type) -> Ty {
-        Ty::prod(self.primal(b), self.derivative(a, b))
-    }
-
-    fn mor(&self, a: &Type, b: &Type, body: impl FnOnce(&Var) -> Term) -> Result<Mor> {
-        let x = Var::fresh("x", self.primal(a));
-        let body = body(&x);
-        Ok(Mor {
-            dom: a.clone(),
-            cod: b.clone(),
-            x,
-            body,
-        })
-    }
-
-    /// `(y, λ̲v. lin(v))` with `v : R2(b)`.
-    fn combined(&self, b: &Type, y: Term, lin: impl FnOnce(LTerm) -> LTerm) -> Term {
-        Term::pair(y, lin_lam("v", self.cotangent(b), lin))
-    }
-
-    fn results(&self, m: &Mor, y: &str, d: &str) -> (Var, Var) {
-        (
-            Var::fresh(y, self.primal(&m.cod)),
-            Var::fresh(d, self.derivative(&m.dom, &m.cod)),
-        )
     }
 }
 
@@ -170,13 +152,13 @@ impl Category for Reverse {
     type Error = Error;
 
     fn id(&self, a: &Type) -> Result<Mor> {
-        self.mor(a, a, |x| self.combined(a, Term::var(x), |v| v))
+        new_mor(self, a, a, |x| self.combined(a, Term::var(x), |v| v))
     }
 
     fn compose(&self, g: Mor, f: Mor) -> Result<Mor> {
         // let (y, f') = R(f)[x] in let (z, g') = R(g)[y] in (z, λ̲v. f' • (g' • v))
         let df = Var::fresh("df", self.derivative(&f.dom, &f.cod));
-        let (z, dg) = self.results(&g, "z", "dg");
+        let (z, dg) = results(self, &g, "z", "dg");
         let mut lets = Lets::new();
         lets.push_pair(&g.x, &df, f.body);
         lets.push_pair(&z, &dg, g.body);
@@ -199,7 +181,7 @@ impl Category for Reverse {
 
 impl Cartesian for Reverse {
     fn bang(&self, a: &Type) -> Result<Mor> {
-        self.mor(a, &Type::Unit, |_| {
+        new_mor(self, a, &Type::Unit, |_| {
             self.combined(&Type::Unit, Term::unit(), |_| {
                 LTerm::zero(self.cotangent(a))
             })
@@ -208,7 +190,7 @@ impl Cartesian for Reverse {
 
     fn fst(&self, a: &Type, b: &Type) -> Result<Mor> {
         let ab = Type::prod(a.clone(), b.clone());
-        self.mor(&ab, a, |x| {
+        new_mor(self, &ab, a, |x| {
             self.combined(a, Term::fst(Term::var(x)), |v| {
                 LTerm::pair(v, LTerm::zero(self.cotangent(b)))
             })
@@ -217,7 +199,7 @@ impl Cartesian for Reverse {
 
     fn snd(&self, a: &Type, b: &Type) -> Result<Mor> {
         let ab = Type::prod(a.clone(), b.clone());
-        self.mor(&ab, b, |x| {
+        new_mor(self, &ab, b, |x| {
             self.combined(b, Term::snd(Term::var(x)), |v| {
                 LTerm::pair(LTerm::zero(self.cotangent(a)), v)
             })
@@ -226,8 +208,8 @@ impl Cartesian for Reverse {
 
     fn pair(&self, f: Mor, g: Mor) -> Result<Mor> {
         // let (y, f') = R(f)[x] in let (z, g') = R(g)[x] in ((y, z), λ̲v. f' • fst v + g' • snd v)
-        let (y, df) = self.results(&f, "y", "df");
-        let (z, dg) = self.results(&g, "z", "dg");
+        let (y, df) = results(self, &f, "y", "df");
+        let (z, dg) = results(self, &g, "z", "dg");
         let cod = Type::prod(f.cod.clone(), g.cod.clone());
         let mut lets = Lets::new();
         lets.push_pair(&y, &df, f.body);
@@ -263,7 +245,7 @@ impl Cartesian for Reverse {
             cur = next;
         }
         let cod = cur;
-        self.mor(dom, &cod, |x| {
+        new_mor(self, dom, &cod, |x| {
             let mut t = Term::var(x);
             for (s, _) in &sides {
                 t = match s {
@@ -335,7 +317,7 @@ impl Closed for Reverse {
     fn eval(&self, b: &Type, c: &Type) -> Result<Mor> {
         // let (g, b) = x in let (c, g') = g b in (c, λ̲v. (!b ⊗ v, g' • v))
         let dom = Type::prod(Type::fun(b.clone(), c.clone()), b.clone());
-        self.mor(&dom, c, |x| {
+        new_mor(self, &dom, c, |x| {
             let g = Var::fresh("g", self.primal(&Type::fun(b.clone(), c.clone())));
             let bv = Var::fresh("b", self.primal(b));
             let cv = Var::fresh("c", self.primal(c));
@@ -356,7 +338,7 @@ impl Closed for Reverse {
 impl Primitives for Reverse {
     fn constant(&self, lit: &Lit) -> Result<Mor> {
         let ty = lit.ty();
-        self.mor(&Type::Unit, &ty, |_| {
+        new_mor(self, &Type::Unit, &ty, |_| {
             self.combined(&ty, Term::lit(*lit), |_| LTerm::zero(LTy::Unit))
         })
     }
@@ -389,20 +371,7 @@ impl Primitives for Reverse {
     }
 }
 
-impl Coproducts for Reverse {
-    fn inl(&self, _: &Type, _: &Type) -> Result<Mor> {
-        Err(unsupported("sum injections"))
-    }
-    fn inr(&self, _: &Type, _: &Type) -> Result<Mor> {
-        Err(unsupported("sum injections"))
-    }
-    fn copair(&self, _: Mor, _: Mor, _: &Type, _: &Type, _: &Type) -> Result<Mor> {
-        Err(unsupported("`case` and `if`"))
-    }
-    fn dist(&self, _: &Type, _: &Type, _: &Type) -> Result<Mor> {
-        Err(unsupported("`case` and `if`"))
-    }
-}
+unsupported_coproducts!(Reverse);
 
 impl Arrays for Reverse {
     fn map(&self, f: Mor, gamma: &Type, a: &Type, b: &Type) -> Result<Mor> {
@@ -412,7 +381,7 @@ impl Arrays for Reverse {
         let cod = Type::array(b.clone());
         let image = self.image(&f.dom, b);
         let (cg, ca) = (self.cotangent(gamma), self.cotangent(a));
-        self.mor(&dom, &cod, |x| {
+        new_mor(self, &dom, &cod, |x| {
             let g = Var::fresh("γ", self.primal(gamma));
             let xs = Var::fresh("as", self.primal(&Type::array(a.clone())));
             let rs = Var::fresh("rs", Ty::array(image.clone()));
@@ -467,7 +436,7 @@ impl Arrays for Reverse {
     fn length(&self, a: &Type) -> Result<Mor> {
         // (length x, λ̲v. 0)
         let dom = Type::array(a.clone());
-        self.mor(&dom, &Type::Int, |x| {
+        new_mor(self, &dom, &Type::Int, |x| {
             self.combined(&Type::Int, Term::mk(TermKind::Length(Term::var(x))), |_| {
                 LTerm::zero(self.cotangent(&dom))
             })
@@ -477,7 +446,7 @@ impl Arrays for Reverse {
         // let (n, a) = x in (replicate n a, λ̲v. ((), lsum v))
         let dom = Type::prod(Type::Int, a.clone());
         let cod = Type::array(a.clone());
-        self.mor(&dom, &cod, |x| {
+        new_mor(self, &dom, &cod, |x| {
             let n = Var::fresh("n", Ty::Int);
             let e = Var::fresh("a", self.primal(a));
             let mut lets = Lets::new();
