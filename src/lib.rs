@@ -40,6 +40,12 @@
 //!
 //! assert_eq!(direct.expect_real(), 2.0 * 1f64.sin());
 //! assert_eq!(direct.same(&via_ccc), Some(true));
+//!
+//! // Reverse-mode CHAD: the gradient with respect to both inputs.
+//! let (value, grad) = chad::ad::grad(&entry, &args)?;
+//! assert_eq!(value.expect_real(), 2.0 * 1f64.sin());
+//! assert_eq!(grad[0].expect_real(), 1f64.sin()); // ∂/∂x = sin 0 + sin 1
+//! assert_eq!(grad[1].expect_reals(), &[2.0 * 0f64.cos(), 2.0 * 1f64.cos()]); // ∂/∂ys_i = x cos ys_i
 //! # Ok::<(), chad::error::Error>(())
 //! ```
 //!
@@ -47,10 +53,12 @@
 //!
 //! * [`types`]: source types, the objects of the category.
 //! * [`source`]: surface syntax, parser, bidirectional checker, typed core terms, printer.
-//! * [`prim`]: primitive operations, registered once.
+//! * [`prim`]: primitive operations, registered once with their derivatives.
 //! * [`ccc`]: combinators, the compiler, the structure traits and `interpret`, and the models
 //!   (evaluation, type reconstruction, printing).
 //! * [`eval`]: the direct evaluator of source terms.
+//! * [`ad`]: forward and reverse CHAD as models of the combinator structure (`Σ_C L` and
+//!   `Σ_C L^op`), `jvp`/`vjp`/`grad` for programs, and `check_primitive` for derivatives.
 //! * [`target`]: the target language derivatives are written in: linear types, linear terms, a
 //!   checker enforcing linearity, an evaluator, a printer, the embedding of source terms, and
 //!   [`target::linear`], where linear maps and copowers are abstract types.
