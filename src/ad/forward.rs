@@ -43,7 +43,9 @@
 //!
 //! `F(f)[x]` is `f`'s term with its input bound to `x` by a `let` (or directly by the pattern
 //! that receives it), so every subterm is computed once: the output is linear in the size of the
-//! combinator. Sums, conditionals and the array operations other than `map`, `replicate`,
+//! combinator, counting a projection chain `π` by its length (a variable `k` binders away is
+//! `k` nested `fst`s, so a program that keeps using an early variable gets quadratic
+//! derivative code; the simplifier is to remove this). Sums, conditionals and the array operations other than `map`, `replicate`,
 //! `length` (and the primitives `sum`, `dot`) are reported as not yet supported.
 
 use super::{

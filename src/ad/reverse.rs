@@ -47,7 +47,7 @@
 //! ```
 //!
 //! As in forward mode, every subterm is computed once; the output is linear in the size of the
-//! combinator. Sums, conditionals and the array operations other than `map`, `replicate`,
+//! combinator, counting a projection chain by its length (`ι v` is as deep as `π`). Sums, conditionals and the array operations other than `map`, `replicate`,
 //! `length` (and the primitives `sum`, `dot`) are reported as not yet supported.
 
 use super::forward::no_derivative;
