@@ -478,20 +478,24 @@ fn run(cli: Cli) -> CliResult<String> {
                         ccc::print::to_string(&comb, width.saturating_sub(2)).replace('\n', "\n  ")
                     ))
                 }
-                Stage::Forward => {
+                Stage::Forward | Stage::Reverse => {
                     let entry = prog.entry(index);
                     with_source(ad::check_supported(&entry.body), &src)?;
                     let comb = ccc::compile_entry(&entry);
-                    let m = with_source(ad::forward::transform(&comb), &src)?;
-                    let image = ad::forward::Forward::new().image(&comb.dom, &comb.cod);
-                    Ok(show_mor(&entry.name, &m, image, width))
-                }
-                Stage::Reverse => {
-                    let entry = prog.entry(index);
-                    with_source(ad::check_supported(&entry.body), &src)?;
-                    let comb = ccc::compile_entry(&entry);
-                    let m = with_source(ad::reverse::transform(&comb), &src)?;
-                    let image = ad::reverse::Reverse::new().image(&comb.dom, &comb.cod);
+                    let (m, image) = if matches!(stage, Stage::Forward) {
+                        let maps = ad::forward::Forward::new();
+                        (
+                            ad::forward::transform(&comb),
+                            maps.image(&comb.dom, &comb.cod),
+                        )
+                    } else {
+                        let maps = ad::reverse::Reverse::new();
+                        (
+                            ad::reverse::transform(&comb),
+                            maps.image(&comb.dom, &comb.cod),
+                        )
+                    };
+                    let m = with_source(m, &src)?;
                     Ok(show_mor(&entry.name, &m, image, width))
                 }
             }

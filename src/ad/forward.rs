@@ -49,13 +49,13 @@
 //! `length` (and the primitives `sum`, `dot`) are reported as not yet supported.
 
 use super::{
-    Lets, Memo, Mor, TypeMaps, apply, lin_lam, new_mor, respan, results, split_args, split_linear,
+    Lets, Memo, Mor, TypeMaps, apply, lin_lam, new_mor, results, split_args, split_linear,
     unsupported,
 };
 use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Primitives};
 use crate::ccc::{Comb, Path, Step, interpret};
 use crate::deep::deep;
-use crate::error::{Error, ErrorKind, Result, Span};
+use crate::error::{Error, Result, Span};
 use crate::prim::{Derivative, Prim};
 use crate::source::term::Lit;
 use crate::target::term::{LTerm, LTermKind, Pat, Term, TermKind, Var};
@@ -170,10 +170,7 @@ impl Category for Forward {
     }
 
     fn located(&self, m: Mor, at: Span) -> Mor {
-        Mor {
-            body: respan(&m.body, at),
-            ..m
-        }
+        super::located(m, at)
     }
 }
 
@@ -334,7 +331,7 @@ impl Primitives for Forward {
         let args = split_args(&x, &tys, &mut lets);
         let value = Term::prim(op, args.clone());
         let deriv = match op.derivative() {
-            Derivative::Missing => return Err(no_derivative(op)),
+            Derivative::Missing => return Err(super::no_derivative(op)),
             Derivative::Zero => {
                 lin_lam("d", self.tangent(&dom), |_| LTerm::zero(self.tangent(&cod)))
             }
@@ -352,15 +349,6 @@ impl Primitives for Forward {
             x,
         })
     }
-}
-
-/// The error for a primitive without a registered derivative.
-pub(crate) fn no_derivative(op: &Prim) -> Error {
-    Error::new(
-        ErrorKind::Unsupported,
-        format!("primitive `{}` has no derivative", op.name()),
-    )
-    .with_note("register one with `Primitive::with_derivative`")
 }
 
 unsupported_coproducts!(Forward);

@@ -53,7 +53,7 @@ pub use tangent::{from_tangent, to_tangent};
 
 use crate::ccc;
 use crate::error::{Error, ErrorKind, Result, Span};
-use crate::prim::Derivative;
+use crate::prim::{Derivative, Prim};
 use crate::source::term::{Entry, Term as STerm, TermKind as SKind};
 use crate::target::linear::{Lin, LinFun};
 use crate::target::print;
@@ -168,6 +168,15 @@ fn is_are(what: &str) -> &'static str {
     }
 }
 
+/// The error for a primitive without a registered derivative.
+pub(crate) fn no_derivative(op: &Prim) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        format!("primitive `{}` has no derivative", op.name()),
+    )
+    .with_note("register one with `Primitive::with_derivative`")
+}
+
 /// Checks that a source term uses only what AD supports, reporting the first unsupported
 /// construct with its position. (The models reject the corresponding combinators too; this
 /// check exists to point at the source.)
@@ -183,12 +192,7 @@ pub fn check_supported(t: &STerm) -> Result<()> {
             SKind::Build(..) => Some("`build`"),
             SKind::Index(..) => Some("array indexing (`!`)"),
             SKind::Prim(op, _) if matches!(op.derivative(), Derivative::Missing) => {
-                return Err(Error::at(
-                    ErrorKind::Unsupported,
-                    t.span,
-                    format!("primitive `{}` has no derivative", op.name()),
-                )
-                .with_note("register one with `Primitive::with_derivative`"));
+                return Err(no_derivative(op).with_span(t.span));
             }
             _ => None,
         };
@@ -272,9 +276,17 @@ pub(crate) fn apply(f: &Var, l: LTerm) -> LTerm {
     LTerm::app(Term::var(f), l)
 }
 
-/// Gives the primitive applications on the spine of a term (lets and pairs) a source position,
-/// so runtime errors of the primal computation point at the source.
-pub(crate) fn respan(t: &Term, at: Span) -> Term {
+/// `Category::located` for both models: gives the primitive (and array) operations on the spine
+/// of the morphism's body a source position, so runtime errors of the primal computation point
+/// at the source.
+pub(crate) fn located(m: Mor, at: Span) -> Mor {
+    Mor {
+        body: respan(&m.body, at),
+        ..m
+    }
+}
+
+fn respan(t: &Term, at: Span) -> Term {
     let kind = match &t.kind {
         TermKind::Let(p, e, b) => TermKind::Let(p.clone(), respan(e, at), respan(b, at)),
         TermKind::Pair(a, b) => TermKind::Pair(respan(a, at), respan(b, at)),

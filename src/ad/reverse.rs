@@ -50,9 +50,8 @@
 //! combinator, counting a projection chain by its length (`ι v` is as deep as `π`). Sums, conditionals and the array operations other than `map`, `replicate`,
 //! `length` (and the primitives `sum`, `dot`) are reported as not yet supported.
 
-use super::forward::no_derivative;
 use super::{
-    Lets, Memo, Mor, TypeMaps, apply, lin_lam, new_mor, respan, results, split_args, tuple_linear,
+    Lets, Memo, Mor, TypeMaps, apply, lin_lam, new_mor, results, split_args, tuple_linear,
     unsupported,
 };
 use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Primitives};
@@ -172,10 +171,7 @@ impl Category for Reverse {
     }
 
     fn located(&self, m: Mor, at: Span) -> Mor {
-        Mor {
-            body: respan(&m.body, at),
-            ..m
-        }
+        super::located(m, at)
     }
 }
 
@@ -351,7 +347,7 @@ impl Primitives for Reverse {
         let args = split_args(&x, &tys, &mut lets);
         let value = Term::prim(op, args.clone());
         let deriv = match op.derivative() {
-            Derivative::Missing => return Err(no_derivative(op)),
+            Derivative::Missing => return Err(super::no_derivative(op)),
             Derivative::Zero => lin_lam("v", self.cotangent(&cod), |_| {
                 LTerm::zero(self.cotangent(&dom))
             }),
