@@ -78,6 +78,7 @@ pub mod eval;
 pub mod oracle;
 pub mod prim;
 pub mod random;
+pub mod simplify;
 pub mod source;
 pub mod target;
 pub mod types;

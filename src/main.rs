@@ -7,6 +7,7 @@ use chad::ad::{self, TypeMaps};
 use chad::ccc;
 use chad::error::{Error, ErrorKind, Result, Source};
 use chad::prim::Registry;
+use chad::simplify::simplify;
 use chad::source::{self, term::Entry, term::Program};
 use chad::value::Value;
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -96,9 +97,7 @@ enum Command {
         /// Line width for printing.
         #[arg(long, default_value_t = 100)]
         width: usize,
-        /// Show derivative code exactly as the AD functors produce it. (There is no simplifier
-        /// yet, so derivative code is always shown raw; the flag is accepted for forward
-        /// compatibility.)
+        /// Show derivative code exactly as the AD functors produce it, without simplification.
         #[arg(long)]
         no_simplify: bool,
     },
@@ -411,7 +410,7 @@ fn run(cli: Cli) -> CliResult<String> {
         }
         Command::Grad { run, json } => {
             let (src, entry, args) = prepare(&run)?;
-            let vjp = with_source(ad::Vjp::new(&entry), &src)?;
+            let vjp = with_source(ad::Vjp::new(&entry), &src)?.map_body(simplify);
             let (value, grads) = with_source(vjp.grad(&args), &src)?;
             Ok(gradient_output(&entry, &value, &grads, json))
         }
@@ -422,7 +421,7 @@ fn run(cli: Cli) -> CliResult<String> {
             json,
         } => {
             let (src, entry, args) = prepare(&run)?;
-            let jvp = with_source(ad::Jvp::new(&entry), &src)?;
+            let jvp = with_source(ad::Jvp::new(&entry), &src)?.map_body(simplify);
             let ts = values(
                 &tangents,
                 tangents_file.as_ref(),
@@ -445,7 +444,7 @@ fn run(cli: Cli) -> CliResult<String> {
             json,
         } => {
             let (src, entry, args) = prepare(&run)?;
-            let vjp = with_source(ad::Vjp::new(&entry), &src)?;
+            let vjp = with_source(ad::Vjp::new(&entry), &src)?.map_body(simplify);
             let ct_ty = entry.body.ty.tangent().unwrap_or(chad::types::Type::Unit);
             let ct = literal(&cotangent, &ct_ty, "cotangent")?;
             let (value, grads) = with_source(vjp.vjp(&args, &ct), &src)?;
@@ -456,7 +455,7 @@ fn run(cli: Cli) -> CliResult<String> {
             def,
             stage,
             width,
-            no_simplify: _,
+            no_simplify,
         } => {
             let (src, prog) = load(&file)?;
             let index = with_source(select(&src, &prog, def.as_deref()), &src)?;
@@ -495,7 +494,10 @@ fn run(cli: Cli) -> CliResult<String> {
                             maps.image(&comb.dom, &comb.cod),
                         )
                     };
-                    let m = with_source(m, &src)?;
+                    let mut m = with_source(m, &src)?;
+                    if !no_simplify {
+                        m = m.map_body(simplify);
+                    }
                     Ok(show_mor(&entry.name, &m, image, width))
                 }
             }

@@ -274,7 +274,7 @@ fn show_stages_match_golden_files() {
 
 #[test]
 fn show_derivative_stages_match_golden_files() {
-    // The raw output of the AD functors (there is no simplifier yet).
+    // Simplified by default; `--no-simplify` is the raw output of the AD functors.
     for ex in ["fig1a", "fig1b", "fig2a", "fig2b"] {
         let path = format!("examples/{ex}.chad");
         for stage in ["forward", "reverse"] {
@@ -283,6 +283,11 @@ fn show_derivative_stages_match_golden_files() {
             golden(&format!("{ex}.{stage}.txt"), &o.stdout);
             let raw = chad(&["show", &path, "--stage", stage, "--no-simplify"]);
             assert_eq!(raw.code, 0, "{}", raw.stderr);
+            golden(&format!("{ex}.{stage}.raw.txt"), &raw.stdout);
+            assert!(
+                o.stdout.len() * 2 < raw.stdout.len(),
+                "{ex} {stage}: simplified output is not much smaller than the raw output"
+            );
         }
     }
 }

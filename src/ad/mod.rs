@@ -93,6 +93,15 @@ impl Mor {
     pub fn apply(&self, x: Value) -> Result<(Value, LinFun)> {
         run(self, x)
     }
+
+    /// The same morphism with its body rewritten by `f`, which must preserve its meaning and
+    /// type (e.g. [`crate::simplify::simplify`]; AD itself never simplifies).
+    pub fn map_body(&self, f: impl FnOnce(&Term) -> Term) -> Mor {
+        Mor {
+            body: f(&self.body),
+            ..self.clone()
+        }
+    }
 }
 
 impl fmt::Display for Mor {
@@ -438,6 +447,14 @@ impl Jvp {
         &self.mor
     }
 
+    /// The same derivative with its code rewritten by `f` (see [`Mor::map_body`]).
+    pub fn map_body(self, f: impl FnOnce(&Term) -> Term) -> Jvp {
+        Jvp {
+            mor: self.mor.map_body(f),
+            ..self
+        }
+    }
+
     /// The value at `args` and the directional derivative along `tangents` (one per argument,
     /// each of type `Type::tangent` of the parameter type; a sum's tangent on the same side as
     /// the argument, an array's of the same length).
@@ -490,6 +507,14 @@ impl Vjp {
     /// The reverse derivative as a morphism (for printing).
     pub fn mor(&self) -> &Mor {
         &self.mor
+    }
+
+    /// The same derivative with its code rewritten by `f` (see [`Mor::map_body`]).
+    pub fn map_body(self, f: impl FnOnce(&Term) -> Term) -> Vjp {
+        Vjp {
+            mor: self.mor.map_body(f),
+            ..self
+        }
     }
 
     /// The value at `args` and the cotangent of every argument for the output cotangent

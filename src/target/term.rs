@@ -552,6 +552,83 @@ impl LTerm {
     }
 }
 
+/// A rewriting of both kinds of terms, used by [`Term::map_children`] and
+/// [`LTerm::map_children`] to rebuild a node from rewritten immediate subterms.
+pub trait Rewrite {
+    /// The rewritten Cartesian subterm.
+    fn term(&mut self, t: &Term) -> Term;
+    /// The rewritten linear subterm.
+    fn linear(&mut self, l: &LTerm) -> LTerm;
+}
+
+impl Term {
+    /// The same node (same binders, same span) over rewritten immediate subterms, left to right.
+    pub fn map_children(&self, r: &mut impl Rewrite) -> Term {
+        use TermKind as K;
+        let kind = match &self.kind {
+            K::Var(_) | K::Lit(_) => return self.clone(),
+            K::Lam(x, b) => K::Lam(x.clone(), r.term(b)),
+            K::App(f, a) => K::App(r.term(f), r.term(a)),
+            K::Let(p, e, b) => K::Let(p.clone(), r.term(e), r.term(b)),
+            K::Pair(a, b) => K::Pair(r.term(a), r.term(b)),
+            K::Fst(e) => K::Fst(r.term(e)),
+            K::Snd(e) => K::Snd(r.term(e)),
+            K::If(c, a, b) => K::If(r.term(c), r.term(a), r.term(b)),
+            K::Inl(e, t) => K::Inl(r.term(e), t.clone()),
+            K::Inr(t, e) => K::Inr(t.clone(), r.term(e)),
+            K::Case(e, p, a, q, b) => {
+                K::Case(r.term(e), p.clone(), r.term(a), q.clone(), r.term(b))
+            }
+            K::Prim(op, args) => K::Prim(op.clone(), args.iter().map(|a| r.term(a)).collect()),
+            K::Array(t, xs) => K::Array(t.clone(), xs.iter().map(|x| r.term(x)).collect()),
+            K::Map(f, xs) => K::Map(r.term(f), r.term(xs)),
+            K::Map2(f, xs, ys) => K::Map2(r.term(f), r.term(xs), r.term(ys)),
+            K::Build(n, f) => K::Build(r.term(n), r.term(f)),
+            K::Index(xs, i) => K::Index(r.term(xs), r.term(i)),
+            K::Length(xs) => K::Length(r.term(xs)),
+            K::Replicate(n, x) => K::Replicate(r.term(n), r.term(x)),
+            K::LinLam(v, l) => K::LinLam(v.clone(), r.linear(l)),
+            K::LinApp(f, t) => K::LinApp(r.term(f), r.term(t)),
+            K::LinPrim(k, t) => K::LinPrim(k.clone(), r.term(t)),
+        };
+        Term::new(kind, self.span)
+    }
+}
+
+impl LTerm {
+    /// The same node (same binders, same span) over rewritten immediate subterms, left to right.
+    pub fn map_children(&self, r: &mut impl Rewrite) -> LTerm {
+        use LTermKind as K;
+        let kind = match &self.kind {
+            K::Var(_) | K::Zero(_) => return self.clone(),
+            K::Plus(a, b) => K::Plus(r.linear(a), r.linear(b)),
+            K::Pair(a, b) => K::Pair(r.linear(a), r.linear(b)),
+            K::Fst(l) => K::Fst(r.linear(l)),
+            K::Snd(l) => K::Snd(r.linear(l)),
+            K::App(f, l) => K::App(r.term(f), r.linear(l)),
+            K::Let(p, t, l) => K::Let(p.clone(), r.term(t), r.linear(l)),
+            K::LinLet(u, a, b) => K::LinLet(u.clone(), r.linear(a), r.linear(b)),
+            K::Copower(t, l) => K::Copower(r.term(t), r.linear(l)),
+            K::CopowFold(t, l) => K::CopowFold(r.term(t), r.linear(l)),
+            K::PowLam(b, l) => K::PowLam(b.clone(), r.linear(l)),
+            K::PowApp(l, t) => K::PowApp(r.linear(l), r.term(t)),
+            K::Inl(l, t) => K::Inl(r.linear(l), t.clone()),
+            K::Inr(t, l) => K::Inr(t.clone(), r.linear(l)),
+            K::FromLeft(l) => K::FromLeft(r.linear(l)),
+            K::FromRight(l) => K::FromRight(r.linear(l)),
+            K::Replicate(n, l) => K::Replicate(r.term(n), r.linear(l)),
+            K::Sum(l) => K::Sum(r.linear(l)),
+            K::OneHot(n, i, l) => K::OneHot(r.term(n), r.term(i), r.linear(l)),
+            K::Index(l, i) => K::Index(r.linear(l), r.term(i)),
+            K::ZipWith(fs, l) => K::ZipWith(r.term(fs), r.linear(l)),
+            K::Map(f, l) => K::Map(r.term(f), r.linear(l)),
+            K::Build(n, i, l) => K::Build(r.term(n), i.clone(), r.linear(l)),
+            K::Scale(t, l) => K::Scale(r.term(t), r.linear(l)),
+        };
+        LTerm::new(kind, self.span)
+    }
+}
+
 /// Number of nodes of either kind under a root, iteratively.
 fn size(root: Child<'_>) -> usize {
     let mut n = 0;

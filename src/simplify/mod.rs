@@ -1,0 +1,231 @@
+//! The simplifier: named, individually switchable rewrite rules on target terms, run to a fixed
+//! point.
+//!
+//! The AD functors emit correct but administrative code: projections of literal pairs, additions
+//! of zero, nested zero tuples from context projections, lets of variables, `(λ̲v. l) • l'`
+//! redexes. This module removes them with the rules of the CHAD paper's Appendix B, Table 1, and
+//! those the linear fragment needs. It knows nothing about AD: it is a meaning-preserving
+//! transformation of [`crate::target`] terms, and the AD modules never call it.
+//!
+//! ## Meaning and cost
+//!
+//! Every rule preserves the value of a term (up to runtime errors in code that is discarded: a
+//! dead `let x = xs ! 10` no longer fails) and never increases its cost by more than a constant
+//! factor, because a rule never copies a computation: only *atoms* (variables, literals,
+//! projections of atoms, linear `0`) are copied, and anything else is shared through a `let`.
+//! [`Rules`] documents each rule as `lhs ~> rhs`; `theory-notes/04-simplifier.md` gives the
+//! argument for each.
+//!
+//! ## How it runs
+//!
+//! One *pass* is a single traversal in the style of a shrinking-reduction simplifier: before it,
+//! [`occur`] counts every bound variable's occurrences; during it, a substitution maps inlined
+//! variables to their terms (ids are unique, so no capture is possible), bindings float to the
+//! nearest enclosing *block* (a λ body, a branch, the whole term) on one shared stack, and a use
+//! count of the *output* decides dead bindings when a block is closed. Each node is visited once,
+//! so a pass is linear in the size of the term (plus hash-map work). Passes repeat until no rule
+//! fires; on the AD output of straight-line programs this takes a small number of passes that does
+//! not grow with the program (see the benchmark in `benches/simplify.rs`).
+//!
+//! ```
+//! use chad::simplify::{simplify, simplify_with, Rules};
+//! use chad::target::term::{LTerm, Term, Var};
+//! use chad::target::types::{LTy, Ty};
+//!
+//! // fst (x, \v ⊸ 0 + v) ~> x
+//! let x = Var::fresh("x", Ty::Real);
+//! let v = Var::linear("v", LTy::Real);
+//! let d = Term::lin_lam(&v, LTerm::plus(LTerm::zero(LTy::Real), LTerm::var(&v)));
+//! let t = Term::fst(Term::pair(Term::var(&x), d));
+//! assert_eq!(simplify(&t).to_string(), "x");
+//!
+//! // With pairProj off, the projection stays.
+//! let (kept, stats) = simplify_with(&t, &Rules::all().without("pairProj"));
+//! assert_eq!(kept.to_string(), "fst (x, \\v ⊸ v)");
+//! assert_eq!(stats.fired["plusZero"], 1);
+//! ```
+
+pub mod occur;
+mod pass;
+mod types;
+
+use crate::target::term::Term;
+use std::collections::BTreeMap;
+
+macro_rules! rules {
+    ($($(#[doc = $doc:literal])* $field:ident = $name:literal,)*) => {
+        /// Which rules are on. Each field documents its rule as `lhs ~> rhs`; [`Rules::NAMES`]
+        /// lists the rule names (as in the paper, camelCase) in the order given here.
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub struct Rules {
+            $($(#[doc = $doc])* pub $field: bool,)*
+        }
+
+        impl Rules {
+            /// The names of all rules.
+            pub const NAMES: &'static [&'static str] = &[$($name),*];
+
+            /// Every rule on.
+            pub fn all() -> Rules {
+                Rules { $($field: true,)* }
+            }
+
+            /// Every rule off (a simplifier that only rebuilds the term).
+            pub fn none() -> Rules {
+                Rules { $($field: false,)* }
+            }
+
+            /// Whether the rule called `name` is on; `None` for an unknown name.
+            pub fn get(&self, name: &str) -> Option<bool> {
+                match name {
+                    $($name => Some(self.$field),)*
+                    _ => None,
+                }
+            }
+
+            /// Switches the rule called `name`; `false` for an unknown name.
+            pub fn set(&mut self, name: &str, on: bool) -> bool {
+                match name {
+                    $($name => {
+                        self.$field = on;
+                        true
+                    })*
+                    _ => false,
+                }
+            }
+        }
+    };
+}
+
+rules! {
+    /// `lamAppLet`: `(\x -> e) a ~> let x = a in e`.
+    lam_app_let = "lamAppLet",
+    /// `letRotate`: `let p = (let q = a in b) in e ~> let q = a in let p = b in e` (Cartesian
+    /// and linear lets alike).
+    let_rotate = "letRotate",
+    /// `letPairSplit`: `let (p, q) = (a, b) in e ~> let p = a in let q = b in e`, and
+    /// `let x = (a, b) in e ~> let x1 = a in let x2 = b in let x = (x1, x2) in e` (then
+    /// `pairProj` resolves `fst x` to `x1`); also for linear lets.
+    let_pair_split = "letPairSplit",
+    /// `letInline`: `let x = a in e ~> e[a/x]` when `a` is an atom, or `x` occurs at most once
+    /// in `e` and not under a λ (unless `a` is a λ); also for linear lets.
+    let_inline = "letInline",
+    /// `pairProj`: `fst (a, b) ~> a`, `snd (a, b) ~> b`, also when the pair is let-bound:
+    /// `let x = (a, b) in .. fst x .. ~> let x = (a, b) in .. a ..` for an atom `a`; linear too.
+    pair_proj = "pairProj",
+    /// `pairEta`: `(fst a, snd a) ~> a` for an atom `a`; linear too.
+    pair_eta = "pairEta",
+    /// `letProj`: `fst (let p = a in e) ~> let p = a in fst e` (and `snd`; linear too).
+    let_proj = "letProj",
+    /// `letFloat`: a `let` in any other strict position floats out of it, e.g.
+    /// `f (let p = a in e) ~> let p = a in f e`, `(let p = a in e, b) ~> let p = a in (e, b)`.
+    /// Never out of a λ body or a branch.
+    let_float = "letFloat",
+    /// `plusZero`: `0 + l ~> l`, `l + 0 ~> l`.
+    plus_zero = "plusZero",
+    /// `plusPair`: `(a, b) + (c, d) ~> (a + c, b + d)`, also when a side is a linear variable
+    /// let-bound to a pair.
+    plus_pair = "plusPair",
+    /// `plusLet`: `(let p = a in l) + l' ~> let p = a in l + l'` (either side, either kind of
+    /// let).
+    plus_let = "plusLet",
+    /// `algebra`: constant folding of primitives on literals; `x * 1 ~> x`, `1 * x ~> x`,
+    /// `x - 0 ~> x`, `x / 1 ~> x`, `-(-x) ~> x`; linear `1 * l ~> l`, `0 * l ~> 0`.
+    algebra = "algebra",
+    /// `letLamPairSplit`: `let f = \x -> (a, b) in e ~> let f1 = \x -> a in let f2 = \x -> b in
+    /// e[\y -> (f1 y, f2 y)/f]`, applied at each use, so `fst (f t) ~> f1 t`.
+    let_lam_pair_split = "letLamPairSplit",
+    /// `mapPairSplit`: `let r = map (\x -> (a, b)) xs in e ~> let r1 = map (\x -> a) xs in
+    /// let r2 = map (\x -> b) xs in e[r1/map fst r, r2/map snd r]`, when every use of `r` is
+    /// `map (\p -> fst p) r` or `map (\p -> snd p) r`.
+    map_pair_split = "mapPairSplit",
+    /// `mapZero`: `lmap f 0 ~> 0`, `lmap (λ̲p. 0) l ~> 0`, `zipWith fs 0 ~> 0`,
+    /// `lbuild n (\i -> 0) ~> 0`, `replicate n 0 ~> 0`, `onehot n i 0 ~> 0`.
+    map_zero = "mapZero",
+    /// `sumZip`: `lsum (lmap f l) ~> f • lsum l` (a sum commutes with a linear map; the paper's
+    /// `sum (zip a b) ~> (sum a, sum b)` is the case of a pair of projections).
+    sum_zip = "sumZip",
+    /// `sumZero`: `lsum 0 ~> 0`.
+    sum_zero = "sumZero",
+    /// `sumSingleton`: `lsum (onehot n i l) ~> l`.
+    sum_singleton = "sumSingleton",
+    /// `linBeta`: `(λ̲v. l) • l' ~> let v = l' in l`; for powers `(\b -> l) @ t ~> let b = t in
+    /// l`.
+    lin_beta = "linBeta",
+    /// `linEta`: `λ̲v. f • v ~> f` for an atom `f`.
+    lin_eta = "linEta",
+    /// `zeroProp`: zero through linear operations: `fst 0 ~> 0`, `(0, 0) ~> 0`, `f • 0 ~> 0`,
+    /// `t * 0 ~> 0`, `!t ⊗ 0 ~> 0`, `copowfold f 0 ~> 0`, `0 ! i ~> 0`, `0 @ t ~> 0`,
+    /// `\b -> 0 ~> 0`, `fromLeft 0 ~> 0`.
+    zero_prop = "zeroProp",
+    /// `copowSingleton`: `copowfold f (!t ⊗ l) ~> f t • l`.
+    copow_singleton = "copowSingleton",
+    /// `deadLet`: `let p = a in e ~> e` when no variable of `p` occurs in `e` (unused variables
+    /// of a pattern become `_`); also for linear lets.
+    dead_let = "deadLet",
+    /// `caseKnown`: `case inl a of inl p -> e | inr q -> e' ~> let p = a in e` (and `inr`),
+    /// `if true then e else e' ~> e` (and `false`), `fromLeft (linl l) ~> l`,
+    /// `fromLeft (linr l) ~> 0` (and `fromRight`).
+    case_known = "caseKnown",
+}
+
+impl Default for Rules {
+    /// Every rule on.
+    fn default() -> Rules {
+        Rules::all()
+    }
+}
+
+impl Rules {
+    /// These rules with one switched off. Panics on an unknown name (a programming error).
+    pub fn without(mut self, name: &str) -> Rules {
+        assert!(self.set(name, false), "no simplifier rule `{name}`");
+        self
+    }
+
+    /// Only the named rules on. Panics on an unknown name (a programming error).
+    pub fn only(names: &[&str]) -> Rules {
+        let mut r = Rules::none();
+        for n in names {
+            assert!(r.set(n, true), "no simplifier rule `{n}`");
+        }
+        r
+    }
+}
+
+/// The most passes [`simplify_with`] runs. Every rule shrinks the term or moves a `let` outward,
+/// so the fixed point comes long before this on any term we have seen; the cap only guards
+/// against a rule interaction we have not.
+pub const MAX_PASSES: usize = 64;
+
+/// What a simplification did.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    /// Passes run, the last one firing nothing (unless [`MAX_PASSES`] was reached).
+    pub passes: usize,
+    /// How often each rule fired, over all passes (rules that never fired are absent).
+    pub fired: BTreeMap<&'static str, usize>,
+}
+
+/// Simplifies with every rule on.
+pub fn simplify(t: &Term) -> Term {
+    simplify_with(t, &Rules::all()).0
+}
+
+/// Simplifies with the given rules, to a fixed point. Free variables of `t` stay free.
+pub fn simplify_with(t: &Term, rules: &Rules) -> (Term, Stats) {
+    let mut stats = Stats::default();
+    let mut cur = t.clone();
+    while stats.passes < MAX_PASSES {
+        stats.passes += 1;
+        let (out, fired) = pass::run(&cur, rules);
+        cur = out;
+        if fired.is_empty() {
+            break;
+        }
+        for (k, n) in fired {
+            *stats.fired.entry(k).or_default() += n;
+        }
+    }
+    (cur, stats)
+}

@@ -1,0 +1,247 @@
+//! Occurrence analysis: how often, and where, each bound variable of a target term occurs.
+//!
+//! The simplifier inlines a `let` only when that cannot duplicate work (`letInline`): the bound
+//! term is cheap, or its variable occurs at most once and not under a λ that the binding is
+//! outside of (a λ body may run many times, so moving a computation into it could multiply its
+//! cost; moving a λ *value* in is fine). This module computes exactly that information for every
+//! binder of a term, in one linear pass, before each simplifier pass.
+//!
+//! "Under a λ" counts every form whose body may run a number of times not fixed by the enclosing
+//! code: Cartesian `\x ->`, linear `λ̲v.`, the power `\b -> l` and the linear `lbuild` body
+//! (`map`, `map2`, `build`, `copowfold` and `zipWith` take Cartesian λs, which count as such).
+//! Branches of `if` and `case` do not count: each runs at most once per run of the enclosing code.
+
+use crate::deep::deep;
+use crate::target::term::{Child, LTerm, LTermKind, Pat, Term, TermKind, VarId};
+use std::collections::HashMap;
+
+/// What is known about one bound variable's occurrences.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Occ {
+    /// Number of occurrences (saturating).
+    pub count: u32,
+    /// Whether some occurrence is under a λ that does not also enclose the binder.
+    pub under_lambda: bool,
+    /// Occurrences as the array of `map (\r -> fst r) x` or `map (\r -> snd r) x` (the only
+    /// uses `mapPairSplit` can serve).
+    pub map_proj: u32,
+}
+
+impl Occ {
+    /// Whether inlining the bound term at its occurrences cannot duplicate work: at most one
+    /// occurrence, and that one not under a λ unless the bound term is itself a value.
+    pub fn inline_once(&self, value: bool) -> bool {
+        self.count <= 1 && (value || !self.under_lambda)
+    }
+}
+
+/// The occurrences of every variable bound in a term (variables free in it are absent).
+#[derive(Default)]
+pub struct Occurrences {
+    map: HashMap<VarId, Occ>,
+    /// The λ depth of each binder, during the analysis.
+    depth: HashMap<VarId, u32>,
+}
+
+impl Occurrences {
+    /// Analyses a Cartesian term.
+    pub fn of(t: &Term) -> Occurrences {
+        let mut o = Occurrences::default();
+        o.term(t, 0);
+        o.depth = HashMap::new();
+        o
+    }
+
+    /// What is known about a variable bound in the analysed term; `None` for variables made
+    /// after the analysis (or free in the term).
+    pub fn get(&self, v: VarId) -> Option<Occ> {
+        self.map.get(&v).copied()
+    }
+
+    fn bind(&mut self, v: VarId, depth: u32) {
+        self.map.entry(v).or_default();
+        self.depth.insert(v, depth);
+    }
+
+    fn bind_pat(&mut self, p: &Pat, depth: u32) {
+        for v in p.vars() {
+            self.bind(v.id, depth);
+        }
+    }
+
+    fn occur(&mut self, v: VarId, depth: u32) {
+        if let Some(o) = self.map.get_mut(&v) {
+            o.count = o.count.saturating_add(1);
+            if self.depth.get(&v).is_some_and(|&d| depth > d) {
+                o.under_lambda = true;
+            }
+        }
+    }
+
+    fn term(&mut self, t: &Term, depth: u32) {
+        deep(|| self.term_(t, depth))
+    }
+
+    fn term_(&mut self, t: &Term, depth: u32) {
+        use TermKind as K;
+        match &t.kind {
+            K::Var(x) => self.occur(x.id, depth),
+            K::Lam(x, b) => {
+                self.bind(x.id, depth + 1);
+                self.term(b, depth + 1);
+            }
+            K::LinLam(v, l) => {
+                self.bind(v.id, depth + 1);
+                self.linear(l, depth + 1);
+            }
+            K::Let(p, e, b) => {
+                self.term(e, depth);
+                self.bind_pat(p, depth);
+                self.term(b, depth);
+            }
+            K::Case(e, p, a, q, b) => {
+                self.term(e, depth);
+                self.bind_pat(p, depth);
+                self.term(a, depth);
+                self.bind_pat(q, depth);
+                self.term(b, depth);
+            }
+            K::Map(f, xs) => {
+                if let (Some(_), K::Var(x)) = (projection(f), &xs.kind)
+                    && let Some(o) = self.map.get_mut(&x.id)
+                {
+                    o.map_proj = o.map_proj.saturating_add(1);
+                }
+                self.term(f, depth);
+                self.term(xs, depth);
+            }
+            _ => self.children(t.children(), depth),
+        }
+    }
+
+    fn children<'a>(&mut self, cs: impl IntoIterator<Item = Child<'a>>, d: u32) {
+        for c in cs {
+            match c {
+                Child::C(t) => self.term(t, d),
+                Child::L(l) => self.linear(l, d),
+            }
+        }
+    }
+
+    fn linear(&mut self, l: &LTerm, depth: u32) {
+        deep(|| self.linear_(l, depth))
+    }
+
+    fn linear_(&mut self, l: &LTerm, depth: u32) {
+        use LTermKind as K;
+        match &l.kind {
+            K::Var(u) => self.occur(u.id, depth),
+            K::Let(p, t, b) => {
+                self.term(t, depth);
+                self.bind_pat(p, depth);
+                self.linear(b, depth);
+            }
+            K::LinLet(u, a, b) => {
+                self.linear(a, depth);
+                self.bind(u.id, depth);
+                self.linear(b, depth);
+            }
+            K::PowLam(b, body) => {
+                self.bind(b.id, depth + 1);
+                self.linear(body, depth + 1);
+            }
+            K::Build(n, i, body) => {
+                self.term(n, depth);
+                self.bind(i.id, depth + 1);
+                self.linear(body, depth + 1);
+            }
+            _ => self.children(l.children(), depth),
+        }
+    }
+}
+
+/// Which projection a Cartesian λ is, if it is `\r -> fst r` (`Some(true)`) or `\r -> snd r`
+/// (`Some(false)`).
+pub fn projection(f: &Term) -> Option<bool> {
+    let TermKind::Lam(r, body) = &f.kind else {
+        return None;
+    };
+    let (first, e) = match &body.kind {
+        TermKind::Fst(e) => (true, e),
+        TermKind::Snd(e) => (false, e),
+        _ => return None,
+    };
+    matches!(&e.kind, TermKind::Var(x) if x.id == r.id).then_some(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::target::term::Var;
+    use crate::target::types::Ty;
+
+    #[test]
+    fn counts_occurrences_and_lambdas_relative_to_the_binder() {
+        let x = Var::fresh("x", Ty::Real);
+        let y = Var::fresh("y", Ty::Real);
+        let z = Var::fresh("z", Ty::Real);
+        let dead = Var::fresh("d", Ty::Real);
+        // let y = x in let d = y in (\z -> (y, z), z-free) ...
+        let t = Term::let_(
+            &y,
+            Term::var(&x),
+            Term::let_(
+                &dead,
+                Term::var(&y),
+                Term::lam(&z, Term::pair(Term::var(&y), Term::var(&z))),
+            ),
+        );
+        let o = Occurrences::of(&t);
+        assert_eq!(o.get(x.id), None, "free variables are not tracked");
+        let oy = o.get(y.id).unwrap();
+        assert_eq!((oy.count, oy.under_lambda), (2, true));
+        let oz = o.get(z.id).unwrap();
+        assert_eq!(
+            (oz.count, oz.under_lambda),
+            (1, false),
+            "z is bound by the λ itself"
+        );
+        assert_eq!(o.get(dead.id).unwrap().count, 0);
+        assert!(oz.inline_once(false));
+        assert!(
+            !Occ {
+                count: 1,
+                under_lambda: true,
+                map_proj: 0
+            }
+            .inline_once(false)
+        );
+        assert!(
+            Occ {
+                count: 1,
+                under_lambda: true,
+                map_proj: 0
+            }
+            .inline_once(true)
+        );
+    }
+
+    #[test]
+    fn recognises_projection_lambdas_and_counts_map_projections() {
+        let pt = Ty::prod(Ty::Real, Ty::Int);
+        let r = Var::fresh("r", pt.clone());
+        let xs = Var::fresh("xs", Ty::array(pt));
+        let fst = Term::lam(&r, Term::fst(Term::var(&r)));
+        assert_eq!(projection(&fst), Some(true));
+        let t = Term::let_(
+            &xs,
+            Term::var(&xs),
+            Term::pair(
+                Term::mk(TermKind::Map(fst, Term::var(&xs))),
+                Term::mk(TermKind::Length(Term::var(&xs))),
+            ),
+        );
+        let o = Occurrences::of(&t).get(xs.id).unwrap();
+        assert_eq!((o.count, o.map_proj), (2, 1));
+    }
+}

@@ -1,0 +1,1420 @@
+//! One simplifier pass: a single traversal that applies every enabled rule.
+//!
+//! * **Input and output.** The traversal reads the pass's *input* term and builds its *output*.
+//!   Each input node is simplified at most once. Smart constructors (`fst`, `plus`, ...) apply
+//!   the local rules to already-simplified children.
+//! * **Blocks and floating.** Bindings are pushed on one stack and wrapped around the result when
+//!   the enclosing *block* (a λ body, a branch, the whole term) closes. A `let` in a strict
+//!   position therefore floats out of it for free (`letRotate`, `letProj`, `plusLet`,
+//!   `letFloat`); with the rule off, that position is simplified as a block of its own.
+//! * **Inlining.** A variable used once, safely (see [`super::occur`]), is mapped to its
+//!   *unsimplified* bound term, which is simplified where it is used (so a `let`-bound `λ` used
+//!   once is β-reduced as input, and nothing is simplified twice). Atoms are copied (`Cheap`),
+//!   and the components of a split pair that are used once are moved (`Moved`).
+//! * **Use counts.** The pass counts the uses of each variable in the output as it builds it.
+//!   It copies atoms and decrements the counts of dropped subterms. When a block closes,
+//!   bindings whose variables have no uses are dropped (`deadLet`), innermost first, so a chain
+//!   of dead bindings disappears in one pass.
+
+use super::Rules;
+use super::occur::{Occurrences, projection};
+use super::types;
+use crate::deep::deep;
+use crate::error::Span;
+use crate::prim::Prim;
+use crate::target::term::{Child, LTerm, LTermKind, Lit, Pat, Rewrite, Term, TermKind, Var, VarId};
+use crate::target::types::{LTy, Ty};
+use crate::value::Value;
+use std::collections::{BTreeMap, HashMap};
+
+/// Runs one pass over `t`: the output, and how often each rule fired.
+pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usize>) {
+    let mut p = Pass {
+        rules,
+        occ: Occurrences::of(t),
+        subst: HashMap::new(),
+        lsubst: HashMap::new(),
+        known: HashMap::new(),
+        lknown: HashMap::new(),
+        lam_split: HashMap::new(),
+        map_split: HashMap::new(),
+        uses: HashMap::new(),
+        stack: Vec::new(),
+        fired: BTreeMap::new(),
+    };
+    let out = p.block(t);
+    debug_assert!(p.stack.is_empty());
+    (out, p.fired)
+}
+
+/// What an inlined variable stands for.
+enum Subst<T> {
+    /// An input term, to be simplified at the (single) use.
+    Input(T),
+    /// An output term, moved to the (single) use.
+    Moved(T),
+    /// An output atom, copied to every use.
+    Cheap(T),
+}
+
+/// A binding waiting on the stack for its block to close.
+enum Binding {
+    Cart(Pat, Term, Span),
+    Lin(Var, LTerm, Span),
+}
+
+struct Pass<'r> {
+    rules: &'r Rules,
+    occ: Occurrences,
+    subst: HashMap<VarId, Subst<Term>>,
+    lsubst: HashMap<VarId, Subst<LTerm>>,
+    /// Cartesian variables bound to pairs of atoms.
+    known: HashMap<VarId, (Term, Term)>,
+    /// Linear variables bound to pairs of atoms.
+    lknown: HashMap<VarId, (LTerm, LTerm)>,
+    /// Functions split by `letLamPairSplit` into their two halves.
+    lam_split: HashMap<VarId, (Var, Var)>,
+    /// Arrays split by `mapPairSplit` into their two halves.
+    map_split: HashMap<VarId, (Var, Var)>,
+    /// Uses of each variable in the output built so far.
+    uses: HashMap<VarId, u32>,
+    stack: Vec<Binding>,
+    fired: BTreeMap<&'static str, usize>,
+}
+
+/// Whether a Cartesian term is an atom: a variable, a literal, or a projection of an atom.
+/// Atoms are the only terms the simplifier copies.
+fn is_atom(t: &Term) -> bool {
+    let mut t = t;
+    loop {
+        match &t.kind {
+            TermKind::Var(_) | TermKind::Lit(_) => return true,
+            TermKind::Fst(e) | TermKind::Snd(e) => t = e,
+            _ => return false,
+        }
+    }
+}
+
+/// Whether a linear term is an atom: a variable, `0`, or a projection of an atom.
+fn is_latom(l: &LTerm) -> bool {
+    let mut l = l;
+    loop {
+        match &l.kind {
+            LTermKind::Var(_) | LTermKind::Zero(_) => return true,
+            LTermKind::Fst(e) | LTermKind::Snd(e) => l = e,
+            _ => return false,
+        }
+    }
+}
+
+/// Whether two atoms are the same variable under the same projections.
+fn same_atom(a: &Term, b: &Term) -> bool {
+    use TermKind as K;
+    let (mut a, mut b) = (a, b);
+    loop {
+        match (&a.kind, &b.kind) {
+            (K::Var(x), K::Var(y)) => return x.id == y.id,
+            (K::Fst(x), K::Fst(y)) | (K::Snd(x), K::Snd(y)) => (a, b) = (x, y),
+            _ => return false,
+        }
+    }
+}
+
+/// [`same_atom`] for linear atoms.
+fn same_latom(a: &LTerm, b: &LTerm) -> bool {
+    use LTermKind as K;
+    let (mut a, mut b) = (a, b);
+    loop {
+        match (&a.kind, &b.kind) {
+            (K::Var(x), K::Var(y)) => return x.id == y.id,
+            (K::Fst(x), K::Fst(y)) | (K::Snd(x), K::Snd(y)) => (a, b) = (x, y),
+            _ => return false,
+        }
+    }
+}
+
+/// Whether an input term is a value, so that moving it under a λ cannot duplicate work.
+fn is_value(t: &Term) -> bool {
+    matches!(
+        t.kind,
+        TermKind::Lam(..) | TermKind::LinLam(..) | TermKind::Lit(_)
+    )
+}
+
+fn real_lit(t: &Term) -> Option<f64> {
+    match t.kind {
+        TermKind::Lit(Lit::Real(x)) => Some(x),
+        _ => None,
+    }
+}
+
+fn lit_value(t: &Term) -> Option<Value> {
+    match &t.kind {
+        TermKind::Lit(Lit::Real(x)) => Some(Value::Real(*x)),
+        TermKind::Lit(Lit::Int(n)) => Some(Value::Int(*n)),
+        TermKind::Lit(Lit::Bool(b)) => Some(Value::Bool(*b)),
+        TermKind::Lit(Lit::Unit) => Some(Value::Unit),
+        _ => None,
+    }
+}
+
+fn value_lit(v: &Value) -> Option<Lit> {
+    Some(match v {
+        Value::Real(x) => Lit::Real(*x),
+        Value::Int(n) => Lit::Int(*n),
+        Value::Bool(b) => Lit::Bool(*b),
+        Value::Unit => Lit::Unit,
+        _ => return None,
+    })
+}
+
+/// Replaces a variable by an atom throughout an output term, counting the copies.
+struct Replace<'a, 'r> {
+    pass: &'a mut Pass<'r>,
+    var: VarId,
+    by: Child<'a>,
+}
+
+impl Rewrite for Replace<'_, '_> {
+    fn term(&mut self, t: &Term) -> Term {
+        deep(|| match (&t.kind, self.by) {
+            (TermKind::Var(x), Child::C(a)) if x.id == self.var => self.pass.copy(a),
+            _ => t.map_children(self),
+        })
+    }
+    fn linear(&mut self, l: &LTerm) -> LTerm {
+        deep(|| match (&l.kind, self.by) {
+            (LTermKind::Var(u), Child::L(a)) if u.id == self.var => self.pass.lcopy(a),
+            _ => l.map_children(self),
+        })
+    }
+}
+
+impl Pass<'_> {
+    fn fire(&mut self, rule: &'static str) {
+        *self.fired.entry(rule).or_default() += 1;
+    }
+
+    // ----- use counts -----
+
+    /// Adds `delta` to the use count of every variable occurrence under `root`.
+    fn adjust(&mut self, root: Child<'_>, delta: i32) {
+        let mut stack = vec![root];
+        while let Some(c) = stack.pop() {
+            let id = match c {
+                Child::C(t) => {
+                    stack.extend(t.children());
+                    match &t.kind {
+                        TermKind::Var(x) => Some(x.id),
+                        _ => None,
+                    }
+                }
+                Child::L(l) => {
+                    stack.extend(l.children());
+                    match &l.kind {
+                        LTermKind::Var(u) => Some(u.id),
+                        _ => None,
+                    }
+                }
+            };
+            if let Some(id) = id {
+                let n = self.uses.entry(id).or_default();
+                *n = n.saturating_add_signed(delta);
+            }
+        }
+    }
+
+    /// A copy of an output term (an atom, in practice), counted.
+    fn copy(&mut self, t: &Term) -> Term {
+        self.adjust(Child::C(t), 1);
+        t.clone()
+    }
+
+    fn lcopy(&mut self, l: &LTerm) -> LTerm {
+        self.adjust(Child::L(l), 1);
+        l.clone()
+    }
+
+    /// Forgets an output term that will not appear in the result.
+    fn drop(&mut self, t: &Term) {
+        self.adjust(Child::C(t), -1);
+    }
+
+    fn ldrop(&mut self, l: &LTerm) {
+        self.adjust(Child::L(l), -1);
+    }
+
+    fn used(&self, v: &Var) -> bool {
+        self.uses.get(&v.id).is_some_and(|&n| n > 0)
+    }
+
+    fn var(&mut self, v: &Var, span: Span) -> Term {
+        *self.uses.entry(v.id).or_default() += 1;
+        Term::new(TermKind::Var(v.clone()), span)
+    }
+
+    fn lvar_out(&mut self, v: &Var, span: Span) -> LTerm {
+        *self.uses.entry(v.id).or_default() += 1;
+        LTerm::new(LTermKind::Var(v.clone()), span)
+    }
+
+    // ----- blocks -----
+
+    fn block(&mut self, t: &Term) -> Term {
+        let start = self.stack.len();
+        let core = self.term(t);
+        self.wrap(start, core)
+    }
+
+    fn lblock(&mut self, l: &LTerm) -> LTerm {
+        let start = self.stack.len();
+        let core = self.linear(l);
+        self.lwrap(start, core)
+    }
+
+    /// The pattern with unused variables made `_`, or `None` if nothing of it is used.
+    fn live(&mut self, p: &Pat) -> Option<Pat> {
+        if !self.rules.dead_let {
+            return Some(p.clone());
+        }
+        match p {
+            Pat::Var(x) => {
+                if self.used(x) {
+                    Some(p.clone())
+                } else {
+                    self.fire("deadLet");
+                    None
+                }
+            }
+            Pat::Wild(_) => None,
+            Pat::Pair(a, b) => match (self.live(a), self.live(b)) {
+                (None, None) => None,
+                (a2, b2) => Some(Pat::Pair(
+                    Box::new(a2.unwrap_or_else(|| Pat::Wild(a.ty()))),
+                    Box::new(b2.unwrap_or_else(|| Pat::Wild(b.ty()))),
+                )),
+            },
+        }
+    }
+
+    fn wrap(&mut self, start: usize, core: Term) -> Term {
+        let mut body = core;
+        while self.stack.len() > start {
+            match self.stack.pop() {
+                Some(Binding::Cart(p, e, span)) => match self.live(&p) {
+                    Some(p) => body = Term::new(TermKind::Let(p, e, body), span),
+                    None => self.drop(&e),
+                },
+                Some(Binding::Lin(..)) | None => {
+                    panic!("internal error: a linear binding outside a linear term")
+                }
+            }
+        }
+        body
+    }
+
+    fn lwrap(&mut self, start: usize, core: LTerm) -> LTerm {
+        let mut body = core;
+        while self.stack.len() > start {
+            match self.stack.pop().expect("the stack is longer than start") {
+                Binding::Cart(p, e, span) => match self.live(&p) {
+                    Some(p) => body = LTerm::new(LTermKind::Let(p, e, body), span),
+                    None => self.drop(&e),
+                },
+                Binding::Lin(u, l, span) => {
+                    if self.rules.dead_let && !self.used(&u) {
+                        self.fire("deadLet");
+                        self.ldrop(&l);
+                    } else {
+                        body = LTerm::new(LTermKind::LinLet(u, l, body), span);
+                    }
+                }
+            }
+        }
+        body
+    }
+
+    /// Pushes the leading bindings of an output term and returns the rest (its bindings join
+    /// the current block; their uses are already counted).
+    fn peel(&mut self, t: Term) -> Term {
+        let mut t = t;
+        while let TermKind::Let(p, e, b) = &t.kind {
+            self.stack.push(Binding::Cart(p.clone(), e.clone(), t.span));
+            t = b.clone();
+        }
+        t
+    }
+
+    fn lpeel(&mut self, l: LTerm) -> LTerm {
+        let mut l = l;
+        loop {
+            let next = match &l.kind {
+                LTermKind::Let(p, e, b) => {
+                    self.stack.push(Binding::Cart(p.clone(), e.clone(), l.span));
+                    b.clone()
+                }
+                LTermKind::LinLet(u, a, b) => {
+                    self.stack.push(Binding::Lin(u.clone(), a.clone(), l.span));
+                    b.clone()
+                }
+                _ => return l,
+            };
+            l = next;
+        }
+    }
+
+    /// Simplifies a child in a strict position: its bindings float into the current block when
+    /// `on`, firing `rule` if there were any; otherwise it is a block of its own.
+    fn float(&mut self, t: &Term, on: bool, rule: &'static str) -> Term {
+        if !on {
+            return self.block(t);
+        }
+        let n = self.stack.len();
+        let r = self.term(t);
+        if self.stack.len() > n {
+            self.fire(rule);
+        }
+        r
+    }
+
+    fn lfloat(&mut self, l: &LTerm, on: bool, rule: &'static str) -> LTerm {
+        if !on {
+            return self.lblock(l);
+        }
+        let n = self.stack.len();
+        let r = self.linear(l);
+        if self.stack.len() > n {
+            self.fire(rule);
+        }
+        r
+    }
+
+    /// A Cartesian child in an ordinary strict position.
+    fn c(&mut self, t: &Term) -> Term {
+        self.float(t, self.rules.let_float, "letFloat")
+    }
+
+    /// A linear child in an ordinary strict position.
+    fn l(&mut self, l: &LTerm) -> LTerm {
+        self.lfloat(l, self.rules.let_float, "letFloat")
+    }
+
+    // ----- bindings -----
+
+    /// An input `let p = e` (its body follows in the same block).
+    fn let_(&mut self, p: &Pat, e: &Term, span: Span) {
+        if self.rules.dead_let
+            && p.vars()
+                .iter()
+                .all(|v| self.occ.get(v.id).is_some_and(|o| o.count == 0))
+        {
+            self.fire("deadLet");
+            return;
+        }
+        if let Pat::Var(x) = p
+            && self.rules.let_inline
+            && self
+                .occ
+                .get(x.id)
+                .is_some_and(|o| o.inline_once(is_value(e)))
+        {
+            self.fire("letInline");
+            self.subst.insert(x.id, Subst::Input(e.clone()));
+            return;
+        }
+        let e2 = self.float(e, self.rules.let_rotate, "letRotate");
+        self.bind(p, e2, span);
+    }
+
+    /// Binds a pattern to an output term.
+    fn bind(&mut self, p: &Pat, e: Term, span: Span) {
+        match p {
+            Pat::Wild(_) if self.rules.dead_let => {
+                self.fire("deadLet");
+                self.drop(&e);
+            }
+            Pat::Var(x) => self.bind_var(x, e, span),
+            Pat::Pair(p1, p2) if self.rules.let_pair_split => {
+                if let TermKind::Pair(a, b) = &e.kind {
+                    self.fire("letPairSplit");
+                    self.bind(p1, a.clone(), span);
+                    self.bind(p2, b.clone(), span);
+                } else if let Some((a, b)) = self.known_pair(&e) {
+                    self.fire("letPairSplit");
+                    self.drop(&e);
+                    let (a, b) = (self.copy(&a), self.copy(&b));
+                    self.bind(p1, a, span);
+                    self.bind(p2, b, span);
+                } else if self.rules.let_inline && is_atom(&e) {
+                    self.fire("letPairSplit");
+                    let e1 = self.copy(&e);
+                    let a = self.fst(e1, span);
+                    let b = self.snd(e, span);
+                    self.bind(p1, a, span);
+                    self.bind(p2, b, span);
+                } else {
+                    self.stack.push(Binding::Cart(p.clone(), e, span));
+                }
+            }
+            _ => self.stack.push(Binding::Cart(p.clone(), e, span)),
+        }
+    }
+
+    fn known_pair(&self, e: &Term) -> Option<(Term, Term)> {
+        match &e.kind {
+            TermKind::Var(x) if self.rules.pair_proj => self.known.get(&x.id).cloned(),
+            _ => None,
+        }
+    }
+
+    fn bind_var(&mut self, x: &Var, e: Term, span: Span) {
+        if self.rules.let_inline {
+            if is_atom(&e) {
+                self.fire("letInline");
+                self.drop(&e);
+                self.subst.insert(x.id, Subst::Cheap(e));
+                return;
+            }
+            if self
+                .occ
+                .get(x.id)
+                .is_some_and(|o| o.inline_once(is_value(&e)))
+            {
+                self.fire("letInline");
+                self.subst.insert(x.id, Subst::Moved(e));
+                return;
+            }
+        }
+        if self.rules.let_pair_split
+            && let TermKind::Pair(a, b) = &e.kind
+            && let Some((ta, tb)) = x.ty.as_prod()
+        {
+            let (ta, tb) = (ta.clone(), tb.clone());
+            let a2 = self.atomize(a, &x.name, &ta, span);
+            let b2 = self.atomize(b, &x.name, &tb, span);
+            self.known.insert(x.id, (a2.clone(), b2.clone()));
+            let e = Term::new(TermKind::Pair(a2, b2), e.span);
+            self.stack.push(Binding::Cart(Pat::Var(x.clone()), e, span));
+            return;
+        }
+        if self.rules.let_lam_pair_split
+            && let TermKind::Lam(y, body) = &e.kind
+            && let TermKind::Pair(a, b) = &body.kind
+            && let Some((_, tab)) = x.ty.as_fun()
+            && let Some((ta, tb)) = tab.as_prod()
+        {
+            self.fire("letLamPairSplit");
+            let f1 = Var::fresh(x.name.clone(), Ty::fun(y.ty.clone(), ta.clone()));
+            let f2 = Var::fresh(format!("{}'", x.name), Ty::fun(y.ty.clone(), tb.clone()));
+            let (l1, l2) = self.split_lambda(y, a, b);
+            self.stack
+                .push(Binding::Cart(Pat::Var(f1.clone()), l1, span));
+            self.stack
+                .push(Binding::Cart(Pat::Var(f2.clone()), l2, span));
+            self.lam_split.insert(x.id, (f1, f2));
+            return;
+        }
+        if self.rules.map_pair_split
+            && let TermKind::Map(f, xs) = &e.kind
+            && let TermKind::Lam(y, body) = &f.kind
+            && let TermKind::Pair(a, b) = &body.kind
+            && let Some((ta, tb)) = x.ty.as_array().and_then(Ty::as_prod)
+            && self
+                .occ
+                .get(x.id)
+                .is_some_and(|o| o.count > 0 && o.map_proj == o.count)
+        {
+            self.fire("mapPairSplit");
+            let r1 = Var::fresh(x.name.clone(), Ty::array(ta.clone()));
+            let r2 = Var::fresh(x.name.clone(), Ty::array(tb.clone()));
+            let xs1 = self.atomize(xs, "xs", &Ty::array(y.ty.clone()), span);
+            let xs2 = self.copy(&xs1);
+            let (l1, l2) = self.split_lambda(y, a, b);
+            let m1 = Term::new(TermKind::Map(l1, xs1), e.span);
+            let m2 = Term::new(TermKind::Map(l2, xs2), e.span);
+            self.stack
+                .push(Binding::Cart(Pat::Var(r1.clone()), m1, span));
+            self.stack
+                .push(Binding::Cart(Pat::Var(r2.clone()), m2, span));
+            self.map_split.insert(x.id, (r1, r2));
+            return;
+        }
+        self.stack.push(Binding::Cart(Pat::Var(x.clone()), e, span));
+    }
+
+    /// `\y -> a` and `\y' -> b[y'/y]` from the halves of `\y -> (a, b)` (fresh binder for the
+    /// second, so binders stay unique).
+    fn split_lambda(&mut self, y: &Var, a: &Term, b: &Term) -> (Term, Term) {
+        let y2 = Var::fresh(y.name.clone(), y.ty.clone());
+        let y2v = self.var(&y2, Span::default());
+        let b2 = Replace {
+            pass: self,
+            var: y.id,
+            by: Child::C(&y2v),
+        }
+        .term(b);
+        self.drop(&y2v);
+        (Term::lam(y, a.clone()), Term::lam(&y2, b2))
+    }
+
+    /// The term itself if it is an atom; otherwise a fresh variable bound to it.
+    fn atomize(&mut self, t: &Term, name: &str, ty: &Ty, span: Span) -> Term {
+        if is_atom(t) {
+            return t.clone();
+        }
+        let v = Var::fresh(name, ty.clone());
+        self.bind_var(&v, t.clone(), span);
+        self.var(&v, span)
+    }
+
+    fn latomize(&mut self, l: &LTerm, name: &str, ty: &LTy, span: Span) -> LTerm {
+        if is_latom(l) {
+            return l.clone();
+        }
+        let v = Var::linear(name, ty.clone());
+        self.bind_lin(&v, l.clone(), span);
+        self.lvar_out(&v, span)
+    }
+
+    /// An input linear `let u = l` (its body follows in the same block).
+    fn lin_let_(&mut self, u: &Var, l: &LTerm, span: Span) {
+        let occ = self.occ.get(u.id);
+        if self.rules.dead_let && occ.is_some_and(|o| o.count == 0) {
+            self.fire("deadLet");
+            return;
+        }
+        if self.rules.let_inline && occ.is_some_and(|o| o.inline_once(false)) {
+            self.fire("letInline");
+            self.lsubst.insert(u.id, Subst::Input(l.clone()));
+            return;
+        }
+        let l2 = self.lfloat(l, self.rules.let_rotate, "letRotate");
+        self.bind_lin(u, l2, span);
+    }
+
+    fn bind_lin(&mut self, u: &Var, l: LTerm, span: Span) {
+        if self.rules.let_inline {
+            if is_latom(&l) {
+                self.fire("letInline");
+                self.ldrop(&l);
+                self.lsubst.insert(u.id, Subst::Cheap(l));
+                return;
+            }
+            if self.occ.get(u.id).is_some_and(|o| o.inline_once(false)) {
+                self.fire("letInline");
+                self.lsubst.insert(u.id, Subst::Moved(l));
+                return;
+            }
+        }
+        if self.rules.let_pair_split
+            && let LTermKind::Pair(a, b) = &l.kind
+            && let Some((ta, tb)) = u.lin_ty().and_then(LTy::as_prod)
+        {
+            let (ta, tb) = (ta.clone(), tb.clone());
+            let a2 = self.latomize(a, &u.name, &ta, span);
+            let b2 = self.latomize(b, &u.name, &tb, span);
+            self.lknown.insert(u.id, (a2.clone(), b2.clone()));
+            let l = LTerm::new(LTermKind::Pair(a2, b2), l.span);
+            self.stack.push(Binding::Lin(u.clone(), l, span));
+            return;
+        }
+        self.stack.push(Binding::Lin(u.clone(), l, span));
+    }
+
+    // ----- Cartesian terms -----
+
+    fn term(&mut self, t: &Term) -> Term {
+        deep(|| self.term_(t))
+    }
+
+    fn term_(&mut self, t: &Term) -> Term {
+        use TermKind as K;
+        let mut t = t;
+        while let K::Let(p, e, b) = &t.kind {
+            self.let_(p, e, t.span);
+            t = b;
+        }
+        let span = t.span;
+        let mk = |k: TermKind| Term::new(k, span);
+        match &t.kind {
+            K::Let(..) => unreachable!("lets are consumed above"),
+            K::Var(x) => self.cvar(x, span),
+            K::Lit(_) => t.clone(),
+            K::Lam(x, b) => mk(K::Lam(x.clone(), self.block(b))),
+            K::App(f, a) => {
+                if self.rules.lam_app_let
+                    && let Some((x, body)) = self.input_lambda(f)
+                {
+                    self.fire("lamAppLet");
+                    self.let_(&Pat::Var(x), a, span);
+                    return self.term(&body);
+                }
+                if let K::Var(g) = &f.kind
+                    && !self.subst.contains_key(&g.id)
+                    && let Some((f1, f2)) = self.lam_split.get(&g.id).cloned()
+                {
+                    self.fire("letLamPairSplit");
+                    let a2 = self.c(a);
+                    let ty = f1.ty.as_fun().map(|(d, _)| d.clone()).unwrap_or(Ty::Unit);
+                    let a1 = self.atomize(&a2, "a", &ty, span);
+                    let a2 = self.copy(&a1);
+                    let l = Term::app(self.var(&f1, span), a1);
+                    let r = Term::app(self.var(&f2, span), a2);
+                    return self.pair(l, r, span);
+                }
+                let f2 = self.c(f);
+                let a2 = self.c(a);
+                self.app(f2, a2, span)
+            }
+            K::Pair(a, b) => {
+                let a2 = self.c(a);
+                let b2 = self.c(b);
+                self.pair(a2, b2, span)
+            }
+            K::Fst(e) => {
+                let e2 = self.float(e, self.rules.let_proj, "letProj");
+                self.fst(e2, span)
+            }
+            K::Snd(e) => {
+                let e2 = self.float(e, self.rules.let_proj, "letProj");
+                self.snd(e2, span)
+            }
+            K::If(c, a, b) => {
+                let c2 = self.c(c);
+                if self.rules.case_known
+                    && let K::Lit(Lit::Bool(v)) = c2.kind
+                {
+                    self.fire("caseKnown");
+                    return self.term(if v { a } else { b });
+                }
+                let (a2, b2) = (self.block(a), self.block(b));
+                mk(K::If(c2, a2, b2))
+            }
+            K::Inl(e, ty) => mk(K::Inl(self.c(e), ty.clone())),
+            K::Inr(ty, e) => mk(K::Inr(ty.clone(), self.c(e))),
+            K::Case(e, p, a, q, b) => {
+                let e2 = self.c(e);
+                if self.rules.case_known {
+                    let known = match &e2.kind {
+                        K::Inl(v, _) => Some((p, v.clone(), a)),
+                        K::Inr(_, v) => Some((q, v.clone(), b)),
+                        _ => None,
+                    };
+                    if let Some((pat, v, branch)) = known {
+                        self.fire("caseKnown");
+                        self.bind(pat, v, span);
+                        return self.term(branch);
+                    }
+                }
+                let a2 = self.block(a);
+                let b2 = self.block(b);
+                let p2 = self.live(p).unwrap_or_else(|| Pat::Wild(p.ty()));
+                let q2 = self.live(q).unwrap_or_else(|| Pat::Wild(q.ty()));
+                mk(K::Case(e2, p2, a2, q2, b2))
+            }
+            K::Prim(op, args) => {
+                let args2 = args.iter().map(|a| self.c(a)).collect();
+                self.prim(op, args2, span)
+            }
+            K::Array(ty, xs) => mk(K::Array(ty.clone(), xs.iter().map(|x| self.c(x)).collect())),
+            K::Map(f, xs) => {
+                if let K::Var(x) = &xs.kind
+                    && !self.subst.contains_key(&x.id)
+                    && let Some(first) = projection(f)
+                    && let Some((r1, r2)) = self.map_split.get(&x.id).cloned()
+                {
+                    self.fire("mapPairSplit");
+                    return self.var(if first { &r1 } else { &r2 }, span);
+                }
+                let f2 = self.c(f);
+                mk(K::Map(f2, self.c(xs)))
+            }
+            K::Map2(f, xs, ys) => {
+                let f2 = self.c(f);
+                let xs2 = self.c(xs);
+                mk(K::Map2(f2, xs2, self.c(ys)))
+            }
+            K::Build(n, f) => {
+                let n2 = self.c(n);
+                mk(K::Build(n2, self.c(f)))
+            }
+            K::Index(xs, i) => {
+                let xs2 = self.c(xs);
+                mk(K::Index(xs2, self.c(i)))
+            }
+            K::Length(xs) => mk(K::Length(self.c(xs))),
+            K::Replicate(n, x) => {
+                let n2 = self.c(n);
+                mk(K::Replicate(n2, self.c(x)))
+            }
+            K::LinLam(v, l) => {
+                let body = self.lblock(l);
+                self.lin_lam(v, body, span)
+            }
+            K::LinApp(f, a) => {
+                let f2 = self.c(f);
+                mk(K::LinApp(f2, self.c(a)))
+            }
+            K::LinPrim(k, a) => mk(K::LinPrim(k.clone(), self.c(a))),
+        }
+    }
+
+    fn cvar(&mut self, x: &Var, span: Span) -> Term {
+        match self.subst.remove(&x.id) {
+            Some(Subst::Cheap(a)) => {
+                let r = self.copy(&a);
+                self.subst.insert(x.id, Subst::Cheap(a));
+                r
+            }
+            Some(Subst::Moved(e)) => e,
+            Some(Subst::Input(e)) => self.term(&e),
+            None => {
+                if let Some((f1, f2)) = self.lam_split.get(&x.id).cloned() {
+                    // Any other use of a split function: \y -> (f1 y, f2 y).
+                    let ty = f1.ty.as_fun().map(|(d, _)| d.clone()).unwrap_or(Ty::Unit);
+                    let y = Var::fresh("y", ty);
+                    let l = Term::app(self.var(&f1, span), self.var(&y, span));
+                    let r = Term::app(self.var(&f2, span), self.var(&y, span));
+                    return Term::lam(&y, Term::pair(l, r));
+                }
+                if let Some((r1, r2)) = self.map_split.get(&x.id).cloned() {
+                    // Unreachable when the occurrence analysis is right; rebuilt for safety.
+                    let (a, b) = (r1.ty.as_array().cloned(), r2.ty.as_array().cloned());
+                    let (a, b) = (a.unwrap_or(Ty::Unit), b.unwrap_or(Ty::Unit));
+                    let (p, q) = (Var::fresh("p", a), Var::fresh("q", b));
+                    let zip =
+                        Term::lam(&p, Term::lam(&q, Term::pair(Term::var(&p), Term::var(&q))));
+                    let (v1, v2) = (self.var(&r1, span), self.var(&r2, span));
+                    return Term::new(TermKind::Map2(zip, v1, v2), span);
+                }
+                self.var(x, span)
+            }
+        }
+    }
+
+    /// The input λ a function position holds, directly or through a variable inlined once.
+    fn input_lambda(&mut self, f: &Term) -> Option<(Var, Term)> {
+        match &f.kind {
+            TermKind::Lam(x, b) => Some((x.clone(), b.clone())),
+            TermKind::Var(g) => match self.subst.get(&g.id) {
+                Some(Subst::Input(e)) => match &e.kind {
+                    TermKind::Lam(x, b) => {
+                        let r = (x.clone(), b.clone());
+                        self.subst.remove(&g.id);
+                        Some(r)
+                    }
+                    _ => None,
+                },
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// [`Self::input_lambda`] for linear λs.
+    fn input_lin_lambda(&mut self, f: &Term) -> Option<(Var, LTerm)> {
+        match &f.kind {
+            TermKind::LinLam(v, b) => Some((v.clone(), b.clone())),
+            TermKind::Var(g) => match self.subst.get(&g.id) {
+                Some(Subst::Input(e)) => match &e.kind {
+                    TermKind::LinLam(v, b) => {
+                        let r = (v.clone(), b.clone());
+                        self.subst.remove(&g.id);
+                        Some(r)
+                    }
+                    _ => None,
+                },
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    fn app(&mut self, f: Term, a: Term, span: Span) -> Term {
+        if self.rules.lam_app_let
+            && let TermKind::Lam(x, body) = &f.kind
+        {
+            self.fire("lamAppLet");
+            let body = if is_atom(&a) {
+                let b = Replace {
+                    pass: self,
+                    var: x.id,
+                    by: Child::C(&a),
+                }
+                .term(body);
+                self.drop(&a);
+                b
+            } else {
+                self.stack.push(Binding::Cart(Pat::Var(x.clone()), a, span));
+                body.clone()
+            };
+            return self.peel(body);
+        }
+        Term::new(TermKind::App(f, a), span)
+    }
+
+    fn pair(&mut self, a: Term, b: Term, span: Span) -> Term {
+        if self.rules.pair_eta
+            && let (TermKind::Fst(x), TermKind::Snd(y)) = (&a.kind, &b.kind)
+            && is_atom(x)
+            && same_atom(x, y)
+        {
+            self.fire("pairEta");
+            self.drop(&b);
+            return x.clone();
+        }
+        Term::new(TermKind::Pair(a, b), span)
+    }
+
+    fn fst(&mut self, e: Term, span: Span) -> Term {
+        self.proj(e, true, span)
+    }
+
+    fn snd(&mut self, e: Term, span: Span) -> Term {
+        self.proj(e, false, span)
+    }
+
+    fn proj(&mut self, e: Term, first: bool, span: Span) -> Term {
+        if self.rules.pair_proj {
+            if let TermKind::Pair(a, b) = &e.kind {
+                self.fire("pairProj");
+                let (keep, lose) = if first { (a, b) } else { (b, a) };
+                self.drop(lose);
+                return keep.clone();
+            }
+            if let Some((a, b)) = self.known_pair(&e) {
+                self.fire("pairProj");
+                self.drop(&e);
+                return self.copy(if first { &a } else { &b });
+            }
+        }
+        Term::new(
+            if first {
+                TermKind::Fst(e)
+            } else {
+                TermKind::Snd(e)
+            },
+            span,
+        )
+    }
+
+    fn prim(&mut self, op: &Prim, args: Vec<Term>, span: Span) -> Term {
+        if self.rules.algebra {
+            if let Some(vals) = args.iter().map(lit_value).collect::<Option<Vec<_>>>()
+                && let Ok(v) = op.eval_args(vals)
+                && let Some(l) = value_lit(&v)
+            {
+                self.fire("algebra");
+                return Term::new(TermKind::Lit(l), span);
+            }
+            let one = |t: &Term| real_lit(t) == Some(1.0);
+            let zero =
+                |t: &Term| matches!(real_lit(t), Some(z) if z == 0.0 && z.is_sign_positive());
+            let keep = match (op.name(), args.as_slice()) {
+                ("mul", [a, b]) if one(a) => Some(b),
+                ("mul", [a, b]) if one(b) => Some(a),
+                ("div", [a, b]) if one(b) => Some(a),
+                ("sub", [a, b]) if zero(b) => Some(a),
+                ("neg", [a]) => match &a.kind {
+                    TermKind::Prim(op2, inner) if op2.name() == "neg" && inner.len() == 1 => {
+                        Some(&inner[0])
+                    }
+                    _ => None,
+                },
+                _ => None,
+            };
+            if let Some(k) = keep {
+                self.fire("algebra");
+                return k.clone();
+            }
+        }
+        Term::new(TermKind::Prim(op.clone(), args), span)
+    }
+
+    fn lin_lam(&mut self, v: &Var, body: LTerm, span: Span) -> Term {
+        if self.rules.lin_eta
+            && let LTermKind::App(f, arg) = &body.kind
+            && let LTermKind::Var(u) = &arg.kind
+            && u.id == v.id
+            && is_atom(f)
+        {
+            self.fire("linEta");
+            return f.clone();
+        }
+        Term::new(TermKind::LinLam(v.clone(), body), span)
+    }
+
+    // ----- linear terms -----
+
+    fn linear(&mut self, l: &LTerm) -> LTerm {
+        deep(|| self.linear_(l))
+    }
+
+    fn linear_(&mut self, l: &LTerm) -> LTerm {
+        use LTermKind as K;
+        let mut l = l;
+        loop {
+            match &l.kind {
+                K::Let(p, e, b) => {
+                    self.let_(p, e, l.span);
+                    l = b;
+                }
+                K::LinLet(u, a, b) => {
+                    self.lin_let_(u, a, l.span);
+                    l = b;
+                }
+                _ => break,
+            }
+        }
+        let span = l.span;
+        let mk = |k: LTermKind| LTerm::new(k, span);
+        match &l.kind {
+            K::Let(..) | K::LinLet(..) => unreachable!("lets are consumed above"),
+            K::Var(u) => self.lvar(u, span),
+            K::Zero(_) => l.clone(),
+            K::Plus(a, b) => {
+                let a2 = self.lfloat(a, self.rules.plus_let, "plusLet");
+                let b2 = self.lfloat(b, self.rules.plus_let, "plusLet");
+                self.plus(a2, b2, span)
+            }
+            K::Pair(a, b) => {
+                let a2 = self.l(a);
+                let b2 = self.l(b);
+                self.lpair(a2, b2, span)
+            }
+            K::Fst(e) | K::Snd(e) => {
+                let e2 = self.lfloat(e, self.rules.let_proj, "letProj");
+                self.lproj(e2, matches!(l.kind, K::Fst(_)), span)
+            }
+            K::App(f, a) => {
+                if self.rules.lin_beta
+                    && let Some((v, body)) = self.input_lin_lambda(f)
+                {
+                    self.fire("linBeta");
+                    self.lin_let_(&v, a, span);
+                    return self.linear(&body);
+                }
+                let f2 = self.c(f);
+                let a2 = self.l(a);
+                self.lapp(f2, a2, span)
+            }
+            K::Copower(t, a) => {
+                let t2 = self.c(t);
+                let a2 = self.l(a);
+                if self.rules.zero_prop
+                    && let K::Zero(m) = &a2.kind
+                    && let Some(ty) = types::ty(&t2)
+                {
+                    self.fire("zeroProp");
+                    self.drop(&t2);
+                    return LTerm::zero(LTy::copower(ty, m.clone()));
+                }
+                mk(K::Copower(t2, a2))
+            }
+            K::CopowFold(f, a) => {
+                let a2 = self.l(a);
+                if self.rules.copow_singleton
+                    && let K::Copower(t, x) = &a2.kind
+                {
+                    self.fire("copowSingleton");
+                    let (t, x) = (t.clone(), x.clone());
+                    if let Some((b, body)) = self.input_lambda(f) {
+                        self.bind(&Pat::Var(b), t, span);
+                        if let Some((v, lbody)) = self.input_lin_lambda(&body) {
+                            self.bind_lin(&v, x, span);
+                            return self.linear(&lbody);
+                        }
+                        let g = self.c(&body);
+                        return self.lapp(g, x, span);
+                    }
+                    let f2 = self.c(f);
+                    let g = self.app(f2, t, span);
+                    return self.lapp(g, x, span);
+                }
+                let f2 = self.c(f);
+                if self.rules.zero_prop
+                    && let K::Zero(_) = &a2.kind
+                    && let Some(m) = types::ty(&f2).and_then(|t| {
+                        t.as_fun()
+                            .and_then(|(_, r)| r.as_lin_fun())
+                            .map(|(_, m)| m.clone())
+                    })
+                {
+                    self.fire("zeroProp");
+                    self.drop(&f2);
+                    return LTerm::zero(m);
+                }
+                mk(K::CopowFold(f2, a2))
+            }
+            K::PowLam(b, body) => {
+                let body2 = self.lblock(body);
+                if self.rules.zero_prop
+                    && let K::Zero(m) = &body2.kind
+                {
+                    self.fire("zeroProp");
+                    return LTerm::zero(LTy::power(b.ty.clone(), m.clone()));
+                }
+                mk(K::PowLam(b.clone(), body2))
+            }
+            K::PowApp(a, t) => {
+                if self.rules.lin_beta
+                    && let K::PowLam(b, body) = &a.kind
+                {
+                    self.fire("linBeta");
+                    self.let_(&Pat::Var(b.clone()), t, span);
+                    return self.linear(body);
+                }
+                let a2 = self.l(a);
+                let t2 = self.c(t);
+                if self.rules.zero_prop
+                    && let K::Zero(p) = &a2.kind
+                    && let Some((_, m)) = p.as_power()
+                {
+                    self.fire("zeroProp");
+                    self.drop(&t2);
+                    return LTerm::zero(m.clone());
+                }
+                if self.rules.lin_beta
+                    && let K::PowLam(b, body) = &a2.kind
+                {
+                    self.fire("linBeta");
+                    self.stack
+                        .push(Binding::Cart(Pat::Var(b.clone()), t2, span));
+                    return self.lpeel(body.clone());
+                }
+                mk(K::PowApp(a2, t2))
+            }
+            K::Inl(a, ty) => mk(K::Inl(self.l(a), ty.clone())),
+            K::Inr(ty, a) => mk(K::Inr(ty.clone(), self.l(a))),
+            K::FromLeft(a) | K::FromRight(a) => {
+                let left = matches!(l.kind, K::FromLeft(_));
+                let a2 = self.l(a);
+                self.from_side(a2, left, span)
+            }
+            K::Replicate(n, a) => {
+                let n2 = self.c(n);
+                let a2 = self.l(a);
+                if self.rules.map_zero
+                    && let K::Zero(m) = &a2.kind
+                {
+                    self.fire("mapZero");
+                    self.drop(&n2);
+                    return LTerm::zero(LTy::array(m.clone()));
+                }
+                mk(K::Replicate(n2, a2))
+            }
+            K::Sum(a) => {
+                let a2 = self.l(a);
+                self.sum(a2, span)
+            }
+            K::OneHot(n, i, a) => {
+                let n2 = self.c(n);
+                let i2 = self.c(i);
+                let a2 = self.l(a);
+                if self.rules.map_zero
+                    && let K::Zero(m) = &a2.kind
+                {
+                    self.fire("mapZero");
+                    self.drop(&n2);
+                    self.drop(&i2);
+                    return LTerm::zero(LTy::array(m.clone()));
+                }
+                mk(K::OneHot(n2, i2, a2))
+            }
+            K::Index(a, i) => {
+                let a2 = self.l(a);
+                let i2 = self.c(i);
+                if self.rules.zero_prop
+                    && let K::Zero(arr) = &a2.kind
+                    && let Some(m) = arr.as_array()
+                {
+                    self.fire("zeroProp");
+                    self.drop(&i2);
+                    return LTerm::zero(m.clone());
+                }
+                mk(K::Index(a2, i2))
+            }
+            K::ZipWith(fs, a) => {
+                let fs2 = self.c(fs);
+                let a2 = self.l(a);
+                if self.rules.map_zero
+                    && let K::Zero(_) = &a2.kind
+                    && let Some(m) = types::ty(&fs2).and_then(|t| {
+                        t.as_array()
+                            .and_then(Ty::as_lin_fun)
+                            .map(|(_, m)| m.clone())
+                    })
+                {
+                    self.fire("mapZero");
+                    self.drop(&fs2);
+                    return LTerm::zero(LTy::array(m));
+                }
+                mk(K::ZipWith(fs2, a2))
+            }
+            K::Map(f, a) => {
+                let f2 = self.c(f);
+                let a2 = self.l(a);
+                self.lmap(f2, a2, span)
+            }
+            K::Build(n, i, body) => {
+                let n2 = self.c(n);
+                let body2 = self.lblock(body);
+                if self.rules.map_zero
+                    && let K::Zero(m) = &body2.kind
+                {
+                    self.fire("mapZero");
+                    self.drop(&n2);
+                    return LTerm::zero(LTy::array(m.clone()));
+                }
+                mk(K::Build(n2, i.clone(), body2))
+            }
+            K::Scale(t, a) => {
+                let t2 = self.c(t);
+                let a2 = self.l(a);
+                self.scale(t2, a2, span)
+            }
+        }
+    }
+
+    fn lvar(&mut self, u: &Var, span: Span) -> LTerm {
+        match self.lsubst.remove(&u.id) {
+            Some(Subst::Cheap(a)) => {
+                let r = self.lcopy(&a);
+                self.lsubst.insert(u.id, Subst::Cheap(a));
+                r
+            }
+            Some(Subst::Moved(l)) => l,
+            Some(Subst::Input(l)) => self.linear(&l),
+            None => self.lvar_out(u, span),
+        }
+    }
+
+    fn lknown_pair(&self, l: &LTerm) -> Option<(LTerm, LTerm)> {
+        match &l.kind {
+            LTermKind::Var(u) if self.rules.pair_proj => self.lknown.get(&u.id).cloned(),
+            _ => None,
+        }
+    }
+
+    fn lproj(&mut self, e: LTerm, first: bool, span: Span) -> LTerm {
+        use LTermKind as K;
+        if self.rules.pair_proj {
+            if let K::Pair(a, b) = &e.kind {
+                self.fire("pairProj");
+                let (keep, lose) = if first { (a, b) } else { (b, a) };
+                self.ldrop(lose);
+                return keep.clone();
+            }
+            if let Some((a, b)) = self.lknown_pair(&e) {
+                self.fire("pairProj");
+                self.ldrop(&e);
+                return self.lcopy(if first { &a } else { &b });
+            }
+        }
+        if self.rules.zero_prop
+            && let K::Zero(t) = &e.kind
+            && let Some((a, b)) = t.as_prod()
+        {
+            self.fire("zeroProp");
+            return LTerm::zero(if first { a.clone() } else { b.clone() });
+        }
+        LTerm::new(if first { K::Fst(e) } else { K::Snd(e) }, span)
+    }
+
+    fn lpair(&mut self, a: LTerm, b: LTerm, span: Span) -> LTerm {
+        use LTermKind as K;
+        if self.rules.zero_prop
+            && let (K::Zero(ta), K::Zero(tb)) = (&a.kind, &b.kind)
+        {
+            self.fire("zeroProp");
+            return LTerm::zero(LTy::prod(ta.clone(), tb.clone()));
+        }
+        if self.rules.pair_eta
+            && let (K::Fst(x), K::Snd(y)) = (&a.kind, &b.kind)
+            && is_latom(x)
+            && same_latom(x, y)
+        {
+            self.fire("pairEta");
+            self.ldrop(&b);
+            return x.clone();
+        }
+        LTerm::new(K::Pair(a, b), span)
+    }
+
+    /// The components of a linear pair: a literal one, or a variable bound to one.
+    fn lcomponents(&mut self, l: &LTerm) -> Option<(LTerm, LTerm)> {
+        match &l.kind {
+            LTermKind::Pair(a, b) => Some((a.clone(), b.clone())),
+            LTermKind::Var(_) => {
+                let (a, b) = self.lknown_pair(l)?;
+                self.ldrop(l);
+                Some((self.lcopy(&a), self.lcopy(&b)))
+            }
+            _ => None,
+        }
+    }
+
+    fn plus(&mut self, a: LTerm, b: LTerm, span: Span) -> LTerm {
+        use LTermKind as K;
+        if self.rules.plus_zero {
+            if let K::Zero(_) = a.kind {
+                self.fire("plusZero");
+                return b;
+            }
+            if let K::Zero(_) = b.kind {
+                self.fire("plusZero");
+                return a;
+            }
+        }
+        if self.rules.plus_pair
+            && (matches!(a.kind, K::Pair(..)) || matches!(b.kind, K::Pair(..)))
+            && (matches!(a.kind, K::Pair(..)) || self.lknown_pair(&a).is_some())
+            && (matches!(b.kind, K::Pair(..)) || self.lknown_pair(&b).is_some())
+            && let (Some((a1, a2)), Some((b1, b2))) = (self.lcomponents(&a), self.lcomponents(&b))
+        {
+            self.fire("plusPair");
+            let x = self.plus(a1, b1, span);
+            let y = self.plus(a2, b2, span);
+            return self.lpair(x, y, span);
+        }
+        LTerm::new(K::Plus(a, b), span)
+    }
+
+    fn lapp(&mut self, f: Term, a: LTerm, span: Span) -> LTerm {
+        if self.rules.lin_beta
+            && let TermKind::LinLam(v, body) = &f.kind
+        {
+            self.fire("linBeta");
+            let body = if is_latom(&a) {
+                let b = Replace {
+                    pass: self,
+                    var: v.id,
+                    by: Child::L(&a),
+                }
+                .linear(body);
+                self.ldrop(&a);
+                b
+            } else {
+                self.stack.push(Binding::Lin(v.clone(), a, span));
+                body.clone()
+            };
+            return self.lpeel(body);
+        }
+        if self.rules.zero_prop
+            && let LTermKind::Zero(_) = a.kind
+            && let Some(m) = types::lin_cod(&f)
+        {
+            self.fire("zeroProp");
+            self.drop(&f);
+            return LTerm::zero(m);
+        }
+        LTerm::new(LTermKind::App(f, a), span)
+    }
+
+    fn scale(&mut self, t: Term, a: LTerm, span: Span) -> LTerm {
+        if self.rules.zero_prop
+            && let LTermKind::Zero(_) = a.kind
+        {
+            self.fire("zeroProp");
+            self.drop(&t);
+            return a;
+        }
+        if self.rules.algebra {
+            match real_lit(&t) {
+                Some(c) if c == 1.0 => {
+                    self.fire("algebra");
+                    return a;
+                }
+                Some(c) if c == 0.0 => {
+                    if let Some(m) = types::lty(&a) {
+                        self.fire("algebra");
+                        self.ldrop(&a);
+                        return LTerm::zero(m);
+                    }
+                }
+                _ => {}
+            }
+        }
+        LTerm::new(LTermKind::Scale(t, a), span)
+    }
+
+    fn from_side(&mut self, a: LTerm, left: bool, span: Span) -> LTerm {
+        use LTermKind as K;
+        if self.rules.case_known {
+            match (&a.kind, left) {
+                (K::Inl(x, _), true) | (K::Inr(_, x), false) => {
+                    self.fire("caseKnown");
+                    return x.clone();
+                }
+                (K::Inl(x, other), false) | (K::Inr(other, x), true) => {
+                    self.fire("caseKnown");
+                    self.ldrop(x);
+                    return LTerm::zero(other.clone());
+                }
+                _ => {}
+            }
+        }
+        if self.rules.zero_prop
+            && let K::Zero(t) = &a.kind
+            && let Some((l, r)) = t.as_sum()
+        {
+            self.fire("zeroProp");
+            return LTerm::zero(if left { l.clone() } else { r.clone() });
+        }
+        LTerm::new(
+            if left {
+                K::FromLeft(a)
+            } else {
+                K::FromRight(a)
+            },
+            span,
+        )
+    }
+
+    fn sum(&mut self, a: LTerm, span: Span) -> LTerm {
+        use LTermKind as K;
+        match &a.kind {
+            K::Zero(t) if self.rules.sum_zero => {
+                if let Some(m) = t.as_array() {
+                    self.fire("sumZero");
+                    return LTerm::zero(m.clone());
+                }
+            }
+            K::OneHot(n, i, x) if self.rules.sum_singleton => {
+                self.fire("sumSingleton");
+                self.drop(n);
+                self.drop(i);
+                return x.clone();
+            }
+            K::Map(f, x) if self.rules.sum_zip => {
+                self.fire("sumZip");
+                let (f, x) = (f.clone(), x.clone());
+                let s = self.sum(x, span);
+                return self.lapp(f, s, span);
+            }
+            _ => {}
+        }
+        LTerm::new(K::Sum(a), span)
+    }
+
+    fn lmap(&mut self, f: Term, a: LTerm, span: Span) -> LTerm {
+        use LTermKind as K;
+        if self.rules.map_zero {
+            if let K::Zero(_) = a.kind
+                && let Some(m) = types::lin_cod(&f)
+            {
+                self.fire("mapZero");
+                self.drop(&f);
+                return LTerm::zero(LTy::array(m));
+            }
+            if let TermKind::LinLam(_, body) = &f.kind
+                && let K::Zero(m) = &body.kind
+            {
+                self.fire("mapZero");
+                self.ldrop(&a);
+                return LTerm::zero(LTy::array(m.clone()));
+            }
+        }
+        LTerm::new(K::Map(f, a), span)
+    }
+}
