@@ -1089,7 +1089,7 @@ impl Pass<'_> {
             K::FromLeft(a) | K::FromRight(a) => {
                 let left = matches!(l.kind, K::FromLeft(_));
                 let a2 = self.l(a);
-                self.from_side(a2, left, span)
+                self.side_of(a2, left, span)
             }
             K::Replicate(n, a) => {
                 let n2 = self.c(n);
@@ -1320,25 +1320,23 @@ impl Pass<'_> {
             return a;
         }
         if self.rules.algebra {
-            match real_lit(&t) {
-                Some(c) if c == 1.0 => {
-                    self.fire("algebra");
-                    return a;
-                }
-                Some(c) if c == 0.0 => {
-                    if let Some(m) = types::lty(&a) {
-                        self.fire("algebra");
-                        self.ldrop(&a);
-                        return LTerm::zero(m);
-                    }
-                }
-                _ => {}
+            let c = real_lit(&t);
+            if c == Some(1.0) {
+                self.fire("algebra");
+                return a;
+            }
+            if c == Some(0.0)
+                && let Some(m) = types::lty(&a)
+            {
+                self.fire("algebra");
+                self.ldrop(&a);
+                return LTerm::zero(m);
             }
         }
         LTerm::new(LTermKind::Scale(t, a), span)
     }
 
-    fn from_side(&mut self, a: LTerm, left: bool, span: Span) -> LTerm {
+    fn side_of(&mut self, a: LTerm, left: bool, span: Span) -> LTerm {
         use LTermKind as K;
         if self.rules.case_known {
             match (&a.kind, left) {
