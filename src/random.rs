@@ -895,6 +895,20 @@ fn fresh_name(t: &Type) -> &'static str {
 /// far-back ones and the parameters, with scalar arithmetic, unary builtins, conditionals,
 /// and every 50th line a `map` of a closure over `ys` followed by a `sum`.
 pub fn straight_line_source(n: usize, seed: u64) -> String {
+    straight_line(n, seed, true, true, true)
+}
+
+/// Like [`straight_line_source`] but differentiable by every AD mode today: no conditionals
+/// (`max` in their place), and every line uses the one before, so none is dead code. With
+/// `far_back`, the other operand is the parameter `x` one time in ten and a variable from
+/// anywhere earlier two times in ten; without, it is one of the last four variables, so each
+/// variable's uses stay near its definition. With `maps`, every 50th line maps a closure over
+/// `ys`; without, every line is scalar.
+pub fn straight_line_ad_source(n: usize, seed: u64, far_back: bool, maps: bool) -> String {
+    straight_line(n, seed, false, far_back, maps)
+}
+
+fn straight_line(n: usize, seed: u64, conditionals: bool, far_back: bool, maps: bool) -> String {
     let mut state = seed
         .wrapping_mul(6364136223846793005)
         .wrapping_add(1442695040888963407);
@@ -909,20 +923,27 @@ pub fn straight_line_source(n: usize, seed: u64) -> String {
     for i in 1..n.max(1) {
         let pick = |next: &mut dyn FnMut(usize) -> usize| -> String {
             match next(10) {
-                0 => "x".to_string(),
-                1 | 2 => format!("v{}", next(i)),
+                0 if far_back => "x".to_string(),
+                1 | 2 if far_back => format!("v{}", next(i)),
                 _ => format!("v{}", i - 1 - next(i.min(4))),
             }
         };
-        let a = pick(&mut next);
+        // With conditionals (the front-end benchmark's shape) both operands are picked; without
+        // (the AD shape), the first is always the previous line, so no line is dead code.
+        let a = if conditionals {
+            pick(&mut next)
+        } else {
+            format!("v{}", i - 1)
+        };
         let b = pick(&mut next);
-        let line = if i % 50 == 0 {
+        let line = if maps && i % 50 == 0 {
             format!("sum (map (\\(y : Real) -> y * {a} + {b}) ys)")
         } else {
             match next(6) {
                 0 => format!("{a} * {b} + 0.5"),
                 1 => format!("sin {a} + {b} * 0.25"),
-                2 => format!("if {a} > {b} then {a} - {b} else {b} * 0.5"),
+                2 if conditionals => format!("if {a} > {b} then {a} - {b} else {b} * 0.5"),
+                2 => format!("max ({a} - {b}) ({b} * 0.5)"),
                 3 => format!("tanh ({a} * {b})"),
                 4 => format!("{a} - 0.125 * {b}"),
                 _ => format!("max {a} {b} / 2"),

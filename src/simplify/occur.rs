@@ -13,7 +13,7 @@
 
 use crate::deep::deep;
 use crate::target::term::{Child, LTerm, LTermKind, Pat, Term, TermKind, VarId};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// What is known about one bound variable's occurrences.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -25,6 +25,8 @@ pub struct Occ {
     /// Occurrences as the array of `map (\r -> fst r) x` or `map (\r -> snd r) x` (the only
     /// uses `mapPairSplit` can serve).
     pub map_proj: u32,
+    /// The λ depth of the binder (λs enclosing it), for computing `under_lambda`.
+    depth: u32,
 }
 
 impl Occ {
@@ -39,8 +41,6 @@ impl Occ {
 #[derive(Default)]
 pub struct Occurrences {
     map: HashMap<VarId, Occ>,
-    /// The λ depth of each binder, during the analysis.
-    depth: HashMap<VarId, u32>,
 }
 
 impl Occurrences {
@@ -48,7 +48,6 @@ impl Occurrences {
     pub fn of(t: &Term) -> Occurrences {
         let mut o = Occurrences::default();
         o.term(t, 0);
-        o.depth = HashMap::new();
         o
     }
 
@@ -59,22 +58,24 @@ impl Occurrences {
     }
 
     fn bind(&mut self, v: VarId, depth: u32) {
-        self.map.entry(v).or_default();
-        self.depth.insert(v, depth);
+        self.map.entry(v).or_default().depth = depth;
     }
 
     fn bind_pat(&mut self, p: &Pat, depth: u32) {
-        for v in p.vars() {
-            self.bind(v.id, depth);
+        match p {
+            Pat::Var(x) => self.bind(x.id, depth),
+            Pat::Wild(_) => {}
+            Pat::Pair(a, b) => {
+                self.bind_pat(a, depth);
+                self.bind_pat(b, depth);
+            }
         }
     }
 
     fn occur(&mut self, v: VarId, depth: u32) {
         if let Some(o) = self.map.get_mut(&v) {
             o.count = o.count.saturating_add(1);
-            if self.depth.get(&v).is_some_and(|&d| depth > d) {
-                o.under_lambda = true;
-            }
+            o.under_lambda |= depth > o.depth;
         }
     }
 
@@ -208,22 +209,13 @@ mod tests {
         );
         assert_eq!(o.get(dead.id).unwrap().count, 0);
         assert!(oz.inline_once(false));
-        assert!(
-            !Occ {
-                count: 1,
-                under_lambda: true,
-                map_proj: 0
-            }
-            .inline_once(false)
-        );
-        assert!(
-            Occ {
-                count: 1,
-                under_lambda: true,
-                map_proj: 0
-            }
-            .inline_once(true)
-        );
+        let under = Occ {
+            count: 1,
+            under_lambda: true,
+            ..Occ::default()
+        };
+        assert!(!under.inline_once(false));
+        assert!(under.inline_once(true));
     }
 
     #[test]

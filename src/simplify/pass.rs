@@ -25,20 +25,21 @@ use crate::prim::Prim;
 use crate::target::term::{Child, LTerm, LTermKind, Lit, Pat, Rewrite, Term, TermKind, Var, VarId};
 use crate::target::types::{LTy, Ty};
 use crate::value::Value;
-use std::collections::{BTreeMap, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeMap;
 
 /// Runs one pass over `t`: the output, and how often each rule fired.
 pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usize>) {
     let mut p = Pass {
         rules,
         occ: Occurrences::of(t),
-        subst: HashMap::new(),
-        lsubst: HashMap::new(),
-        known: HashMap::new(),
-        lknown: HashMap::new(),
-        lam_split: HashMap::new(),
-        map_split: HashMap::new(),
-        uses: HashMap::new(),
+        subst: HashMap::default(),
+        lsubst: HashMap::default(),
+        known: HashMap::default(),
+        lknown: HashMap::default(),
+        lam_split: HashMap::default(),
+        map_split: HashMap::default(),
+        uses: HashMap::default(),
         stack: Vec::new(),
         fired: BTreeMap::new(),
     };
@@ -131,6 +132,25 @@ fn same_latom(a: &LTerm, b: &LTerm) -> bool {
             _ => return false,
         }
     }
+}
+
+/// Whether a term has at most 64 nodes: an already simplified λ body is substituted into
+/// directly only then, so β-reducing output terms stays O(1) per redex (a larger body gets a
+/// `let` instead, which the next pass inlines).
+fn small(root: Child<'_>) -> bool {
+    let mut budget = 64usize;
+    let mut stack = vec![root];
+    while let Some(c) = stack.pop() {
+        budget = match budget.checked_sub(1) {
+            Some(b) => b,
+            None => return false,
+        };
+        match c {
+            Child::C(t) => stack.extend(t.children()),
+            Child::L(l) => stack.extend(l.children()),
+        }
+    }
+    true
 }
 
 /// Whether an input term is a value, so that moving it under a λ cannot duplicate work.
@@ -403,11 +423,27 @@ impl Pass<'_> {
 
     /// An input `let p = e` (its body follows in the same block).
     fn let_(&mut self, p: &Pat, e: &Term, span: Span) {
-        if self.rules.dead_let
-            && p.vars()
-                .iter()
-                .all(|v| self.occ.get(v.id).is_some_and(|o| o.count == 0))
+        // letRotate and letPairSplit on the input, before anything is simplified: the
+        // components of a pair (typically an AD rule's `(primal, \v ⊸ ...)`) are then bound
+        // as input terms, so a λ̲ used once is inlined unsimplified and β-reduced where it is
+        // used, and its body is simplified exactly once.
+        let mut e = e;
+        while self.rules.let_rotate
+            && let TermKind::Let(q, a, b) = &e.kind
         {
+            self.fire("letRotate");
+            self.let_(q, a, e.span);
+            e = b;
+        }
+        if self.rules.let_pair_split
+            && let (Pat::Pair(p1, p2), TermKind::Pair(a, b)) = (p, &e.kind)
+        {
+            self.fire("letPairSplit");
+            self.let_(p1, a, span);
+            self.let_(p2, b, span);
+            return;
+        }
+        if self.rules.dead_let && self.unused(p) {
             self.fire("deadLet");
             return;
         }
@@ -424,6 +460,15 @@ impl Pass<'_> {
         }
         let e2 = self.float(e, self.rules.let_rotate, "letRotate");
         self.bind(p, e2, span);
+    }
+
+    /// Whether no variable of an input pattern occurs (per the occurrence analysis).
+    fn unused(&self, p: &Pat) -> bool {
+        match p {
+            Pat::Var(x) => self.occ.get(x.id).is_some_and(|o| o.count == 0),
+            Pat::Wild(_) => true,
+            Pat::Pair(a, b) => self.unused(a) && self.unused(b),
+        }
     }
 
     /// Binds a pattern to an output term.
@@ -835,7 +880,7 @@ impl Pass<'_> {
             && let TermKind::Lam(x, body) = &f.kind
         {
             self.fire("lamAppLet");
-            let body = if is_atom(&a) {
+            let body = if is_atom(&a) && small(Child::C(body)) {
                 let b = Replace {
                     pass: self,
                     var: x.id,
@@ -1285,7 +1330,7 @@ impl Pass<'_> {
             && let TermKind::LinLam(v, body) = &f.kind
         {
             self.fire("linBeta");
-            let body = if is_latom(&a) {
+            let body = if is_latom(&a) && small(Child::L(body)) {
                 let b = Replace {
                     pass: self,
                     var: v.id,

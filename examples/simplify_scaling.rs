@@ -1,0 +1,67 @@
+//! How the simplifier scales on generated straight-line programs (issue: "simplified reverse
+//! size / n roughly constant; differentiate + simplify under 1 s at n = 10^4").
+//!
+//! For n = 10^2, 10^3, 10^4 lets (`random::straight_line_ad_source`), prints the size of the raw
+//! and simplified derivative code, the simplified size per source line, the passes, and the
+//! times to transform (compile + AD) and to simplify, for reverse and forward mode.
+//!
+//! Run: `cargo run --release --example simplify_scaling [-- --far-back]`. With `--far-back`,
+//! one operand in ten is a variable from anywhere earlier in the program.
+
+use chad::prim::Registry;
+use chad::random::straight_line_ad_source;
+use chad::simplify::{Rules, simplify_with};
+use std::time::Instant;
+
+fn main() {
+    let far_back = std::env::args().any(|a| a == "--far-back");
+    let maps = std::env::args().any(|a| a == "--maps");
+    println!(
+        "{:<8} {:>5} {:>10} {:>10} {:>8} {:>6} {:>10} {:>10} {:>10}",
+        "mode", "n", "raw", "simplified", "simp/n", "passes", "AD ms", "simp ms", "total ms"
+    );
+    for reverse in [true, false] {
+        for n in sizes(&[100, 1_000, 10_000]) {
+            let text = straight_line_ad_source(n, 7, far_back, maps);
+            let prog =
+                chad::source::load(&text, &Registry::builtin()).expect("generated programs check");
+            let entry = prog.entry(prog.defs.len() - 1);
+            let t0 = Instant::now();
+            let comb = chad::ccc::compile_entry(&entry);
+            let mor = if reverse {
+                chad::ad::reverse::transform(&comb)
+            } else {
+                chad::ad::forward::transform(&comb)
+            }
+            .expect("straight-line programs are differentiable");
+            let t1 = Instant::now();
+            let (simple, stats) = simplify_with(&mor.body, &Rules::all());
+            let t2 = Instant::now();
+            let (raw, size) = (mor.body.size(), simple.size());
+            println!(
+                "{:<8} {:>5} {:>10} {:>10} {:>8.1} {:>6} {:>10.1} {:>10.1} {:>10.1}",
+                if reverse { "reverse" } else { "forward" },
+                n,
+                raw,
+                size,
+                size as f64 / n as f64,
+                stats.passes,
+                (t1 - t0).as_secs_f64() * 1e3,
+                (t2 - t1).as_secs_f64() * 1e3,
+                (t2 - t0).as_secs_f64() * 1e3,
+            );
+        }
+    }
+}
+
+/// The sizes to run: `--sizes 100,200` on the command line, or the defaults.
+fn sizes(default: &[usize]) -> Vec<usize> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == "--sizes") {
+        Some(i) => args[i + 1]
+            .split(',')
+            .map(|s| s.parse().expect("a size"))
+            .collect(),
+        None => default.to_vec(),
+    }
+}
