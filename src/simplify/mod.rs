@@ -48,6 +48,7 @@
 pub mod occur;
 mod pass;
 mod types;
+pub mod unique;
 
 use crate::target::term::Term;
 use std::collections::BTreeMap;
@@ -214,9 +215,15 @@ pub fn simplify(t: &Term) -> Term {
 
 /// Simplifies with the given rules, to a fixed point. Free variables of `t` stay free.
 pub fn simplify_with(t: &Term, rules: &Rules) -> (Term, Stats) {
+    simplify_passes(t, rules, MAX_PASSES)
+}
+
+/// [`simplify_with`] stopping after at most `max_passes` passes (for inspecting the
+/// intermediate terms).
+pub fn simplify_passes(t: &Term, rules: &Rules, max_passes: usize) -> (Term, Stats) {
     let mut stats = Stats::default();
-    let mut cur = t.clone();
-    while stats.passes < MAX_PASSES {
+    let mut cur = unique::uniquify(t);
+    while stats.passes < max_passes {
         stats.passes += 1;
         let (out, fired) = pass::run(&cur, rules);
         cur = out;

@@ -153,6 +153,30 @@ fn small(root: Child<'_>) -> bool {
     true
 }
 
+/// The variables occurring under a node (free or bound; ids are unique, so for finding which
+/// bindings a term needs the difference does not matter).
+fn vars_of(root: Child<'_>) -> rustc_hash::FxHashSet<VarId> {
+    let mut out = rustc_hash::FxHashSet::default();
+    let mut stack = vec![root];
+    while let Some(c) = stack.pop() {
+        match c {
+            Child::C(t) => {
+                if let TermKind::Var(x) = &t.kind {
+                    out.insert(x.id);
+                }
+                stack.extend(t.children());
+            }
+            Child::L(l) => {
+                if let LTermKind::Var(u) = &l.kind {
+                    out.insert(u.id);
+                }
+                stack.extend(l.children());
+            }
+        }
+    }
+    out
+}
+
 /// Whether an input term is a value, so that moving it under a λ cannot duplicate work.
 fn is_value(t: &Term) -> bool {
     matches!(
@@ -544,14 +568,13 @@ impl Pass<'_> {
         }
         if self.rules.let_lam_pair_split
             && let TermKind::Lam(y, body) = &e.kind
-            && let TermKind::Pair(a, b) = &body.kind
             && let Some((_, tab)) = x.ty.as_fun()
             && let Some((ta, tb)) = tab.as_prod()
+            && let Some((l1, l2)) = self.split_lambda(y, body)
         {
             self.fire("letLamPairSplit");
             let f1 = Var::fresh(x.name.clone(), Ty::fun(y.ty.clone(), ta.clone()));
             let f2 = Var::fresh(format!("{}'", x.name), Ty::fun(y.ty.clone(), tb.clone()));
-            let (l1, l2) = self.split_lambda(y, a, b);
             self.stack
                 .push(Binding::Cart(Pat::Var(f1.clone()), l1, span));
             self.stack
@@ -562,19 +585,18 @@ impl Pass<'_> {
         if self.rules.map_pair_split
             && let TermKind::Map(f, xs) = &e.kind
             && let TermKind::Lam(y, body) = &f.kind
-            && let TermKind::Pair(a, b) = &body.kind
             && let Some((ta, tb)) = x.ty.as_array().and_then(Ty::as_prod)
             && self
                 .occ
                 .get(x.id)
                 .is_some_and(|o| o.count > 0 && o.map_proj == o.count)
+            && let Some((l1, l2)) = self.split_lambda(y, body)
         {
             self.fire("mapPairSplit");
             let r1 = Var::fresh(x.name.clone(), Ty::array(ta.clone()));
             let r2 = Var::fresh(x.name.clone(), Ty::array(tb.clone()));
             let xs1 = self.atomize(xs, "xs", &Ty::array(y.ty.clone()), span);
             let xs2 = self.copy(&xs1);
-            let (l1, l2) = self.split_lambda(y, a, b);
             let m1 = Term::new(TermKind::Map(l1, xs1), e.span);
             let m2 = Term::new(TermKind::Map(l2, xs2), e.span);
             self.stack
@@ -587,19 +609,64 @@ impl Pass<'_> {
         self.stack.push(Binding::Cart(Pat::Var(x.clone()), e, span));
     }
 
-    /// `\y -> a` and `\y' -> b[y'/y]` from the halves of `\y -> (a, b)` (fresh binder for the
-    /// second, so binders stay unique).
-    fn split_lambda(&mut self, y: &Var, a: &Term, b: &Term) -> (Term, Term) {
+    /// Splits `\y -> let bs in (a, b)` into `\y -> let bs_a in a` and
+    /// `\y' -> (let bs_b in b)[y'/y]` (a fresh binder for the second, so binders stay unique),
+    /// where `bs_a` are the bindings `a` needs and `bs_b` those `b` needs. `None` if the body is
+    /// not of that form or a binding is needed by both halves (splitting would compute it
+    /// twice).
+    fn split_lambda(&mut self, y: &Var, body: &Term) -> Option<(Term, Term)> {
+        let mut bindings = Vec::new();
+        let mut core = body;
+        while let TermKind::Let(p, e, rest) = &core.kind {
+            bindings.push((p, e, core.span));
+            core = rest;
+        }
+        let TermKind::Pair(a, b) = &core.kind else {
+            return None;
+        };
+        let (mut need_a, mut need_b) = (vars_of(Child::C(a)), vars_of(Child::C(b)));
+        let mut side = vec![None; bindings.len()];
+        for (k, (p, e, _)) in bindings.iter().enumerate().rev() {
+            let vars = p.vars();
+            let in_a = vars.iter().any(|v| need_a.contains(&v.id));
+            let in_b = vars.iter().any(|v| need_b.contains(&v.id));
+            match (in_a, in_b) {
+                (true, true) => return None,
+                (true, false) => need_a.extend(vars_of(Child::C(e))),
+                (false, true) => need_b.extend(vars_of(Child::C(e))),
+                (false, false) => {}
+            }
+            side[k] = in_a.then_some(true).or(in_b.then_some(false));
+        }
+        let wrap = |first: bool, core: &Term| {
+            bindings
+                .iter()
+                .zip(&side)
+                .rev()
+                .fold(core.clone(), |acc, ((p, e, span), s)| {
+                    if *s == Some(first) {
+                        Term::new(TermKind::Let((*p).clone(), (*e).clone(), acc), *span)
+                    } else {
+                        acc
+                    }
+                })
+        };
+        let (body_a, body_b) = (wrap(true, a), wrap(false, b));
+        for ((_, e, _), s) in bindings.iter().zip(&side) {
+            if s.is_none() {
+                self.drop(e);
+            }
+        }
         let y2 = Var::fresh(y.name.clone(), y.ty.clone());
         let y2v = self.var(&y2, Span::default());
-        let b2 = Replace {
+        let body_b = Replace {
             pass: self,
             var: y.id,
             by: Child::C(&y2v),
         }
-        .term(b);
+        .term(&body_b);
         self.drop(&y2v);
-        (Term::lam(y, a.clone()), Term::lam(&y2, b2))
+        Some((Term::lam(y, body_a), Term::lam(&y2, body_b)))
     }
 
     /// The term itself if it is an atom; otherwise a fresh variable bound to it.
@@ -608,7 +675,14 @@ impl Pass<'_> {
             return t.clone();
         }
         let v = Var::fresh(name, ty.clone());
-        self.bind_var(&v, t.clone(), span);
+        if let TermKind::Pair(..) = t.kind {
+            // A nested pair is bound as a known pair of atoms in turn.
+            self.bind_var(&v, t.clone(), span);
+        } else {
+            // Bound as it is (not split by `bind_var`: the result must be an atom).
+            self.stack
+                .push(Binding::Cart(Pat::Var(v.clone()), t.clone(), span));
+        }
         self.var(&v, span)
     }
 
