@@ -50,6 +50,9 @@ mod pass;
 mod types;
 pub mod unique;
 
+#[cfg(test)]
+mod tests;
+
 use crate::target::term::Term;
 use std::collections::BTreeMap;
 
