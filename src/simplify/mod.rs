@@ -225,7 +225,7 @@ pub fn simplify_with(t: &Term, rules: &Rules) -> (Term, Stats) {
 /// intermediate terms).
 pub fn simplify_passes(t: &Term, rules: &Rules, max_passes: usize) -> (Term, Stats) {
     let mut stats = Stats::default();
-    let mut cur = unique::uniquify(t);
+    let mut cur = t.clone();
     while stats.passes < max_passes {
         stats.passes += 1;
         let (out, fired) = pass::run(&cur, rules);

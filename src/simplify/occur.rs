@@ -25,6 +25,9 @@ pub struct Occ {
     /// Occurrences as the array of `map (\r -> fst r) x` or `map (\r -> snd r) x` (the only
     /// uses `mapPairSplit` can serve).
     pub map_proj: u32,
+    /// Occurrences as `fst x` or `snd x` (Cartesian or linear): only then is splitting
+    /// `let x = (a, b)` worth its extra bindings.
+    pub proj: u32,
     /// The λ depth of the binder (λs enclosing it), for computing `under_lambda`.
     depth: u32,
 }
@@ -41,6 +44,7 @@ impl Occ {
 #[derive(Default)]
 pub struct Occurrences {
     map: HashMap<VarId, Occ>,
+    duplicates: bool,
 }
 
 impl Occurrences {
@@ -51,6 +55,12 @@ impl Occurrences {
         o
     }
 
+    /// Whether some variable is bound twice in the analysed term (then the counts of the two
+    /// binders are merged, and the simplifier must first make binders unique).
+    pub fn has_duplicates(&self) -> bool {
+        self.duplicates
+    }
+
     /// What is known about a variable bound in the analysed term; `None` for variables made
     /// after the analysis (or free in the term).
     pub fn get(&self, v: VarId) -> Option<Occ> {
@@ -58,7 +68,18 @@ impl Occurrences {
     }
 
     fn bind(&mut self, v: VarId, depth: u32) {
-        self.map.entry(v).or_default().depth = depth;
+        match self.map.entry(v) {
+            std::collections::hash_map::Entry::Occupied(mut o) => {
+                self.duplicates = true;
+                o.get_mut().depth = depth;
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(Occ {
+                    depth,
+                    ..Occ::default()
+                });
+            }
+        }
     }
 
     fn bind_pat(&mut self, p: &Pat, depth: u32) {
@@ -85,6 +106,12 @@ impl Occurrences {
 
     fn term_(&mut self, t: &Term, depth: u32) {
         use TermKind as K;
+        if let K::Fst(e) | K::Snd(e) = &t.kind
+            && let K::Var(x) = &e.kind
+            && let Some(o) = self.map.get_mut(&x.id)
+        {
+            o.proj = o.proj.saturating_add(1);
+        }
         match &t.kind {
             K::Var(x) => self.occur(x.id, depth),
             K::Lam(x, b) => {
@@ -135,6 +162,12 @@ impl Occurrences {
 
     fn linear_(&mut self, l: &LTerm, depth: u32) {
         use LTermKind as K;
+        if let K::Fst(e) | K::Snd(e) = &l.kind
+            && let K::Var(x) = &e.kind
+            && let Some(o) = self.map.get_mut(&x.id)
+        {
+            o.proj = o.proj.saturating_add(1);
+        }
         match &l.kind {
             K::Var(u) => self.occur(u.id, depth),
             K::Let(p, t, b) => {

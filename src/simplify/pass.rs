@@ -30,9 +30,19 @@ use std::collections::BTreeMap;
 
 /// Runs one pass over `t`: the output, and how often each rule fired.
 pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usize>) {
+    let mut occ = Occurrences::of(t);
+    let unique;
+    let t = if occ.has_duplicates() {
+        unique = super::unique::uniquify(t);
+        occ = Occurrences::of(&unique);
+        debug_assert!(!occ.has_duplicates());
+        &unique
+    } else {
+        t
+    };
     let mut p = Pass {
         rules,
-        occ: Occurrences::of(t),
+        occ,
         subst: HashMap::default(),
         lsubst: HashMap::default(),
         known: HashMap::default(),
@@ -557,7 +567,15 @@ impl Pass<'_> {
         if self.rules.let_pair_split
             && let TermKind::Pair(a, b) = &e.kind
             && let Some((ta, tb)) = x.ty.as_prod()
+            && ((is_atom(a) && is_atom(b))
+                || (self.rules.pair_proj && self.occ.get(x.id).is_some_and(|o| o.proj > 0)))
         {
+            // Binding a component to a fresh variable is a change (a pair of atoms is not):
+            // and only worth it if projections of `x` will use it, or the next pass would
+            // inline the component back.
+            if !(is_atom(a) && is_atom(b)) {
+                self.fire("letPairSplit");
+            }
             let (ta, tb) = (ta.clone(), tb.clone());
             let a2 = self.atomize(a, &x.name, &ta, span);
             let b2 = self.atomize(b, &x.name, &tb, span);
@@ -728,7 +746,12 @@ impl Pass<'_> {
         if self.rules.let_pair_split
             && let LTermKind::Pair(a, b) = &l.kind
             && let Some((ta, tb)) = u.lin_ty().and_then(LTy::as_prod)
+            && ((is_latom(a) && is_latom(b))
+                || (self.rules.pair_proj && self.occ.get(u.id).is_some_and(|o| o.proj > 0)))
         {
+            if !(is_latom(a) && is_latom(b)) {
+                self.fire("letPairSplit");
+            }
             let (ta, tb) = (ta.clone(), tb.clone());
             let a2 = self.latomize(a, &u.name, &ta, span);
             let b2 = self.latomize(b, &u.name, &tb, span);
