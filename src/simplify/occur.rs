@@ -33,10 +33,11 @@ pub struct Occ {
 }
 
 impl Occ {
-    /// Whether inlining the bound term at its occurrences cannot duplicate work: at most one
-    /// occurrence, and that one not under a λ unless the bound term is itself a value.
+    /// Whether inlining the bound term at its occurrences cannot duplicate work: exactly one
+    /// occurrence, and that one not under a λ unless the bound term is itself a value. (No
+    /// occurrence at all is `deadLet`'s business.)
     pub fn inline_once(&self, value: bool) -> bool {
-        self.count <= 1 && (value || !self.under_lambda)
+        self.count == 1 && (value || !self.under_lambda)
     }
 }
 
