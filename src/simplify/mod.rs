@@ -108,8 +108,9 @@ rules! {
     /// and linear lets alike).
     let_rotate = "letRotate",
     /// `letPairSplit`: `let (p, q) = (a, b) in e ~> let p = a in let q = b in e`, and
-    /// `let x = (a, b) in e ~> let x1 = a in let x2 = b in let x = (x1, x2) in e` (then
-    /// `pairProj` resolves `fst x` to `x1`); also for linear lets.
+    /// `let x = (a, b) in e ~> let x1 = a in let x2 = b in let x = (x1, x2) in e` for
+    /// non-atomic `a`, `b` (then `pairProj` resolves `fst x` to `x1`, and `x` dies if nothing
+    /// else uses it); also for linear lets.
     let_pair_split = "letPairSplit",
     /// `letInline`: `let x = a in e ~> e[a/x]` when `a` is an atom, or `x` occurs at most once
     /// in `e` and not under a λ (unless `a` is a λ); also for linear lets.
@@ -136,12 +137,14 @@ rules! {
     /// `algebra`: constant folding of primitives on literals; `x * 1 ~> x`, `1 * x ~> x`,
     /// `x - 0 ~> x`, `x / 1 ~> x`, `-(-x) ~> x`; linear `1 * l ~> l`, `0 * l ~> 0`.
     algebra = "algebra",
-    /// `letLamPairSplit`: `let f = \x -> (a, b) in e ~> let f1 = \x -> a in let f2 = \x -> b in
-    /// e[\y -> (f1 y, f2 y)/f]`, applied at each use, so `fst (f t) ~> f1 t`.
+    /// `letLamPairSplit`: `let f = \x -> let bs in (a, b) in e ~> let f1 = \x -> let bs_a in a
+    /// in let f2 = \x -> let bs_b in b in e[\y -> (f1 y, f2 y)/f]`, when every use of `f` is an
+    /// application (so `fst (f t) ~> f1 t`) and each binding of `bs` serves only one half.
     let_lam_pair_split = "letLamPairSplit",
     /// `mapPairSplit`: `let r = map (\x -> (a, b)) xs in e ~> let r1 = map (\x -> a) xs in
     /// let r2 = map (\x -> b) xs in e[r1/map fst r, r2/map snd r]`, when every use of `r` is
-    /// `map (\p -> fst p) r` or `map (\p -> snd p) r`.
+    /// `map (\p -> fst p) r` or `map (\p -> snd p) r` (lets in the body split as for
+    /// `letLamPairSplit`).
     map_pair_split = "mapPairSplit",
     /// `mapZero`: `lmap f 0 ~> 0`, `lmap (λ̲p. 0) l ~> 0`, `zipWith fs 0 ~> 0`,
     /// `lbuild n (\i -> 0) ~> 0`, `replicate n 0 ~> 0`, `onehot n i 0 ~> 0`.

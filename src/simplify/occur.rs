@@ -25,9 +25,14 @@ pub struct Occ {
     /// Occurrences as the array of `map (\r -> fst r) x` or `map (\r -> snd r) x` (the only
     /// uses `mapPairSplit` can serve).
     pub map_proj: u32,
-    /// Occurrences as `fst x` or `snd x` (Cartesian or linear): only then is splitting
-    /// `let x = (a, b)` worth its extra bindings.
-    pub proj: u32,
+    /// Occurrences as a component of a let-bound pair, `let y = (x, b)` or `let y = (a, x)`
+    /// (Cartesian or linear). `letPairSplit` binds non-atomic components of such pairs to
+    /// variables; inlining one back would only be split out again, so such an occurrence does
+    /// not count as "used once" for `letInline`.
+    pub pair_component: u32,
+    /// Occurrences as the function of an application `x a` (`letLamPairSplit` splits only
+    /// functions used nowhere else, so it never has to rebuild the pair-valued function).
+    pub applied: u32,
     /// The λ depth of the binder (λs enclosing it), for computing `under_lambda`.
     depth: u32,
 }
@@ -37,7 +42,7 @@ impl Occ {
     /// occurrence, and that one not under a λ unless the bound term is itself a value. (No
     /// occurrence at all is `deadLet`'s business.)
     pub fn inline_once(&self, value: bool) -> bool {
-        self.count == 1 && (value || !self.under_lambda)
+        self.count == 1 && self.pair_component == 0 && (value || !self.under_lambda)
     }
 }
 
@@ -94,6 +99,12 @@ impl Occurrences {
         }
     }
 
+    fn pair_component(&mut self, v: VarId) {
+        if let Some(o) = self.map.get_mut(&v) {
+            o.pair_component = o.pair_component.saturating_add(1);
+        }
+    }
+
     fn occur(&mut self, v: VarId, depth: u32) {
         if let Some(o) = self.map.get_mut(&v) {
             o.count = o.count.saturating_add(1);
@@ -107,12 +118,6 @@ impl Occurrences {
 
     fn term_(&mut self, t: &Term, depth: u32) {
         use TermKind as K;
-        if let K::Fst(e) | K::Snd(e) = &t.kind
-            && let K::Var(x) = &e.kind
-            && let Some(o) = self.map.get_mut(&x.id)
-        {
-            o.proj = o.proj.saturating_add(1);
-        }
         match &t.kind {
             K::Var(x) => self.occur(x.id, depth),
             K::Lam(x, b) => {
@@ -124,6 +129,13 @@ impl Occurrences {
                 self.linear(l, depth + 1);
             }
             K::Let(p, e, b) => {
+                if let (Pat::Var(_), K::Pair(x, y)) = (p, &e.kind) {
+                    for c in [x, y] {
+                        if let K::Var(v) = &c.kind {
+                            self.pair_component(v.id);
+                        }
+                    }
+                }
                 self.term(e, depth);
                 self.bind_pat(p, depth);
                 self.term(b, depth);
@@ -134,6 +146,15 @@ impl Occurrences {
                 self.term(a, depth);
                 self.bind_pat(q, depth);
                 self.term(b, depth);
+            }
+            K::App(f, a) => {
+                if let K::Var(x) = &f.kind
+                    && let Some(o) = self.map.get_mut(&x.id)
+                {
+                    o.applied = o.applied.saturating_add(1);
+                }
+                self.term(f, depth);
+                self.term(a, depth);
             }
             K::Map(f, xs) => {
                 if let (Some(_), K::Var(x)) = (projection(f), &xs.kind)
@@ -163,12 +184,6 @@ impl Occurrences {
 
     fn linear_(&mut self, l: &LTerm, depth: u32) {
         use LTermKind as K;
-        if let K::Fst(e) | K::Snd(e) = &l.kind
-            && let K::Var(x) = &e.kind
-            && let Some(o) = self.map.get_mut(&x.id)
-        {
-            o.proj = o.proj.saturating_add(1);
-        }
         match &l.kind {
             K::Var(u) => self.occur(u.id, depth),
             K::Let(p, t, b) => {
@@ -177,6 +192,13 @@ impl Occurrences {
                 self.linear(b, depth);
             }
             K::LinLet(u, a, b) => {
+                if let K::Pair(x, y) = &a.kind {
+                    for c in [x, y] {
+                        if let K::Var(v) = &c.kind {
+                            self.pair_component(v.id);
+                        }
+                    }
+                }
                 self.linear(a, depth);
                 self.bind(u.id, depth);
                 self.linear(b, depth);

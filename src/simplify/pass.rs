@@ -51,11 +51,15 @@ pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usiz
         map_split: HashMap::default(),
         uses: HashMap::default(),
         stack: Vec::new(),
-        fired: BTreeMap::new(),
+        fired: HashMap::default(),
     };
     let out = p.block(t);
     debug_assert!(p.stack.is_empty());
-    (out, p.fired)
+    let mut fired = BTreeMap::new();
+    for (name, n) in p.fired.into_values() {
+        *fired.entry(name).or_default() += n;
+    }
+    (out, fired)
 }
 
 /// What an inlined variable stands for.
@@ -90,7 +94,9 @@ struct Pass<'r> {
     /// Uses of each variable in the output built so far.
     uses: HashMap<VarId, u32>,
     stack: Vec<Binding>,
-    fired: BTreeMap<&'static str, usize>,
+    /// Firings per rule, keyed by the address of the rule's name (cheap to hash; equal names
+    /// at different addresses are merged at the end).
+    fired: HashMap<*const u8, (&'static str, usize)>,
 }
 
 /// Whether a Cartesian term is an atom: a variable, a literal, or a projection of an atom.
@@ -246,7 +252,7 @@ impl Rewrite for Replace<'_, '_> {
 
 impl Pass<'_> {
     fn fire(&mut self, rule: &'static str) {
-        *self.fired.entry(rule).or_default() += 1;
+        self.fired.entry(rule.as_ptr()).or_insert((rule, 0)).1 += 1;
     }
 
     // ----- use counts -----
@@ -567,15 +573,10 @@ impl Pass<'_> {
         if self.rules.let_pair_split
             && let TermKind::Pair(a, b) = &e.kind
             && let Some((ta, tb)) = x.ty.as_prod()
-            && ((is_atom(a) && is_atom(b))
-                || (self.rules.pair_proj && self.occ.get(x.id).is_some_and(|o| o.proj > 0)))
         {
-            // Binding a component to a fresh variable is a change (a pair of atoms is not):
-            // and only worth it if projections of `x` will use it, or the next pass would
-            // inline the component back.
-            if !(is_atom(a) && is_atom(b)) {
-                self.fire("letPairSplit");
-            }
+            // Non-atomic components get variables of their own; the occurrence analysis keeps
+            // `letInline` from putting them back (see `Occ::pair_component`), so the split is
+            // stable and not counted as a firing.
             let (ta, tb) = (ta.clone(), tb.clone());
             let a2 = self.atomize(a, &x.name, &ta, span);
             let b2 = self.atomize(b, &x.name, &tb, span);
@@ -585,6 +586,10 @@ impl Pass<'_> {
             return;
         }
         if self.rules.let_lam_pair_split
+            && self
+                .occ
+                .get(x.id)
+                .is_some_and(|o| o.count > 0 && o.applied == o.count)
             && let TermKind::Lam(y, body) = &e.kind
             && let Some((_, tab)) = x.ty.as_fun()
             && let Some((ta, tb)) = tab.as_prod()
@@ -746,12 +751,7 @@ impl Pass<'_> {
         if self.rules.let_pair_split
             && let LTermKind::Pair(a, b) = &l.kind
             && let Some((ta, tb)) = u.lin_ty().and_then(LTy::as_prod)
-            && ((is_latom(a) && is_latom(b))
-                || (self.rules.pair_proj && self.occ.get(u.id).is_some_and(|o| o.proj > 0)))
         {
-            if !(is_latom(a) && is_latom(b)) {
-                self.fire("letPairSplit");
-            }
             let (ta, tb) = (ta.clone(), tb.clone());
             let a2 = self.latomize(a, &u.name, &ta, span);
             let b2 = self.latomize(b, &u.name, &tb, span);
@@ -902,12 +902,12 @@ impl Pass<'_> {
     }
 
     fn cvar(&mut self, x: &Var, span: Span) -> Term {
+        if let Some(Subst::Cheap(a)) = self.subst.get(&x.id) {
+            let a = a.clone();
+            return self.copy(&a);
+        }
         match self.subst.remove(&x.id) {
-            Some(Subst::Cheap(a)) => {
-                let r = self.copy(&a);
-                self.subst.insert(x.id, Subst::Cheap(a));
-                r
-            }
+            Some(Subst::Cheap(_)) => unreachable!("handled above"),
             Some(Subst::Moved(e)) => e,
             Some(Subst::Input(e)) => self.term(&e),
             None => {
@@ -1319,12 +1319,12 @@ impl Pass<'_> {
     }
 
     fn lvar(&mut self, u: &Var, span: Span) -> LTerm {
+        if let Some(Subst::Cheap(a)) = self.lsubst.get(&u.id) {
+            let a = a.clone();
+            return self.lcopy(&a);
+        }
         match self.lsubst.remove(&u.id) {
-            Some(Subst::Cheap(a)) => {
-                let r = self.lcopy(&a);
-                self.lsubst.insert(u.id, Subst::Cheap(a));
-                r
-            }
+            Some(Subst::Cheap(_)) => unreachable!("handled above"),
             Some(Subst::Moved(l)) => l,
             Some(Subst::Input(l)) => self.linear(&l),
             None => self.lvar_out(u, span),
