@@ -99,6 +99,17 @@ impl Occurrences {
         }
     }
 
+    /// Counts the variables that are components of `let x = (a, b)`.
+    fn let_bound_pair(&mut self, p: &Pat, e: &Term) {
+        if let (Pat::Var(_), TermKind::Pair(a, b)) = (p, &e.kind) {
+            for c in [a, b] {
+                if let TermKind::Var(v) = &c.kind {
+                    self.pair_component(v.id);
+                }
+            }
+        }
+    }
+
     fn pair_component(&mut self, v: VarId) {
         if let Some(o) = self.map.get_mut(&v) {
             o.pair_component = o.pair_component.saturating_add(1);
@@ -129,13 +140,7 @@ impl Occurrences {
                 self.linear(l, depth + 1);
             }
             K::Let(p, e, b) => {
-                if let (Pat::Var(_), K::Pair(x, y)) = (p, &e.kind) {
-                    for c in [x, y] {
-                        if let K::Var(v) = &c.kind {
-                            self.pair_component(v.id);
-                        }
-                    }
-                }
+                self.let_bound_pair(p, e);
                 self.term(e, depth);
                 self.bind_pat(p, depth);
                 self.term(b, depth);
@@ -187,6 +192,7 @@ impl Occurrences {
         match &l.kind {
             K::Var(u) => self.occur(u.id, depth),
             K::Let(p, t, b) => {
+                self.let_bound_pair(p, t);
                 self.term(t, depth);
                 self.bind_pat(p, depth);
                 self.linear(b, depth);

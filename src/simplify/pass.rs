@@ -150,25 +150,6 @@ fn same_latom(a: &LTerm, b: &LTerm) -> bool {
     }
 }
 
-/// Whether a term has at most 64 nodes: an already simplified λ body is substituted into
-/// directly only then, so β-reducing output terms stays O(1) per redex (a larger body gets a
-/// `let` instead, which the next pass inlines).
-fn small(root: Child<'_>) -> bool {
-    let mut budget = 64usize;
-    let mut stack = vec![root];
-    while let Some(c) = stack.pop() {
-        budget = match budget.checked_sub(1) {
-            Some(b) => b,
-            None => return false,
-        };
-        match c {
-            Child::C(t) => stack.extend(t.children()),
-            Child::L(l) => stack.extend(l.children()),
-        }
-    }
-    true
-}
-
 /// The variables occurring under a node (free or bound; ids are unique, so for finding which
 /// bindings a term needs the difference does not matter).
 fn vars_of(root: Child<'_>) -> rustc_hash::FxHashSet<VarId> {
@@ -977,19 +958,11 @@ impl Pass<'_> {
             && let TermKind::Lam(x, body) = &f.kind
         {
             self.fire("lamAppLet");
-            let body = if is_atom(&a) && small(Child::C(body)) {
-                let b = Replace {
-                    pass: self,
-                    var: x.id,
-                    by: Child::C(&a),
-                }
-                .term(body);
-                self.drop(&a);
-                b
-            } else {
-                self.stack.push(Binding::Cart(Pat::Var(x.clone()), a, span));
-                body.clone()
-            };
+            // The body is already simplified: bind the argument rather than substitute it, since
+            // facts recorded about the body's bindings (known pairs) mention `x`. The next pass
+            // inlines the binding if it is an atom or used once.
+            self.stack.push(Binding::Cart(Pat::Var(x.clone()), a, span));
+            let body = body.clone();
             return self.peel(body);
         }
         Term::new(TermKind::App(f, a), span)
@@ -1427,19 +1400,9 @@ impl Pass<'_> {
             && let TermKind::LinLam(v, body) = &f.kind
         {
             self.fire("linBeta");
-            let body = if is_latom(&a) && small(Child::L(body)) {
-                let b = Replace {
-                    pass: self,
-                    var: v.id,
-                    by: Child::L(&a),
-                }
-                .linear(body);
-                self.ldrop(&a);
-                b
-            } else {
-                self.stack.push(Binding::Lin(v.clone(), a, span));
-                body.clone()
-            };
+            // As in `app`: bind, do not substitute into the simplified body.
+            self.stack.push(Binding::Lin(v.clone(), a, span));
+            let body = body.clone();
             return self.lpeel(body);
         }
         if self.rules.zero_prop

@@ -1,0 +1,44 @@
+//! Differentiate and simplify generated straight-line programs of 10^2, 10^3 and 10^4 lets
+//! (`random::straight_line_ad_source`, every line using the one before and one of the last
+//! four): compile, reverse (or forward) CHAD, then the simplifier to its fixed point. The goal
+//! is near-linear growth and under 1 s at 10^4. For the sizes of the derivative code (raw,
+//! simplified, per line) and a split of the time, run
+//! `cargo run --release --example simplify_scaling`.
+//!
+//! Run: `cargo bench --bench simplify`.
+
+use chad::prim::Registry;
+use chad::random::straight_line_ad_source;
+use chad::simplify::simplify;
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use std::hint::black_box;
+
+fn differentiate_and_simplify(entry: &chad::source::term::Entry, reverse: bool) -> usize {
+    let comb = chad::ccc::compile_entry(entry);
+    let mor = if reverse {
+        chad::ad::reverse::transform(&comb)
+    } else {
+        chad::ad::forward::transform(&comb)
+    }
+    .expect("straight-line programs are differentiable");
+    simplify(&mor.body).size()
+}
+
+fn bench(c: &mut Criterion) {
+    for (name, reverse) in [("reverse+simplify", true), ("forward+simplify", false)] {
+        let mut g = c.benchmark_group(name);
+        g.sample_size(10);
+        for n in [100usize, 1_000, 10_000] {
+            let text = straight_line_ad_source(n, 7, false, false);
+            let prog = chad::source::load(&text, &Registry::builtin()).expect("programs check");
+            let entry = prog.entry(prog.defs.len() - 1);
+            g.bench_with_input(BenchmarkId::from_parameter(n), &entry, |b, e| {
+                b.iter(|| differentiate_and_simplify(black_box(e), reverse))
+            });
+        }
+        g.finish();
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
