@@ -67,6 +67,11 @@ impl Occurrences {
         self.duplicates
     }
 
+    /// The number of binders in the analysed term (for sizing tables).
+    pub fn binders(&self) -> usize {
+        self.map.len()
+    }
+
     /// What is known about a variable bound in the analysed term; `None` for variables made
     /// after the analysis (or free in the term).
     pub fn get(&self, v: VarId) -> Option<Occ> {

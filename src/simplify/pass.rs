@@ -40,17 +40,18 @@ pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usiz
     } else {
         t
     };
+    let n = occ.binders();
     let mut p = Pass {
         rules,
         occ,
-        subst: HashMap::default(),
-        lsubst: HashMap::default(),
+        subst: HashMap::with_capacity_and_hasher(n / 2, Default::default()),
+        lsubst: HashMap::with_capacity_and_hasher(n / 2, Default::default()),
         known: HashMap::default(),
         lknown: HashMap::default(),
         lam_split: HashMap::default(),
         map_split: HashMap::default(),
-        uses: HashMap::default(),
-        stack: Vec::new(),
+        uses: HashMap::with_capacity_and_hasher(n, Default::default()),
+        stack: Vec::with_capacity(n.min(1 << 16)),
         fired: HashMap::default(),
     };
     let out = p.block(t);
@@ -761,7 +762,7 @@ impl Pass<'_> {
         let mk = |k: TermKind| Term::new(k, span);
         match &t.kind {
             K::Let(..) => unreachable!("lets are consumed above"),
-            K::Var(x) => self.cvar(x, span),
+            K::Var(x) => self.cvar(x, Some(t), span),
             K::Lit(_) => t.clone(),
             K::Lam(x, b) => mk(K::Lam(x.clone(), self.block(b))),
             K::App(f, a) => {
@@ -882,10 +883,22 @@ impl Pass<'_> {
         }
     }
 
-    fn cvar(&mut self, x: &Var, span: Span) -> Term {
-        if let Some(Subst::Cheap(a)) = self.subst.get(&x.id) {
-            let a = a.clone();
-            return self.copy(&a);
+    /// A variable occurrence: its substitution, or the variable (reusing the input node
+    /// `node` when there is one, to save an allocation).
+    fn cvar(&mut self, x: &Var, node: Option<&Term>, span: Span) -> Term {
+        match self.subst.get(&x.id) {
+            None if self.lam_split.is_empty() && self.map_split.is_empty() => {
+                *self.uses.entry(x.id).or_default() += 1;
+                return match node {
+                    Some(t) => t.clone(),
+                    None => Term::new(TermKind::Var(x.clone()), span),
+                };
+            }
+            Some(Subst::Cheap(a)) => {
+                let a = a.clone();
+                return self.copy(&a);
+            }
+            _ => {}
         }
         match self.subst.remove(&x.id) {
             Some(Subst::Cheap(_)) => unreachable!("handled above"),
@@ -1085,7 +1098,7 @@ impl Pass<'_> {
         let mk = |k: LTermKind| LTerm::new(k, span);
         match &l.kind {
             K::Let(..) | K::LinLet(..) => unreachable!("lets are consumed above"),
-            K::Var(u) => self.lvar(u, span),
+            K::Var(u) => self.lvar(u, Some(l), span),
             K::Zero(_) => l.clone(),
             K::Plus(a, b) => {
                 let a2 = self.lfloat(a, self.rules.plus_let, "plusLet");
@@ -1291,16 +1304,26 @@ impl Pass<'_> {
         }
     }
 
-    fn lvar(&mut self, u: &Var, span: Span) -> LTerm {
-        if let Some(Subst::Cheap(a)) = self.lsubst.get(&u.id) {
-            let a = a.clone();
-            return self.lcopy(&a);
+    /// [`Self::cvar`] for linear variables.
+    fn lvar(&mut self, u: &Var, node: Option<&LTerm>, span: Span) -> LTerm {
+        match self.lsubst.get(&u.id) {
+            None => {
+                *self.uses.entry(u.id).or_default() += 1;
+                return match node {
+                    Some(l) => l.clone(),
+                    None => LTerm::new(LTermKind::Var(u.clone()), span),
+                };
+            }
+            Some(Subst::Cheap(a)) => {
+                let a = a.clone();
+                return self.lcopy(&a);
+            }
+            _ => {}
         }
         match self.lsubst.remove(&u.id) {
-            Some(Subst::Cheap(_)) => unreachable!("handled above"),
             Some(Subst::Moved(l)) => l,
             Some(Subst::Input(l)) => self.linear(&l),
-            None => self.lvar_out(u, span),
+            Some(Subst::Cheap(_)) | None => unreachable!("handled above"),
         }
     }
 
