@@ -31,20 +31,6 @@ fn config(arrays: bool) -> Config {
     }
 }
 
-/// A random program that AD supports (drawn until one is; not a proptest filter, whose
-/// rejection budget long runs would exhaust).
-fn supported_program(
-    strategy: &impl Strategy<Value = TestProgram>,
-    r: &mut TestRunner,
-) -> TestProgram {
-    loop {
-        let p = strategy.new_tree(r).unwrap().current();
-        if chad::ad::check_supported(&p.entry.body).is_ok() {
-            return p;
-        }
-    }
-}
-
 fn finite(v: &Value) -> bool {
     fd::leaves(v).iter().all(|x| x.is_finite())
 }
@@ -85,7 +71,7 @@ fn for_programs(
     let strategy = random::program(config(arrays));
     let mut ran = 0;
     for _ in 0..n {
-        let p = supported_program(&strategy, &mut r);
+        let p = common::supported_program(&strategy, &mut r);
         match chad::eval::eval_entry(&p.entry, &p.inputs) {
             Ok(y) if finite(&y) => {}
             _ => continue,

@@ -295,20 +295,6 @@ fn config(functions: bool, higher_order_result: bool) -> Config {
     }
 }
 
-/// A random program that AD supports (drawn until one is; not a proptest filter, whose
-/// rejection budget long runs would exhaust).
-fn supported_program(
-    strategy: &impl Strategy<Value = TestProgram>,
-    r: &mut TestRunner,
-) -> TestProgram {
-    loop {
-        let p = strategy.new_tree(r).unwrap().current();
-        if chad::ad::check_supported(&p.entry.body).is_ok() {
-            return p;
-        }
-    }
-}
-
 /// The CHAD image of a random program in one mode, its type, and points to evaluate it at.
 struct Subject {
     program: TestProgram,
@@ -352,7 +338,7 @@ fn subjects(cfg: &Config, n: u32, extra: usize, r: &mut TestRunner) -> Vec<Subje
         .collect();
     let mut out = Vec::new();
     for k in 0..n as usize {
-        let p = supported_program(&strategies[k % strategies.len()], r);
+        let p = common::supported_program(&strategies[k % strategies.len()], r);
         let mut points = vec![ccc::eval::context_value(&p.inputs)];
         for _ in 0..extra {
             let args: Vec<Value> = p
@@ -509,7 +495,7 @@ fn simplified_jvp_and_vjp_agree_with_the_original() {
     let mut failures = Failures::default();
     let mut ran = 0;
     for _ in 0..n {
-        let p = supported_program(&strategy, &mut r);
+        let p = common::supported_program(&strategy, &mut r);
         let tys = p.entry.param_types();
         let dx: Vec<Value> = tys
             .iter()

@@ -930,40 +930,32 @@ impl Pass<'_> {
 
     /// The input λ a function position holds, directly or through a variable inlined once.
     fn input_lambda(&mut self, f: &Term) -> Option<(Var, Term)> {
-        match &f.kind {
+        self.input_value(f, |t| match &t.kind {
             TermKind::Lam(x, b) => Some((x.clone(), b.clone())),
-            TermKind::Var(g) => match self.subst.get(&g.id) {
-                Some(Subst::Input(e)) => match &e.kind {
-                    TermKind::Lam(x, b) => {
-                        let r = (x.clone(), b.clone());
-                        self.subst.remove(&g.id);
-                        Some(r)
-                    }
-                    _ => None,
-                },
-                _ => None,
-            },
             _ => None,
-        }
+        })
     }
 
     /// [`Self::input_lambda`] for linear λs.
     fn input_lin_lambda(&mut self, f: &Term) -> Option<(Var, LTerm)> {
-        match &f.kind {
+        self.input_value(f, |t| match &t.kind {
             TermKind::LinLam(v, b) => Some((v.clone(), b.clone())),
-            TermKind::Var(g) => match self.subst.get(&g.id) {
-                Some(Subst::Input(e)) => match &e.kind {
-                    TermKind::LinLam(v, b) => {
-                        let r = (v.clone(), b.clone());
-                        self.subst.remove(&g.id);
-                        Some(r)
-                    }
-                    _ => None,
-                },
-                _ => None,
-            },
             _ => None,
+        })
+    }
+
+    /// `pick` of the input term `f`, or of the input term a variable `f` is inlined once to
+    /// (consuming that inlining).
+    fn input_value<T>(&mut self, f: &Term, pick: impl Fn(&Term) -> Option<T>) -> Option<T> {
+        if let TermKind::Var(g) = &f.kind {
+            let Some(Subst::Input(e)) = self.subst.get(&g.id) else {
+                return None;
+            };
+            let r = pick(e)?;
+            self.subst.remove(&g.id);
+            return Some(r);
         }
+        pick(f)
     }
 
     fn app(&mut self, f: Term, a: Term, span: Span) -> Term {

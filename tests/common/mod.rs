@@ -90,3 +90,17 @@ pub fn same_at(
         _ => Err(format!("{a:?} versus {b:?}")),
     }
 }
+
+/// A random program that AD supports (drawn until one is; not a proptest filter, whose
+/// rejection budget long runs would exhaust).
+pub fn supported_program(
+    strategy: &impl Strategy<Value = chad::random::TestProgram>,
+    r: &mut TestRunner,
+) -> chad::random::TestProgram {
+    loop {
+        let p = strategy.new_tree(r).unwrap().current();
+        if chad::ad::check_supported(&p.entry.body).is_ok() {
+            return p;
+        }
+    }
+}
