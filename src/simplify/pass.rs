@@ -100,52 +100,73 @@ struct Pass<'r> {
     fired: HashMap<*const u8, (&'static str, usize)>,
 }
 
-/// Whether a Cartesian term is an atom: a variable, a literal, or a projection of an atom.
-/// Atoms are the only terms the simplifier copies.
-fn is_atom(t: &Term) -> bool {
+/// One step of walking an atom: the forms atoms are made of, in either kind of term.
+enum Step<'a, T> {
+    /// A variable (`Some`) or a constant (a literal, linear `0`: `None`).
+    Leaf(Option<VarId>),
+    /// `fst` (`true`) or `snd` of a subterm.
+    Proj(bool, &'a T),
+    /// Anything else: not an atom.
+    Other,
+}
+
+/// Terms of either kind, as far as atoms are concerned.
+trait Atomic: Sized {
+    fn step(&self) -> Step<'_, Self>;
+}
+
+impl Atomic for Term {
+    fn step(&self) -> Step<'_, Term> {
+        match &self.kind {
+            TermKind::Var(x) => Step::Leaf(Some(x.id)),
+            TermKind::Lit(_) => Step::Leaf(None),
+            TermKind::Fst(e) => Step::Proj(true, e),
+            TermKind::Snd(e) => Step::Proj(false, e),
+            _ => Step::Other,
+        }
+    }
+}
+
+impl Atomic for LTerm {
+    fn step(&self) -> Step<'_, LTerm> {
+        match &self.kind {
+            LTermKind::Var(u) => Step::Leaf(Some(u.id)),
+            LTermKind::Zero(_) => Step::Leaf(None),
+            LTermKind::Fst(e) => Step::Proj(true, e),
+            LTermKind::Snd(e) => Step::Proj(false, e),
+            _ => Step::Other,
+        }
+    }
+}
+
+/// Whether a term is an atom: a variable, a constant (a literal; linear `0`), or a projection of
+/// an atom. Atoms are the only terms the simplifier copies.
+fn atom<T: Atomic>(t: &T) -> bool {
     let mut t = t;
     loop {
-        match &t.kind {
-            TermKind::Var(_) | TermKind::Lit(_) => return true,
-            TermKind::Fst(e) | TermKind::Snd(e) => t = e,
-            _ => return false,
+        match t.step() {
+            Step::Leaf(_) => return true,
+            Step::Proj(_, e) => t = e,
+            Step::Other => return false,
         }
     }
 }
 
-/// Whether a linear term is an atom: a variable, `0`, or a projection of an atom.
+fn is_atom(t: &Term) -> bool {
+    atom(t)
+}
+
 fn is_latom(l: &LTerm) -> bool {
-    let mut l = l;
-    loop {
-        match &l.kind {
-            LTermKind::Var(_) | LTermKind::Zero(_) => return true,
-            LTermKind::Fst(e) | LTermKind::Snd(e) => l = e,
-            _ => return false,
-        }
-    }
+    atom(l)
 }
 
-/// Whether two atoms are the same variable under the same projections.
-fn same_atom(a: &Term, b: &Term) -> bool {
-    use TermKind as K;
+/// Whether two terms are the same variable under the same projections.
+fn same_atom<T: Atomic>(a: &T, b: &T) -> bool {
     let (mut a, mut b) = (a, b);
     loop {
-        match (&a.kind, &b.kind) {
-            (K::Var(x), K::Var(y)) => return x.id == y.id,
-            (K::Fst(x), K::Fst(y)) | (K::Snd(x), K::Snd(y)) => (a, b) = (x, y),
-            _ => return false,
-        }
-    }
-}
-
-/// [`same_atom`] for linear atoms.
-fn same_latom(a: &LTerm, b: &LTerm) -> bool {
-    use LTermKind as K;
-    let (mut a, mut b) = (a, b);
-    loop {
-        match (&a.kind, &b.kind) {
-            (K::Var(x), K::Var(y)) => return x.id == y.id,
-            (K::Fst(x), K::Fst(y)) | (K::Snd(x), K::Snd(y)) => (a, b) = (x, y),
+        match (a.step(), b.step()) {
+            (Step::Leaf(Some(x)), Step::Leaf(Some(y))) => return x == y,
+            (Step::Proj(p, x), Step::Proj(q, y)) if p == q => (a, b) = (x, y),
             _ => return false,
         }
     }
@@ -1362,7 +1383,7 @@ impl Pass<'_> {
         if self.rules.pair_eta
             && let (K::Fst(x), K::Snd(y)) = (&a.kind, &b.kind)
             && is_latom(x)
-            && same_latom(x, y)
+            && same_atom(x, y)
         {
             self.fire("pairEta");
             self.ldrop(&b);
