@@ -13,6 +13,7 @@
 //! text --source::parser--> syntax --source::check--> typed core terms (source::term)
 //!      --ccc::compile--> combinators --ccc::interpret--> any model (eval, typing, printing, ...)
 //!      (AD models produce target::Term: the source language plus linear types)
+//!      --simplify--> legible derivative code of the program's size (never called by `ad`)
 //! ```
 //!
 //! ## Example
@@ -59,6 +60,9 @@
 //! * [`eval`]: the direct evaluator of source terms.
 //! * [`ad`]: forward and reverse CHAD as models of the combinator structure (`Σ_C L` and
 //!   `Σ_C L^op`), `jvp`/`vjp`/`grad` for programs, and `check_primitive` for derivatives.
+//! * [`simplify`]: the simplifier of target terms: named, switchable rewrite rules (the CHAD
+//!   paper's Table 1 and those the linear fragment needs) run to a fixed point in linear-time
+//!   passes.
 //! * [`target`]: the target language derivatives are written in: linear types, linear terms, a
 //!   checker enforcing linearity, an evaluator, a printer, the embedding of source terms, and
 //!   [`target::linear`], where linear maps and copowers are abstract types.
