@@ -10,7 +10,10 @@
 //! * **Inlining.** A variable used once, safely (see [`super::occur`]), is mapped to its
 //!   *unsimplified* bound term, which is simplified where it is used (so a `let`-bound `λ` used
 //!   once is β-reduced as input, and nothing is simplified twice). Atoms are copied (`Cheap`),
-//!   and the components of a split pair that are used once are moved (`Moved`).
+//!   and the components of a split pair that are used once are moved (`Moved`). A β-redex that
+//!   only appears after simplification binds its argument instead of substituting into the
+//!   already simplified body (facts recorded about that body mention the parameter); the next
+//!   pass inlines the binding.
 //! * **Use counts.** The pass counts the uses of each variable in the output as it builds it.
 //!   It copies atoms and decrements the counts of dropped subterms. When a block closes,
 //!   bindings whose variables have no uses are dropped (`deadLet`), innermost first, so a chain
