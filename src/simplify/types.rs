@@ -11,12 +11,14 @@ const FUEL: u32 = 48;
 
 /// The type of a Cartesian term, if found cheaply.
 pub fn ty(t: &Term) -> Option<Ty> {
-    ty_(t, &mut FUEL.clone())
+    let mut fuel = FUEL;
+    ty_(t, &mut fuel)
 }
 
 /// The type of a linear term, if found cheaply.
 pub fn lty(l: &LTerm) -> Option<LTy> {
-    lty_(l, &mut FUEL.clone())
+    let mut fuel = FUEL;
+    lty_(l, &mut fuel)
 }
 
 /// The codomain `M` of a linear function `f : L ⊸ M`, if found cheaply.
