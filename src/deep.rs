@@ -40,6 +40,14 @@ impl<T> Deep<T> {
     pub fn new(value: T) -> Self {
         Deep(ManuallyDrop::new(value))
     }
+
+    /// Unwraps the value (the caller now owns it, destructor included).
+    pub fn into_inner(self) -> T {
+        let mut me = ManuallyDrop::new(self);
+        // SAFETY: `me` is never dropped (ManuallyDrop), so the value is taken exactly once and
+        // `Deep`'s destructor does not run on the emptied wrapper.
+        unsafe { ManuallyDrop::take(&mut me.0) }
+    }
 }
 
 impl<T: ?Sized> Deref for Deep<T> {

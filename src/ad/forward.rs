@@ -49,10 +49,10 @@
 //! `length` (and the primitives `sum`, `dot`) are reported as not yet supported.
 
 use super::{
-    Lets, Memo, Mor, TypeMaps, apply, lin_lam, new_mor, results, split_args, split_linear,
-    unsupported,
+    Lets, Memo, Mor, TypeMaps, apply, lin_lam, map_proj, map2_images, new_mor, per_element,
+    results, split_args, split_linear,
 };
-use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Primitives};
+use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
 use crate::ccc::{Comb, Path, Step, interpret};
 use crate::deep::deep;
 use crate::error::{Error, Result, Span};
@@ -351,7 +351,110 @@ impl Primitives for Forward {
     }
 }
 
-unsupported_coproducts!(Forward);
+impl Coproducts for Forward {
+    fn inl(&self, a: &Type, b: &Type) -> Result<Mor> {
+        // (inl x, λ̲d. linl d)
+        let ab = Type::sum(a.clone(), b.clone());
+        let tb = self.tangent(b);
+        new_mor(self, a, &ab, |x| {
+            let primal = Term::mk(TermKind::Inl(Term::var(x), self.primal(b)));
+            self.combined(a, primal, |d| LTerm::mk(LTermKind::Inl(d, tb)))
+        })
+    }
+
+    fn inr(&self, a: &Type, b: &Type) -> Result<Mor> {
+        // (inr x, λ̲d. linr d)
+        let ab = Type::sum(a.clone(), b.clone());
+        let ta = self.tangent(a);
+        new_mor(self, b, &ab, |x| {
+            let primal = Term::mk(TermKind::Inr(self.primal(a), Term::var(x)));
+            self.combined(b, primal, |d| LTerm::mk(LTermKind::Inr(ta, d)))
+        })
+    }
+
+    fn copair(&self, f: Mor, g: Mor, a: &Type, b: &Type, c: &Type) -> Result<Mor> {
+        // case x of inl a → let (c, f') = F(f)[a] in (c, λ̲d. f' • fromLeft d)
+        //         | inr b → let (c, g') = F(g)[b] in (c, λ̲d. g' • fromRight d)
+        let ab = Type::sum(a.clone(), b.clone());
+        let branch = |m: Mor, left: bool| {
+            let (y, dm) = results(self, &m, "c", "df");
+            let mut lets = Lets::new();
+            lets.push_pair(&y, &dm, m.body);
+            let body = lets.finish(self.combined(&ab, Term::var(&y), |d| {
+                let part = if left {
+                    LTerm::mk(LTermKind::FromLeft(d))
+                } else {
+                    LTerm::mk(LTermKind::FromRight(d))
+                };
+                apply(&dm, part)
+            }));
+            (Pat::Var(m.x), body)
+        };
+        new_mor(self, &ab, c, |x| {
+            let (p, l) = branch(f, true);
+            let (q, r) = branch(g, false);
+            Term::mk(TermKind::Case(Term::var(x), p, l, q, r))
+        })
+    }
+
+    fn dist(&self, a: &Type, b: &Type, c: &Type) -> Result<Mor> {
+        // let (a, s) = x in case s of
+        //   inl b → (inl (a, b), λ̲d. linl (fst d, fromLeft (snd d)))
+        // | inr c → (inr (a, c), λ̲d. linr (fst d, fromRight (snd d)))
+        let (ab, ac) = (Type::prod(a.clone(), b.clone()), Type::prod(a.clone(), c.clone()));
+        let dom = Type::prod(a.clone(), Type::sum(b.clone(), c.clone()));
+        let cod = Type::sum(ab.clone(), ac.clone());
+        let (tab, tac) = (self.tangent(&ab), self.tangent(&ac));
+        new_mor(self, &dom, &cod, |x| {
+            let av = Var::fresh("a", self.primal(a));
+            let s = Var::fresh("s", self.primal(&Type::sum(b.clone(), c.clone())));
+            let bv = Var::fresh("b", self.primal(b));
+            let cv = Var::fresh("c", self.primal(c));
+            let pair_with = |e: &Var| Term::pair(Term::var(&av), Term::var(e));
+            let left = self.combined(
+                &dom,
+                Term::mk(TermKind::Inl(pair_with(&bv), self.primal(&ac))),
+                |d| {
+                    let from = LTerm::mk(LTermKind::FromLeft(LTerm::snd(d.clone())));
+                    LTerm::mk(LTermKind::Inl(LTerm::pair(LTerm::fst(d), from), tac))
+                },
+            );
+            let right = self.combined(
+                &dom,
+                Term::mk(TermKind::Inr(self.primal(&ab), pair_with(&cv))),
+                |d| {
+                    let from = LTerm::mk(LTermKind::FromRight(LTerm::snd(d.clone())));
+                    LTerm::mk(LTermKind::Inr(tab, LTerm::pair(LTerm::fst(d), from)))
+                },
+            );
+            let mut lets = Lets::new();
+            lets.push_pair(&av, &s, Term::var(x));
+            lets.finish(Term::mk(TermKind::Case(
+                Term::var(&s),
+                Pat::Var(bv.clone()),
+                left,
+                Pat::Var(cv.clone()),
+                right,
+            )))
+        })
+    }
+}
+
+impl Forward {
+    /// `lbuild n (λi. (snd (rs ! i)) • arg(i))`: every element's derivative applied to its
+    /// tangent.
+    fn element_tangents(&self, n: Term, rs: &Var, arg: impl FnOnce(&Var) -> LTerm) -> LTerm {
+        let i = Var::fresh("i", Ty::Int);
+        let deriv_i = Term::snd(Term::mk(TermKind::Index(Term::var(rs), Term::var(&i))));
+        let body = LTerm::app(deriv_i, arg(&i));
+        LTerm::mk(LTermKind::Build(n, i, body))
+    }
+}
+
+/// `l ! i` for a linear array `l`.
+fn lindex(l: LTerm, i: &Var) -> LTerm {
+    LTerm::mk(LTermKind::Index(l, Term::var(i)))
+}
 
 impl Arrays for Forward {
     fn map(&self, f: Mor, gamma: &Type, a: &Type, b: &Type) -> Result<Mor> {
@@ -363,47 +466,95 @@ impl Arrays for Forward {
         new_mor(self, &dom, &cod, |x| {
             let g = Var::fresh("γ", self.primal(gamma));
             let xs = Var::fresh("as", self.primal(&Type::array(a.clone())));
-            let rs = Var::fresh("rs", Ty::array(image.clone()));
+            let rs = Var::fresh("rs", Ty::array(image));
             let ai = Var::fresh("a", self.primal(a));
-            let per_elem = Term::lam(
-                &ai,
-                Term::let_(&f.x, Term::pair(Term::var(&g), Term::var(&ai)), f.body),
-            );
             let mut lets = Lets::new();
             lets.push_pair(&g, &xs, Term::var(x));
-            lets.push(
-                Pat::Var(rs.clone()),
-                Term::mk(TermKind::Map(per_elem, Term::var(&xs))),
-            );
-            let r = Var::fresh("r", image.clone());
-            let primal = Term::mk(TermKind::Map(
-                Term::lam(&r, Term::fst(Term::var(&r))),
-                Term::var(&rs),
-            ));
-            let i = Var::fresh("i", Ty::Int);
-            lets.finish(self.combined(&dom, primal, |d| {
-                let deriv_i = Term::snd(Term::mk(TermKind::Index(Term::var(&rs), Term::var(&i))));
-                let arg = LTerm::pair(
-                    LTerm::fst(d.clone()),
-                    LTerm::mk(LTermKind::Index(LTerm::snd(d), Term::var(&i))),
-                );
-                LTerm::mk(LTermKind::Build(
-                    Term::mk(TermKind::Length(Term::var(&xs))),
-                    i.clone(),
-                    LTerm::app(deriv_i, arg),
-                ))
+            let mapped = Term::mk(TermKind::Map(per_element(f, &g, &ai), Term::var(&xs)));
+            lets.push(Pat::Var(rs.clone()), mapped);
+            lets.finish(self.combined(&dom, map_proj(&rs, false), |d| {
+                let n = Term::mk(TermKind::Length(Term::var(&xs)));
+                self.element_tangents(n, &rs, |i| {
+                    LTerm::pair(LTerm::fst(d.clone()), lindex(LTerm::snd(d), i))
+                })
             }))
         })
     }
-    fn map2(&self, _: Mor, _: &Type, _: &Type, _: &Type, _: &Type) -> Result<Mor> {
-        Err(unsupported("`map2`"))
+
+    fn map2(&self, f: Mor, gamma: &Type, a: &Type, b: &Type, c: &Type) -> Result<Mor> {
+        // let (γ, (as, bs)) = x in let rs = map2 (λa b. F(f)[(γ, (a, b))]) as bs in
+        // (map fst rs, λ̲d. lbuild (length as)
+        //                    (λi. (snd (rs ! i)) • (fst d, ((fst (snd d)) ! i, (snd (snd d)) ! i))))
+        let (aa, ab) = (Type::array(a.clone()), Type::array(b.clone()));
+        let dom = Type::prod(gamma.clone(), Type::prod(aa.clone(), ab.clone()));
+        let cod = Type::array(c.clone());
+        let image = self.image(&f.dom, c);
+        new_mor(self, &dom, &cod, |x| {
+            let g = Var::fresh("γ", self.primal(gamma));
+            let xs = Var::fresh("as", self.primal(&aa));
+            let ys = Var::fresh("bs", self.primal(&ab));
+            let rs = Var::fresh("rs", Ty::array(image));
+            let mut lets = Lets::new();
+            lets.push(
+                Pat::Pair(
+                    Box::new(Pat::Var(g.clone())),
+                    Box::new(Pat::Pair(
+                        Box::new(Pat::Var(xs.clone())),
+                        Box::new(Pat::Var(ys.clone())),
+                    )),
+                ),
+                Term::var(x),
+            );
+            lets.push(Pat::Var(rs.clone()), map2_images(self, f, &g, a, b, &xs, &ys));
+            lets.finish(self.combined(&dom, map_proj(&rs, false), |d| {
+                let n = Term::mk(TermKind::Length(Term::var(&xs)));
+                self.element_tangents(n, &rs, |i| {
+                    let ds = LTerm::snd(d.clone());
+                    LTerm::pair(
+                        LTerm::fst(d),
+                        LTerm::pair(lindex(LTerm::fst(ds.clone()), i), lindex(LTerm::snd(ds), i)),
+                    )
+                })
+            }))
+        })
     }
-    fn build(&self, _: Mor, _: &Type, _: &Type) -> Result<Mor> {
-        Err(unsupported("`build`"))
+
+    fn build(&self, f: Mor, gamma: &Type, a: &Type) -> Result<Mor> {
+        // let (γ, n) = x in let rs = build n (λi. F(f)[(γ, i)]) in
+        // (map fst rs, λ̲d. lbuild n (λi. (snd (rs ! i)) • (fst d, 0)))
+        let dom = Type::prod(gamma.clone(), Type::Int);
+        let cod = Type::array(a.clone());
+        let image = self.image(&f.dom, a);
+        new_mor(self, &dom, &cod, |x| {
+            let g = Var::fresh("γ", self.primal(gamma));
+            let n = Var::fresh("n", Ty::Int);
+            let i = Var::fresh("i", Ty::Int);
+            let rs = Var::fresh("rs", Ty::array(image));
+            let mut lets = Lets::new();
+            lets.push_pair(&g, &n, Term::var(x));
+            let built = Term::mk(TermKind::Build(Term::var(&n), per_element(f, &g, &i)));
+            lets.push(Pat::Var(rs.clone()), built);
+            lets.finish(self.combined(&dom, map_proj(&rs, false), |d| {
+                self.element_tangents(Term::var(&n), &rs, |_| {
+                    LTerm::pair(LTerm::fst(d), LTerm::zero(LTy::Unit))
+                })
+            }))
+        })
     }
-    fn index(&self, _: &Type) -> Result<Mor> {
-        Err(unsupported("array indexing"))
+
+    fn index(&self, a: &Type) -> Result<Mor> {
+        // let (xs, i) = x in (xs ! i, λ̲d. (fst d) ! i)
+        let dom = Type::prod(Type::array(a.clone()), Type::Int);
+        new_mor(self, &dom, a, |x| {
+            let xs = Var::fresh("xs", self.primal(&Type::array(a.clone())));
+            let i = Var::fresh("i", Ty::Int);
+            let mut lets = Lets::new();
+            lets.push_pair(&xs, &i, Term::var(x));
+            let primal = Term::mk(TermKind::Index(Term::var(&xs), Term::var(&i)));
+            lets.finish(self.combined(&dom, primal, |d| lindex(LTerm::fst(d), &i)))
+        })
     }
+
     fn length(&self, a: &Type) -> Result<Mor> {
         // (length x, λ̲d. 0)
         let dom = Type::array(a.clone());
@@ -413,6 +564,7 @@ impl Arrays for Forward {
             })
         })
     }
+
     fn replicate(&self, a: &Type) -> Result<Mor> {
         // let (n, a) = x in (replicate n a, λ̲d. replicate n (snd d))
         let dom = Type::prod(Type::Int, a.clone());
@@ -427,7 +579,27 @@ impl Arrays for Forward {
             }))
         })
     }
-    fn array(&self, _: &Type, _: usize) -> Result<Mor> {
-        Err(unsupported("array literals"))
+
+    fn array(&self, a: &Type, n: usize) -> Result<Mor> {
+        // let (x1, ..., xn) = x in ([x1, ..., xn], λ̲d. onehot n 0 d1 + ... + onehot n (n-1) dn)
+        let dom = Type::tuple(&vec![a.clone(); n]);
+        let cod = Type::array(a.clone());
+        new_mor(self, &dom, &cod, |x| {
+            let mut lets = Lets::new();
+            let items = split_args(x, &vec![self.primal(a); n], &mut lets);
+            let primal = Term::mk(TermKind::Array(self.primal(a), items));
+            lets.finish(self.combined(&dom, primal, |d| {
+                let len = Term::lit(Lit::Int(n as i64));
+                split_linear(d, n)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, dk)| {
+                        let at = Term::lit(Lit::Int(k as i64));
+                        LTerm::mk(LTermKind::OneHot(len.clone(), at, dk))
+                    })
+                    .reduce(LTerm::plus)
+                    .unwrap_or_else(|| LTerm::zero(self.tangent(&cod)))
+            }))
+        })
     }
 }

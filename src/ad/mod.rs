@@ -16,32 +16,9 @@
 //! they produce type-checks ([`crate::target::check`]) at exactly the type the maps predict.
 //!
 //! The entry points for programs are [`jvp`], [`vjp`] and [`grad`] (and [`Jvp`], [`Vjp`] to
-//! transform once and evaluate many times). Sums, conditionals, and the array operations other
-//! than `map`, `replicate`, `length`, `sum` and `dot` are not yet differentiated: they are
-//! reported as [`ErrorKind::Unsupported`] errors with the position of the construct
-//! ([`check_supported`]). Primitives supply their derivatives through their
+//! transform once and evaluate many times). Every construct of the language is differentiated:
+//! functions, tuples, sums and conditionals, and the array operations. Primitives supply their derivatives through their
 //! registration ([`crate::prim::Derivative`]); [`check_primitive`] tests one.
-
-/// `Coproducts` for a model that does not differentiate sums yet: every operation is an
-/// "not yet supported by AD" error.
-macro_rules! unsupported_coproducts {
-    ($model:ty) => {
-        impl crate::ccc::model::Coproducts for $model {
-            fn inl(&self, _: &Type, _: &Type) -> Result<Mor> {
-                Err(super::unsupported("sum injections"))
-            }
-            fn inr(&self, _: &Type, _: &Type) -> Result<Mor> {
-                Err(super::unsupported("sum injections"))
-            }
-            fn copair(&self, _: Mor, _: Mor, _: &Type, _: &Type, _: &Type) -> Result<Mor> {
-                Err(super::unsupported("`case` and `if`"))
-            }
-            fn dist(&self, _: &Type, _: &Type, _: &Type) -> Result<Mor> {
-                Err(super::unsupported("`case` and `if`"))
-            }
-        }
-    };
-}
 
 pub mod check;
 pub mod forward;
@@ -157,26 +134,6 @@ pub(crate) fn results(maps: &impl TypeMaps, m: &Mor, y: &str, d: &str) -> (Var, 
     )
 }
 
-/// The error for a construct AD does not handle yet.
-pub(crate) fn unsupported(what: &str) -> Error {
-    Error::new(
-        ErrorKind::Unsupported,
-        format!("{what} {} not yet supported by AD", is_are(what)),
-    )
-    .with_note(
-        "AD handles functions, tuples, `map`, `replicate`, `length`, `sum` and `dot`; sums, \
-         conditionals and the other array operations come in a later version",
-    )
-}
-
-fn is_are(what: &str) -> &'static str {
-    if what.ends_with('s') && !what.starts_with('`') {
-        "are"
-    } else {
-        "is"
-    }
-}
-
 /// The error for a primitive without a registered derivative.
 pub(crate) fn no_derivative(op: &Prim) -> Error {
     Error::new(
@@ -186,27 +143,16 @@ pub(crate) fn no_derivative(op: &Prim) -> Error {
     .with_note("register one with `Primitive::with_derivative`")
 }
 
-/// Checks that a source term uses only what AD supports, reporting the first unsupported
-/// construct with its position. (The models reject the corresponding combinators too; this
-/// check exists to point at the source.)
+/// Checks that every primitive a source term uses has a registered derivative, reporting the
+/// first one without, at its position. (The models reject such a primitive too; this check
+/// exists to point at the source.)
 pub fn check_supported(t: &STerm) -> Result<()> {
     let mut stack = vec![t];
     while let Some(t) = stack.pop() {
-        let what = match &t.kind {
-            SKind::If(..) => Some("`if`"),
-            SKind::Inl(..) | SKind::Inr(..) => Some("sum injections (`inl`, `inr`)"),
-            SKind::Case(..) => Some("`case`"),
-            SKind::Array(..) => Some("array literals"),
-            SKind::Map2(..) => Some("`map2`"),
-            SKind::Build(..) => Some("`build`"),
-            SKind::Index(..) => Some("array indexing (`!`)"),
-            SKind::Prim(op, _) if matches!(op.derivative(), Derivative::Missing) => {
-                return Err(no_derivative(op).with_span(t.span));
-            }
-            _ => None,
-        };
-        if let Some(what) = what {
-            return Err(unsupported(what).with_span(t.span));
+        if let SKind::Prim(op, _) = &t.kind
+            && matches!(op.derivative(), Derivative::Missing)
+        {
+            return Err(no_derivative(op).with_span(t.span));
         }
         // Children in reverse, so that the first construct in source order is reported.
         stack.extend(t.children().into_iter().rev());
@@ -311,6 +257,45 @@ fn respan(t: &Term, at: Span) -> Term {
         _ => return t.clone(),
     };
     Term::new(kind, at)
+}
+
+/// `λa. F(f)[(γ, a)]` (or `R(f)`): the body of a morphism `Γ × A → B` as a function of its
+/// second component, with the first fixed to `γ`.
+pub(crate) fn per_element(f: Mor, gamma: &Var, a: &Var) -> Term {
+    Term::lam(
+        a,
+        Term::let_(&f.x, Term::pair(Term::var(gamma), Term::var(a)), f.body),
+    )
+}
+
+/// `map (λr. fst r) rs` or `map (λr. snd r) rs` for an array `rs` of primal-derivative pairs.
+pub(crate) fn map_proj(rs: &Var, second: bool) -> Term {
+    let image = rs.ty.as_array().expect("an array of images").clone();
+    let r = Var::fresh("r", image);
+    let body = if second {
+        Term::snd(Term::var(&r))
+    } else {
+        Term::fst(Term::var(&r))
+    };
+    Term::mk(TermKind::Map(Term::lam(&r, body), Term::var(rs)))
+}
+
+/// `map2 (λa. λb. m[(γ, (a, b))]) as bs`: the images of a morphism `Γ × (A × B) → C` at every
+/// pair of elements, in either mode.
+pub(crate) fn map2_images(
+    maps: &impl TypeMaps,
+    m: Mor,
+    g: &Var,
+    a: &Type,
+    b: &Type,
+    xs: &Var,
+    ys: &Var,
+) -> Term {
+    let ai = Var::fresh("a", maps.primal(a));
+    let bi = Var::fresh("b", maps.primal(b));
+    let arg = Term::pair(Term::var(g), Term::pair(Term::var(&ai), Term::var(&bi)));
+    let f = Term::lam(&ai, Term::lam(&bi, Term::let_(&m.x, arg, m.body)));
+    Term::mk(TermKind::Map2(f, Term::var(xs), Term::var(ys)))
 }
 
 /// Binds the components of a primitive's argument tuple `x : A1 × (... × An)` to variables:

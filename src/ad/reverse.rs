@@ -51,10 +51,10 @@
 //! `length` (and the primitives `sum`, `dot`) are reported as not yet supported.
 
 use super::{
-    Lets, Memo, Mor, TypeMaps, apply, lin_lam, new_mor, results, split_args, tuple_linear,
-    unsupported,
+    Lets, Memo, Mor, TypeMaps, apply, lin_lam, map_proj, map2_images, new_mor, per_element,
+    results, split_args, tuple_linear,
 };
-use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Primitives};
+use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
 use crate::ccc::{Comb, Path, Step, interpret};
 use crate::deep::deep;
 use crate::error::{Error, Result, Span};
@@ -367,7 +367,113 @@ impl Primitives for Reverse {
     }
 }
 
-unsupported_coproducts!(Reverse);
+impl Coproducts for Reverse {
+    fn inl(&self, a: &Type, b: &Type) -> Result<Mor> {
+        // (inl x, λ̲v. fromLeft v)
+        let ab = Type::sum(a.clone(), b.clone());
+        new_mor(self, a, &ab, |x| {
+            let primal = Term::mk(TermKind::Inl(Term::var(x), self.primal(b)));
+            self.combined(&ab, primal, |v| LTerm::mk(LTermKind::FromLeft(v)))
+        })
+    }
+
+    fn inr(&self, a: &Type, b: &Type) -> Result<Mor> {
+        // (inr x, λ̲v. fromRight v)
+        let ab = Type::sum(a.clone(), b.clone());
+        new_mor(self, b, &ab, |x| {
+            let primal = Term::mk(TermKind::Inr(self.primal(a), Term::var(x)));
+            self.combined(&ab, primal, |v| LTerm::mk(LTermKind::FromRight(v)))
+        })
+    }
+
+    fn copair(&self, f: Mor, g: Mor, a: &Type, b: &Type, c: &Type) -> Result<Mor> {
+        // case x of inl a → let (c, f') = R(f)[a] in (c, λ̲v. linl (f' • v))
+        //         | inr b → let (c, g') = R(g)[b] in (c, λ̲v. linr (g' • v))
+        let (ca, cb) = (self.cotangent(a), self.cotangent(b));
+        let branch = |m: Mor, left: bool| {
+            let (y, dm) = results(self, &m, "c", "df");
+            let mut lets = Lets::new();
+            lets.push_pair(&y, &dm, m.body);
+            let body = lets.finish(self.combined(c, Term::var(&y), |v| {
+                let l = apply(&dm, v);
+                if left {
+                    LTerm::mk(LTermKind::Inl(l, cb.clone()))
+                } else {
+                    LTerm::mk(LTermKind::Inr(ca.clone(), l))
+                }
+            }));
+            (Pat::Var(m.x), body)
+        };
+        let ab = Type::sum(a.clone(), b.clone());
+        new_mor(self, &ab, c, |x| {
+            let (p, l) = branch(f, true);
+            let (q, r) = branch(g, false);
+            Term::mk(TermKind::Case(Term::var(x), p, l, q, r))
+        })
+    }
+
+    fn dist(&self, a: &Type, b: &Type, c: &Type) -> Result<Mor> {
+        // let (a, s) = x in case s of
+        //   inl b → (inl (a, b), λ̲v. let u = fromLeft v in (fst u, linl (snd u)))
+        // | inr c → (inr (a, c), λ̲v. let u = fromRight v in (fst u, linr (snd u)))
+        let (ab, ac) = (Type::prod(a.clone(), b.clone()), Type::prod(a.clone(), c.clone()));
+        let dom = Type::prod(a.clone(), Type::sum(b.clone(), c.clone()));
+        let cod = Type::sum(ab.clone(), ac.clone());
+        let (cb, cc) = (self.cotangent(b), self.cotangent(c));
+        new_mor(self, &dom, &cod, |x| {
+            let av = Var::fresh("a", self.primal(a));
+            let s = Var::fresh("s", self.primal(&Type::sum(b.clone(), c.clone())));
+            let bv = Var::fresh("b", self.primal(b));
+            let cv = Var::fresh("c", self.primal(c));
+            let pair_with = |e: &Var| Term::pair(Term::var(&av), Term::var(e));
+            let left = self.combined(
+                &cod,
+                Term::mk(TermKind::Inl(pair_with(&bv), self.primal(&ac))),
+                |v| {
+                    let u = Var::linear("u", self.cotangent(&ab));
+                    let from = LTerm::mk(LTermKind::FromLeft(v));
+                    let inj = LTerm::mk(LTermKind::Inl(LTerm::snd(LTerm::var(&u)), cc.clone()));
+                    LTerm::lin_let(&u, from, LTerm::pair(LTerm::fst(LTerm::var(&u)), inj))
+                },
+            );
+            let right = self.combined(
+                &cod,
+                Term::mk(TermKind::Inr(self.primal(&ab), pair_with(&cv))),
+                |v| {
+                    let u = Var::linear("u", self.cotangent(&ac));
+                    let from = LTerm::mk(LTermKind::FromRight(v));
+                    let inj = LTerm::mk(LTermKind::Inr(cb.clone(), LTerm::snd(LTerm::var(&u))));
+                    LTerm::lin_let(&u, from, LTerm::pair(LTerm::fst(LTerm::var(&u)), inj))
+                },
+            );
+            let mut lets = Lets::new();
+            lets.push_pair(&av, &s, Term::var(x));
+            lets.finish(Term::mk(TermKind::Case(
+                Term::var(&s),
+                Pat::Var(bv.clone()),
+                left,
+                Pat::Var(cv.clone()),
+                right,
+            )))
+        })
+    }
+}
+
+impl Reverse {
+    /// `let cs = zipWith (map snd rs) v in k(cs)`: every element's transposed derivative applied
+    /// to its element of the output cotangent `v` (sparse `v`, sparse `cs`), with `cs : Array p`.
+    fn element_cotangents(&self, rs: &Var, v: LTerm, p: LTy, k: impl FnOnce(&Var) -> LTerm) -> LTerm {
+        let cs = Var::linear("cs", LTy::array(p));
+        let body = k(&cs);
+        LTerm::lin_let(&cs, LTerm::mk(LTermKind::ZipWith(map_proj(rs, true), v)), body)
+    }
+}
+
+/// `lmap (λ̲p. sel(p)) cs` for a linear array `cs` of element type `p`.
+fn lmap(cs: &Var, p: &LTy, sel: impl FnOnce(LTerm) -> LTerm) -> LTerm {
+    let f = lin_lam("p", p.clone(), sel);
+    LTerm::mk(LTermKind::Map(f, LTerm::var(cs)))
+}
 
 impl Arrays for Reverse {
     fn map(&self, f: Mor, gamma: &Type, a: &Type, b: &Type) -> Result<Mor> {
@@ -376,59 +482,112 @@ impl Arrays for Reverse {
         let dom = Type::prod(gamma.clone(), Type::array(a.clone()));
         let cod = Type::array(b.clone());
         let image = self.image(&f.dom, b);
-        let (cg, ca) = (self.cotangent(gamma), self.cotangent(a));
+        let p = LTy::prod(self.cotangent(gamma), self.cotangent(a));
         new_mor(self, &dom, &cod, |x| {
             let g = Var::fresh("γ", self.primal(gamma));
             let xs = Var::fresh("as", self.primal(&Type::array(a.clone())));
-            let rs = Var::fresh("rs", Ty::array(image.clone()));
+            let rs = Var::fresh("rs", Ty::array(image));
             let ai = Var::fresh("a", self.primal(a));
-            let per_elem = Term::lam(
-                &ai,
-                Term::let_(&f.x, Term::pair(Term::var(&g), Term::var(&ai)), f.body),
-            );
             let mut lets = Lets::new();
             lets.push_pair(&g, &xs, Term::var(x));
-            lets.push(
-                Pat::Var(rs.clone()),
-                Term::mk(TermKind::Map(per_elem, Term::var(&xs))),
-            );
-            let proj = |second: bool| {
-                let r = Var::fresh("r", image.clone());
-                let body = if second {
-                    Term::snd(Term::var(&r))
-                } else {
-                    Term::fst(Term::var(&r))
-                };
-                Term::mk(TermKind::Map(Term::lam(&r, body), Term::var(&rs)))
-            };
-            let primal = proj(false);
-            let derivs = proj(true);
-            let pair_ty = LTy::prod(cg.clone(), ca.clone());
-            lets.finish(self.combined(&cod, primal, |v| {
-                let cs = Var::linear("cs", LTy::array(pair_ty.clone()));
-                let lmap = |first: bool| {
-                    let f = lin_lam("p", pair_ty.clone(), |p| {
-                        if first { LTerm::fst(p) } else { LTerm::snd(p) }
-                    });
-                    LTerm::mk(LTermKind::Map(f, LTerm::var(&cs)))
-                };
-                LTerm::lin_let(
-                    &cs,
-                    LTerm::mk(LTermKind::ZipWith(derivs, v)),
-                    LTerm::pair(LTerm::mk(LTermKind::Sum(lmap(true))), lmap(false)),
-                )
+            let mapped = Term::mk(TermKind::Map(per_element(f, &g, &ai), Term::var(&xs)));
+            lets.push(Pat::Var(rs.clone()), mapped);
+            lets.finish(self.combined(&cod, map_proj(&rs, false), |v| {
+                self.element_cotangents(&rs, v, p.clone(), |cs| {
+                    LTerm::pair(
+                        LTerm::mk(LTermKind::Sum(lmap(cs, &p, LTerm::fst))),
+                        lmap(cs, &p, LTerm::snd),
+                    )
+                })
             }))
         })
     }
-    fn map2(&self, _: Mor, _: &Type, _: &Type, _: &Type, _: &Type) -> Result<Mor> {
-        Err(unsupported("`map2`"))
+
+    fn map2(&self, f: Mor, gamma: &Type, a: &Type, b: &Type, c: &Type) -> Result<Mor> {
+        // let (γ, (as, bs)) = x in let rs = map2 (λa b. R(f)[(γ, (a, b))]) as bs in
+        // (map fst rs, λ̲v. let cs = zipWith (map snd rs) v in
+        //                  (lsum (lmap fst cs), (lmap (fst ∘ snd) cs, lmap (snd ∘ snd) cs)))
+        let (aa, ab) = (Type::array(a.clone()), Type::array(b.clone()));
+        let dom = Type::prod(gamma.clone(), Type::prod(aa.clone(), ab.clone()));
+        let cod = Type::array(c.clone());
+        let image = self.image(&f.dom, c);
+        let p = LTy::prod(
+            self.cotangent(gamma),
+            LTy::prod(self.cotangent(a), self.cotangent(b)),
+        );
+        new_mor(self, &dom, &cod, |x| {
+            let g = Var::fresh("γ", self.primal(gamma));
+            let xs = Var::fresh("as", self.primal(&aa));
+            let ys = Var::fresh("bs", self.primal(&ab));
+            let rs = Var::fresh("rs", Ty::array(image));
+            let mut lets = Lets::new();
+            lets.push(
+                Pat::Pair(
+                    Box::new(Pat::Var(g.clone())),
+                    Box::new(Pat::Pair(
+                        Box::new(Pat::Var(xs.clone())),
+                        Box::new(Pat::Var(ys.clone())),
+                    )),
+                ),
+                Term::var(x),
+            );
+            lets.push(Pat::Var(rs.clone()), map2_images(self, f, &g, a, b, &xs, &ys));
+            lets.finish(self.combined(&cod, map_proj(&rs, false), |v| {
+                self.element_cotangents(&rs, v, p.clone(), |cs| {
+                    LTerm::pair(
+                        LTerm::mk(LTermKind::Sum(lmap(cs, &p, LTerm::fst))),
+                        LTerm::pair(
+                            lmap(cs, &p, |q| LTerm::fst(LTerm::snd(q))),
+                            lmap(cs, &p, |q| LTerm::snd(LTerm::snd(q))),
+                        ),
+                    )
+                })
+            }))
+        })
     }
-    fn build(&self, _: Mor, _: &Type, _: &Type) -> Result<Mor> {
-        Err(unsupported("`build`"))
+
+    fn build(&self, f: Mor, gamma: &Type, a: &Type) -> Result<Mor> {
+        // let (γ, n) = x in let rs = build n (λi. R(f)[(γ, i)]) in
+        // (map fst rs, λ̲v. (lsum (lmap fst (zipWith (map snd rs) v)), 0))
+        let dom = Type::prod(gamma.clone(), Type::Int);
+        let cod = Type::array(a.clone());
+        let image = self.image(&f.dom, a);
+        let p = LTy::prod(self.cotangent(gamma), LTy::Unit);
+        new_mor(self, &dom, &cod, |x| {
+            let g = Var::fresh("γ", self.primal(gamma));
+            let n = Var::fresh("n", Ty::Int);
+            let i = Var::fresh("i", Ty::Int);
+            let rs = Var::fresh("rs", Ty::array(image));
+            let mut lets = Lets::new();
+            lets.push_pair(&g, &n, Term::var(x));
+            let built = Term::mk(TermKind::Build(Term::var(&n), per_element(f, &g, &i)));
+            lets.push(Pat::Var(rs.clone()), built);
+            lets.finish(self.combined(&cod, map_proj(&rs, false), |v| {
+                let env = self.element_cotangents(&rs, v, p.clone(), |cs| {
+                    LTerm::mk(LTermKind::Sum(lmap(cs, &p, LTerm::fst)))
+                });
+                LTerm::pair(env, LTerm::zero(LTy::Unit))
+            }))
+        })
     }
-    fn index(&self, _: &Type) -> Result<Mor> {
-        Err(unsupported("array indexing"))
+
+    fn index(&self, a: &Type) -> Result<Mor> {
+        // let (xs, i) = x in (xs ! i, λ̲v. (onehot (length xs) i v, 0))
+        let dom = Type::prod(Type::array(a.clone()), Type::Int);
+        new_mor(self, &dom, a, |x| {
+            let xs = Var::fresh("xs", self.primal(&Type::array(a.clone())));
+            let i = Var::fresh("i", Ty::Int);
+            let mut lets = Lets::new();
+            lets.push_pair(&xs, &i, Term::var(x));
+            let primal = Term::mk(TermKind::Index(Term::var(&xs), Term::var(&i)));
+            lets.finish(self.combined(a, primal, |v| {
+                let n = Term::mk(TermKind::Length(Term::var(&xs)));
+                let hot = LTerm::mk(LTermKind::OneHot(n, Term::var(&i), v));
+                LTerm::pair(hot, LTerm::zero(LTy::Unit))
+            }))
+        })
     }
+
     fn length(&self, a: &Type) -> Result<Mor> {
         // (length x, λ̲v. 0)
         let dom = Type::array(a.clone());
@@ -438,8 +597,9 @@ impl Arrays for Reverse {
             })
         })
     }
+
     fn replicate(&self, a: &Type) -> Result<Mor> {
-        // let (n, a) = x in (replicate n a, λ̲v. ((), lsum v))
+        // let (n, a) = x in (replicate n a, λ̲v. (0, lsum v))
         let dom = Type::prod(Type::Int, a.clone());
         let cod = Type::array(a.clone());
         new_mor(self, &dom, &cod, |x| {
@@ -453,7 +613,23 @@ impl Arrays for Reverse {
             }))
         })
     }
-    fn array(&self, _: &Type, _: usize) -> Result<Mor> {
-        Err(unsupported("array literals"))
+
+    fn array(&self, a: &Type, n: usize) -> Result<Mor> {
+        // let (x1, ..., xn) = x in ([x1, ..., xn], λ̲v. (v ! 0, ..., v ! (n-1)))
+        let dom = Type::tuple(&vec![a.clone(); n]);
+        let cod = Type::array(a.clone());
+        new_mor(self, &dom, &cod, |x| {
+            let mut lets = Lets::new();
+            let items = split_args(x, &vec![self.primal(a); n], &mut lets);
+            let primal = Term::mk(TermKind::Array(self.primal(a), items));
+            lets.finish(self.combined(&cod, primal, |v| {
+                tuple_linear(
+                    (0..n)
+                        .map(|k| LTerm::mk(LTermKind::Index(v.clone(), Term::lit(Lit::Int(k as i64)))))
+                        .collect(),
+                )
+            }))
+        })
     }
 }
+

@@ -166,10 +166,13 @@ impl Lin {
         deep(|| match (a.0, b.0) {
             (Repr::Zero, x) | (x, Repr::Zero) => Lin(x),
             (Repr::Real(x), Repr::Real(y)) => Lin::real(x + y),
-            (Repr::Pair(p), Repr::Pair(q)) => Lin::pair(
-                Lin::plus(p.0.clone(), q.0.clone()),
-                Lin::plus(p.1.clone(), q.1.clone()),
-            ),
+            (Repr::Pair(p), Repr::Pair(q)) => {
+                // Components of a pair nobody else holds are moved, not cloned, so that an
+                // array accumulator inside a pair (an environment cotangent) stays uniquely
+                // owned and is updated in place.
+                let ((a0, a1), (b0, b1)) = (components(p), components(q));
+                Lin::pair(Lin::plus(a0, b0), Lin::plus(a1, b1))
+            }
             (Repr::Copower(c), Repr::Copower(d)) => Lin(Repr::Copower(Copower::plus(c, d))),
             (Repr::Power(f), Repr::Power(g)) => {
                 Lin::power_node(Power::Plus(Lin(Repr::Power(f)), Lin(Repr::Power(g))))
@@ -387,6 +390,14 @@ impl Lin {
             Repr::Sparse(s) => s.len,
             _ => invariant("an array"),
         }
+    }
+}
+
+/// The components of a pair, moved out if the pair is uniquely owned.
+fn components(p: Rc<Deep<(Lin, Lin)>>) -> (Lin, Lin) {
+    match Rc::try_unwrap(p) {
+        Ok(d) => d.into_inner(),
+        Err(p) => (p.0.clone(), p.1.clone()),
     }
 }
 

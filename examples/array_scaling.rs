@@ -1,0 +1,104 @@
+//! Reverse/primal and forward/primal time ratios of array programs at several sizes (issue:
+//! "no O(n²) gradient for an O(n) primal"; DESIGN.md §7, one-hot cotangents from indexing).
+//!
+//! Programs:
+//! * `index-sum`: `sum (build n (\i -> xs ! i * xs ! i))`, an O(n) primal whose gradient sums n
+//!   pairs of one-hot cotangents;
+//! * `diag-trace`: `let a = build n (\i -> build n (\j -> if i == j then x ! i else 0.0)) in
+//!   tr a + ... + tr a` with k = 4 traces, an O(n²) primal whose gradient adds k·n nested
+//!   one-hots into the cotangent of an n × n matrix.
+//!
+//! Every phase runs through the same engine (the target evaluator): the primal is the embedded
+//! source program, the derivatives are the simplified CHAD code. Each time is the median of
+//! `--repeat` runs (default 5) after a warm-up.
+//!
+//! Run: `cargo run --release --example array_scaling [-- --sizes 100,1000 --repeat 5]`.
+
+use chad::ad::{Jvp, Vjp};
+use chad::prim::Registry;
+use chad::target::{embed, eval};
+use chad::value::Value;
+use std::time::Instant;
+
+const INDEX_SUM: &str = "
+def f (xs : Array Real) : Real = sum (build (length xs) (\\(i : Int) -> xs ! i * xs ! i))
+";
+
+const DIAG_TRACE: &str = "
+def tr (a : Array (Array Real)) : Real = sum (build (length a) (\\(i : Int) -> a ! i ! i))
+def f (x : Array Real) : Real =
+  let n = length x in
+  let a = build n (\\(i : Int) -> build n (\\(j : Int) -> if i == j then x ! i else 0.0)) in
+  tr a + tr a + tr a + tr a
+";
+
+fn main() {
+    let repeat = flag("--repeat").map_or(5, |s| s.parse().expect("a count"));
+    let sizes = flag("--sizes").map(|s| {
+        s.split(',')
+            .map(|n| n.parse().expect("a size"))
+            .collect::<Vec<usize>>()
+    });
+    println!(
+        "{:<11} {:>6} {:>11} {:>11} {:>11} {:>9} {:>9}",
+        "program", "n", "primal ms", "forward ms", "reverse ms", "fwd/pri", "rev/pri"
+    );
+    let cases: [(&str, &str, Vec<usize>); 2] = [
+        ("index-sum", INDEX_SUM, vec![100, 1_000, 10_000, 100_000]),
+        ("diag-trace", DIAG_TRACE, vec![100, 300, 1_000]),
+    ];
+    for (name, text, default) in cases {
+        let prog = chad::source::load(text, &Registry::builtin()).expect("the program checks");
+        let entry = prog.entry(prog.defs.len() - 1);
+        let simplify = chad::simplify::simplify;
+        let jvp = Jvp::new(&entry).expect("differentiable").map_body(simplify);
+        let vjp = Vjp::new(&entry).expect("differentiable").map_body(simplify);
+        let (params, body) = embed::entry(&entry);
+        for &n in sizes.as_ref().unwrap_or(&default) {
+            let xs: Vec<f64> = (0..n).map(|i| ((i * 7919) % 1000) as f64 / 500.0 - 1.0).collect();
+            let args = [Value::reals(xs)];
+            let primal = || {
+                let env = params
+                    .iter()
+                    .zip(&args)
+                    .fold(eval::Env::new(), |env, (p, a)| env.update(p.id, a.clone()));
+                eval::eval(&body, &env).expect("runs")
+            };
+            let tangent = [Value::reals(vec![1.0; n])];
+            let t_p = median(repeat, || drop(primal()));
+            let t_f = median(repeat, || drop(jvp.jvp(&args, &tangent).expect("runs")));
+            let t_r = median(repeat, || drop(vjp.grad(&args).expect("runs")));
+            println!(
+                "{:<11} {:>6} {:>11.3} {:>11.3} {:>11.3} {:>9.2} {:>9.2}",
+                name,
+                n,
+                t_p * 1e3,
+                t_f * 1e3,
+                t_r * 1e3,
+                t_f / t_p,
+                t_r / t_p
+            );
+        }
+    }
+}
+
+/// The median wall time of `repeat` runs of `f`, after one warm-up run.
+fn median(repeat: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut ts: Vec<f64> = (0..repeat.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    ts.sort_by(f64::total_cmp);
+    ts[ts.len() / 2]
+}
+
+/// The value after `name` on the command line.
+fn flag(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    let i = args.iter().position(|a| a == name)?;
+    args.get(i + 1).cloned()
+}
