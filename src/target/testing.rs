@@ -969,7 +969,9 @@ pub fn any_probes() -> BoxedStrategy<Probes> {
 /// * `L × L'`: both components (`fst`, `snd`); `L ⊕ L'`: `fromLeft` and `fromRight`;
 /// * `Array L`: elements `0 .. OBSERVED_LEN` (zero past the end, so zero padding is invisible)
 ///   and the sum of all elements (`lsum`);
-/// * `τ → L`: the values at [`POINTS`] sample points of `τ` ([`sample_value`]);
+/// * `τ → L`: the values at [`POINTS`] sample points of `τ` ([`sample_value`]); a point where
+///   the function fails (a partial operation such as indexing, at a sampled argument) is
+///   observed as one NaN;
 /// * `!τ ⊗ L`: for each of [`POINTS`] hash functions `h_k` ([`hash_value`]), the fold
 ///   `Σ (a, l) ↦ h_k(a) · l`, observed in `L`. Since `h_k` tells the points `a` apart, this
 ///   determines the formal sum.
@@ -1002,8 +1004,11 @@ fn observe_into(l: &LTy, x: &Lin, seed: u64, out: &mut Vec<f64>) {
         LTy::Power(p) => {
             for k in 0..POINTS {
                 let b = sample_value(&p.0, mix(seed, 20 + k));
-                let y = x.apply_power(&b).expect("testing::observe: a power failed");
-                observe_into(&p.1, &y, mix(seed, 30 + k), out);
+                match x.apply_power(&b) {
+                    Ok(y) => observe_into(&p.1, &y, mix(seed, 30 + k), out),
+                    // Undefined at this point (e.g. it indexes out of range there).
+                    Err(_) => out.push(f64::NAN),
+                }
             }
         }
         LTy::Copower(p) => {
