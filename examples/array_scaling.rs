@@ -55,7 +55,9 @@ fn main() {
         let vjp = Vjp::new(&entry).expect("differentiable").map_body(simplify);
         let (params, body) = embed::entry(&entry);
         for &n in sizes.as_ref().unwrap_or(&default) {
-            let xs: Vec<f64> = (0..n).map(|i| ((i * 7919) % 1000) as f64 / 500.0 - 1.0).collect();
+            let xs: Vec<f64> = (0..n)
+                .map(|i| ((i * 7919) % 1000) as f64 / 500.0 - 1.0)
+                .collect();
             let args = [Value::reals(xs)];
             let primal = || {
                 let env = params

@@ -401,7 +401,10 @@ impl Coproducts for Forward {
         // let (a, s) = x in case s of
         //   inl b → (inl (a, b), λ̲d. linl (fst d, fromLeft (snd d)))
         // | inr c → (inr (a, c), λ̲d. linr (fst d, fromRight (snd d)))
-        let (ab, ac) = (Type::prod(a.clone(), b.clone()), Type::prod(a.clone(), c.clone()));
+        let (ab, ac) = (
+            Type::prod(a.clone(), b.clone()),
+            Type::prod(a.clone(), c.clone()),
+        );
         let dom = Type::prod(a.clone(), Type::sum(b.clone(), c.clone()));
         let cod = Type::sum(ab.clone(), ac.clone());
         let (tab, tac) = (self.tangent(&ab), self.tangent(&ac));
@@ -505,7 +508,10 @@ impl Arrays for Forward {
                 ),
                 Term::var(x),
             );
-            lets.push(Pat::Var(rs.clone()), map2_images(self, f, &g, a, b, &xs, &ys));
+            lets.push(
+                Pat::Var(rs.clone()),
+                map2_images(self, f, &g, a, b, &xs, &ys),
+            );
             lets.finish(self.combined(&dom, map_proj(&rs, false), |d| {
                 let n = Term::mk(TermKind::Length(Term::var(&xs)));
                 self.element_tangents(n, &rs, |i| {

@@ -416,7 +416,10 @@ impl Coproducts for Reverse {
         // let (a, s) = x in case s of
         //   inl b → (inl (a, b), λ̲v. let u = fromLeft v in (fst u, linl (snd u)))
         // | inr c → (inr (a, c), λ̲v. let u = fromRight v in (fst u, linr (snd u)))
-        let (ab, ac) = (Type::prod(a.clone(), b.clone()), Type::prod(a.clone(), c.clone()));
+        let (ab, ac) = (
+            Type::prod(a.clone(), b.clone()),
+            Type::prod(a.clone(), c.clone()),
+        );
         let dom = Type::prod(a.clone(), Type::sum(b.clone(), c.clone()));
         let cod = Type::sum(ab.clone(), ac.clone());
         let (cb, cc) = (self.cotangent(b), self.cotangent(c));
@@ -462,10 +465,20 @@ impl Coproducts for Reverse {
 impl Reverse {
     /// `let cs = zipWith (map snd rs) v in k(cs)`: every element's transposed derivative applied
     /// to its element of the output cotangent `v` (sparse `v`, sparse `cs`), with `cs : Array p`.
-    fn element_cotangents(&self, rs: &Var, v: LTerm, p: LTy, k: impl FnOnce(&Var) -> LTerm) -> LTerm {
+    fn element_cotangents(
+        &self,
+        rs: &Var,
+        v: LTerm,
+        p: LTy,
+        k: impl FnOnce(&Var) -> LTerm,
+    ) -> LTerm {
         let cs = Var::linear("cs", LTy::array(p));
         let body = k(&cs);
-        LTerm::lin_let(&cs, LTerm::mk(LTermKind::ZipWith(map_proj(rs, true), v)), body)
+        LTerm::lin_let(
+            &cs,
+            LTerm::mk(LTermKind::ZipWith(map_proj(rs, true), v)),
+            body,
+        )
     }
 }
 
@@ -531,7 +544,10 @@ impl Arrays for Reverse {
                 ),
                 Term::var(x),
             );
-            lets.push(Pat::Var(rs.clone()), map2_images(self, f, &g, a, b, &xs, &ys));
+            lets.push(
+                Pat::Var(rs.clone()),
+                map2_images(self, f, &g, a, b, &xs, &ys),
+            );
             lets.finish(self.combined(&cod, map_proj(&rs, false), |v| {
                 self.element_cotangents(&rs, v, p.clone(), |cs| {
                     LTerm::pair(
@@ -625,11 +641,12 @@ impl Arrays for Reverse {
             lets.finish(self.combined(&cod, primal, |v| {
                 tuple_linear(
                     (0..n)
-                        .map(|k| LTerm::mk(LTermKind::Index(v.clone(), Term::lit(Lit::Int(k as i64)))))
+                        .map(|k| {
+                            LTerm::mk(LTermKind::Index(v.clone(), Term::lit(Lit::Int(k as i64))))
+                        })
                         .collect(),
                 )
             }))
         })
     }
 }
-
