@@ -6,7 +6,10 @@
 //!   pairs of one-hot cotangents;
 //! * `diag-trace`: `let a = build n (\i -> build n (\j -> if i == j then x ! i else 0.0)) in
 //!   tr a + ... + tr a` with k = 4 traces, an O(n²) primal whose gradient adds k·n nested
-//!   one-hots into the cotangent of an n × n matrix.
+//!   one-hots into the cotangent of an n × n matrix;
+//! * `index-chain`: `xs ! 0 + xs ! 1 + ... + xs ! (n-1)` written out (n one-hots summed through
+//!   the environment cotangents of a long expression; the tensor-language paper's third
+//!   example). The program text grows with n, so each size is transformed separately.
 //!
 //! Every phase runs through the same engine (the target evaluator): the primal is the embedded
 //! source program, the derivatives are the simplified CHAD code. Each time is the median of
@@ -43,18 +46,24 @@ fn main() {
         "{:<11} {:>6} {:>11} {:>11} {:>11} {:>9} {:>9}",
         "program", "n", "primal ms", "forward ms", "reverse ms", "fwd/pri", "rev/pri"
     );
-    let cases: [(&str, &str, Vec<usize>); 2] = [
-        ("index-sum", INDEX_SUM, vec![100, 1_000, 10_000, 100_000]),
-        ("diag-trace", DIAG_TRACE, vec![100, 300, 1_000]),
+    let cases: [(&str, Option<&str>, Vec<usize>); 3] = [
+        (
+            "index-sum",
+            Some(INDEX_SUM),
+            vec![100, 1_000, 10_000, 100_000],
+        ),
+        ("diag-trace", Some(DIAG_TRACE), vec![100, 300, 1_000]),
+        ("index-chain", None, vec![100, 1_000, 10_000]),
     ];
-    for (name, text, default) in cases {
-        let prog = chad::source::load(text, &Registry::builtin()).expect("the program checks");
-        let entry = prog.entry(prog.defs.len() - 1);
-        let simplify = chad::simplify::simplify;
-        let jvp = Jvp::new(&entry).expect("differentiable").map_body(simplify);
-        let vjp = Vjp::new(&entry).expect("differentiable").map_body(simplify);
-        let (params, body) = embed::entry(&entry);
+    for (name, fixed, default) in cases {
         for &n in sizes.as_ref().unwrap_or(&default) {
+            let text = fixed.map_or_else(|| index_chain(n), str::to_string);
+            let prog = chad::source::load(&text, &Registry::builtin()).expect("the program checks");
+            let entry = prog.entry(prog.defs.len() - 1);
+            let simplify = chad::simplify::simplify;
+            let jvp = Jvp::new(&entry).expect("differentiable").map_body(simplify);
+            let vjp = Vjp::new(&entry).expect("differentiable").map_body(simplify);
+            let (params, body) = embed::entry(&entry);
             let xs: Vec<f64> = (0..n)
                 .map(|i| ((i * 7919) % 1000) as f64 / 500.0 - 1.0)
                 .collect();
@@ -82,6 +91,12 @@ fn main() {
             );
         }
     }
+}
+
+/// `def f (xs : Array Real) : Real = xs ! 0 + ... + xs ! (n-1)`.
+fn index_chain(n: usize) -> String {
+    let terms: Vec<String> = (0..n).map(|i| format!("xs ! {i}")).collect();
+    format!("def f (xs : Array Real) : Real = {}\n", terms.join(" + "))
 }
 
 /// The median wall time of `repeat` runs of `f`, after one warm-up run.

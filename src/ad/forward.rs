@@ -35,8 +35,21 @@
 //! F(eval)      = let (g, b) = x in let (c, g') = g b in (c, λ̲d. (fst d) @ b + g' • (snd d))
 //! F(c)         = (c, λ̲d. 0)                          (a literal constant)
 //! F(op)        = (op x, λ̲d. Dop(x; d))               (or the native kernel `Dop x`)
+//! F(inl)       = (inl x, λ̲d. linl d)                 F(inr) = (inr x, λ̲d. linr d)
+//! F([f, g])    = case x of inl a → let (c, f') = F(f)[a] in (c, λ̲d. f' • fromLeft d)
+//!                        | inr b → let (c, g') = F(g)[b] in (c, λ̲d. g' • fromRight d)
+//! F(dist)      = let (a, s) = x in case s of
+//!                  inl b → (inl (a, b), λ̲d. linl (fst d, fromLeft (snd d)))
+//!                | inr c → (inr (a, c), λ̲d. linr (fst d, fromRight (snd d)))
 //! F(map f)     = let (γ, as) = x in let rs = map (λa. F(f)[(γ, a)]) as in
 //!                (map fst rs, λ̲d. lbuild (length as) (λi. (snd (rs ! i)) • (fst d, (snd d) ! i)))
+//! F(map2 f)    = let (γ, (as, bs)) = x in let rs = map2 (λa b. F(f)[(γ, (a, b))]) as bs in
+//!                (map fst rs, λ̲d. lbuild (length as)
+//!                   (λi. (snd (rs ! i)) • (fst d, ((fst (snd d)) ! i, (snd (snd d)) ! i))))
+//! F(build f)   = let (γ, n) = x in let rs = build n (λi. F(f)[(γ, i)]) in
+//!                (map fst rs, λ̲d. lbuild n (λi. (snd (rs ! i)) • (fst d, 0)))
+//! F(index)     = let (xs, i) = x in (xs ! i, λ̲d. (fst d) ! i)
+//! F([-]ₙ)      = let (x1, ..., xn) = x in ([x1, ..., xn], λ̲d. Σₖ onehot n k dₖ)
 //! F(replicate) = let (n, a) = x in (replicate n a, λ̲d. replicate n (snd d))
 //! F(length)    = (length x, λ̲d. 0)
 //! ```
@@ -45,8 +58,10 @@
 //! that receives it), so every subterm is computed once: the output is linear in the size of the
 //! combinator, counting a projection chain `π` by its length (a variable `k` binders away is
 //! `k` nested `fst`s, so a program that keeps using an early variable gets quadratic
-//! derivative code; the simplifier is to remove this). Sums, conditionals and the array operations other than `map`, `replicate`,
-//! `length` (and the primitives `sum`, `dot`) are reported as not yet supported.
+//! derivative code; the simplifier removes this). `if` is `[f, g] ∘ dist ∘ ⟨id, decide c⟩` with
+//! `Bool = 1 + 1`; `decide`, comparisons and the other discrete primitives have zero
+//! derivatives. The tangent of a sum is on the same side as its primal (`F2(A + B) = F2 A ⊕ F2 B`,
+//! whose `fromLeft` of a right injection is zero).
 
 use super::{
     Lets, Memo, Mor, TypeMaps, apply, lin_lam, map_proj, map2_images, new_mor, per_element,

@@ -40,15 +40,34 @@
 //! R(eval)      = let (g, b) = x in let (c, g') = g b in (c, λ̲v. (!b ⊗ v, g' • v))
 //! R(c)         = (c, λ̲v. 0)                          (a literal constant)
 //! R(op)        = (op x, λ̲v. DopT(x; v))              (or the native kernel `DopT x`)
+//! R(inl)       = (inl x, λ̲v. fromLeft v)             R(inr) = (inr x, λ̲v. fromRight v)
+//! R([f, g])    = case x of inl a → let (c, f') = R(f)[a] in (c, λ̲v. linl (f' • v))
+//!                        | inr b → let (c, g') = R(g)[b] in (c, λ̲v. linr (g' • v))
+//! R(dist)      = let (a, s) = x in case s of
+//!                  inl b → (inl (a, b), λ̲v. let u = fromLeft v in (fst u, linl (snd u)))
+//!                | inr c → (inr (a, c), λ̲v. let u = fromRight v in (fst u, linr (snd u)))
 //! R(map f)     = let (γ, as) = x in let rs = map (λa. R(f)[(γ, a)]) as in
 //!                (map fst rs, λ̲v. let cs = zipWith (map snd rs) v in (lsum (lmap fst cs), lmap snd cs))
-//! R(replicate) = let (n, a) = x in (replicate n a, λ̲v. ((), lsum v))
+//! R(map2 f)    = let (γ, (as, bs)) = x in let rs = map2 (λa b. R(f)[(γ, (a, b))]) as bs in
+//!                (map fst rs, λ̲v. let cs = zipWith (map snd rs) v in
+//!                   (lsum (lmap fst cs), (lmap (fst ∘ snd) cs, lmap (snd ∘ snd) cs)))
+//! R(build f)   = let (γ, n) = x in let rs = build n (λi. R(f)[(γ, i)]) in
+//!                (map fst rs, λ̲v. (lsum (lmap fst (zipWith (map snd rs) v)), 0))
+//! R(index)     = let (xs, i) = x in (xs ! i, λ̲v. (onehot (length xs) i v, 0))
+//! R([-]ₙ)      = let (x1, ..., xn) = x in ([x1, ..., xn], λ̲v. (v ! 0, ..., v ! (n-1)))
+//! R(replicate) = let (n, a) = x in (replicate n a, λ̲v. (0, lsum v))
 //! R(length)    = (length x, λ̲v. 0)
 //! ```
 //!
 //! As in forward mode, every subterm is computed once; the output is linear in the size of the
-//! combinator, counting a projection chain by its length (`ι v` is as deep as `π`). Sums, conditionals and the array operations other than `map`, `replicate`,
-//! `length` (and the primitives `sum`, `dot`) are reported as not yet supported.
+//! combinator, counting a projection chain by its length (`ι v` is as deep as `π`).
+//!
+//! **Sparse cotangents.** Array cotangents are where reverse mode can lose its complexity
+//! (DESIGN.md §7). `onehot n i v` is O(1) (a sparse array, [`crate::target::linear`]), `zipWith`
+//! over a sparse cotangent touches only its entries, `lsum` of k one-hots is O(k) (the
+//! accumulator is updated in place, also inside pairs: the environment cotangents of `build` and
+//! `map`), and a sparse array is densified at most once, when it has more entries than elements.
+//! So the gradient of `sum (build n (λi. xs ! i * xs ! i))` is O(n), not O(n²).
 
 use super::{
     Lets, Memo, Mor, TypeMaps, apply, lin_lam, map_proj, map2_images, new_mor, per_element,
