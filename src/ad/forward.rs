@@ -412,6 +412,48 @@ impl Coproducts for Forward {
         })
     }
 
+    fn case(&self, f: Mor, g: Mor, (a, b, c, d): (&Type, &Type, &Type, &Type)) -> Result<Mor> {
+        // F([f, g] ∘ dist) = let (a, s) = x in case s of
+        //   inl b → let (d, f') = F(f)[(a, b)] in (d, λ̲t. f' • (fst t, fromLeft (snd t)))
+        // | inr c → let (d, g') = F(g)[(a, c)] in (d, λ̲t. g' • (fst t, fromRight (snd t)))
+        let dom = Type::prod(a.clone(), Type::sum(b.clone(), c.clone()));
+        new_mor(self, &dom, d, |x| {
+            let av = Var::fresh("a", self.primal(a));
+            let s = Var::fresh("s", self.primal(&Type::sum(b.clone(), c.clone())));
+            let branch = |m: Mor, e: &Var, left: bool| {
+                let (y, dm) = results(self, &m, "d", "df");
+                let mut lets = Lets::new();
+                lets.push(
+                    Pat::Var(m.x.clone()),
+                    Term::pair(Term::var(&av), Term::var(e)),
+                );
+                lets.push_pair(&y, &dm, m.body);
+                lets.finish(self.combined(&dom, Term::var(&y), |t| {
+                    let side = if left {
+                        LTerm::mk(LTermKind::FromLeft(LTerm::snd(t.clone())))
+                    } else {
+                        LTerm::mk(LTermKind::FromRight(LTerm::snd(t.clone())))
+                    };
+                    apply(&dm, LTerm::pair(LTerm::fst(t), side))
+                }))
+            };
+            let (bv, cv) = (
+                Var::fresh("b", self.primal(b)),
+                Var::fresh("c", self.primal(c)),
+            );
+            let (l, r) = (branch(f, &bv, true), branch(g, &cv, false));
+            let mut lets = Lets::new();
+            lets.push_pair(&av, &s, Term::var(x));
+            lets.finish(Term::mk(TermKind::Case(
+                Term::var(&s),
+                Pat::Var(bv),
+                l,
+                Pat::Var(cv),
+                r,
+            )))
+        })
+    }
+
     fn dist(&self, a: &Type, b: &Type, c: &Type) -> Result<Mor> {
         // let (a, s) = x in case s of
         //   inl b → (inl (a, b), λ̲d. linl (fst d, fromLeft (snd d)))

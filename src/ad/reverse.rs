@@ -431,6 +431,55 @@ impl Coproducts for Reverse {
         })
     }
 
+    fn case(&self, f: Mor, g: Mor, (a, b, c, d): (&Type, &Type, &Type, &Type)) -> Result<Mor> {
+        // R([f, g] ∘ dist) = let (a, s) = x in case s of
+        //   inl b → let (d, f') = R(f)[(a, b)] in (d, λ̲v. let u = f' • v in (fst u, linl (snd u)))
+        // | inr c → let (d, g') = R(g)[(a, c)] in (d, λ̲v. let u = g' • v in (fst u, linr (snd u)))
+        let dom = Type::prod(a.clone(), Type::sum(b.clone(), c.clone()));
+        let (cb, cc) = (self.cotangent(b), self.cotangent(c));
+        new_mor(self, &dom, d, |x| {
+            let av = Var::fresh("a", self.primal(a));
+            let s = Var::fresh("s", self.primal(&Type::sum(b.clone(), c.clone())));
+            let branch = |m: Mor, e: &Var, left: bool| {
+                let (y, dm) = results(self, &m, "d", "df");
+                let mut lets = Lets::new();
+                lets.push(
+                    Pat::Var(m.x.clone()),
+                    Term::pair(Term::var(&av), Term::var(e)),
+                );
+                lets.push_pair(&y, &dm, m.body);
+                lets.finish(self.combined(d, Term::var(&y), |v| {
+                    let u = Var::linear("u", self.cotangent(&m.dom));
+                    let side = LTerm::snd(LTerm::var(&u));
+                    let inj = if left {
+                        LTerm::mk(LTermKind::Inl(side, cc.clone()))
+                    } else {
+                        LTerm::mk(LTermKind::Inr(cb.clone(), side))
+                    };
+                    LTerm::lin_let(
+                        &u,
+                        apply(&dm, v),
+                        LTerm::pair(LTerm::fst(LTerm::var(&u)), inj),
+                    )
+                }))
+            };
+            let (bv, cv) = (
+                Var::fresh("b", self.primal(b)),
+                Var::fresh("c", self.primal(c)),
+            );
+            let (l, r) = (branch(f, &bv, true), branch(g, &cv, false));
+            let mut lets = Lets::new();
+            lets.push_pair(&av, &s, Term::var(x));
+            lets.finish(Term::mk(TermKind::Case(
+                Term::var(&s),
+                Pat::Var(bv),
+                l,
+                Pat::Var(cv),
+                r,
+            )))
+        })
+    }
+
     fn dist(&self, a: &Type, b: &Type, c: &Type) -> Result<Mor> {
         // let (a, s) = x in case s of
         //   inl b → (inl (a, b), λ̲v. let u = fromLeft v in (fst u, linl (snd u)))

@@ -106,6 +106,24 @@ pub trait Coproducts: Cartesian {
 
     /// `dist : A × (B + C) → (A × B) + (A × C)`.
     fn dist(&self, a: &Type, b: &Type, c: &Type) -> Result<Self::Mor, Self::Error>;
+
+    /// `[f, g] ∘ dist : A × (B + C) → D` for `f : A × B → D` and `g : A × C → D`: a case split
+    /// that keeps its context, which is how `case` and `if` compile. A derived operation: the
+    /// default composes [`Coproducts::copair`] after [`Coproducts::dist`], and [`interpret`]
+    /// calls it for every such composite; a model may give it directly (the AD models do, so
+    /// that an `if` is one `case` rather than one building a sum and one taking it apart).
+    fn case(
+        &self,
+        f: Self::Mor,
+        g: Self::Mor,
+        (a, b, c, d): (&Type, &Type, &Type, &Type),
+    ) -> Result<Self::Mor, Self::Error> {
+        let ab = Type::prod(a.clone(), b.clone());
+        let ac = Type::prod(a.clone(), c.clone());
+        let dist = self.dist(a, b, c)?;
+        let copair = self.copair(f, g, &ab, &ac, d)?;
+        self.compose(copair, dist)
+    }
 }
 
 /// Arrays and their operations.
@@ -154,6 +172,22 @@ pub trait Model: Closed + Coproducts + Arrays + Primitives {}
 
 impl<M: Closed + Coproducts + Arrays + Primitives> Model for M {}
 
+/// `[l, r] ∘ dist` or `[l, r] ∘ (dist ∘ h)`: the copair's branches, the `dist` and `h`.
+#[allow(clippy::type_complexity)]
+fn as_case<'a>(
+    g: &'a Comb,
+    f: &'a Comb,
+) -> Option<(&'a Comb, &'a Comb, &'a Comb, Option<&'a Comb>)> {
+    let CombKind::Copair(l, r) = &g.kind else {
+        return None;
+    };
+    match &f.kind {
+        CombKind::Dist => Some((l, r, f, None)),
+        CombKind::Compose(d, h) if matches!(d.kind, CombKind::Dist) => Some((l, r, d, Some(h))),
+        _ => None,
+    }
+}
+
 /// The unique structure-preserving functor from the free category into `m`: interprets `c`
 /// by structural recursion, sub-combinators before the node that uses them.
 pub fn interpret<M: Model>(c: &Comb, m: &M) -> Result<M::Mor, M::Error> {
@@ -164,6 +198,19 @@ pub fn interpret<M: Model>(c: &Comb, m: &M) -> Result<M::Mor, M::Error> {
         };
         let (mor, at) = match &c.kind {
             CombKind::Id => (m.id(&c.dom)?, None),
+            CombKind::Compose(g, f) if as_case(g, f).is_some() => {
+                let (l, r, d, h) = as_case(g, f).expect("just matched");
+                let (a, bc) = prod(&d.dom);
+                let (b, cc) = bc.as_sum().expect("typed combinator");
+                let hm = h.map(|h| interpret(h, m)).transpose()?;
+                let lm = interpret(l, m)?;
+                let rm = interpret(r, m)?;
+                let case = m.case(lm, rm, (&a, b, cc, &g.cod))?;
+                match hm {
+                    Some(hm) => (m.compose(case, hm)?, None),
+                    None => (case, None),
+                }
+            }
             CombKind::Compose(g, f) => {
                 let f = interpret(f, m)?;
                 let g = interpret(g, m)?;

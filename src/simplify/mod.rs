@@ -163,7 +163,7 @@ rules! {
     lin_eta = "linEta",
     /// `zeroProp`: zero through linear operations: `fst 0 ~> 0`, `(0, 0) ~> 0`, `f • 0 ~> 0`,
     /// `t * 0 ~> 0`, `!t ⊗ 0 ~> 0`, `copowfold f 0 ~> 0`, `0 ! i ~> 0`, `0 @ t ~> 0`,
-    /// `\b -> 0 ~> 0`, `fromLeft 0 ~> 0`.
+    /// `\b -> 0 ~> 0`, `fromLeft 0 ~> 0`, `linl 0 ~> 0`.
     zero_prop = "zeroProp",
     /// `copowSingleton`: `copowfold f (!t ⊗ l) ~> f t • l`.
     copow_singleton = "copowSingleton",

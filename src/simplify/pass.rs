@@ -1228,8 +1228,22 @@ impl Pass<'_> {
                 }
                 mk(K::PowApp(a2, t2))
             }
-            K::Inl(a, ty) => mk(K::Inl(self.l(a), ty.clone())),
-            K::Inr(ty, a) => mk(K::Inr(ty.clone(), self.l(a))),
+            K::Inl(a, ty) | K::Inr(ty, a) => {
+                let left = matches!(l.kind, K::Inl(..));
+                let a2 = self.l(a);
+                if self.rules.zero_prop
+                    && let K::Zero(m) = &a2.kind
+                {
+                    self.fire("zeroProp");
+                    let (lt, rt) = if left { (m, ty) } else { (ty, m) };
+                    return LTerm::zero(LTy::sum(lt.clone(), rt.clone()));
+                }
+                if left {
+                    mk(K::Inl(a2, ty.clone()))
+                } else {
+                    mk(K::Inr(ty.clone(), a2))
+                }
+            }
             K::FromLeft(a) | K::FromRight(a) => {
                 let left = matches!(l.kind, K::FromLeft(_));
                 let a2 = self.l(a);

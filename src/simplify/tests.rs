@@ -233,6 +233,19 @@ fn plus_rules_and_zero_propagation() {
     );
     let (on, _) = both(&t, &x, "zeroProp");
     assert_eq!(on, "\\v ⊸ v");
+    // linl 0 ~> 0, linr 0 ~> 0 (an `if`'s cotangent of `Bool = 1 + 1`).
+    let t = dlam(|d| {
+        LTerm::pair(
+            lv(d),
+            LTerm::plus(
+                LTerm::mk(LTermKind::Inl(zero(), LTy::Unit)),
+                LTerm::mk(LTermKind::Inr(LTy::Real, LTerm::zero(LTy::Unit))),
+            ),
+        )
+    });
+    let (on, off) = both(&t, &x, "zeroProp");
+    assert_eq!(on, "\\v ⊸ (v, 0)");
+    assert_eq!(off, "\\v ⊸ (v, linl 0 + linr 0)");
 }
 
 #[test]
