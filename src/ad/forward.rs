@@ -41,6 +41,9 @@
 //! F(dist)      = let (a, s) = x in case s of
 //!                  inl b → (inl (a, b), λ̲d. linl (fst d, fromLeft (snd d)))
 //!                | inr c → (inr (a, c), λ̲d. linr (fst d, fromRight (snd d)))
+//! F([f, g] ∘ dist) = let (a, s) = x in case s of            (the derived `case`: one `case`)
+//!                  inl b → let (d, f') = F(f)[(a, b)] in (d, λ̲t. f' • (fst t, fromLeft (snd t)))
+//!                | inr c → let (d, g') = F(g)[(a, c)] in (d, λ̲t. g' • (fst t, fromRight (snd t)))
 //! F(map f)     = let (γ, as) = x in let rs = map (λa. F(f)[(γ, a)]) as in
 //!                (map fst rs, λ̲d. lbuild (length as) (λi. (snd (rs ! i)) • (fst d, (snd d) ! i)))
 //! F(map2 f)    = let (γ, (as, bs)) = x in let rs = map2 (λa b. F(f)[(γ, (a, b))]) as bs in

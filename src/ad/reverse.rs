@@ -46,6 +46,9 @@
 //! R(dist)      = let (a, s) = x in case s of
 //!                  inl b → (inl (a, b), λ̲v. let u = fromLeft v in (fst u, linl (snd u)))
 //!                | inr c → (inr (a, c), λ̲v. let u = fromRight v in (fst u, linr (snd u)))
+//! R([f, g] ∘ dist) = let (a, s) = x in case s of            (the derived `case`: one `case`)
+//!                  inl b → let (d, f') = R(f)[(a, b)] in (d, λ̲v. let u = f' • v in (fst u, linl (snd u)))
+//!                | inr c → let (d, g') = R(g)[(a, c)] in (d, λ̲v. let u = g' • v in (fst u, linr (snd u)))
 //! R(map f)     = let (γ, as) = x in let rs = map (λa. R(f)[(γ, a)]) as in
 //!                (map fst rs, λ̲v. let cs = zipWith (map snd rs) v in (lsum (lmap fst cs), lmap snd cs))
 //! R(map2 f)    = let (γ, (as, bs)) = x in let rs = map2 (λa b. R(f)[(γ, (a, b))]) as bs in
