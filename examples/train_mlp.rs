@@ -195,7 +195,7 @@ impl Trainer {
         let find = |name: &str| {
             prog.find(name).map(|i| prog.entry(i)).ok_or_else(|| {
                 chad::Error::new(
-                    chad::ErrorKind::Argument,
+                    chad::ErrorKind::Input,
                     format!("the program has no definition `{name}`"),
                 )
             })
