@@ -845,8 +845,8 @@ fn sums_conditionals_and_arrays_match_hand_derived_jacobians() {
     let sum_l = |x: f64| Value::inl(r(x));
     let sum_r = |x: f64| Value::inr(r(x));
     // (source, arguments, value reals, Jacobian rows), all derived by hand.
-    type Row = Vec<f64>;
-    let cases: Vec<(&str, Vec<Value>, Vec<f64>, Vec<Row>)> = vec![
+    type Case = (&'static str, Vec<Value>, Vec<f64>, Vec<Vec<f64>>);
+    let cases: Vec<Case> = vec![
         // `case` on a sum-typed input: x · a (either side).
         (
             "def f (s : Real + Real) (x : Real) : Real =\n  \

@@ -213,6 +213,27 @@ fn eval_args_file() {
 }
 
 #[test]
+fn json_reals_round_trip_exactly() {
+    // Shortest-form doubles read from JSON are the same doubles (serde_json's default parser is
+    // off by one ulp on some of them; `float_roundtrip` makes it exact), so `--json` output can be
+    // fed back through `--args-file`.
+    let p = file("id.chad", "def id (x : Array Real) : Array Real = x\n");
+    let xs = "[-0.9761296905457033,0.1,2.2250738585072014e-308,1.7976931348623157e308,0.30000000000000004]";
+    let args = file("id.json", &format!("[{xs}]"));
+    let o = chad(&["eval", s(&p), "--args-file", s(&args), "--json"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let back: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let want: serde_json::Value = serde_json::from_str(xs).unwrap();
+    assert_eq!(back["value"], want, "{}", o.stdout);
+    let text = chad(&["eval", s(&p), "--args-file", s(&args)]);
+    assert!(
+        text.stdout.contains("-0.9761296905457033"),
+        "{}",
+        text.stdout
+    );
+}
+
+#[test]
 fn eval_selects_a_definition_and_both_engines_agree() {
     let a = chad(&[
         "eval",

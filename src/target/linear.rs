@@ -294,6 +294,9 @@ impl Lin {
                 "onehot: index {i} out of range for an array of length {n}"
             )));
         }
+        if x.is_zero() {
+            return Ok(Lin::zero());
+        }
         Ok(Lin::sparse(n, vec![(i as usize, x)]))
     }
 
@@ -833,10 +836,19 @@ struct DotWith(Rc<Vec<f64>>);
 
 impl LinearMap for DotWith {
     fn apply(&self, x: &Lin) -> Result<Lin> {
+        // Strong zero, as in `Lin::scale`: a zero tangent entry contributes zero even where the
+        // fixed array holds an infinity or NaN.
+        let mul = |a: f64, b: f64| if b == 0.0 { 0.0 } else { a * b };
         Ok(Lin::real(match &x.0 {
-            Repr::Reals(xs) => self.0.iter().zip(xs.iter()).map(|(a, b)| a * b).sum(),
+            Repr::Reals(xs) => self.0.iter().zip(xs.iter()).map(|(a, b)| mul(*a, *b)).sum(),
+            Repr::Sparse(sp) if sp.entries.len() <= SCAN_LIMIT => sp
+                .entries
+                .iter()
+                .filter(|(i, _)| *i < self.0.len())
+                .map(|(i, b)| mul(self.0[*i], b.to_real()))
+                .sum(),
             _ => (0..self.0.len())
-                .map(|i| self.0[i] * x.index(i as i64).to_real())
+                .map(|i| mul(self.0[i], x.index(i as i64).to_real()))
                 .sum(),
         }))
     }
@@ -850,6 +862,9 @@ struct ScaleArray(Rc<Vec<f64>>);
 impl LinearMap for ScaleArray {
     fn apply(&self, x: &Lin) -> Result<Lin> {
         let c = x.to_real();
+        if c == 0.0 {
+            return Ok(Lin::zero());
+        }
         Ok(Lin::reals(self.0.iter().map(|y| c * y).collect()))
     }
     fn describe(&self) -> String {

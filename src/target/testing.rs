@@ -971,7 +971,7 @@ pub fn any_probes() -> BoxedStrategy<Probes> {
 ///   and the sum of all elements (`lsum`);
 /// * `τ → L`: the values at [`POINTS`] sample points of `τ` ([`sample_value`]); a point where
 ///   the function fails (a partial operation such as indexing, at a sampled argument) is
-///   observed as one NaN;
+///   observed as NaNs (as many as a value would give);
 /// * `!τ ⊗ L`: for each of [`POINTS`] hash functions `h_k` ([`hash_value`]), the fold
 ///   `Σ (a, l) ↦ h_k(a) · l`, observed in `L`. Since `h_k` tells the points `a` apart, this
 ///   determines the formal sum.
@@ -1006,8 +1006,9 @@ fn observe_into(l: &LTy, x: &Lin, seed: u64, out: &mut Vec<f64>) {
                 let b = sample_value(&p.0, mix(seed, 20 + k));
                 match x.apply_power(&b) {
                     Ok(y) => observe_into(&p.1, &y, mix(seed, 30 + k), out),
-                    // Undefined at this point (e.g. it indexes out of range there).
-                    Err(_) => out.push(f64::NAN),
+                    // Undefined at this point (e.g. it indexes out of range there): as many
+                    // NaNs as a value would give, so observations keep a type-determined shape.
+                    Err(_) => out.extend(std::iter::repeat_n(f64::NAN, observed_len(&p.1))),
                 }
             }
         }
@@ -1021,6 +1022,17 @@ fn observe_into(l: &LTy, x: &Lin, seed: u64, out: &mut Vec<f64>) {
                 observe_into(&p.1, &y, mix(seed, 50 + k), out);
             }
         }
+    })
+}
+
+/// The number of reals [`observe`] gives for a value of type `l` (it depends only on `l`).
+fn observed_len(l: &LTy) -> usize {
+    deep(|| match l {
+        LTy::Real => 1,
+        LTy::Unit => 0,
+        LTy::Prod(p) | LTy::Sum(p) => observed_len(&p.0) + observed_len(&p.1),
+        LTy::Array(e) => (OBSERVED_LEN + 1) * observed_len(e),
+        LTy::Power(p) | LTy::Copower(p) => POINTS as usize * observed_len(&p.1),
     })
 }
 
