@@ -67,8 +67,8 @@
 //! whose `fromLeft` of a right injection is zero).
 
 use super::{
-    Lets, Memo, Mor, TypeMaps, apply, lin_lam, map_proj, map2_images, new_mor, per_element,
-    results, split_args, split_linear,
+    Lets, Memo, Mor, TypeMaps, apply, case_split, lin_lam, map_proj, map2_images, new_mor,
+    per_element, results, split_args, split_linear, take_branch,
 };
 use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
 use crate::ccc::{Comb, Path, Step, interpret};
@@ -420,40 +420,24 @@ impl Coproducts for Forward {
         //   inl b → let (d, f') = F(f)[(a, b)] in (d, λ̲t. f' • (fst t, fromLeft (snd t)))
         // | inr c → let (d, g') = F(g)[(a, c)] in (d, λ̲t. g' • (fst t, fromRight (snd t)))
         let dom = Type::prod(a.clone(), Type::sum(b.clone(), c.clone()));
+        let mut fg = (Some(f), Some(g));
         new_mor(self, &dom, d, |x| {
-            let av = Var::fresh("a", self.primal(a));
-            let s = Var::fresh("s", self.primal(&Type::sum(b.clone(), c.clone())));
-            let branch = |m: Mor, e: &Var, left: bool| {
+            case_split(self, x, (a, b, c), |left, arg| {
+                let m = take_branch(&mut fg, left);
                 let (y, dm) = results(self, &m, "d", "df");
                 let mut lets = Lets::new();
-                lets.push(
-                    Pat::Var(m.x.clone()),
-                    Term::pair(Term::var(&av), Term::var(e)),
-                );
+                lets.push(Pat::Var(m.x.clone()), arg);
                 lets.push_pair(&y, &dm, m.body);
                 lets.finish(self.combined(&dom, Term::var(&y), |t| {
+                    let side = LTerm::snd(t.clone());
                     let side = if left {
-                        LTerm::mk(LTermKind::FromLeft(LTerm::snd(t.clone())))
+                        LTerm::mk(LTermKind::FromLeft(side))
                     } else {
-                        LTerm::mk(LTermKind::FromRight(LTerm::snd(t.clone())))
+                        LTerm::mk(LTermKind::FromRight(side))
                     };
                     apply(&dm, LTerm::pair(LTerm::fst(t), side))
                 }))
-            };
-            let (bv, cv) = (
-                Var::fresh("b", self.primal(b)),
-                Var::fresh("c", self.primal(c)),
-            );
-            let (l, r) = (branch(f, &bv, true), branch(g, &cv, false));
-            let mut lets = Lets::new();
-            lets.push_pair(&av, &s, Term::var(x));
-            lets.finish(Term::mk(TermKind::Case(
-                Term::var(&s),
-                Pat::Var(bv),
-                l,
-                Pat::Var(cv),
-                r,
-            )))
+            })
         })
     }
 
@@ -469,36 +453,29 @@ impl Coproducts for Forward {
         let cod = Type::sum(ab.clone(), ac.clone());
         let (tab, tac) = (self.tangent(&ab), self.tangent(&ac));
         new_mor(self, &dom, &cod, |x| {
-            let av = Var::fresh("a", self.primal(a));
-            let s = Var::fresh("s", self.primal(&Type::sum(b.clone(), c.clone())));
-            let bv = Var::fresh("b", self.primal(b));
-            let cv = Var::fresh("c", self.primal(c));
-            let pair_with = |e: &Var| Term::pair(Term::var(&av), Term::var(e));
-            let left = self.combined(
-                &dom,
-                Term::mk(TermKind::Inl(pair_with(&bv), self.primal(&ac))),
-                |d| {
-                    let from = LTerm::mk(LTermKind::FromLeft(LTerm::snd(d.clone())));
-                    LTerm::mk(LTermKind::Inl(LTerm::pair(LTerm::fst(d), from), tac))
-                },
-            );
-            let right = self.combined(
-                &dom,
-                Term::mk(TermKind::Inr(self.primal(&ab), pair_with(&cv))),
-                |d| {
-                    let from = LTerm::mk(LTermKind::FromRight(LTerm::snd(d.clone())));
-                    LTerm::mk(LTermKind::Inr(tab, LTerm::pair(LTerm::fst(d), from)))
-                },
-            );
-            let mut lets = Lets::new();
-            lets.push_pair(&av, &s, Term::var(x));
-            lets.finish(Term::mk(TermKind::Case(
-                Term::var(&s),
-                Pat::Var(bv.clone()),
-                left,
-                Pat::Var(cv.clone()),
-                right,
-            )))
+            case_split(self, x, (a, b, c), |left, arg| {
+                let primal = if left {
+                    TermKind::Inl(arg, self.primal(&ac))
+                } else {
+                    TermKind::Inr(self.primal(&ab), arg)
+                };
+                self.combined(&dom, Term::mk(primal), |d| {
+                    let side = LTerm::snd(d.clone());
+                    if left {
+                        let from = LTerm::mk(LTermKind::FromLeft(side));
+                        LTerm::mk(LTermKind::Inl(
+                            LTerm::pair(LTerm::fst(d), from),
+                            tac.clone(),
+                        ))
+                    } else {
+                        let from = LTerm::mk(LTermKind::FromRight(side));
+                        LTerm::mk(LTermKind::Inr(
+                            tab.clone(),
+                            LTerm::pair(LTerm::fst(d), from),
+                        ))
+                    }
+                })
+            })
         })
     }
 }

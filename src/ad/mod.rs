@@ -298,6 +298,39 @@ pub(crate) fn map2_images(
     Term::mk(TermKind::Map2(f, Term::var(xs), Term::var(ys)))
 }
 
+/// `let (a, s) = x in case s of inl b → branch(true, (a, b)) | inr c → branch(false, (a, c))`
+/// for `x : A × (B + C)`: the shape of the images of `dist` and of the derived `case`, in either
+/// mode. `branch` gets the side and the term pairing the context with the payload.
+pub(crate) fn case_split(
+    maps: &impl TypeMaps,
+    x: &Var,
+    (a, b, c): (&Type, &Type, &Type),
+    mut branch: impl FnMut(bool, Term) -> Term,
+) -> Term {
+    let av = Var::fresh("a", maps.primal(a));
+    let s = Var::fresh("s", maps.primal(&Type::sum(b.clone(), c.clone())));
+    let (bv, cv) = (
+        Var::fresh("b", maps.primal(b)),
+        Var::fresh("c", maps.primal(c)),
+    );
+    let l = branch(true, Term::pair(Term::var(&av), Term::var(&bv)));
+    let r = branch(false, Term::pair(Term::var(&av), Term::var(&cv)));
+    let mut lets = Lets::new();
+    lets.push_pair(&av, &s, Term::var(x));
+    lets.finish(Term::mk(TermKind::Case(
+        Term::var(&s),
+        Pat::Var(bv),
+        l,
+        Pat::Var(cv),
+        r,
+    )))
+}
+
+/// The morphism of one `case` branch, `f` on the left and `g` on the right, each taken once.
+pub(crate) fn take_branch(fg: &mut (Option<Mor>, Option<Mor>), left: bool) -> Mor {
+    if left { fg.0.take() } else { fg.1.take() }.expect("each branch is built once")
+}
+
 /// Binds the components of a primitive's argument tuple `x : A1 × (... × An)` to variables:
 /// returns them (as terms) with the `let`s that bind them. `tys` are the component types.
 pub(crate) fn split_args(x: &Var, tys: &[Ty], lets: &mut Lets) -> Vec<Term> {

@@ -73,8 +73,8 @@
 //! So the gradient of `sum (build n (λi. xs ! i * xs ! i))` is O(n), not O(n²).
 
 use super::{
-    Lets, Memo, Mor, TypeMaps, apply, lin_lam, map_proj, map2_images, new_mor, per_element,
-    results, split_args, tuple_linear,
+    Lets, Memo, Mor, TypeMaps, apply, case_split, lin_lam, map_proj, map2_images, new_mor,
+    per_element, results, split_args, take_branch, tuple_linear,
 };
 use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
 use crate::ccc::{Comb, Path, Step, interpret};
@@ -134,6 +134,15 @@ impl Reverse {
                 Type::Fun(p) => LTy::copower(self.primal(&p.0), self.cotangent(&p.1)),
             })
         })
+    }
+
+    /// `linl l : R2 B ⊕ R2 C` (on the left) or `linr l`.
+    fn inject(&self, left: bool, l: LTerm, b: &Type, c: &Type) -> LTerm {
+        if left {
+            LTerm::mk(LTermKind::Inl(l, self.cotangent(c)))
+        } else {
+            LTerm::mk(LTermKind::Inr(self.cotangent(b), l))
+        }
     }
 
     /// `(y, λ̲v. lin(v))` with `v : R2(b)`.
@@ -411,19 +420,13 @@ impl Coproducts for Reverse {
     fn copair(&self, f: Mor, g: Mor, a: &Type, b: &Type, c: &Type) -> Result<Mor> {
         // case x of inl a → let (c, f') = R(f)[a] in (c, λ̲v. linl (f' • v))
         //         | inr b → let (c, g') = R(g)[b] in (c, λ̲v. linr (g' • v))
-        let (ca, cb) = (self.cotangent(a), self.cotangent(b));
         let branch = |m: Mor, left: bool| {
             let (y, dm) = results(self, &m, "c", "df");
             let mut lets = Lets::new();
             lets.push_pair(&y, &dm, m.body);
-            let body = lets.finish(self.combined(c, Term::var(&y), |v| {
-                let l = apply(&dm, v);
-                if left {
-                    LTerm::mk(LTermKind::Inl(l, cb.clone()))
-                } else {
-                    LTerm::mk(LTermKind::Inr(ca.clone(), l))
-                }
-            }));
+            let body = lets.finish(
+                self.combined(c, Term::var(&y), |v| self.inject(left, apply(&dm, v), a, b)),
+            );
             (Pat::Var(m.x), body)
         };
         let ab = Type::sum(a.clone(), b.clone());
@@ -439,47 +442,24 @@ impl Coproducts for Reverse {
         //   inl b → let (d, f') = R(f)[(a, b)] in (d, λ̲v. let u = f' • v in (fst u, linl (snd u)))
         // | inr c → let (d, g') = R(g)[(a, c)] in (d, λ̲v. let u = g' • v in (fst u, linr (snd u)))
         let dom = Type::prod(a.clone(), Type::sum(b.clone(), c.clone()));
-        let (cb, cc) = (self.cotangent(b), self.cotangent(c));
+        let mut fg = (Some(f), Some(g));
         new_mor(self, &dom, d, |x| {
-            let av = Var::fresh("a", self.primal(a));
-            let s = Var::fresh("s", self.primal(&Type::sum(b.clone(), c.clone())));
-            let branch = |m: Mor, e: &Var, left: bool| {
+            case_split(self, x, (a, b, c), |left, arg| {
+                let m = take_branch(&mut fg, left);
                 let (y, dm) = results(self, &m, "d", "df");
                 let mut lets = Lets::new();
-                lets.push(
-                    Pat::Var(m.x.clone()),
-                    Term::pair(Term::var(&av), Term::var(e)),
-                );
+                lets.push(Pat::Var(m.x.clone()), arg);
                 lets.push_pair(&y, &dm, m.body);
+                let u = Var::linear("u", self.cotangent(&m.dom));
                 lets.finish(self.combined(d, Term::var(&y), |v| {
-                    let u = Var::linear("u", self.cotangent(&m.dom));
-                    let side = LTerm::snd(LTerm::var(&u));
-                    let inj = if left {
-                        LTerm::mk(LTermKind::Inl(side, cc.clone()))
-                    } else {
-                        LTerm::mk(LTermKind::Inr(cb.clone(), side))
-                    };
+                    let inj = self.inject(left, LTerm::snd(LTerm::var(&u)), b, c);
                     LTerm::lin_let(
                         &u,
                         apply(&dm, v),
                         LTerm::pair(LTerm::fst(LTerm::var(&u)), inj),
                     )
                 }))
-            };
-            let (bv, cv) = (
-                Var::fresh("b", self.primal(b)),
-                Var::fresh("c", self.primal(c)),
-            );
-            let (l, r) = (branch(f, &bv, true), branch(g, &cv, false));
-            let mut lets = Lets::new();
-            lets.push_pair(&av, &s, Term::var(x));
-            lets.finish(Term::mk(TermKind::Case(
-                Term::var(&s),
-                Pat::Var(bv),
-                l,
-                Pat::Var(cv),
-                r,
-            )))
+            })
         })
     }
 
@@ -493,42 +473,25 @@ impl Coproducts for Reverse {
         );
         let dom = Type::prod(a.clone(), Type::sum(b.clone(), c.clone()));
         let cod = Type::sum(ab.clone(), ac.clone());
-        let (cb, cc) = (self.cotangent(b), self.cotangent(c));
         new_mor(self, &dom, &cod, |x| {
-            let av = Var::fresh("a", self.primal(a));
-            let s = Var::fresh("s", self.primal(&Type::sum(b.clone(), c.clone())));
-            let bv = Var::fresh("b", self.primal(b));
-            let cv = Var::fresh("c", self.primal(c));
-            let pair_with = |e: &Var| Term::pair(Term::var(&av), Term::var(e));
-            let left = self.combined(
-                &cod,
-                Term::mk(TermKind::Inl(pair_with(&bv), self.primal(&ac))),
-                |v| {
+            case_split(self, x, (a, b, c), |left, arg| {
+                let (primal, u) = if left {
                     let u = Var::linear("u", self.cotangent(&ab));
-                    let from = LTerm::mk(LTermKind::FromLeft(v));
-                    let inj = LTerm::mk(LTermKind::Inl(LTerm::snd(LTerm::var(&u)), cc.clone()));
-                    LTerm::lin_let(&u, from, LTerm::pair(LTerm::fst(LTerm::var(&u)), inj))
-                },
-            );
-            let right = self.combined(
-                &cod,
-                Term::mk(TermKind::Inr(self.primal(&ab), pair_with(&cv))),
-                |v| {
+                    (TermKind::Inl(arg, self.primal(&ac)), u)
+                } else {
                     let u = Var::linear("u", self.cotangent(&ac));
-                    let from = LTerm::mk(LTermKind::FromRight(v));
-                    let inj = LTerm::mk(LTermKind::Inr(cb.clone(), LTerm::snd(LTerm::var(&u))));
+                    (TermKind::Inr(self.primal(&ab), arg), u)
+                };
+                self.combined(&cod, Term::mk(primal), |v| {
+                    let from = if left {
+                        LTerm::mk(LTermKind::FromLeft(v))
+                    } else {
+                        LTerm::mk(LTermKind::FromRight(v))
+                    };
+                    let inj = self.inject(left, LTerm::snd(LTerm::var(&u)), b, c);
                     LTerm::lin_let(&u, from, LTerm::pair(LTerm::fst(LTerm::var(&u)), inj))
-                },
-            );
-            let mut lets = Lets::new();
-            lets.push_pair(&av, &s, Term::var(x));
-            lets.finish(Term::mk(TermKind::Case(
-                Term::var(&s),
-                Pat::Var(bv.clone()),
-                left,
-                Pat::Var(cv.clone()),
-                right,
-            )))
+                })
+            })
         })
     }
 }
