@@ -166,6 +166,7 @@ pub fn program(cfg: Config) -> impl Strategy<Value = TestProgram> {
             cfg: c1.clone(),
             ctx: Rc::new(params.clone()),
             safe: Rc::new(Vec::new()),
+            params: Rc::new(params.clone()),
         };
         let funs = c1.higher_order_result && c1.functions;
         let result = match &c1.result {
@@ -195,6 +196,7 @@ pub fn term(cfg: Config, ctx: Vec<Var>, ty: Type) -> BoxedStrategy<Term> {
         cfg: Rc::new(cfg),
         ctx: Rc::new(ctx),
         safe: Rc::new(Vec::new()),
+        params: Rc::new(Vec::new()),
     };
     g.term(&ty, g.cfg.depth).prop_map(|t| freshen(&t)).boxed()
 }
@@ -294,6 +296,8 @@ struct Gen {
     /// Pairs `(xs, i)` of variables in scope with `0 <= i < length xs` (inside
     /// `build (length xs) (\i -> ...)`), so `xs ! i` is in range.
     safe: Rc<Vec<(Var, Var)>>,
+    /// The program's parameters (which biased generation prefers as leaves).
+    params: Rc<Vec<Var>>,
 }
 
 type S = BoxedStrategy<Term>;
@@ -319,6 +323,7 @@ impl Gen {
             cfg: self.cfg.clone(),
             ctx: Rc::new(ctx),
             safe: self.safe.clone(),
+            params: self.params.clone(),
         }
     }
 
@@ -578,6 +583,20 @@ impl Gen {
             && let Some(s) = self.safe_index(ty)
         {
             opts.push((4, s));
+        }
+        let params: Vec<Var> = self
+            .params
+            .iter()
+            .filter(|v| v.ty == *ty)
+            .cloned()
+            .collect();
+        if self.biased() && !params.is_empty() {
+            opts.push((
+                4,
+                proptest::sample::select(params)
+                    .prop_map(|v| Term::var(&v))
+                    .boxed(),
+            ));
         }
         Union::new_weighted(opts).boxed()
     }
