@@ -399,3 +399,66 @@ fn dot_product_test(cfg: Config, n: u32, required: Requirements) {
     });
     assert!(ran >= n * 3 / 4, "only {ran} of {n} programs ran");
 }
+
+/// Every partial operation failing inside each kind of AD-transformed context (top level, a
+/// `map` closure, a `build` body, a `case` branch, a let-bound function called twice, a
+/// `map2` closure over a matrix row): forward and reverse CHAD fail with the evaluator's
+/// runtime error at the same source position, and do not panic.
+#[test]
+fn ad_fails_like_the_evaluator_inside_every_context() {
+    let failing = [
+        "[x, 2.0] ! 2",
+        "[x] ! (0 - 1)",
+        "sum (map2 (\\(a : Real) (b : Real) -> a * b) [x] [x, 1.0])",
+        "sum (build (0 - 1) (\\(i : Int) -> x))",
+        "sum (replicate (0 - 2) x)",
+        "dot [x] [x, 2.0]",
+        "toReal (1 / (2 - 2))",
+        "toReal (floor (x / 0.0))",
+    ];
+    let contexts = [
+        "E",
+        "sum (map (\\(y : Real) -> y * x + E) [1.0, 2.0])",
+        "sum (build 2 (\\(i : Int) -> x * toReal i + E))",
+        "case (if x > 0.0 then (inl x : Real + Real) else (inr x : Real + Real)) of \
+         inl a -> a * E | inr b -> b",
+        "let f = \\(y : Real) -> y * E in f x + f 2.0",
+        "sum (map2 (\\(r : Array Real) (c : Real) -> c * sum r + E) [[x], [1.0]] [x, 2.0])",
+    ];
+    let mut checked = 0;
+    for e in failing {
+        for c in contexts {
+            let src = format!(
+                "def main (x : Real) : Real =\n  {}\n",
+                c.replace('E', &format!("({e})"))
+            );
+            let prog = chad::source::load(&src, &chad::prim::Registry::builtin())
+                .unwrap_or_else(|err| panic!("{src}: {err:?}"));
+            let entry = prog.entry(0);
+            let source = chad::Source::new("t.chad", src.clone());
+            let at = |r: &chad::Error| (r.message().to_string(), r.location(&source));
+            let args = [Value::Real(0.75)];
+            let want = chad::eval::eval_entry(&entry, &args).expect_err(&src);
+            assert!(at(&want).1.is_some(), "no position for {want:?}");
+            let outcome = catch_unwind(AssertUnwindSafe(|| {
+                let jvp = Jvp::new(&entry).and_then(|j| j.jvp(&args, &[Value::Real(1.0)]));
+                let vjp = Vjp::new(&entry).and_then(|r| r.vjp(&args, &Value::Real(1.0)));
+                (jvp.map(|r| r.0), vjp.map(|r| r.0))
+            }));
+            let (jvp, vjp) = outcome
+                .unwrap_or_else(|p| panic!("AD panics ({}) on\n{src}", common::panic_message(&p)));
+            for (mode, got) in [("forward", jvp), ("reverse", vjp)] {
+                match got {
+                    Ok(y) => panic!("{mode} CHAD gives {y} where evaluation fails on\n{src}"),
+                    Err(got) => assert_eq!(
+                        at(&got),
+                        at(&want),
+                        "{mode} CHAD's error differs from the evaluator's on\n{src}"
+                    ),
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 2 * failing.len() * contexts.len());
+}
