@@ -13,7 +13,13 @@
 //!
 //! [`program`] draws input types and values and a body over them, giving a [`TestProgram`]:
 //! an [`Entry`] plus arguments. The [`Config`] restricts the generator (for example to what an
-//! AD mode supports) and selects which primitives may appear.
+//! AD mode supports) and selects which primitives may appear. Two biases weight it towards
+//! parts of the language that plain random generation reaches rarely: [`Config::array_bias`]
+//! (array inputs and results, `build (length xs) (\i -> ... xs ! i ...)` with in-range
+//! indexing, nested for matrices, `map2` over equal lengths, closures capturing functions) and
+//! [`Config::sum_bias`] (sum-typed inputs and results, `case` on them, `if` on comparisons of
+//! reals). With both off the generator is exactly what it was before they existed.
+//! [`features`] reports which constructs a program contains, to measure a configuration.
 //!
 //! Shrinking follows proptest's `Union`: a failing program shrinks towards earlier options,
 //! which are the leaves.
@@ -63,6 +69,17 @@ pub struct Config {
     pub result: Option<Type>,
     /// The primitives that may appear (operators included).
     pub prims: Vec<Prim>,
+    /// Weight the generator towards array programs (needs `arrays`): more array inputs
+    /// (matrices `Array (Array Real)` and arrays of pairs among them) and results, and forms
+    /// whose indexing stays in range: `build (length xs) (\i -> ... xs ! i ...)` (nested, for
+    /// matrices), `map2 f xs (build (length xs) ...)`, and `map` of a closure that captures a
+    /// let-bound function. Off by default.
+    pub array_bias: bool,
+    /// Weight the generator towards sums and conditionals (needs `sums`, `conditionals`):
+    /// sum-typed inputs and results, `case` on sum-typed variables in scope (inputs
+    /// included), and `if` on comparisons of reals (data-dependent control flow). Off by
+    /// default.
+    pub sum_bias: bool,
 }
 
 impl Default for Config {
@@ -79,6 +96,8 @@ impl Default for Config {
             higher_order_result: false,
             result: None,
             prims: default_prims(),
+            array_bias: false,
+            sum_bias: false,
         }
     }
 }
@@ -146,10 +165,17 @@ pub fn program(cfg: Config) -> impl Strategy<Value = TestProgram> {
         let g = Gen {
             cfg: c1.clone(),
             ctx: Rc::new(params.clone()),
+            safe: Rc::new(Vec::new()),
+            params: Rc::new(params.clone()),
         };
+        let funs = c1.higher_order_result && c1.functions;
         let result = match &c1.result {
             Some(t) => Just(t.clone()).boxed(),
-            None => g.ty(c1.type_depth, c1.higher_order_result && c1.functions),
+            None if g.biased() => {
+                Union::new_weighted(vec![(2, g.ty(c1.type_depth, funs)), (3, g.biased_result())])
+                    .boxed()
+            }
+            None => g.ty(c1.type_depth, funs),
         };
         let body = result.prop_flat_map(move |t| g.term(&t, g.cfg.depth));
         (body, values).prop_map(move |(body, inputs)| TestProgram {
@@ -169,6 +195,8 @@ pub fn term(cfg: Config, ctx: Vec<Var>, ty: Type) -> BoxedStrategy<Term> {
     let g = Gen {
         cfg: Rc::new(cfg),
         ctx: Rc::new(ctx),
+        safe: Rc::new(Vec::new()),
+        params: Rc::new(Vec::new()),
     };
     g.term(&ty, g.cfg.depth).prop_map(|t| freshen(&t)).boxed()
 }
@@ -192,6 +220,26 @@ pub fn input_type(cfg: &Config) -> BoxedStrategy<Type> {
     }
     if cfg.sums {
         opts.push((1, Just(Type::sum(Type::Real, Type::Unit)).boxed()));
+    }
+    if cfg.arrays && cfg.array_bias {
+        let pair = Type::prod(Type::Real, Type::Real);
+        opts.push((3, Just(Type::array(Type::Real)).boxed()));
+        opts.push((2, Just(Type::array(pair)).boxed()));
+        opts.push((2, Just(Type::array(Type::array(Type::Real))).boxed()));
+    }
+    if cfg.sums && cfg.sum_bias {
+        let pair = Type::prod(Type::Real, Type::Real);
+        opts.push((2, Just(Type::sum(Type::Real, Type::Real)).boxed()));
+        opts.push((2, Just(Type::sum(pair, Type::Real)).boxed()));
+        if cfg.arrays {
+            opts.push((
+                1,
+                Just(Type::sum(Type::array(Type::Real), Type::Real)).boxed(),
+            ));
+        }
+        if cfg.conditionals {
+            opts.push((1, Just(Type::Bool).boxed()));
+        }
     }
     Union::new_weighted(opts).boxed()
 }
@@ -245,9 +293,17 @@ pub fn any_value(cfg: &Config, ty: &Type) -> BoxedStrategy<Value> {
 struct Gen {
     cfg: Rc<Config>,
     ctx: Rc<Vec<Var>>,
+    /// Pairs `(xs, i)` of variables in scope with `0 <= i < length xs` (inside
+    /// `build (length xs) (\i -> ...)`), so `xs ! i` is in range.
+    safe: Rc<Vec<(Var, Var)>>,
+    /// The program's parameters (which biased generation prefers as leaves).
+    params: Rc<Vec<Var>>,
 }
 
 type S = BoxedStrategy<Term>;
+
+/// A term built around an array variable (see `Gen::with_array`).
+type WithArray = Rc<dyn Fn(&Gen, &Var) -> S>;
 
 fn mk(kind: TermKind) -> Term {
     Term::new(kind, Span::default())
@@ -266,7 +322,113 @@ impl Gen {
         Gen {
             cfg: self.cfg.clone(),
             ctx: Rc::new(ctx),
+            safe: self.safe.clone(),
+            params: self.params.clone(),
         }
+    }
+
+    /// In scope of `i`, known to be an index of `xs`.
+    fn with_index(&self, xs: &Var, i: &Var) -> Gen {
+        let mut g = self.with(&[i]);
+        let mut safe = (*self.safe).clone();
+        safe.push((xs.clone(), i.clone()));
+        g.safe = Rc::new(safe);
+        g
+    }
+
+    /// Whether a bias towards arrays or sums is on.
+    fn biased(&self) -> bool {
+        self.array_bias() || self.cfg.sum_bias
+    }
+
+    fn array_bias(&self) -> bool {
+        self.cfg.arrays && self.cfg.array_bias
+    }
+
+    /// Result types for the biased configurations: arrays (of reals, pairs, arrays) and sums.
+    fn biased_result(&self) -> BoxedStrategy<Type> {
+        let pair = || Type::prod(Type::Real, Type::Real);
+        let mut opts: Vec<(u32, BoxedStrategy<Type>)> = vec![(2, Just(Type::Real).boxed())];
+        if self.array_bias() {
+            opts.push((2, Just(Type::array(Type::Real)).boxed()));
+            opts.push((1, Just(Type::array(pair())).boxed()));
+            opts.push((1, Just(Type::array(Type::array(Type::Real))).boxed()));
+        }
+        if self.cfg.sums && self.cfg.sum_bias {
+            opts.push((2, Just(Type::sum(Type::Real, Type::Real)).boxed()));
+            opts.push((1, Just(Type::sum(pair(), Type::Unit)).boxed()));
+            if self.cfg.arrays {
+                opts.push((
+                    1,
+                    Just(Type::sum(Type::array(Type::Real), Type::Real)).boxed(),
+                ));
+                opts.push((
+                    1,
+                    Just(Type::array(Type::sum(Type::Real, Type::Real))).boxed(),
+                ));
+            }
+        }
+        Union::new_weighted(opts).boxed()
+    }
+
+    /// Element types of the arrays the array-biased forms make: mostly reals, pairs and rows.
+    fn element_ty(&self) -> BoxedStrategy<Type> {
+        Union::new_weighted(vec![
+            (4, Just(Type::Real).boxed()),
+            (2, Just(Type::prod(Type::Real, Type::Real)).boxed()),
+            (2, Just(Type::array(Type::Real)).boxed()),
+            (1, self.any_ty()),
+        ])
+        .boxed()
+    }
+
+    /// `k(g, xs)` for an array `xs`: an array variable in scope, or a new one bound by `let`
+    /// around the result.
+    fn with_array(&self, d: u32, k: WithArray) -> S {
+        let arrays: Vec<Var> = self
+            .ctx
+            .iter()
+            .filter(|v| matches!(v.ty, Type::Array(_)) && self.allowed(&v.ty))
+            .cloned()
+            .collect();
+        let mut opts: Vec<(u32, S)> = Vec::new();
+        if !arrays.is_empty() {
+            let (g, k) = (self.clone(), k.clone());
+            opts.push((
+                3,
+                proptest::sample::select(arrays)
+                    .prop_flat_map(move |xs| k(&g, &xs))
+                    .boxed(),
+            ));
+        }
+        let g = self.clone();
+        opts.push((
+            2,
+            self.element_ty()
+                .prop_flat_map(move |a| {
+                    let xs = Var::fresh("xs", Type::array(a));
+                    let inner = g.with(&[&xs]);
+                    (g.term(&xs.ty, d), k(&inner, &xs))
+                        .prop_map(move |(e, b)| mk(TermKind::Let(Pat::Var(xs.clone()), e, b)))
+                })
+                .boxed(),
+        ));
+        Union::new_weighted(opts).boxed()
+    }
+
+    /// `xs ! i` for the in-range pairs of [`Gen::safe`] with elements of type `ty`, if any.
+    fn safe_index(&self, ty: &Type) -> Option<S> {
+        let pairs: Vec<(Var, Var)> = self
+            .safe
+            .iter()
+            .filter(|(xs, _)| xs.ty.as_array() == Some(ty))
+            .cloned()
+            .collect();
+        (!pairs.is_empty()).then(|| {
+            proptest::sample::select(pairs)
+                .prop_map(|(xs, i)| mk(TermKind::Index(Term::var(&xs), Term::var(&i))))
+                .boxed()
+        })
     }
 
     /// A random type. `funs` allows function types.
@@ -296,7 +458,7 @@ impl Gen {
             if self.cfg.sums {
                 let g = self.clone();
                 opts.push((
-                    1,
+                    if self.cfg.sum_bias { 3 } else { 1 },
                     (g.ty(depth - 1, funs), g.ty(depth - 1, funs))
                         .prop_map(|(a, b)| Type::sum(a, b))
                         .boxed(),
@@ -304,7 +466,8 @@ impl Gen {
             }
             if self.cfg.arrays {
                 let g = self.clone();
-                opts.push((2, g.ty(depth - 1, funs).prop_map(Type::array).boxed()));
+                let w = if self.array_bias() { 4 } else { 2 };
+                opts.push((w, g.ty(depth - 1, funs).prop_map(Type::array).boxed()));
             }
         }
         Union::new_weighted(opts).boxed()
@@ -412,6 +575,25 @@ impl Gen {
             opts.push((
                 3,
                 proptest::sample::select(vars)
+                    .prop_map(|v| Term::var(&v))
+                    .boxed(),
+            ));
+        }
+        if self.array_bias()
+            && let Some(s) = self.safe_index(ty)
+        {
+            opts.push((4, s));
+        }
+        let params: Vec<Var> = self
+            .params
+            .iter()
+            .filter(|v| v.ty == *ty)
+            .cloned()
+            .collect();
+        if self.biased() && !params.is_empty() {
+            opts.push((
+                4,
+                proptest::sample::select(params)
                     .prop_map(|v| Term::var(&v))
                     .boxed(),
             ));
@@ -578,12 +760,86 @@ impl Gen {
             ));
         }
 
+        if cfg.sums && cfg.sum_bias {
+            // case on a sum-typed variable in scope (an input, or let- or case-bound).
+            let sums: Vec<Var> = self
+                .ctx
+                .iter()
+                .filter(|v| matches!(v.ty, Type::Sum(_)))
+                .cloned()
+                .collect();
+            if !sums.is_empty() {
+                let g = self.clone();
+                let t2 = ty.clone();
+                opts.push((
+                    4,
+                    lazy(move || {
+                        let (g, t2) = (g.clone(), t2.clone());
+                        proptest::sample::select(sums.clone())
+                            .prop_flat_map(move |s| {
+                                let (a, b) = s.ty.as_sum().expect("a sum");
+                                let x = Var::fresh(fresh_name(a), a.clone());
+                                let y = Var::fresh(fresh_name(b), b.clone());
+                                let l = g.with(&[&x]).term(&t2, d);
+                                let r = g.with(&[&y]).term(&t2, d);
+                                (l, r).prop_map(move |(l, r)| {
+                                    mk(TermKind::Case(
+                                        Term::var(&s),
+                                        Pat::Var(x.clone()),
+                                        l,
+                                        Pat::Var(y.clone()),
+                                        r,
+                                    ))
+                                })
+                            })
+                            .boxed()
+                    }),
+                ));
+            }
+        }
+
+        if cfg.conditionals && cfg.sum_bias {
+            // if a < b then .. else ..: control flow that depends on real data.
+            let cmps: Vec<Prim> = ["lt", "le", "gt", "ge"]
+                .into_iter()
+                .filter_map(|n| cfg.prims.iter().find(|p| p.name() == n).cloned())
+                .collect();
+            if !cmps.is_empty() {
+                let g = self.clone();
+                let t2 = ty.clone();
+                opts.push((
+                    3,
+                    lazy(move || {
+                        let e = d.min(2);
+                        (
+                            proptest::sample::select(cmps.clone()),
+                            g.term(&Type::Real, e),
+                            g.term(&Type::Real, e),
+                            g.term(&t2, d),
+                            g.term(&t2, d),
+                        )
+                            .prop_map(|(op, a, b, t, f)| {
+                                let c = mk(TermKind::Prim(op, vec![a, b]));
+                                mk(TermKind::If(c, t, f))
+                            })
+                            .boxed()
+                    }),
+                ));
+            }
+        }
+
+        if self.array_bias()
+            && let Some(s) = self.safe_index(&ty)
+        {
+            opts.push((4, s));
+        }
+
         if cfg.arrays {
             // xs ! i with a small index.
             let g = self.clone();
             let t2 = ty.clone();
             opts.push((
-                2,
+                if self.biased() { 1 } else { 2 },
                 lazy(move || {
                     (g.term(&Type::array(t2.clone()), d), g.index())
                         .prop_map(|(xs, i)| mk(TermKind::Index(xs, i)))
@@ -773,6 +1029,9 @@ impl Gen {
                 }),
             ));
         }
+        if self.array_bias() {
+            self.indexed_array_forms(&e, d, opts);
+        }
         if self.cfg.functions {
             // map f xs.
             let g = self.clone();
@@ -824,6 +1083,110 @@ impl Gen {
         }
     }
 
+    /// The array-biased forms for `Array e` (see [`Config::array_bias`]).
+    fn indexed_array_forms(&self, e: &Type, d: u32, opts: &mut Vec<(u32, S)>) {
+        // build (length xs) (\i -> ... xs ! i ...).
+        {
+            let g = self.clone();
+            let e = e.clone();
+            opts.push((
+                5,
+                lazy(move || {
+                    let e = e.clone();
+                    g.with_array(
+                        d,
+                        Rc::new(move |g: &Gen, xs: &Var| {
+                            let i = Var::fresh("i", Type::Int);
+                            let xs2 = xs.clone();
+                            g.with_index(xs, &i)
+                                .term(&e, d)
+                                .prop_map(move |body| {
+                                    let n = mk(TermKind::Length(Term::var(&xs2)));
+                                    mk(TermKind::Build(n, mk(TermKind::Lam(i.clone(), body))))
+                                })
+                                .boxed()
+                        }),
+                    )
+                }),
+            ));
+        }
+        if !self.cfg.functions {
+            return;
+        }
+        // map2 f xs (build (length xs) (\i -> ... xs ! i ...)): equal lengths.
+        {
+            let g = self.clone();
+            let e = e.clone();
+            opts.push((
+                3,
+                lazy(move || {
+                    let e = e.clone();
+                    g.with_array(
+                        d,
+                        Rc::new(move |g: &Gen, xs: &Var| {
+                            let (g, e, xs) = (g.clone(), e.clone(), xs.clone());
+                            let a = xs.ty.as_array().expect("an array").clone();
+                            g.element_ty()
+                                .prop_flat_map(move |b| {
+                                    let i = Var::fresh("i", Type::Int);
+                                    let f = Type::fun(a.clone(), Type::fun(b.clone(), e.clone()));
+                                    let xs = xs.clone();
+                                    (g.term(&f, d), g.with_index(&xs, &i).term(&b, d)).prop_map(
+                                        move |(f, body)| {
+                                            let v = Term::var(&xs);
+                                            let n = mk(TermKind::Length(v.clone()));
+                                            let lam = mk(TermKind::Lam(i.clone(), body));
+                                            let ys = mk(TermKind::Build(n, lam));
+                                            mk(TermKind::Map2(f, v, ys))
+                                        },
+                                    )
+                                })
+                                .boxed()
+                        }),
+                    )
+                }),
+            ));
+        }
+        // let f = .. in map (\x -> let y = f x in ..) xs: a closure capturing a function.
+        {
+            let g = self.clone();
+            let e = e.clone();
+            opts.push((
+                3,
+                lazy(move || {
+                    let e = e.clone();
+                    g.with_array(
+                        d,
+                        Rc::new(move |g: &Gen, xs: &Var| {
+                            let (g, e, xs) = (g.clone(), e.clone(), xs.clone());
+                            let a = xs.ty.as_array().expect("an array").clone();
+                            g.element_ty()
+                                .prop_flat_map(move |c| {
+                                    let f = Var::fresh("f", Type::fun(a.clone(), c.clone()));
+                                    let x = Var::fresh(fresh_name(&a), a.clone());
+                                    let y = Var::fresh(fresh_name(&c), c.clone());
+                                    let inner = g.with(&[&f, &x, &y]);
+                                    let xs = xs.clone();
+                                    (g.term(&f.ty, d), inner.term(&e, d)).prop_map(
+                                        move |(fun, body)| {
+                                            let fx =
+                                                mk(TermKind::App(Term::var(&f), Term::var(&x)));
+                                            let body =
+                                                mk(TermKind::Let(Pat::Var(y.clone()), fx, body));
+                                            let lam = mk(TermKind::Lam(x.clone(), body));
+                                            let m = mk(TermKind::Map(lam, Term::var(&xs)));
+                                            mk(TermKind::Let(Pat::Var(f.clone()), fun, m))
+                                        },
+                                    )
+                                })
+                                .boxed()
+                        }),
+                    )
+                }),
+            ));
+        }
+    }
+
     /// A small array length: a literal, or the length of an array.
     fn size(&self, d: u32) -> S {
         let g = self.clone();
@@ -841,6 +1204,13 @@ impl Gen {
 
     /// An index: mostly a small literal, sometimes an Int variable in scope.
     fn index(&self) -> S {
+        if self.biased() {
+            // Runtime errors are to be rare: in-range indexing has its own forms (with
+            // `array_bias`); this one mostly takes the first element.
+            return prop_oneof![6 => Just(0i64), 1 => Just(1)]
+                .prop_map(|i| mk(TermKind::Lit(Lit::Int(i))))
+                .boxed();
+        }
         let ints = self.vars_of(&Type::Int);
         let lit = prop_oneof![4 => Just(0i64), 2 => Just(1), 1 => Just(2)]
             .prop_map(|i| mk(TermKind::Lit(Lit::Int(i))))
@@ -953,4 +1323,210 @@ fn straight_line(n: usize, seed: u64, conditionals: bool, far_back: bool, maps: 
     }
     s.push_str(&format!("  v{}\n", n.max(1) - 1));
     s
+}
+
+/// The names of the constructs [`features`] reports, in a fixed order (for tables).
+pub const FEATURES: &[&str] = &[
+    "case",
+    "case on an input",
+    "if",
+    "if on a comparison",
+    "inl",
+    "inr",
+    "sum input",
+    "sum result",
+    "map",
+    "map2",
+    "build",
+    "index",
+    "index by a build's index",
+    "array literal",
+    "replicate",
+    "length",
+    "nested array",
+    "array of tuples",
+    "array input",
+    "array result",
+    "lambda",
+    "closure in map/build",
+    "captured function in map/build",
+];
+
+/// Which constructs of [`FEATURES`] a generated program contains, for measuring what a
+/// [`Config`] produces (and for tests to require that it keeps producing them):
+///
+/// * one per syntactic form (`case`, `if`, `inl`, `inr`, `map`, `map2`, `build`, `index`,
+///   `array literal`, `replicate`, `length`, `lambda`);
+/// * `case on an input`: a `case` whose scrutinee is a parameter;
+/// * `if on a comparison`: an `if` whose condition compares two reals (data-dependent);
+/// * `index by a build's index`: `xs ! e` where `e` mentions the index of an enclosing `build`;
+/// * `sum input`, `array input`, `sum result`, `array result`: a parameter's or the result's
+///   type contains a sum or an array;
+/// * `nested array`, `array of tuples`: a parameter or subterm has a type containing
+///   `Array (Array _)` or `Array (_ × _)`;
+/// * `closure in map/build`: the function given to `map`, `map2` or `build` has free
+///   variables; `captured function in map/build`: one of them has a function type.
+pub fn features(p: &TestProgram) -> std::collections::BTreeSet<&'static str> {
+    use std::collections::BTreeSet;
+    let mut out = BTreeSet::new();
+    let contains = |t: &Type, pred: &dyn Fn(&Type) -> bool| {
+        let mut stack = vec![t];
+        while let Some(t) = stack.pop() {
+            if pred(t) {
+                return true;
+            }
+            match t {
+                Type::Prod(p) | Type::Fun(p) | Type::Sum(p) => stack.extend([&p.0, &p.1]),
+                Type::Array(e) => stack.push(e),
+                _ => {}
+            }
+        }
+        false
+    };
+    let nested = |t: &Type| matches!(t.as_array(), Some(Type::Array(_)));
+    let tuples = |t: &Type| matches!(t.as_array(), Some(Type::Prod(_)));
+    let is_sum = |t: &Type| matches!(t, Type::Sum(_));
+    let is_array = |t: &Type| matches!(t, Type::Array(_));
+    for q in &p.entry.params {
+        if contains(&q.ty, &is_sum) {
+            out.insert("sum input");
+        }
+        if contains(&q.ty, &is_array) {
+            out.insert("array input");
+        }
+        if contains(&q.ty, &nested) {
+            out.insert("nested array");
+        }
+        if contains(&q.ty, &tuples) {
+            out.insert("array of tuples");
+        }
+    }
+    let body = &p.entry.body;
+    if contains(&body.ty, &is_sum) {
+        out.insert("sum result");
+    }
+    if contains(&body.ty, &is_array) {
+        out.insert("array result");
+    }
+    // Each node with the indices of the builds around it.
+    let mut stack: Vec<(&Term, Rc<Vec<crate::source::term::VarId>>)> =
+        vec![(body, Rc::new(Vec::new()))];
+    while let Some((t, builds)) = stack.pop() {
+        if contains(&t.ty, &nested) {
+            out.insert("nested array");
+        }
+        if contains(&t.ty, &tuples) {
+            out.insert("array of tuples");
+        }
+        let mut funs: Vec<&Term> = Vec::new();
+        match &t.kind {
+            TermKind::Case(e, ..) => {
+                out.insert("case");
+                if matches!(&e.kind, TermKind::Var(v) if p.entry.params.iter().any(|q| q.id == v.id))
+                {
+                    out.insert("case on an input");
+                }
+            }
+            TermKind::If(c, _, _) => {
+                out.insert("if");
+                if mentions(c, &|t| {
+                    matches!(&t.kind, TermKind::Prim(op, args)
+                        if args.len() == 2 && args[0].ty == Type::Real
+                            && *op.result() == Type::Bool)
+                }) {
+                    out.insert("if on a comparison");
+                }
+            }
+            TermKind::Inl(..) => _ = out.insert("inl"),
+            TermKind::Inr(..) => _ = out.insert("inr"),
+            TermKind::Lam(..) => _ = out.insert("lambda"),
+            TermKind::Array(..) => _ = out.insert("array literal"),
+            TermKind::Replicate(..) => _ = out.insert("replicate"),
+            TermKind::Length(..) => _ = out.insert("length"),
+            TermKind::Map(f, _) => {
+                out.insert("map");
+                funs.push(f);
+            }
+            TermKind::Map2(f, _, _) => {
+                out.insert("map2");
+                funs.push(f);
+            }
+            TermKind::Build(_, f) => {
+                out.insert("build");
+                funs.push(f);
+            }
+            TermKind::Index(_, i) => {
+                out.insert("index");
+                if mentions(
+                    i,
+                    &|t| matches!(&t.kind, TermKind::Var(v) if builds.contains(&v.id)),
+                ) {
+                    out.insert("index by a build's index");
+                }
+            }
+            _ => {}
+        }
+        for f in funs {
+            let free = free_vars(f);
+            if !free.is_empty() {
+                out.insert("closure in map/build");
+            }
+            if free.iter().any(|v| matches!(v.ty, Type::Fun(_))) {
+                out.insert("captured function in map/build");
+            }
+        }
+        for c in t.children() {
+            let inner = match (&t.kind, &c.kind) {
+                (TermKind::Build(_, f), TermKind::Lam(i, _)) if std::ptr::eq(f, c) => {
+                    let mut b = (*builds).clone();
+                    b.push(i.id);
+                    Rc::new(b)
+                }
+                _ => builds.clone(),
+            };
+            stack.push((c, inner));
+        }
+    }
+    out
+}
+
+/// Whether some subterm of `t` satisfies `pred`.
+fn mentions(t: &Term, pred: &dyn Fn(&Term) -> bool) -> bool {
+    let mut stack = vec![t];
+    while let Some(t) = stack.pop() {
+        if pred(t) {
+            return true;
+        }
+        stack.extend(t.children());
+    }
+    false
+}
+
+/// The free variables of `t` (variables are unique, so a variable is free iff no binder inside
+/// `t` binds it).
+fn free_vars(t: &Term) -> Vec<Var> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut used: BTreeMap<crate::source::term::VarId, Var> = BTreeMap::new();
+    let mut bound = BTreeSet::new();
+    let mut stack = vec![t];
+    while let Some(t) = stack.pop() {
+        match &t.kind {
+            TermKind::Var(v) => {
+                used.insert(v.id, v.clone());
+            }
+            TermKind::Lam(x, _) => {
+                bound.insert(x.id);
+            }
+            TermKind::Let(p, _, _) => bound.extend(p.vars().iter().map(|v| v.id)),
+            TermKind::Case(_, p, _, q, _) => {
+                bound.extend(p.vars().iter().chain(q.vars().iter()).map(|v| v.id))
+            }
+            _ => {}
+        }
+        stack.extend(t.children());
+    }
+    used.into_iter()
+        .filter(|(id, _)| !bound.contains(id))
+        .map(|(_, v)| v)
+        .collect()
 }

@@ -7,7 +7,12 @@
 //! * the dot-product test `<R'(v), dx> = <v, F'(dx)>` ties the two modes together on random
 //!   directions.
 //!
-//! Programs have first-order inputs and results (higher-order insides) and use what AD supports.
+//! Programs have first-order inputs and results (higher-order insides). Besides the original
+//! configurations (functions and tuples, with or without arrays), array-heavy and sum-heavy ones
+//! ([`Config::array_bias`], [`Config::sum_bias`]) exercise `case`/`if`, sum-typed inputs and
+//! results, `build` with in-range indexing, nested arrays, `map2` and closures; each of those
+//! tests requires a minimum share of programs with each construct. Where a program fails at its
+//! inputs, forward and reverse CHAD must fail with the evaluator's runtime error (not panic).
 
 mod common;
 
@@ -19,6 +24,8 @@ use chad::value::Value;
 use common::{cases, runner};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 fn config(arrays: bool) -> Config {
     Config {
@@ -30,6 +37,52 @@ fn config(arrays: bool) -> Config {
         ..Config::default()
     }
 }
+
+/// Array-heavy programs (see `tests/logical_relations.rs`), first-order results.
+fn array_heavy() -> Config {
+    Config {
+        sums: true,
+        conditionals: true,
+        array_bias: true,
+        ..config(true)
+    }
+}
+
+/// Sum- and conditional-heavy programs, first-order results.
+fn sum_heavy() -> Config {
+    Config {
+        sums: true,
+        conditionals: true,
+        sum_bias: true,
+        ..config(true)
+    }
+}
+
+/// Minimum shares of the programs a test ran that contain each construct.
+type Requirements = &'static [(&'static str, f64)];
+
+const NONE: Requirements = &[];
+
+const ARRAYS: Requirements = &[
+    ("build", 0.3),
+    ("index by a build's index", 0.12),
+    ("map2", 0.15),
+    ("nested array", 0.3),
+    ("array of tuples", 0.3),
+    ("array input", 0.5),
+    ("array result", 0.3),
+    ("closure in map/build", 0.3),
+    ("captured function in map/build", 0.08),
+];
+
+const SUMS: Requirements = &[
+    ("case", 0.5),
+    ("if on a comparison", 0.4),
+    ("inl", 0.4),
+    ("inr", 0.4),
+    ("sum input", 0.3),
+    ("sum result", 0.25),
+];
 
 fn finite(v: &Value) -> bool {
     fd::leaves(v).iter().all(|x| x.is_finite())
@@ -59,34 +112,100 @@ fn directions(r: &mut TestRunner, tys: &[Type], xs: &[Value]) -> Vec<Value> {
         .collect()
 }
 
+/// Where the evaluator fails at the inputs, forward and reverse CHAD fail with the same runtime
+/// error.
+fn both_modes_fail_alike(p: &TestProgram, want: &chad::Error) -> Result<(), String> {
+    let zeros: Vec<Value> = p
+        .entry
+        .param_types()
+        .iter()
+        .zip(&p.inputs)
+        .map(|(t, x)| fd::zero_tangent(t, x))
+        .collect();
+    let jvp = Jvp::new(&p.entry).and_then(|j| j.jvp(&p.inputs, &zeros).map(|r| r.0));
+    // The cotangent is never looked at: the primal computation fails first.
+    let vjp = Vjp::new(&p.entry).and_then(|r| r.vjp(&p.inputs, &Value::Unit).map(|r| r.0));
+    for (mode, got) in [("forward", jvp), ("reverse", vjp)] {
+        match got {
+            Ok(y) => {
+                return Err(format!(
+                    "{mode} CHAD gives {y} where the evaluator fails with `{}`",
+                    want.message()
+                ));
+            }
+            Err(e) if e.kind() != want.kind() || e.message() != want.message() => {
+                return Err(format!(
+                    "{mode} CHAD fails with `{}` ({:?}), the evaluator with `{}` ({:?})",
+                    e.message(),
+                    e.kind(),
+                    want.message(),
+                    want.kind()
+                ));
+            }
+            Err(_) => {}
+        }
+    }
+    Ok(())
+}
+
 /// Runs `check` on `n` random programs that evaluate to finite values at their inputs (where
-/// a value is NaN or infinite there is no derivative to compare); returns how many ran.
+/// a value is NaN or infinite there is no derivative to compare); returns how many ran. Programs
+/// that fail at their inputs are checked by [`both_modes_fail_alike`] instead. Panics (with the
+/// program) on a failed check, a panic inside AD, or too small a share of the programs that ran
+/// containing a construct of `required`.
 fn for_programs(
-    arrays: bool,
+    cfg: Config,
     n: u32,
+    required: Requirements,
     mut check: impl FnMut(&TestProgram, &mut TestRunner) -> Result<bool, String>,
 ) -> u32 {
     let mut r = runner(n);
     let mut rng = runner(n);
-    let strategy = random::program(config(arrays));
+    let strategy = random::program(cfg);
     let mut ran = 0;
+    let mut failing = 0;
+    let mut seen: BTreeMap<&'static str, u32> = BTreeMap::new();
     for _ in 0..n {
         let p = common::supported_program(&strategy, &mut r);
-        match chad::eval::eval_entry(&p.entry, &p.inputs) {
-            Ok(y) if finite(&y) => {}
-            _ => continue,
-        }
-        match check(&p, &mut rng) {
-            Ok(true) => ran += 1,
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            match chad::eval::eval_entry(&p.entry, &p.inputs) {
+                Ok(y) if finite(&y) => check(&p, &mut rng),
+                Ok(_) => Ok(false),
+                Err(e) => {
+                    failing += 1;
+                    both_modes_fail_alike(&p, &e).map(|()| false)
+                }
+            }
+        }))
+        .unwrap_or_else(|e| Err(format!("panic: {}", common::panic_message(&e))));
+        match outcome {
+            Ok(true) => {
+                ran += 1;
+                for f in random::features(&p) {
+                    *seen.entry(f).or_default() += 1;
+                }
+            }
             Ok(false) => {}
             Err(e) => panic!("{e}\nprogram:\n{p:?}"),
         }
     }
+    if !required.is_empty() {
+        eprintln!(
+            "{ran} programs ran, {failing} failed alike at their inputs; constructs: {seen:?}"
+        );
+    }
+    for (f, frac) in required {
+        let k = seen.get(f).copied().unwrap_or(0);
+        assert!(
+            f64::from(k) >= frac * f64::from(ran),
+            "too few programs with {f}: {k} of {ran}"
+        );
+    }
     ran
 }
 
-fn dual_agrees_with_forward(arrays: bool, n: u32) {
-    let ran = for_programs(arrays, n, |p, rng| {
+fn dual_agrees_with_forward(cfg: Config, n: u32, required: Requirements) {
+    let ran = for_programs(cfg, n, required, |p, rng| {
         let tys = p.entry.param_types();
         let dx = directions(rng, &tys, &p.inputs);
         let jvp = Jvp::new(&p.entry).map_err(|e| e.message().to_string())?;
@@ -115,12 +234,22 @@ fn dual_agrees_with_forward(arrays: bool, n: u32) {
 
 #[test]
 fn dual_numbers_agree_with_forward_chad() {
-    dual_agrees_with_forward(false, cases(300));
+    dual_agrees_with_forward(config(false), cases(300), NONE);
 }
 
 #[test]
 fn dual_numbers_agree_with_forward_chad_with_map() {
-    dual_agrees_with_forward(true, cases(100));
+    dual_agrees_with_forward(config(true), cases(100), NONE);
+}
+
+#[test]
+fn dual_numbers_agree_with_forward_chad_on_array_programs() {
+    dual_agrees_with_forward(array_heavy(), cases(300), ARRAYS);
+}
+
+#[test]
+fn dual_numbers_agree_with_forward_chad_on_sum_programs() {
+    dual_agrees_with_forward(sum_heavy(), cases(300), SUMS);
 }
 
 /// Richardson-extrapolated central differences of `f` along `dx`; `None` where two step sizes
@@ -139,10 +268,11 @@ fn finite_difference(p: &TestProgram, dx: &[Value]) -> Option<Vec<f64>> {
     (all_close(&r1, &r2, 1e-7) && r2.iter().all(|x| x.abs() < 1e6)).then_some(r2)
 }
 
-fn jacobians_agree(arrays: bool, n: u32) {
+fn jacobians_agree(cfg: Config, n: u32, required: Requirements) {
     let mut fd_checked = 0;
     let mut fd_skipped = 0;
-    let ran = for_programs(arrays, n, |p, _| {
+    let mut nonzero = 0;
+    let ran = for_programs(cfg, n, required, |p, _| {
         let tys = p.entry.param_types();
         let jvp = Jvp::new(&p.entry).map_err(|e| e.message().to_string())?;
         let vjp = Vjp::new(&p.entry).map_err(|e| e.message().to_string())?;
@@ -172,6 +302,7 @@ fn jacobians_agree(arrays: bool, n: u32) {
                 None => fd_skipped += 1,
             }
         }
+        nonzero += cols.iter().flatten().any(|x| *x != 0.0) as usize;
         // Rows: reverse mode for each output basis cotangent.
         for (i, v) in fd::basis(std::slice::from_ref(&ty), std::slice::from_ref(&y))
             .iter()
@@ -196,8 +327,8 @@ fn jacobians_agree(arrays: bool, n: u32) {
         Ok(true)
     });
     eprintln!(
-        "{ran} programs: Jacobians agree; {fd_checked} columns checked by finite differences, \
-         {fd_skipped} skipped"
+        "{ran} programs: Jacobians agree ({nonzero} not zero); {fd_checked} columns checked \
+         by finite differences, {fd_skipped} skipped"
     );
     assert!(ran >= n * 3 / 4, "only {ran} of {n} programs ran");
     assert!(
@@ -208,18 +339,40 @@ fn jacobians_agree(arrays: bool, n: u32) {
 
 #[test]
 fn jacobians_by_forward_reverse_and_finite_differences_agree() {
-    jacobians_agree(false, cases(300));
+    jacobians_agree(config(false), cases(300), NONE);
 }
 
 #[test]
 fn jacobians_agree_with_map() {
-    jacobians_agree(true, cases(100));
+    jacobians_agree(config(true), cases(100), NONE);
+}
+
+#[test]
+fn jacobians_agree_on_array_programs() {
+    jacobians_agree(array_heavy(), cases(300), ARRAYS);
+}
+
+#[test]
+fn jacobians_agree_on_sum_programs() {
+    jacobians_agree(sum_heavy(), cases(300), SUMS);
 }
 
 #[test]
 fn dot_product_test_between_forward_and_reverse() {
-    let n = cases(300);
-    let ran = for_programs(true, n, |p, rng| {
+    dot_product_test(config(true), cases(300), NONE);
+}
+
+#[test]
+fn dot_product_test_on_array_and_sum_programs() {
+    let both = Config {
+        sum_bias: true,
+        ..array_heavy()
+    };
+    dot_product_test(both, cases(300), NONE);
+}
+
+fn dot_product_test(cfg: Config, n: u32, required: Requirements) {
+    let ran = for_programs(cfg, n, required, |p, rng| {
         let tys = p.entry.param_types();
         let dx = directions(rng, &tys, &p.inputs);
         let (y, t) = Jvp::new(&p.entry)
@@ -245,4 +398,67 @@ fn dot_product_test_between_forward_and_reverse() {
         Ok(true)
     });
     assert!(ran >= n * 3 / 4, "only {ran} of {n} programs ran");
+}
+
+/// Every partial operation failing inside each kind of AD-transformed context (top level, a
+/// `map` closure, a `build` body, a `case` branch, a let-bound function called twice, a
+/// `map2` closure over a matrix row): forward and reverse CHAD fail with the evaluator's
+/// runtime error at the same source position, and do not panic.
+#[test]
+fn ad_fails_like_the_evaluator_inside_every_context() {
+    let failing = [
+        "[x, 2.0] ! 2",
+        "[x] ! (0 - 1)",
+        "sum (map2 (\\(a : Real) (b : Real) -> a * b) [x] [x, 1.0])",
+        "sum (build (0 - 1) (\\(i : Int) -> x))",
+        "sum (replicate (0 - 2) x)",
+        "dot [x] [x, 2.0]",
+        "toReal (1 / (2 - 2))",
+        "toReal (floor (x / 0.0))",
+    ];
+    let contexts = [
+        "E",
+        "sum (map (\\(y : Real) -> y * x + E) [1.0, 2.0])",
+        "sum (build 2 (\\(i : Int) -> x * toReal i + E))",
+        "case (if x > 0.0 then (inl x : Real + Real) else (inr x : Real + Real)) of \
+         inl a -> a * E | inr b -> b",
+        "let f = \\(y : Real) -> y * E in f x + f 2.0",
+        "sum (map2 (\\(r : Array Real) (c : Real) -> c * sum r + E) [[x], [1.0]] [x, 2.0])",
+    ];
+    let mut checked = 0;
+    for e in failing {
+        for c in contexts {
+            let src = format!(
+                "def main (x : Real) : Real =\n  {}\n",
+                c.replace('E', &format!("({e})"))
+            );
+            let prog = chad::source::load(&src, &chad::prim::Registry::builtin())
+                .unwrap_or_else(|err| panic!("{src}: {err:?}"));
+            let entry = prog.entry(0);
+            let source = chad::Source::new("t.chad", src.clone());
+            let at = |r: &chad::Error| (r.message().to_string(), r.location(&source));
+            let args = [Value::Real(0.75)];
+            let want = chad::eval::eval_entry(&entry, &args).expect_err(&src);
+            assert!(at(&want).1.is_some(), "no position for {want:?}");
+            let outcome = catch_unwind(AssertUnwindSafe(|| {
+                let jvp = Jvp::new(&entry).and_then(|j| j.jvp(&args, &[Value::Real(1.0)]));
+                let vjp = Vjp::new(&entry).and_then(|r| r.vjp(&args, &Value::Real(1.0)));
+                (jvp.map(|r| r.0), vjp.map(|r| r.0))
+            }));
+            let (jvp, vjp) = outcome
+                .unwrap_or_else(|p| panic!("AD panics ({}) on\n{src}", common::panic_message(&p)));
+            for (mode, got) in [("forward", jvp), ("reverse", vjp)] {
+                match got {
+                    Ok(y) => panic!("{mode} CHAD gives {y} where evaluation fails on\n{src}"),
+                    Err(got) => assert_eq!(
+                        at(&got),
+                        at(&want),
+                        "{mode} CHAD's error differs from the evaluator's on\n{src}"
+                    ),
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 2 * failing.len() * contexts.len());
 }

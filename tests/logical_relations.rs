@@ -7,11 +7,14 @@
 //! AD) to the AD primal `g` at `s = 0` and a (co)tangent part `h`:
 //!
 //! * forward, `h : ⟦F2 τ⟧` (the tangent along the curve): at `Real`, `g = f(0)` and
-//!   `h ≈ f'(0)` by finite differences; at products and arrays componentwise; at discrete types
-//!   `g = f(0)`; at `A ⇒ B`, for every related argument `(f', g', h')` in `P_A`, the triple
+//!   `h ≈ f'(0)` by finite differences; at products componentwise; at arrays the same length
+//!   and elementwise (`h ! i`); at sums the same injection and the payloads related
+//!   (`fromLeft h`/`fromRight h`); at discrete types `g = f(0)`; at `A ⇒ B`, for every related argument `(f', g', h')` in `P_A`, the triple
 //!   `(s ↦ f(s)(f'(s)), fst (g g'), snd (g g') • h' + h @ g')` is in `P_B`;
 //! * reverse, `h : ⟦R2 τ⟧ ⊸ ℝ` (how an output cotangent pairs with the input direction): at
-//!   `Real`, `h(v) ≈ v·f'(0)`; at products `h` restricted to each side; at `A ⇒ B`,
+//!   `Real`, `h(v) ≈ v·f'(0)`; at products `h` restricted to each side (`h(v, 0)`, `h(0, v)`);
+//!   at arrays elementwise through one-hot cotangents (`h(onehot n i v)`); at sums the same
+//!   injection and `h` restricted to its side (`h(linl v)` or `h(linr v)`); at `A ⇒ B`,
 //!   `(s ↦ f(s)(f'(s)), fst (g g'), λv. h'(snd (g g') • v) + h(!g' ⊗ v))` is in `P_B`.
 //!
 //! "For every related argument" is sampled: at first-order argument types, random points and
@@ -20,7 +23,20 @@
 //!
 //! Finite differences use Richardson extrapolation at two step sizes; a point where the two
 //! disagree (a kink, a discontinuity, or bad conditioning) is skipped for that check and
-//! counted, and each test requires most checks to have run, so it cannot pass vacuously.
+//! counted, and each test requires most checks to have run, so it cannot pass vacuously. The
+//! payload curve of a sum (or an element curve of an array) fails where the curve changes side
+//! (or length), which finite differences treat as not smooth.
+//!
+//! Where a program fails at its inputs there is nothing to relate, but its CHAD image must fail
+//! there too, with the same runtime error. A panic anywhere is a failure, reported with the
+//! program.
+//!
+//! Besides the original configurations (functions and tuples, optionally arrays), the lemma is
+//! tested on array-heavy and sum-heavy programs ([`Config::array_bias`], [`Config::sum_bias`]):
+//! `case` on sum-typed inputs, `if` on comparisons, sum- and array-typed inputs and results,
+//! `build` with in-range indexing, nested arrays, `map2`, closures capturing functions. Those
+//! tests require a minimum share of their related programs to contain each such construct
+//! ([`random::features`]).
 
 mod common;
 
@@ -35,6 +51,8 @@ use chad::value::Value;
 use common::{cases, runner};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
 
 /// A curve of source values.
@@ -49,7 +67,7 @@ enum Mode {
     Reverse,
 }
 
-/// What AD supports now: functions, tuples, primitives (no sums, conditionals or arrays).
+/// The original configuration: functions, tuples, primitives (no sums, conditionals or arrays).
 fn ad_config() -> Config {
     Config {
         sums: false,
@@ -66,6 +84,8 @@ fn ad_config() -> Config {
 struct Stats {
     checked: usize,
     skipped: usize,
+    /// Checks of a derivative that is not zero.
+    nonzero: usize,
 }
 
 struct Relation<'a> {
@@ -101,6 +121,49 @@ fn same(a: &Value, b: &Value) -> bool {
 fn map_curve(f: &Curve, g: impl Fn(&Value) -> Value + 'static) -> Curve {
     let f = f.clone();
     Rc::new(move |s| f(s).map(|v| g(&v)))
+}
+
+/// `s ↦ g(f(s))` for a `g` that may fail away from 0: an array whose length changes along the
+/// curve, a sum that changes side. (Finite differences then see a failure and skip.)
+fn try_map_curve(f: &Curve, g: impl Fn(&Value) -> chad::Result<Value> + 'static) -> Curve {
+    let f = f.clone();
+    Rc::new(move |s| f(s).and_then(|v| g(&v)))
+}
+
+/// Element `i` of an array-valued curve.
+fn element(f: &Curve, i: usize) -> Curve {
+    try_map_curve(f, move |v| v.index(i as i64))
+}
+
+/// The payload of a sum-valued curve on the side `left` (failing where the curve is on the
+/// other side).
+fn payload(f: &Curve, left: bool) -> Curve {
+    try_map_curve(f, move |v| match (v, left) {
+        (Value::Inl(a), true) | (Value::Inr(a), false) => Ok((**a).clone()),
+        _ => Err(chad::Error::runtime("the curve changes side".to_string())),
+    })
+}
+
+/// The side of a sum value (`true` for `inl`), checking that the AD primal `g` and the value
+/// `f0` of the curve at 0 agree on it.
+fn same_side(g: &Value, f0: chad::Result<Value>) -> Result<bool, String> {
+    match (g, f0) {
+        (Value::Inl(_), Ok(Value::Inl(_))) => Ok(true),
+        (Value::Inr(_), Ok(Value::Inr(_))) => Ok(false),
+        (_, Ok(v)) => Err(format!("primal {g} is not the injection of the value {v}")),
+        (_, Err(e)) => Err(format!(
+            "AD computed {g} where the source program fails: {}",
+            e.message()
+        )),
+    }
+}
+
+/// The payload of a sum value.
+fn unwrap_sum(v: &Value) -> &Value {
+    match v {
+        Value::Inl(a) | Value::Inr(a) => a,
+        _ => panic!("{v} is not a sum value"),
+    }
 }
 
 impl Relation<'_> {
@@ -162,6 +225,7 @@ impl Relation<'_> {
             ));
         }
         self.stats.checked += 1;
+        self.stats.nonzero += (fd.abs() > 1e-6) as usize;
         Ok(())
     }
 
@@ -267,11 +331,18 @@ impl Relation<'_> {
                     return Err(format!("array primal {g} has the wrong length"));
                 }
                 for i in 0..n {
-                    let fi = map_curve(f, move |v| v.index(i as i64).expect("same length"));
                     let gi = g.index(i as i64).expect("in range");
-                    self.forward(e, &fi, &gi, &h.index(i as i64), fuel)?;
+                    self.forward(e, &element(f, i), &gi, &h.index(i as i64), fuel)?;
                 }
                 Ok(())
+            }
+            Type::Sum(p) => {
+                let (g1, left) = (unwrap_sum(g), same_side(g, f(0.0))?);
+                if left {
+                    self.forward(&p.0, &payload(f, true), g1, &h.from_left(), fuel)
+                } else {
+                    self.forward(&p.1, &payload(f, false), g1, &h.from_right(), fuel)
+                }
             }
             Type::Fun(p) if fuel > 0 => {
                 for _ in 0..2 {
@@ -290,7 +361,6 @@ impl Relation<'_> {
                 Ok(())
             }
             Type::Fun(_) => Ok(()),
-            Type::Sum(_) => Err("sum types are not generated for these tests".into()),
         }
     }
 
@@ -334,13 +404,23 @@ impl Relation<'_> {
                     return Err(format!("array primal {g} has the wrong length"));
                 }
                 for i in 0..n {
-                    let fi = map_curve(f, move |v| v.index(i as i64).expect("same length"));
                     let gi = g.index(i as i64).expect("in range");
                     let h = h.clone();
                     let hi: Pairing = Rc::new(move |v| h(&Lin::onehot(n, i as i64, v.clone())?));
-                    self.reverse(e, &fi, &gi, &hi, fuel)?;
+                    self.reverse(e, &element(f, i), &gi, &hi, fuel)?;
                 }
                 Ok(())
+            }
+            Type::Sum(p) => {
+                let (g1, left) = (unwrap_sum(g), same_side(g, f(0.0))?);
+                let h = h.clone();
+                if left {
+                    let hl: Pairing = Rc::new(move |v| h(&Lin::left(v.clone())));
+                    self.reverse(&p.0, &payload(f, true), g1, &hl, fuel)
+                } else {
+                    let hr: Pairing = Rc::new(move |v| h(&Lin::right(v.clone())));
+                    self.reverse(&p.1, &payload(f, false), g1, &hr, fuel)
+                }
             }
             Type::Fun(p) if fuel > 0 => {
                 for _ in 0..2 {
@@ -364,7 +444,6 @@ impl Relation<'_> {
                 Ok(())
             }
             Type::Fun(_) => Ok(()),
-            Type::Sum(_) => Err("sum types are not generated for these tests".into()),
         }
     }
 }
@@ -400,12 +479,27 @@ fn call(g: &Value, a: &Value) -> Result<(Value, chad::target::linear::LinFun), S
 }
 
 /// Checks the fundamental lemma for one program in one mode. `Ok(false)` if the program fails
-/// at its inputs (no claim to check).
+/// at its inputs (no claim to check, except that the AD image fails there too, with the same
+/// runtime error).
 fn fundamental_lemma(mode: Mode, p: &TestProgram, rel: &mut Relation<'_>) -> Result<bool, String> {
     let entry = &p.entry;
     let x0 = &p.inputs;
-    if chad::eval::eval_entry(entry, x0).is_err() {
-        return Ok(false);
+    if let Err(want) = chad::eval::eval_entry(entry, x0) {
+        let m = rel.transform(&ccc::compile_entry(entry))?;
+        return match m.apply(ccc::eval::context_value(x0)) {
+            Ok((g, _)) => Err(format!(
+                "AD computed {g} where the source program fails ({})",
+                want.message()
+            )),
+            Err(got) if got.kind() != want.kind() || got.message() != want.message() => {
+                Err(format!(
+                    "the source program fails with `{}`, AD with `{}`",
+                    want.message(),
+                    got.message()
+                ))
+            }
+            Err(_) => Ok(false),
+        };
     }
     let dx: Vec<Value> = entry
         .params
@@ -457,18 +551,21 @@ fn fundamental_lemma(mode: Mode, p: &TestProgram, rel: &mut Relation<'_>) -> Res
     Ok(true)
 }
 
-fn has_lambda(t: &Term) -> bool {
-    let mut stack = vec![t];
-    while let Some(t) = stack.pop() {
-        if matches!(t.kind, chad::source::term::TermKind::Lam(..)) {
-            return true;
-        }
-        stack.extend(t.children());
-    }
-    false
-}
+/// Coverage a test requires of its related programs: the fraction that must contain each
+/// construct of [`random::features`].
+type Requirements = &'static [(&'static str, f64)];
+
+/// What the original tests require: higher-order programs.
+const HIGHER_ORDER: Requirements = &[("lambda", 1.0 / 3.0), ("function result", 0.1)];
 
 fn run_lemma(mode: Mode, cfg: Config, n: u32) {
+    run_lemma_with(mode, cfg, n, HIGHER_ORDER);
+}
+
+/// Checks the fundamental lemma on `n` random programs of `cfg` in `mode`, then that at least
+/// three quarters were related (evaluated at their inputs), that the derivative checks mostly
+/// ran, and the coverage `required` (feature names, plus "function result").
+fn run_lemma_with(mode: Mode, cfg: Config, n: u32, required: Requirements) {
     let mut r = runner(n);
     let mut rng = runner(n);
     let mut rel = Relation {
@@ -478,43 +575,49 @@ fn run_lemma(mode: Mode, cfg: Config, n: u32) {
         stats: Stats::default(),
     };
     let mut programs = 0;
-    let (mut with_lambdas, mut function_results) = (0, 0);
+    let mut failing = 0;
+    let mut seen: BTreeMap<&'static str, usize> = BTreeMap::new();
     let strategy = random::program(cfg);
     for _ in 0..n {
-        // Drawn until AD supports it (not a proptest filter, whose rejection budget long runs
-        // would exhaust).
-        let p = loop {
-            let p = strategy.new_tree(&mut r).unwrap().current();
-            if ad::check_supported(&p.entry.body).is_ok() {
-                break p;
-            }
-        };
-        match fundamental_lemma(mode, &p, &mut rel) {
+        let p = common::supported_program(&strategy, &mut r);
+        // A panic is a failure too; report it with the program.
+        let outcome = catch_unwind(AssertUnwindSafe(|| fundamental_lemma(mode, &p, &mut rel)))
+            .unwrap_or_else(|e| Err(format!("panic: {}", common::panic_message(&e))));
+        match outcome {
             Ok(true) => {
                 programs += 1;
-                with_lambdas += has_lambda(&p.entry.body) as usize;
-                function_results += !p.entry.body.ty.is_first_order() as usize;
+                let mut fs = random::features(&p);
+                if !p.entry.body.ty.is_first_order() {
+                    fs.insert("function result");
+                }
+                for f in fs {
+                    *seen.entry(f).or_default() += 1;
+                }
             }
-            Ok(false) => {}
+            Ok(false) => failing += 1,
             Err(e) => panic!("fundamental lemma fails ({e}) for\n{p:?}"),
         }
     }
     let s = &rel.stats;
     eprintln!(
-        "{} mode: {programs} programs related ({with_lambdas} with lambdas, {function_results} \
-         with function results); {} derivative checks, {} skipped",
+        "{} mode: {programs} programs related, {failing} failing at their inputs (in both AD and \
+         the evaluator); {} derivative checks ({} non-zero), {} skipped; constructs: {seen:?}",
         if mode == Mode::Forward {
             "forward"
         } else {
             "reverse"
         },
         s.checked,
+        s.nonzero,
         s.skipped
     );
-    assert!(
-        with_lambdas * 3 >= programs && function_results * 10 >= programs,
-        "too few higher-order programs"
-    );
+    for (f, frac) in required {
+        let k = seen.get(f).copied().unwrap_or(0);
+        assert!(
+            k as f64 >= frac * programs as f64,
+            "too few programs with {f}: {k} of {programs}"
+        );
+    }
     assert!(programs as u32 >= n * 3 / 4, "too few programs evaluated");
     assert!(
         s.checked >= 4 * s.skipped && s.checked as u32 >= n,
@@ -532,8 +635,7 @@ fn reverse_chad_satisfies_the_fundamental_lemma() {
     run_lemma(Mode::Reverse, ad_config(), cases(300));
 }
 
-/// Programs with arrays, keeping those AD supports now (`map` with closures, `replicate`,
-/// `length`, `sum`, `dot`).
+/// The original configuration with arrays (at the generator's usual weights).
 fn array_config() -> Config {
     Config {
         arrays: true,
@@ -549,4 +651,73 @@ fn forward_chad_fundamental_lemma_with_map() {
 #[test]
 fn reverse_chad_fundamental_lemma_with_map() {
     run_lemma(Mode::Reverse, array_config(), cases(100));
+}
+
+/// Array-heavy programs ([`Config::array_bias`]): array inputs and results (matrices and
+/// arrays of pairs among them), `build (length xs) (\i -> ... xs ! i ...)` nested for
+/// matrices, `map2` over equal lengths, closures capturing functions; sums and conditionals at
+/// their usual weight.
+fn array_heavy() -> Config {
+    Config {
+        sums: true,
+        conditionals: true,
+        arrays: true,
+        array_bias: true,
+        ..ad_config()
+    }
+}
+
+/// Sum- and conditional-heavy programs ([`Config::sum_bias`]): sum-typed inputs and results,
+/// `case` on them, `if` on comparisons of reals; arrays at their usual weight.
+fn sum_heavy() -> Config {
+    Config {
+        sums: true,
+        conditionals: true,
+        arrays: true,
+        sum_bias: true,
+        ..ad_config()
+    }
+}
+
+/// What the array-heavy tests require of their related programs.
+const ARRAYS: Requirements = &[
+    ("build", 0.3),
+    ("index by a build's index", 0.12),
+    ("map2", 0.15),
+    ("nested array", 0.3),
+    ("array of tuples", 0.3),
+    ("array input", 0.5),
+    ("array result", 0.3),
+    ("closure in map/build", 0.3),
+    ("captured function in map/build", 0.08),
+];
+
+/// What the sum-heavy tests require of their related programs.
+const SUMS: Requirements = &[
+    ("case", 0.5),
+    ("if on a comparison", 0.4),
+    ("inl", 0.4),
+    ("inr", 0.4),
+    ("sum input", 0.3),
+    ("sum result", 0.25),
+];
+
+#[test]
+fn forward_chad_fundamental_lemma_on_array_programs() {
+    run_lemma_with(Mode::Forward, array_heavy(), cases(250), ARRAYS);
+}
+
+#[test]
+fn reverse_chad_fundamental_lemma_on_array_programs() {
+    run_lemma_with(Mode::Reverse, array_heavy(), cases(250), ARRAYS);
+}
+
+#[test]
+fn forward_chad_fundamental_lemma_on_sum_programs() {
+    run_lemma_with(Mode::Forward, sum_heavy(), cases(250), SUMS);
+}
+
+#[test]
+fn reverse_chad_fundamental_lemma_on_sum_programs() {
+    run_lemma_with(Mode::Reverse, sum_heavy(), cases(250), SUMS);
 }

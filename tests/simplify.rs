@@ -1,7 +1,9 @@
 //! The simplifier ([`chad::simplify`]) tested against the terms it rewrites: the forward and
-//! reverse CHAD images of random programs (lambdas, closures, `map`, function results), random
-//! well-typed target terms ([`chad::target::random`]) wrapped in administrative Cartesian code,
-//! and random real arithmetic.
+//! reverse CHAD images of random programs (lambdas, closures, `map`, function results; and
+//! array- and sum-heavy programs with `case`/`if`, `build` with indexing, `map2`, nested
+//! arrays, sum-typed inputs and results), random well-typed target terms
+//! ([`chad::target::random`]) wrapped in administrative Cartesian code, and random real
+//! arithmetic.
 //!
 //! * The simplified term type-checks ([`chad::target::check`]) at exactly the type of the
 //!   original and means the same: equal primal values (closures compared by applying them) and
@@ -290,8 +292,8 @@ enum Mode {
     Reverse,
 }
 
-/// What AD supports: functions, tuples, primitives, `map` and the other supported array
-/// operations (no sums or conditionals).
+/// The original configuration: functions, tuples, primitives and array operations (no sums or
+/// conditionals).
 fn config(functions: bool, higher_order_result: bool) -> Config {
     Config {
         sums: false,
@@ -493,12 +495,79 @@ fn simplified_ad_output_has_the_same_type_and_meaning() {
     );
 }
 
+/// Array-heavy and sum-heavy programs ([`Config::array_bias`], [`Config::sum_bias`]): `case`
+/// and `if` on data, sum-typed inputs and results, `build` with in-range indexing, nested
+/// arrays, `map2`, closures capturing functions.
+fn biased_configs(higher_order_result: bool) -> [Config; 2] {
+    let base = Config {
+        sums: true,
+        conditionals: true,
+        ..config(true, higher_order_result)
+    };
+    [
+        Config {
+            array_bias: true,
+            ..base.clone()
+        },
+        Config {
+            sum_bias: true,
+            ..base
+        },
+    ]
+}
+
+/// The simplified AD images of array- and sum-heavy programs (function results included) have
+/// the same type and meaning as the originals.
+#[test]
+fn simplified_ad_output_of_array_and_sum_programs_has_the_same_meaning() {
+    let n = cases(60);
+    let mut r = runner(n);
+    let mut rng = runner(n);
+    let mut cmp = Compare::new(&mut rng);
+    let mut failures = Failures::default();
+    let mut all = Vec::new();
+    for hor in [false, true] {
+        for cfg in biased_configs(hor) {
+            all.extend(subjects(&cfg, n, 2, &mut r));
+        }
+    }
+    for s in &all {
+        if let Err((t, e)) = simplified_agrees(s, &Rules::all(), &mut cmp) {
+            failures.add(classify(&e), s.size(), || {
+                s.report("all rules", Some(&t), &e)
+            });
+        }
+    }
+    eprintln!(
+        "{} AD images: {} values compared, {} skipped",
+        all.len(),
+        cmp.compared,
+        cmp.skipped
+    );
+    failures.assert_none("the simplified AD output differs");
+    assert!(
+        cmp.compared >= 10 * cmp.skipped,
+        "too many comparisons skipped"
+    );
+}
+
 /// The entry points run simplified code (`map_body(simplify)`) to the same results.
 #[test]
 fn simplified_jvp_and_vjp_agree_with_the_original() {
-    let n = cases(200);
+    simplified_jvp_and_vjp_agree(config(true, false), cases(200));
+}
+
+/// The same on array- and sum-heavy programs.
+#[test]
+fn simplified_jvp_and_vjp_agree_on_array_and_sum_programs() {
+    for cfg in biased_configs(false) {
+        simplified_jvp_and_vjp_agree(cfg, cases(150));
+    }
+}
+
+fn simplified_jvp_and_vjp_agree(cfg: Config, n: u32) {
     let mut r = runner(n);
-    let strategy = random::program(config(true, false));
+    let strategy = random::program(cfg);
     let real = |r: &mut TestRunner| (-2.0f64..2.0).new_tree(r).unwrap().current();
     let mut failures = Failures::default();
     let mut ran = 0;

@@ -104,3 +104,11 @@ pub fn supported_program(
         }
     }
 }
+
+/// The message of a caught panic.
+pub fn panic_message(e: &Box<dyn std::any::Any + Send>) -> String {
+    e.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "(no message)".to_string())
+}
