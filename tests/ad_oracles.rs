@@ -21,10 +21,9 @@ use chad::oracle::{dual, fd};
 use chad::random::{self, Config, TestProgram};
 use chad::types::Type;
 use chad::value::Value;
-use common::{cases, runner};
+use common::{ARRAYS, Coverage, Requirements, SUMS, cases, runner};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
-use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 fn config(arrays: bool) -> Config {
@@ -58,31 +57,7 @@ fn sum_heavy() -> Config {
     }
 }
 
-/// Minimum shares of the programs a test ran that contain each construct.
-type Requirements = &'static [(&'static str, f64)];
-
 const NONE: Requirements = &[];
-
-const ARRAYS: Requirements = &[
-    ("build", 0.3),
-    ("index by a build's index", 0.12),
-    ("map2", 0.15),
-    ("nested array", 0.3),
-    ("array of tuples", 0.3),
-    ("array input", 0.5),
-    ("array result", 0.3),
-    ("closure in map/build", 0.3),
-    ("captured function in map/build", 0.08),
-];
-
-const SUMS: Requirements = &[
-    ("case", 0.5),
-    ("if on a comparison", 0.4),
-    ("inl", 0.4),
-    ("inr", 0.4),
-    ("sum input", 0.3),
-    ("sum result", 0.25),
-];
 
 fn finite(v: &Value) -> bool {
     fd::leaves(v).iter().all(|x| x.is_finite())
@@ -162,9 +137,8 @@ fn for_programs(
     let mut r = runner(n);
     let mut rng = runner(n);
     let strategy = random::program(cfg);
-    let mut ran = 0;
+    let mut coverage = Coverage::default();
     let mut failing = 0;
-    let mut seen: BTreeMap<&'static str, u32> = BTreeMap::new();
     for _ in 0..n {
         let p = common::supported_program(&strategy, &mut r);
         let outcome = catch_unwind(AssertUnwindSafe(|| {
@@ -179,29 +153,19 @@ fn for_programs(
         }))
         .unwrap_or_else(|e| Err(format!("panic: {}", common::panic_message(&e))));
         match outcome {
-            Ok(true) => {
-                ran += 1;
-                for f in random::features(&p) {
-                    *seen.entry(f).or_default() += 1;
-                }
-            }
+            Ok(true) => coverage.record(random::features(&p)),
             Ok(false) => {}
             Err(e) => panic!("{e}\nprogram:\n{p:?}"),
         }
     }
     if !required.is_empty() {
         eprintln!(
-            "{ran} programs ran, {failing} failed alike at their inputs; constructs: {seen:?}"
+            "{} programs ran, {failing} failed alike at their inputs; constructs: {:?}",
+            coverage.programs, coverage.seen
         );
     }
-    for (f, frac) in required {
-        let k = seen.get(f).copied().unwrap_or(0);
-        assert!(
-            f64::from(k) >= frac * f64::from(ran),
-            "too few programs with {f}: {k} of {ran}"
-        );
-    }
-    ran
+    coverage.require(required);
+    coverage.programs
 }
 
 fn dual_agrees_with_forward(cfg: Config, n: u32, required: Requirements) {

@@ -48,10 +48,9 @@ use chad::source::term::{Term, Var};
 use chad::target::linear::{Copower, Lin};
 use chad::types::Type;
 use chad::value::Value;
-use common::{cases, runner};
+use common::{ARRAYS, Coverage, Requirements, SUMS, cases, runner};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
-use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
 
@@ -551,10 +550,6 @@ fn fundamental_lemma(mode: Mode, p: &TestProgram, rel: &mut Relation<'_>) -> Res
     Ok(true)
 }
 
-/// Coverage a test requires of its related programs: the fraction that must contain each
-/// construct of [`random::features`].
-type Requirements = &'static [(&'static str, f64)];
-
 /// What the original tests require: higher-order programs.
 const HIGHER_ORDER: Requirements = &[("lambda", 1.0 / 3.0), ("function result", 0.1)];
 
@@ -574,9 +569,8 @@ fn run_lemma_with(mode: Mode, cfg: Config, n: u32, required: Requirements) {
         cfg: cfg.clone(),
         stats: Stats::default(),
     };
-    let mut programs = 0;
+    let mut coverage = Coverage::default();
     let mut failing = 0;
-    let mut seen: BTreeMap<&'static str, usize> = BTreeMap::new();
     let strategy = random::program(cfg);
     for _ in 0..n {
         let p = common::supported_program(&strategy, &mut r);
@@ -585,14 +579,11 @@ fn run_lemma_with(mode: Mode, cfg: Config, n: u32, required: Requirements) {
             .unwrap_or_else(|e| Err(format!("panic: {}", common::panic_message(&e))));
         match outcome {
             Ok(true) => {
-                programs += 1;
                 let mut fs = random::features(&p);
                 if !p.entry.body.ty.is_first_order() {
                     fs.insert("function result");
                 }
-                for f in fs {
-                    *seen.entry(f).or_default() += 1;
-                }
+                coverage.record(fs);
             }
             Ok(false) => failing += 1,
             Err(e) => panic!("fundamental lemma fails ({e}) for\n{p:?}"),
@@ -600,25 +591,21 @@ fn run_lemma_with(mode: Mode, cfg: Config, n: u32, required: Requirements) {
     }
     let s = &rel.stats;
     eprintln!(
-        "{} mode: {programs} programs related, {failing} failing at their inputs (in both AD and \
-         the evaluator); {} derivative checks ({} non-zero), {} skipped; constructs: {seen:?}",
+        "{} mode: {} programs related, {failing} failing at their inputs (in both AD and \
+         the evaluator); {} derivative checks ({} non-zero), {} skipped; constructs: {:?}",
         if mode == Mode::Forward {
             "forward"
         } else {
             "reverse"
         },
+        coverage.programs,
         s.checked,
         s.nonzero,
-        s.skipped
+        s.skipped,
+        coverage.seen
     );
-    for (f, frac) in required {
-        let k = seen.get(f).copied().unwrap_or(0);
-        assert!(
-            k as f64 >= frac * programs as f64,
-            "too few programs with {f}: {k} of {programs}"
-        );
-    }
-    assert!(programs as u32 >= n * 3 / 4, "too few programs evaluated");
+    coverage.require(required);
+    assert!(coverage.programs >= n * 3 / 4, "too few programs evaluated");
     assert!(
         s.checked >= 4 * s.skipped && s.checked as u32 >= n,
         "too many derivative checks skipped: {s:?}"
@@ -678,29 +665,6 @@ fn sum_heavy() -> Config {
         ..ad_config()
     }
 }
-
-/// What the array-heavy tests require of their related programs.
-const ARRAYS: Requirements = &[
-    ("build", 0.3),
-    ("index by a build's index", 0.12),
-    ("map2", 0.15),
-    ("nested array", 0.3),
-    ("array of tuples", 0.3),
-    ("array input", 0.5),
-    ("array result", 0.3),
-    ("closure in map/build", 0.3),
-    ("captured function in map/build", 0.08),
-];
-
-/// What the sum-heavy tests require of their related programs.
-const SUMS: Requirements = &[
-    ("case", 0.5),
-    ("if on a comparison", 0.4),
-    ("inl", 0.4),
-    ("inr", 0.4),
-    ("sum input", 0.3),
-    ("sum result", 0.25),
-];
 
 #[test]
 fn forward_chad_fundamental_lemma_on_array_programs() {

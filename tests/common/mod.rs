@@ -112,3 +112,61 @@ pub fn panic_message(e: &Box<dyn std::any::Any + Send>) -> String {
         .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_else(|| "(no message)".to_string())
 }
+
+/// Coverage a test requires of the programs it checked: the least share that must contain each
+/// construct of [`chad::random::features`].
+pub type Requirements = &'static [(&'static str, f64)];
+
+/// What the array-heavy AD tests ([`Config::array_bias`]) require.
+pub const ARRAYS: Requirements = &[
+    ("build", 0.3),
+    ("index by a build's index", 0.12),
+    ("map2", 0.15),
+    ("nested array", 0.3),
+    ("array of tuples", 0.3),
+    ("array input", 0.5),
+    ("array result", 0.3),
+    ("closure in map/build", 0.3),
+    ("captured function in map/build", 0.08),
+];
+
+/// What the sum-heavy AD tests ([`Config::sum_bias`]) require.
+pub const SUMS: Requirements = &[
+    ("case", 0.5),
+    ("if on a comparison", 0.4),
+    ("inl", 0.4),
+    ("inr", 0.4),
+    ("sum input", 0.3),
+    ("sum result", 0.25),
+];
+
+/// How many checked programs contained each construct.
+#[derive(Debug, Default)]
+pub struct Coverage {
+    /// Programs recorded.
+    pub programs: u32,
+    /// Per construct, the programs containing it.
+    pub seen: std::collections::BTreeMap<&'static str, u32>,
+}
+
+impl Coverage {
+    /// Records one checked program with its constructs.
+    pub fn record(&mut self, constructs: impl IntoIterator<Item = &'static str>) {
+        self.programs += 1;
+        for f in constructs {
+            *self.seen.entry(f).or_default() += 1;
+        }
+    }
+
+    /// Panics unless every construct of `required` was in at least its share of the programs.
+    pub fn require(&self, required: Requirements) {
+        for (f, frac) in required {
+            let k = self.seen.get(f).copied().unwrap_or(0);
+            assert!(
+                f64::from(k) >= frac * f64::from(self.programs),
+                "too few programs with {f}: {k} of {}",
+                self.programs
+            );
+        }
+    }
+}
