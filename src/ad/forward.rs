@@ -480,15 +480,12 @@ impl Coproducts for Forward {
     }
 }
 
-impl Forward {
-    /// `lbuild n (λi. (snd (rs ! i)) • arg(i))`: every element's derivative applied to its
-    /// tangent.
-    fn element_tangents(&self, n: Term, rs: &Var, arg: impl FnOnce(&Var) -> LTerm) -> LTerm {
-        let i = Var::fresh("i", Ty::Int);
-        let deriv_i = Term::snd(Term::mk(TermKind::Index(Term::var(rs), Term::var(&i))));
-        let body = LTerm::app(deriv_i, arg(&i));
-        LTerm::mk(LTermKind::Build(n, i, body))
-    }
+/// `lbuild n (λi. (snd (rs ! i)) • arg(i))`: every element's derivative applied to its tangent.
+fn element_tangents(n: Term, rs: &Var, arg: impl FnOnce(&Var) -> LTerm) -> LTerm {
+    let i = Var::fresh("i", Ty::Int);
+    let deriv_i = Term::snd(Term::mk(TermKind::Index(Term::var(rs), Term::var(&i))));
+    let body = LTerm::app(deriv_i, arg(&i));
+    LTerm::mk(LTermKind::Build(n, i, body))
 }
 
 /// `l ! i` for a linear array `l`.
@@ -514,7 +511,7 @@ impl Arrays for Forward {
             lets.push(Pat::Var(rs.clone()), mapped);
             lets.finish(self.combined(&dom, map_proj(&rs, false), |d| {
                 let n = Term::mk(TermKind::Length(Term::var(&xs)));
-                self.element_tangents(n, &rs, |i| {
+                element_tangents(n, &rs, |i| {
                     LTerm::pair(LTerm::fst(d.clone()), lindex(LTerm::snd(d), i))
                 })
             }))
@@ -551,7 +548,7 @@ impl Arrays for Forward {
             );
             lets.finish(self.combined(&dom, map_proj(&rs, false), |d| {
                 let n = Term::mk(TermKind::Length(Term::var(&xs)));
-                self.element_tangents(n, &rs, |i| {
+                element_tangents(n, &rs, |i| {
                     let ds = LTerm::snd(d.clone());
                     LTerm::pair(
                         LTerm::fst(d),
@@ -578,7 +575,7 @@ impl Arrays for Forward {
             let built = Term::mk(TermKind::Build(Term::var(&n), per_element(f, &g, &i)));
             lets.push(Pat::Var(rs.clone()), built);
             lets.finish(self.combined(&dom, map_proj(&rs, false), |d| {
-                self.element_tangents(Term::var(&n), &rs, |_| {
+                element_tangents(Term::var(&n), &rs, |_| {
                     LTerm::pair(LTerm::fst(d), LTerm::zero(LTy::Unit))
                 })
             }))

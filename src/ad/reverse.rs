@@ -496,24 +496,13 @@ impl Coproducts for Reverse {
     }
 }
 
-impl Reverse {
-    /// `let cs = zipWith (map snd rs) v in k(cs)`: every element's transposed derivative applied
-    /// to its element of the output cotangent `v` (sparse `v`, sparse `cs`), with `cs : Array p`.
-    fn element_cotangents(
-        &self,
-        rs: &Var,
-        v: LTerm,
-        p: LTy,
-        k: impl FnOnce(&Var) -> LTerm,
-    ) -> LTerm {
-        let cs = Var::linear("cs", LTy::array(p));
-        let body = k(&cs);
-        LTerm::lin_let(
-            &cs,
-            LTerm::mk(LTermKind::ZipWith(map_proj(rs, true), v)),
-            body,
-        )
-    }
+/// `let cs = zipWith (map snd rs) v in k(cs)`: every element's transposed derivative applied to
+/// its element of the output cotangent `v` (sparse `v`, sparse `cs`), with `cs : Array p`.
+fn element_cotangents(rs: &Var, v: LTerm, p: LTy, k: impl FnOnce(&Var) -> LTerm) -> LTerm {
+    let cs = Var::linear("cs", LTy::array(p));
+    let body = k(&cs);
+    let zipped = LTerm::mk(LTermKind::ZipWith(map_proj(rs, true), v));
+    LTerm::lin_let(&cs, zipped, body)
 }
 
 /// `lmap (λ̲p. sel(p)) cs` for a linear array `cs` of element type `p`.
@@ -540,7 +529,7 @@ impl Arrays for Reverse {
             let mapped = Term::mk(TermKind::Map(per_element(f, &g, &ai), Term::var(&xs)));
             lets.push(Pat::Var(rs.clone()), mapped);
             lets.finish(self.combined(&cod, map_proj(&rs, false), |v| {
-                self.element_cotangents(&rs, v, p.clone(), |cs| {
+                element_cotangents(&rs, v, p.clone(), |cs| {
                     LTerm::pair(
                         LTerm::mk(LTermKind::Sum(lmap(cs, &p, LTerm::fst))),
                         lmap(cs, &p, LTerm::snd),
@@ -583,7 +572,7 @@ impl Arrays for Reverse {
                 map2_images(self, f, &g, a, b, &xs, &ys),
             );
             lets.finish(self.combined(&cod, map_proj(&rs, false), |v| {
-                self.element_cotangents(&rs, v, p.clone(), |cs| {
+                element_cotangents(&rs, v, p.clone(), |cs| {
                     LTerm::pair(
                         LTerm::mk(LTermKind::Sum(lmap(cs, &p, LTerm::fst))),
                         LTerm::pair(
@@ -613,7 +602,7 @@ impl Arrays for Reverse {
             let built = Term::mk(TermKind::Build(Term::var(&n), per_element(f, &g, &i)));
             lets.push(Pat::Var(rs.clone()), built);
             lets.finish(self.combined(&cod, map_proj(&rs, false), |v| {
-                let env = self.element_cotangents(&rs, v, p.clone(), |cs| {
+                let env = element_cotangents(&rs, v, p.clone(), |cs| {
                     LTerm::mk(LTermKind::Sum(lmap(cs, &p, LTerm::fst)))
                 });
                 LTerm::pair(env, LTerm::zero(LTy::Unit))
