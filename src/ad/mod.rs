@@ -33,6 +33,7 @@ use crate::error::{Error, ErrorKind, Result, Span};
 use crate::prim::{Derivative, Prim};
 use crate::source::term::{Entry, Term as STerm, TermKind as SKind};
 use crate::target::linear::{Lin, LinFun};
+use crate::target::engine::Code;
 use crate::target::print;
 use crate::target::term::{LTerm, Pat, Term, TermKind, Var};
 use crate::target::types::{LTy, Ty};
@@ -78,6 +79,11 @@ impl Mor {
             body: f(&self.body),
             ..self.clone()
         }
+    }
+
+    /// The morphism compiled for the execution engine: run it at `x` with `code.run(&[x])`.
+    pub fn compile(&self) -> Code {
+        Code::compile(std::slice::from_ref(&self.x), &self.body)
     }
 }
 
@@ -408,8 +414,11 @@ fn context_linear(ls: Vec<Lin>) -> Lin {
 
 /// Evaluates a closed morphism at a point: the primal result and the derivative.
 fn run(m: &Mor, x: Value) -> Result<(Value, LinFun)> {
-    let env = crate::target::eval::Env::new().update(m.x.id, x);
-    let v = crate::target::eval::eval(&m.body, &env)?;
+    split_image(m.compile().run(&[x])?)
+}
+
+/// The primal result and the derivative of an image value.
+fn split_image(v: Value) -> Result<(Value, LinFun)> {
     let (y, d) = v.expect_pair();
     match d {
         Value::LinFun(f) => Ok((y.clone(), f.clone())),
@@ -446,6 +455,7 @@ fn first_order_entry(entry: &Entry, what: &str) -> Result<()> {
 pub struct Jvp {
     entry: Entry,
     mor: Mor,
+    code: Code,
 }
 
 impl Jvp {
@@ -456,6 +466,7 @@ impl Jvp {
         let mor = forward::transform(&ccc::compile_entry(entry))?;
         Ok(Jvp {
             entry: entry.clone(),
+            code: mor.compile(),
             mor,
         })
     }
@@ -467,9 +478,11 @@ impl Jvp {
 
     /// The same derivative with its code rewritten by `f` (see [`Mor::map_body`]).
     pub fn map_body(self, f: impl FnOnce(&Term) -> Term) -> Jvp {
+        let mor = self.mor.map_body(f);
         Jvp {
-            mor: self.mor.map_body(f),
-            ..self
+            code: mor.compile(),
+            mor,
+            entry: self.entry,
         }
     }
 
@@ -496,7 +509,7 @@ impl Jvp {
                 .map_err(|e| e.prefixed(&format!("tangent {} (of `{}`): ", k + 1, p.name)))?;
             ds.push(d);
         }
-        let (y, f) = run(&self.mor, context(args))?;
+        let (y, f) = split_image(self.code.run(&[context(args)])?)?;
         let dy = f.apply(&context_linear(ds))?;
         let t = from_tangent(&self.entry.body.ty, &y, &dy);
         Ok((y, t))
@@ -508,6 +521,7 @@ impl Jvp {
 pub struct Vjp {
     entry: Entry,
     mor: Mor,
+    code: Code,
 }
 
 impl Vjp {
@@ -518,6 +532,7 @@ impl Vjp {
         let mor = reverse::transform(&ccc::compile_entry(entry))?;
         Ok(Vjp {
             entry: entry.clone(),
+            code: mor.compile(),
             mor,
         })
     }
@@ -529,9 +544,11 @@ impl Vjp {
 
     /// The same derivative with its code rewritten by `f` (see [`Mor::map_body`]).
     pub fn map_body(self, f: impl FnOnce(&Term) -> Term) -> Vjp {
+        let mor = self.mor.map_body(f);
         Vjp {
-            mor: self.mor.map_body(f),
-            ..self
+            code: mor.compile(),
+            mor,
+            entry: self.entry,
         }
     }
 
@@ -539,7 +556,7 @@ impl Vjp {
     /// `cotangent` (of type `Type::tangent` of the result type).
     pub fn vjp(&self, args: &[Value], cotangent: &Value) -> Result<(Value, Vec<Value>)> {
         crate::eval::check_args(&self.entry, args)?;
-        let (y, f) = run(&self.mor, context(args))?;
+        let (y, f) = split_image(self.code.run(&[context(args)])?)?;
         let v = to_tangent(&self.entry.body.ty, &y, cotangent)
             .map_err(|e| e.prefixed("cotangent: "))?;
         let g = f.apply(&v)?;

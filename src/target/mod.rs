@@ -8,7 +8,8 @@
 //! * [`check`]: the type checker, which also enforces the linear discipline.
 //! * [`linear`]: run-time linear values, linear maps (an abstract trait) and copowers (an
 //!   abstract list type). The only module that sees their representation.
-//! * [`eval`]: the evaluator.
+//! * [`eval`]: the reference evaluator (a tree-walking interpreter).
+//! * [`engine`]: the execution engine: terms compiled once, run many times.
 //! * [`mod@print`]: the pretty printer.
 //! * [`embed`]: the embedding of source terms.
 //! * [`testing`]: random linear types, values and maps, and observations of linear values, for
@@ -17,6 +18,7 @@
 
 pub mod check;
 pub mod embed;
+pub mod engine;
 pub mod eval;
 pub mod linear;
 pub mod print;
