@@ -47,6 +47,7 @@
 
 pub mod occur;
 mod pass;
+mod table;
 mod types;
 pub mod unique;
 

@@ -20,7 +20,8 @@
 //!   of dead bindings disappears in one pass.
 
 use super::Rules;
-use super::occur::{Occurrences, projection};
+use super::occur::{Occ, Occurrences, projection};
+use super::table::IdTable;
 use super::types;
 use crate::deep::deep;
 use crate::error::Span;
@@ -46,14 +47,12 @@ pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usiz
     let n = occ.binders();
     let mut p = Pass {
         rules,
-        occ,
-        subst: HashMap::with_capacity_and_hasher(n / 2, Default::default()),
-        lsubst: HashMap::with_capacity_and_hasher(n / 2, Default::default()),
-        known: HashMap::default(),
-        lknown: HashMap::default(),
+        vars: occ.into_table().map(|occ| VarState {
+            occ,
+            ..VarState::default()
+        }),
         lam_split: HashMap::default(),
         map_split: HashMap::default(),
-        uses: HashMap::with_capacity_and_hasher(n, Default::default()),
         stack: Vec::with_capacity(n.min(1 << 16)),
         fired: HashMap::default(),
     };
@@ -76,6 +75,32 @@ enum Subst<T> {
     Cheap(T),
 }
 
+/// What a pass knows about one variable.
+#[derive(Default)]
+struct VarState {
+    /// Its occurrences in the input (not bound there: a fresh or free variable).
+    occ: Occ,
+    /// Its uses in the output built so far.
+    uses: u32,
+    /// What it stands for or is bound to.
+    slot: Slot,
+}
+
+/// What a variable stands for (it is inlined) or is bound to (a pair of atoms).
+#[derive(Default)]
+enum Slot {
+    #[default]
+    None,
+    /// A Cartesian variable inlined.
+    Subst(Subst<Term>),
+    /// A linear variable inlined.
+    LSubst(Subst<LTerm>),
+    /// A Cartesian variable bound to a pair of atoms.
+    Known(Term, Term),
+    /// A linear variable bound to a pair of atoms.
+    LKnown(LTerm, LTerm),
+}
+
 /// A binding waiting on the stack for its block to close.
 enum Binding {
     Cart(Pat, Term, Span),
@@ -84,19 +109,12 @@ enum Binding {
 
 struct Pass<'r> {
     rules: &'r Rules,
-    occ: Occurrences,
-    subst: HashMap<VarId, Subst<Term>>,
-    lsubst: HashMap<VarId, Subst<LTerm>>,
-    /// Cartesian variables bound to pairs of atoms.
-    known: HashMap<VarId, (Term, Term)>,
-    /// Linear variables bound to pairs of atoms.
-    lknown: HashMap<VarId, (LTerm, LTerm)>,
+    /// Per variable: occurrences in the input, uses in the output, substitution or facts.
+    vars: IdTable<VarState>,
     /// Functions split by `letLamPairSplit` into their two halves.
     lam_split: HashMap<VarId, (Var, Var)>,
     /// Arrays split by `mapPairSplit` into their two halves.
     map_split: HashMap<VarId, (Var, Var)>,
-    /// Uses of each variable in the output built so far.
-    uses: HashMap<VarId, u32>,
     stack: Vec<Binding>,
     /// Firings per rule, keyed by the address of the rule's name (cheap to hash; equal names
     /// at different addresses are merged at the end).
@@ -257,6 +275,63 @@ impl Rewrite for Replace<'_, '_> {
 }
 
 impl Pass<'_> {
+    // ----- per-variable state -----
+
+    /// The occurrences in the input of a variable bound there.
+    #[inline]
+    fn occ(&self, v: VarId) -> Option<Occ> {
+        self.vars.get(v).map(|s| s.occ).filter(Occ::bound)
+    }
+
+    #[inline]
+    fn uses_add(&mut self, v: VarId, delta: i32) {
+        let n = &mut self.vars.slot(v).uses;
+        *n = n.saturating_add_signed(delta);
+    }
+
+    #[inline]
+    fn subst(&self, v: VarId) -> Option<&Subst<Term>> {
+        match self.vars.get(v).map(|s| &s.slot) {
+            Some(Slot::Subst(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn lsubst(&self, v: VarId) -> Option<&Subst<LTerm>> {
+        match self.vars.get(v).map(|s| &s.slot) {
+            Some(Slot::LSubst(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn set_slot(&mut self, v: VarId, slot: Slot) {
+        self.vars.slot(v).slot = slot;
+    }
+
+    /// Takes the substitution of a Cartesian variable (leaving none).
+    fn take_subst(&mut self, v: VarId) -> Option<Subst<Term>> {
+        let state = self.vars.get_mut(v)?;
+        match std::mem::take(&mut state.slot) {
+            Slot::Subst(s) => Some(s),
+            other => {
+                state.slot = other;
+                None
+            }
+        }
+    }
+
+    fn take_lsubst(&mut self, v: VarId) -> Option<Subst<LTerm>> {
+        let state = self.vars.get_mut(v)?;
+        match std::mem::take(&mut state.slot) {
+            Slot::LSubst(s) => Some(s),
+            other => {
+                state.slot = other;
+                None
+            }
+        }
+    }
+
     fn fire(&mut self, rule: &'static str) {
         self.fired.entry(rule.as_ptr()).or_insert((rule, 0)).1 += 1;
     }
@@ -284,8 +359,7 @@ impl Pass<'_> {
                 }
             };
             if let Some(id) = id {
-                let n = self.uses.entry(id).or_default();
-                *n = n.saturating_add_signed(delta);
+                self.uses_add(id, delta);
             }
         }
     }
@@ -311,16 +385,16 @@ impl Pass<'_> {
     }
 
     fn used(&self, v: &Var) -> bool {
-        self.uses.get(&v.id).is_some_and(|&n| n > 0)
+        self.vars.get(v.id).is_some_and(|s| s.uses > 0)
     }
 
     fn var(&mut self, v: &Var, span: Span) -> Term {
-        *self.uses.entry(v.id).or_default() += 1;
+        self.uses_add(v.id, 1);
         Term::new(TermKind::Var(v.clone()), span)
     }
 
     fn lvar_out(&mut self, v: &Var, span: Span) -> LTerm {
-        *self.uses.entry(v.id).or_default() += 1;
+        self.uses_add(v.id, 1);
         LTerm::new(LTermKind::Var(v.clone()), span)
     }
 
@@ -495,13 +569,10 @@ impl Pass<'_> {
         }
         if let Pat::Var(x) = p
             && self.rules.let_inline
-            && self
-                .occ
-                .get(x.id)
-                .is_some_and(|o| o.inline_once(is_value(e)))
+            && self.occ(x.id).is_some_and(|o| o.inline_once(is_value(e)))
         {
             self.fire("letInline");
-            self.subst.insert(x.id, Subst::Input(e.clone()));
+            self.set_slot(x.id, Slot::Subst(Subst::Input(e.clone())));
             return;
         }
         let e2 = self.float(e, self.rules.let_rotate, "letRotate");
@@ -511,7 +582,7 @@ impl Pass<'_> {
     /// Whether no variable of an input pattern occurs (per the occurrence analysis).
     fn unused(&self, p: &Pat) -> bool {
         match p {
-            Pat::Var(x) => self.occ.get(x.id).is_some_and(|o| o.count == 0),
+            Pat::Var(x) => self.occ(x.id).is_some_and(|o| o.count == 0),
             Pat::Wild(_) => true,
             Pat::Pair(a, b) => self.unused(a) && self.unused(b),
         }
@@ -553,7 +624,12 @@ impl Pass<'_> {
 
     fn known_pair(&self, e: &Term) -> Option<(Term, Term)> {
         match &e.kind {
-            TermKind::Var(x) if self.rules.pair_proj => self.known.get(&x.id).cloned(),
+            TermKind::Var(x) if self.rules.pair_proj => {
+                match self.vars.get(x.id).map(|s| &s.slot) {
+                    Some(Slot::Known(a, b)) => Some((a.clone(), b.clone())),
+                    _ => None,
+                }
+            }
             _ => None,
         }
     }
@@ -563,16 +639,12 @@ impl Pass<'_> {
             if is_atom(&e) {
                 self.fire("letInline");
                 self.drop(&e);
-                self.subst.insert(x.id, Subst::Cheap(e));
+                self.set_slot(x.id, Slot::Subst(Subst::Cheap(e)));
                 return;
             }
-            if self
-                .occ
-                .get(x.id)
-                .is_some_and(|o| o.inline_once(is_value(&e)))
-            {
+            if self.occ(x.id).is_some_and(|o| o.inline_once(is_value(&e))) {
                 self.fire("letInline");
-                self.subst.insert(x.id, Subst::Moved(e));
+                self.set_slot(x.id, Slot::Subst(Subst::Moved(e)));
                 return;
             }
         }
@@ -586,15 +658,14 @@ impl Pass<'_> {
             let (ta, tb) = (ta.clone(), tb.clone());
             let a2 = self.atomize(a, &x.name, &ta, span);
             let b2 = self.atomize(b, &x.name, &tb, span);
-            self.known.insert(x.id, (a2.clone(), b2.clone()));
+            self.set_slot(x.id, Slot::Known(a2.clone(), b2.clone()));
             let e = Term::new(TermKind::Pair(a2, b2), e.span);
             self.stack.push(Binding::Cart(Pat::Var(x.clone()), e, span));
             return;
         }
         if self.rules.let_lam_pair_split
             && self
-                .occ
-                .get(x.id)
+                .occ(x.id)
                 .is_some_and(|o| o.count > 0 && o.applied == o.count)
             && let TermKind::Lam(y, body) = &e.kind
             && let Some((_, tab)) = x.ty.as_fun()
@@ -616,8 +687,7 @@ impl Pass<'_> {
             && let TermKind::Lam(y, body) = &f.kind
             && let Some((ta, tb)) = x.ty.as_array().and_then(Ty::as_prod)
             && self
-                .occ
-                .get(x.id)
+                .occ(x.id)
                 .is_some_and(|o| o.count > 0 && o.map_proj == o.count)
             && let Some((l1, l2)) = self.split_lambda(y, body)
         {
@@ -726,14 +796,14 @@ impl Pass<'_> {
 
     /// An input linear `let u = l` (its body follows in the same block).
     fn lin_let_(&mut self, u: &Var, l: &LTerm, span: Span) {
-        let occ = self.occ.get(u.id);
+        let occ = self.occ(u.id);
         if self.rules.dead_let && occ.is_some_and(|o| o.count == 0) {
             self.fire("deadLet");
             return;
         }
         if self.rules.let_inline && occ.is_some_and(|o| o.inline_once(false)) {
             self.fire("letInline");
-            self.lsubst.insert(u.id, Subst::Input(l.clone()));
+            self.set_slot(u.id, Slot::LSubst(Subst::Input(l.clone())));
             return;
         }
         let l2 = self.lfloat(l, self.rules.let_rotate, "letRotate");
@@ -745,12 +815,12 @@ impl Pass<'_> {
             if is_latom(&l) {
                 self.fire("letInline");
                 self.ldrop(&l);
-                self.lsubst.insert(u.id, Subst::Cheap(l));
+                self.set_slot(u.id, Slot::LSubst(Subst::Cheap(l)));
                 return;
             }
-            if self.occ.get(u.id).is_some_and(|o| o.inline_once(false)) {
+            if self.occ(u.id).is_some_and(|o| o.inline_once(false)) {
                 self.fire("letInline");
-                self.lsubst.insert(u.id, Subst::Moved(l));
+                self.set_slot(u.id, Slot::LSubst(Subst::Moved(l)));
                 return;
             }
         }
@@ -761,7 +831,7 @@ impl Pass<'_> {
             let (ta, tb) = (ta.clone(), tb.clone());
             let a2 = self.latomize(a, &u.name, &ta, span);
             let b2 = self.latomize(b, &u.name, &tb, span);
-            self.lknown.insert(u.id, (a2.clone(), b2.clone()));
+            self.set_slot(u.id, Slot::LKnown(a2.clone(), b2.clone()));
             let l = LTerm::new(LTermKind::Pair(a2, b2), l.span);
             self.stack.push(Binding::Lin(u.clone(), l, span));
             return;
@@ -798,7 +868,7 @@ impl Pass<'_> {
                     return self.term(&body);
                 }
                 if let K::Var(g) = &f.kind
-                    && !self.subst.contains_key(&g.id)
+                    && self.subst(g.id).is_none()
                     && let Some((f1, f2)) = self.lam_split.get(&g.id).cloned()
                 {
                     self.fire("letLamPairSplit");
@@ -867,7 +937,7 @@ impl Pass<'_> {
             K::Array(ty, xs) => mk(K::Array(ty.clone(), xs.iter().map(|x| self.c(x)).collect())),
             K::Map(f, xs) => {
                 if let K::Var(x) = &xs.kind
-                    && !self.subst.contains_key(&x.id)
+                    && self.subst(x.id).is_none()
                     && let Some(first) = projection(f)
                     && let Some((r1, r2)) = self.map_split.get(&x.id).cloned()
                 {
@@ -910,9 +980,9 @@ impl Pass<'_> {
     /// A variable occurrence: its substitution, or the variable (reusing the input node
     /// `node` when there is one, to save an allocation).
     fn cvar(&mut self, x: &Var, node: Option<&Term>, span: Span) -> Term {
-        match self.subst.get(&x.id) {
+        match self.subst(x.id) {
             None if self.lam_split.is_empty() && self.map_split.is_empty() => {
-                *self.uses.entry(x.id).or_default() += 1;
+                self.uses_add(x.id, 1);
                 return match node {
                     Some(t) => t.clone(),
                     None => Term::new(TermKind::Var(x.clone()), span),
@@ -924,7 +994,7 @@ impl Pass<'_> {
             }
             _ => {}
         }
-        match self.subst.remove(&x.id) {
+        match self.take_subst(x.id) {
             Some(Subst::Cheap(_)) => unreachable!("handled above"),
             Some(Subst::Moved(e)) => e,
             Some(Subst::Input(e)) => self.term(&e),
@@ -972,11 +1042,11 @@ impl Pass<'_> {
     /// (consuming that inlining).
     fn input_value<T>(&mut self, f: &Term, pick: impl Fn(&Term) -> Option<T>) -> Option<T> {
         if let TermKind::Var(g) = &f.kind {
-            let Some(Subst::Input(e)) = self.subst.get(&g.id) else {
+            let Some(Subst::Input(e)) = self.subst(g.id) else {
                 return None;
             };
             let r = pick(e)?;
-            self.subst.remove(&g.id);
+            self.take_subst(g.id);
             return Some(r);
         }
         pick(f)
@@ -1336,9 +1406,9 @@ impl Pass<'_> {
 
     /// [`Self::cvar`] for linear variables.
     fn lvar(&mut self, u: &Var, node: Option<&LTerm>, span: Span) -> LTerm {
-        match self.lsubst.get(&u.id) {
+        match self.lsubst(u.id) {
             None => {
-                *self.uses.entry(u.id).or_default() += 1;
+                self.uses_add(u.id, 1);
                 return match node {
                     Some(l) => l.clone(),
                     None => LTerm::new(LTermKind::Var(u.clone()), span),
@@ -1350,7 +1420,7 @@ impl Pass<'_> {
             }
             _ => {}
         }
-        match self.lsubst.remove(&u.id) {
+        match self.take_lsubst(u.id) {
             Some(Subst::Moved(l)) => l,
             Some(Subst::Input(l)) => self.linear(&l),
             Some(Subst::Cheap(_)) | None => unreachable!("handled above"),
@@ -1359,7 +1429,11 @@ impl Pass<'_> {
 
     fn lknown_pair(&self, l: &LTerm) -> Option<(LTerm, LTerm)> {
         match &l.kind {
-            LTermKind::Var(u) if self.rules.pair_proj => self.lknown.get(&u.id).cloned(),
+            LTermKind::Var(u) if self.rules.pair_proj => match self.vars.get(u.id).map(|s| &s.slot)
+            {
+                Some(Slot::LKnown(a, b)) => Some((a.clone(), b.clone())),
+                _ => None,
+            },
             _ => None,
         }
     }
