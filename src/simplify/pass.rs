@@ -31,6 +31,7 @@ use crate::target::types::{LTy, Ty};
 use crate::value::Value;
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 /// Runs one pass over `t`: the output, and how often each rule fired.
 pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usize>) {
@@ -163,12 +164,17 @@ impl Atomic for LTerm {
 /// Whether a term is an atom: a variable, a constant (a literal; linear `0`), or a projection of
 /// an atom. Atoms are the only terms the simplifier copies.
 fn atom<T: Atomic>(t: &T) -> bool {
+    atom_leaf(t).is_some()
+}
+
+/// The variable at the bottom of an atom (`Some(None)` for a constant); `None` for a non-atom.
+fn atom_leaf<T: Atomic>(t: &T) -> Option<Option<VarId>> {
     let mut t = t;
     loop {
         match t.step() {
-            Step::Leaf(_) => return true,
+            Step::Leaf(v) => return Some(v),
             Step::Proj(_, e) => t = e,
-            Step::Other => return false,
+            Step::Other => return None,
         }
     }
 }
@@ -340,6 +346,16 @@ impl Pass<'_> {
 
     /// Adds `delta` to the use count of every variable occurrence under `root`.
     fn adjust(&mut self, root: Child<'_>, delta: i32) {
+        // Atoms (nearly every call: copies and drops of atoms) need no stack.
+        let leaf = match root {
+            Child::C(t) => atom_leaf(t),
+            Child::L(l) => atom_leaf(l),
+        };
+        match leaf {
+            Some(Some(id)) => return self.uses_add(id, delta),
+            Some(None) => return,
+            None => {}
+        }
         let mut stack = vec![root];
         while let Some(c) = stack.pop() {
             let id = match c {
@@ -694,7 +710,7 @@ impl Pass<'_> {
             self.fire("mapPairSplit");
             let r1 = Var::fresh(x.name.clone(), Ty::array(ta.clone()));
             let r2 = Var::fresh(x.name.clone(), Ty::array(tb.clone()));
-            let xs1 = self.atomize(xs, "xs", &Ty::array(y.ty.clone()), span);
+            let xs1 = self.atomize(xs, &"xs".into(), &Ty::array(y.ty.clone()), span);
             let xs2 = self.copy(&xs1);
             let m1 = Term::new(TermKind::Map(l1, xs1), e.span);
             let m2 = Term::new(TermKind::Map(l2, xs2), e.span);
@@ -769,11 +785,11 @@ impl Pass<'_> {
     }
 
     /// The term itself if it is an atom; otherwise a fresh variable bound to it.
-    fn atomize(&mut self, t: &Term, name: &str, ty: &Ty, span: Span) -> Term {
+    fn atomize(&mut self, t: &Term, name: &Rc<str>, ty: &Ty, span: Span) -> Term {
         if is_atom(t) {
             return t.clone();
         }
-        let v = Var::fresh(name, ty.clone());
+        let v = Var::fresh(name.clone(), ty.clone());
         if let TermKind::Pair(..) = t.kind {
             // A nested pair is bound as a known pair of atoms in turn.
             self.bind_var(&v, t.clone(), span);
@@ -785,11 +801,11 @@ impl Pass<'_> {
         self.var(&v, span)
     }
 
-    fn latomize(&mut self, l: &LTerm, name: &str, ty: &LTy, span: Span) -> LTerm {
+    fn latomize(&mut self, l: &LTerm, name: &Rc<str>, ty: &LTy, span: Span) -> LTerm {
         if is_latom(l) {
             return l.clone();
         }
-        let v = Var::linear(name, ty.clone());
+        let v = Var::linear(name.clone(), ty.clone());
         self.bind_lin(&v, l.clone(), span);
         self.lvar_out(&v, span)
     }
@@ -874,7 +890,7 @@ impl Pass<'_> {
                     self.fire("letLamPairSplit");
                     let a2 = self.c(a);
                     let ty = f1.ty.as_fun().map(|(d, _)| d.clone()).unwrap_or(Ty::Unit);
-                    let a1 = self.atomize(&a2, "a", &ty, span);
+                    let a1 = self.atomize(&a2, &"a".into(), &ty, span);
                     let a2 = self.copy(&a1);
                     let l = Term::app(self.var(&f1, span), a1);
                     let r = Term::app(self.var(&f2, span), a2);
