@@ -26,7 +26,9 @@ use super::types;
 use crate::deep::deep;
 use crate::error::Span;
 use crate::prim::Prim;
-use crate::target::term::{Child, LTerm, LTermKind, Lit, Pat, Rewrite, Term, TermKind, Var, VarId};
+use crate::target::term::{
+    Child, LNode, LTerm, LTermKind, Lit, Node, Pat, Rewrite, Term, TermKind, Var, VarId,
+};
 use crate::target::types::{LTy, Ty};
 use crate::value::Value;
 use rustc_hash::FxHashMap as HashMap;
@@ -104,8 +106,16 @@ enum Slot {
 
 /// A binding waiting on the stack for its block to close.
 enum Binding {
-    Cart(Pat, Term, Span),
-    Lin(Var, LTerm, Span),
+    Cart(Pat, Term, Span, Orig),
+    Lin(Var, LTerm, Span, Orig),
+}
+
+/// The `let` node a binding was read from, when its pattern and bound term are unchanged: if
+/// its body comes out unchanged too, the node is reused rather than rebuilt.
+enum Orig {
+    None,
+    C(Term),
+    L(LTerm),
 }
 
 struct Pass<'r> {
@@ -221,6 +231,141 @@ fn vars_of(root: Child<'_>) -> rustc_hash::FxHashSet<VarId> {
         }
     }
     out
+}
+
+// ----- reusing unchanged nodes -----
+//
+// A pass rebuilds the term, but where a node comes out with the same form, binders and
+// (pointer-equal) children as the input node it was read from, the input node is returned
+// instead. A pass that fires nothing (the last one) then allocates nothing and returns its input,
+// and a pass that changes little shares the unchanged subterms with its input.
+
+/// Whether two handles are the same node.
+#[inline]
+fn same(a: &Term, b: &Term) -> bool {
+    std::ptr::eq::<Node>(&**a, &**b)
+}
+
+#[inline]
+fn lsame(a: &LTerm, b: &LTerm) -> bool {
+    std::ptr::eq::<LNode>(&**a, &**b)
+}
+
+/// Whether two patterns bind the same variables in the same places.
+fn same_pat(p: &Pat, q: &Pat) -> bool {
+    match (p, q) {
+        (Pat::Var(x), Pat::Var(y)) => x.id == y.id,
+        (Pat::Wild(_), Pat::Wild(_)) => true,
+        (Pat::Pair(a, b), Pat::Pair(c, d)) => same_pat(a, c) && same_pat(b, d),
+        _ => false,
+    }
+}
+
+/// Whether a node of kind `new` would equal `old`: the same form, binders and data, and
+/// pointer-equal children. Only kinds built from `old`'s own data are compared, so types are
+/// not.
+fn same_kind(old: &TermKind, new: &TermKind) -> bool {
+    use TermKind as K;
+    let s = same;
+    match (old, new) {
+        (K::Var(x), K::Var(y)) => x.id == y.id,
+        (K::Lam(x, b), K::Lam(y, c)) => x.id == y.id && s(b, c),
+        (K::App(a, b), K::App(c, d))
+        | (K::Pair(a, b), K::Pair(c, d))
+        | (K::Map(a, b), K::Map(c, d))
+        | (K::Build(a, b), K::Build(c, d))
+        | (K::Index(a, b), K::Index(c, d))
+        | (K::Replicate(a, b), K::Replicate(c, d))
+        | (K::LinApp(a, b), K::LinApp(c, d)) => s(a, c) && s(b, d),
+        (K::Let(p, a, b), K::Let(q, c, d)) => same_pat(p, q) && s(a, c) && s(b, d),
+        (K::Fst(a), K::Fst(b))
+        | (K::Snd(a), K::Snd(b))
+        | (K::Inl(a, _), K::Inl(b, _))
+        | (K::Inr(_, a), K::Inr(_, b))
+        | (K::Length(a), K::Length(b)) => s(a, b),
+        (K::If(a, b, c), K::If(d, e, f)) | (K::Map2(a, b, c), K::Map2(d, e, f)) => {
+            s(a, d) && s(b, e) && s(c, f)
+        }
+        (K::Case(e, p, a, q, b), K::Case(f, r, c, u, d)) => {
+            s(e, f) && same_pat(p, r) && s(a, c) && same_pat(q, u) && s(b, d)
+        }
+        (K::Prim(o, xs), K::Prim(p, ys)) => {
+            o.name() == p.name() && xs.len() == ys.len() && xs.iter().zip(ys).all(|(a, b)| s(a, b))
+        }
+        (K::Array(_, xs), K::Array(_, ys)) => {
+            xs.len() == ys.len() && xs.iter().zip(ys).all(|(a, b)| s(a, b))
+        }
+        (K::LinLam(v, l), K::LinLam(u, m)) => v.id == u.id && lsame(l, m),
+        (K::LinPrim(k, a), K::LinPrim(j, b)) => Rc::ptr_eq(k, j) && s(a, b),
+        _ => false,
+    }
+}
+
+fn lsame_kind(old: &LTermKind, new: &LTermKind) -> bool {
+    use LTermKind as K;
+    let (s, ls) = (same, lsame);
+    match (old, new) {
+        (K::Var(x), K::Var(y)) => x.id == y.id,
+        (K::Plus(a, b), K::Plus(c, d)) | (K::Pair(a, b), K::Pair(c, d)) => ls(a, c) && ls(b, d),
+        (K::Fst(a), K::Fst(b))
+        | (K::Snd(a), K::Snd(b))
+        | (K::Inl(a, _), K::Inl(b, _))
+        | (K::Inr(_, a), K::Inr(_, b))
+        | (K::FromLeft(a), K::FromLeft(b))
+        | (K::FromRight(a), K::FromRight(b))
+        | (K::Sum(a), K::Sum(b)) => ls(a, b),
+        (K::App(f, a), K::App(g, b))
+        | (K::Copower(f, a), K::Copower(g, b))
+        | (K::CopowFold(f, a), K::CopowFold(g, b))
+        | (K::Replicate(f, a), K::Replicate(g, b))
+        | (K::ZipWith(f, a), K::ZipWith(g, b))
+        | (K::Map(f, a), K::Map(g, b))
+        | (K::Scale(f, a), K::Scale(g, b)) => s(f, g) && ls(a, b),
+        (K::PowApp(a, f), K::PowApp(b, g)) | (K::Index(a, f), K::Index(b, g)) => {
+            ls(a, b) && s(f, g)
+        }
+        (K::Let(p, t, a), K::Let(q, u, b)) => same_pat(p, q) && s(t, u) && ls(a, b),
+        (K::LinLet(u, a, b), K::LinLet(w, c, d)) => u.id == w.id && ls(a, c) && ls(b, d),
+        (K::PowLam(x, a), K::PowLam(y, b)) => x.id == y.id && ls(a, b),
+        (K::OneHot(n, i, a), K::OneHot(m, j, b)) => s(n, m) && s(i, j) && ls(a, b),
+        (K::Build(n, i, a), K::Build(m, j, b)) => s(n, m) && i.id == j.id && ls(a, b),
+        _ => false,
+    }
+}
+
+/// A node of kind `kind` read from `old`: `old` itself if unchanged.
+fn reuse(old: &Term, kind: TermKind) -> Term {
+    if same_kind(&old.kind, &kind) {
+        old.clone()
+    } else {
+        Term::new(kind, old.span)
+    }
+}
+
+fn lreuse(old: &LTerm, kind: LTermKind) -> LTerm {
+    if lsame_kind(&old.kind, &kind) {
+        old.clone()
+    } else {
+        LTerm::new(kind, old.span)
+    }
+}
+
+/// The node a smart constructor built from `old`'s simplified children, or `old` itself if
+/// that node equals it.
+fn keep(old: &Term, new: Term) -> Term {
+    if !same(old, &new) && same_kind(&old.kind, &new.kind) {
+        old.clone()
+    } else {
+        new
+    }
+}
+
+fn lkeep(old: &LTerm, new: LTerm) -> LTerm {
+    if !lsame(old, &new) && lsame_kind(&old.kind, &new.kind) {
+        old.clone()
+    } else {
+        new
+    }
 }
 
 /// Whether an input term is a value, so that moving it under a λ cannot duplicate work.
@@ -457,8 +602,13 @@ impl Pass<'_> {
         let mut body = core;
         while self.stack.len() > start {
             match self.stack.pop() {
-                Some(Binding::Cart(p, e, span)) => match self.live(&p) {
-                    Some(p) => body = Term::new(TermKind::Let(p, e, body), span),
+                Some(Binding::Cart(p, e, span, orig)) => match self.live(&p) {
+                    Some(p) => {
+                        body = match orig {
+                            Orig::C(o) => reuse(&o, TermKind::Let(p, e, body)),
+                            _ => Term::new(TermKind::Let(p, e, body), span),
+                        }
+                    }
                     None => self.drop(&e),
                 },
                 Some(Binding::Lin(..)) | None => {
@@ -473,16 +623,24 @@ impl Pass<'_> {
         let mut body = core;
         while self.stack.len() > start {
             match self.stack.pop().expect("the stack is longer than start") {
-                Binding::Cart(p, e, span) => match self.live(&p) {
-                    Some(p) => body = LTerm::new(LTermKind::Let(p, e, body), span),
+                Binding::Cart(p, e, span, orig) => match self.live(&p) {
+                    Some(p) => {
+                        body = match orig {
+                            Orig::L(o) => lreuse(&o, LTermKind::Let(p, e, body)),
+                            _ => LTerm::new(LTermKind::Let(p, e, body), span),
+                        }
+                    }
                     None => self.drop(&e),
                 },
-                Binding::Lin(u, l, span) => {
+                Binding::Lin(u, l, span, orig) => {
                     if self.rules.dead_let && !self.used(&u) {
                         self.fire("deadLet");
                         self.ldrop(&l);
                     } else {
-                        body = LTerm::new(LTermKind::LinLet(u, l, body), span);
+                        body = match orig {
+                            Orig::L(o) => lreuse(&o, LTermKind::LinLet(u, l, body)),
+                            _ => LTerm::new(LTermKind::LinLet(u, l, body), span),
+                        }
                     }
                 }
             }
@@ -495,7 +653,9 @@ impl Pass<'_> {
     fn peel(&mut self, t: Term) -> Term {
         let mut t = t;
         while let TermKind::Let(p, e, b) = &t.kind {
-            self.stack.push(Binding::Cart(p.clone(), e.clone(), t.span));
+            let orig = Orig::C(t.clone());
+            self.stack
+                .push(Binding::Cart(p.clone(), e.clone(), t.span, orig));
             t = b.clone();
         }
         t
@@ -506,11 +666,15 @@ impl Pass<'_> {
         loop {
             let next = match &l.kind {
                 LTermKind::Let(p, e, b) => {
-                    self.stack.push(Binding::Cart(p.clone(), e.clone(), l.span));
+                    let orig = Orig::L(l.clone());
+                    self.stack
+                        .push(Binding::Cart(p.clone(), e.clone(), l.span, orig));
                     b.clone()
                 }
                 LTermKind::LinLet(u, a, b) => {
-                    self.stack.push(Binding::Lin(u.clone(), a.clone(), l.span));
+                    let orig = Orig::L(l.clone());
+                    self.stack
+                        .push(Binding::Lin(u.clone(), a.clone(), l.span, orig));
                     b.clone()
                 }
                 _ => return l,
@@ -631,10 +795,13 @@ impl Pass<'_> {
                     self.bind(p1, a, span);
                     self.bind(p2, b, span);
                 } else {
-                    self.stack.push(Binding::Cart(p.clone(), e, span));
+                    self.stack
+                        .push(Binding::Cart(p.clone(), e, span, Orig::None));
                 }
             }
-            _ => self.stack.push(Binding::Cart(p.clone(), e, span)),
+            _ => self
+                .stack
+                .push(Binding::Cart(p.clone(), e, span, Orig::None)),
         }
     }
 
@@ -676,7 +843,8 @@ impl Pass<'_> {
             let b2 = self.atomize(b, &x.name, &tb, span);
             self.set_slot(x.id, Slot::Known(a2.clone(), b2.clone()));
             let e = Term::new(TermKind::Pair(a2, b2), e.span);
-            self.stack.push(Binding::Cart(Pat::Var(x.clone()), e, span));
+            self.stack
+                .push(Binding::Cart(Pat::Var(x.clone()), e, span, Orig::None));
             return;
         }
         if self.rules.let_lam_pair_split
@@ -692,9 +860,9 @@ impl Pass<'_> {
             let f1 = Var::fresh(x.name.clone(), Ty::fun(y.ty.clone(), ta.clone()));
             let f2 = Var::fresh(format!("{}'", x.name), Ty::fun(y.ty.clone(), tb.clone()));
             self.stack
-                .push(Binding::Cart(Pat::Var(f1.clone()), l1, span));
+                .push(Binding::Cart(Pat::Var(f1.clone()), l1, span, Orig::None));
             self.stack
-                .push(Binding::Cart(Pat::Var(f2.clone()), l2, span));
+                .push(Binding::Cart(Pat::Var(f2.clone()), l2, span, Orig::None));
             self.lam_split.insert(x.id, (f1, f2));
             return;
         }
@@ -715,13 +883,14 @@ impl Pass<'_> {
             let m1 = Term::new(TermKind::Map(l1, xs1), e.span);
             let m2 = Term::new(TermKind::Map(l2, xs2), e.span);
             self.stack
-                .push(Binding::Cart(Pat::Var(r1.clone()), m1, span));
+                .push(Binding::Cart(Pat::Var(r1.clone()), m1, span, Orig::None));
             self.stack
-                .push(Binding::Cart(Pat::Var(r2.clone()), m2, span));
+                .push(Binding::Cart(Pat::Var(r2.clone()), m2, span, Orig::None));
             self.map_split.insert(x.id, (r1, r2));
             return;
         }
-        self.stack.push(Binding::Cart(Pat::Var(x.clone()), e, span));
+        self.stack
+            .push(Binding::Cart(Pat::Var(x.clone()), e, span, Orig::None));
     }
 
     /// Splits `\y -> let bs in (a, b)` into `\y -> let bs_a in a` and
@@ -795,8 +964,12 @@ impl Pass<'_> {
             self.bind_var(&v, t.clone(), span);
         } else {
             // Bound as it is (not split by `bind_var`: the result must be an atom).
-            self.stack
-                .push(Binding::Cart(Pat::Var(v.clone()), t.clone(), span));
+            self.stack.push(Binding::Cart(
+                Pat::Var(v.clone()),
+                t.clone(),
+                span,
+                Orig::None,
+            ));
         }
         self.var(&v, span)
     }
@@ -849,10 +1022,12 @@ impl Pass<'_> {
             let b2 = self.latomize(b, &u.name, &tb, span);
             self.set_slot(u.id, Slot::LKnown(a2.clone(), b2.clone()));
             let l = LTerm::new(LTermKind::Pair(a2, b2), l.span);
-            self.stack.push(Binding::Lin(u.clone(), l, span));
+            self.stack
+                .push(Binding::Lin(u.clone(), l, span, Orig::None));
             return;
         }
-        self.stack.push(Binding::Lin(u.clone(), l, span));
+        self.stack
+            .push(Binding::Lin(u.clone(), l, span, Orig::None));
     }
 
     // ----- Cartesian terms -----
@@ -862,14 +1037,45 @@ impl Pass<'_> {
     }
 
     fn term_(&mut self, t: &Term) -> Term {
-        use TermKind as K;
         let mut t = t;
-        while let K::Let(p, e, b) = &t.kind {
+        while let TermKind::Let(p, e, b) = &t.kind {
+            let n = self.stack.len();
             self.let_(p, e, t.span);
+            self.mark(n, p, e, || Orig::C(t.clone()));
             t = b;
         }
+        let out = self.core(t);
+        keep(t, out)
+    }
+
+    /// Notes the input `let` node a binding was read from, if `let_` pushed exactly that
+    /// binding (same pattern, bound term unchanged), so that `wrap` can reuse the node.
+    fn mark(&mut self, n: usize, p: &Pat, e: &Term, orig: impl FnOnce() -> Orig) {
+        if self.stack.len() == n + 1
+            && let Some(Binding::Cart(q, e2, _, slot)) = self.stack.last_mut()
+            && same(e2, e)
+            && same_pat(q, p)
+        {
+            *slot = orig();
+        }
+    }
+
+    /// [`Self::mark`] for a linear `let`.
+    fn lmark(&mut self, n: usize, u: &Var, a: &LTerm, orig: &LTerm) {
+        if self.stack.len() == n + 1
+            && let Some(Binding::Lin(w, a2, _, slot)) = self.stack.last_mut()
+            && lsame(a2, a)
+            && w.id == u.id
+        {
+            *slot = Orig::L(orig.clone());
+        }
+    }
+
+    /// A Cartesian term that is not a `let`.
+    fn core(&mut self, t: &Term) -> Term {
+        use TermKind as K;
         let span = t.span;
-        let mk = |k: TermKind| Term::new(k, span);
+        let mk = |k: TermKind| reuse(t, k);
         match &t.kind {
             K::Let(..) => unreachable!("lets are consumed above"),
             K::Var(x) => self.cvar(x, Some(t), span),
@@ -1076,7 +1282,8 @@ impl Pass<'_> {
             // The body is already simplified: bind the argument rather than substitute it, since
             // facts recorded about the body's bindings (known pairs) mention `x`. The next pass
             // inlines the binding if it is an atom or used once.
-            self.stack.push(Binding::Cart(Pat::Var(x.clone()), a, span));
+            self.stack
+                .push(Binding::Cart(Pat::Var(x.clone()), a, span, Orig::None));
             let body = body.clone();
             return self.peel(body);
         }
@@ -1184,20 +1391,30 @@ impl Pass<'_> {
         use LTermKind as K;
         let mut l = l;
         loop {
+            let n = self.stack.len();
             match &l.kind {
                 K::Let(p, e, b) => {
                     self.let_(p, e, l.span);
+                    self.mark(n, p, e, || Orig::L(l.clone()));
                     l = b;
                 }
                 K::LinLet(u, a, b) => {
                     self.lin_let_(u, a, l.span);
+                    self.lmark(n, u, a, l);
                     l = b;
                 }
                 _ => break,
             }
         }
+        let out = self.lcore(l);
+        lkeep(l, out)
+    }
+
+    /// A linear term that is not a `let`.
+    fn lcore(&mut self, l: &LTerm) -> LTerm {
+        use LTermKind as K;
         let span = l.span;
-        let mk = |k: LTermKind| LTerm::new(k, span);
+        let mk = |k: LTermKind| lreuse(l, k);
         match &l.kind {
             K::Let(..) | K::LinLet(..) => unreachable!("lets are consumed above"),
             K::Var(u) => self.lvar(u, Some(l), span),
@@ -1309,7 +1526,7 @@ impl Pass<'_> {
                 {
                     self.fire("linBeta");
                     self.stack
-                        .push(Binding::Cart(Pat::Var(b.clone()), t2, span));
+                        .push(Binding::Cart(Pat::Var(b.clone()), t2, span, Orig::None));
                     return self.lpeel(body.clone());
                 }
                 mk(K::PowApp(a2, t2))
@@ -1544,7 +1761,8 @@ impl Pass<'_> {
         {
             self.fire("linBeta");
             // As in `app`: bind, do not substitute into the simplified body.
-            self.stack.push(Binding::Lin(v.clone(), a, span));
+            self.stack
+                .push(Binding::Lin(v.clone(), a, span, Orig::None));
             let body = body.clone();
             return self.lpeel(body);
         }
