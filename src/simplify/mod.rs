@@ -22,10 +22,14 @@
 //! [`occur`] counts every bound variable's occurrences; during it, a substitution maps inlined
 //! variables to their terms (ids are unique, so no capture is possible), bindings float to the
 //! nearest enclosing *block* (a λ body, a branch, the whole term) on one shared stack, and a use
-//! count of the *output* decides dead bindings when a block is closed. Each node is visited once,
-//! so a pass is linear in the size of the term (plus hash-map work). Passes repeat until no rule
-//! fires; on the AD output of straight-line programs this takes a small number of passes that does
-//! not grow with the program (see the benchmark in `benches/simplify.rs`).
+//! count of the *output* decides, when a block is closed, which bindings are dead and which turned
+//! out to be used once and are inlined there ("late inlining"). Per-variable facts live in tables
+//! indexed by variable identity, and nodes that come out unchanged are reused, not rebuilt. Each
+//! node is visited once (and the bindings of a block once more when it closes with late
+//! inlining), so a pass is linear in the size of the term. A pass also reports whether it left
+//! anything a further pass could rewrite; passes repeat until one fires nothing or leaves nothing.
+//! On the AD output of straight-line programs the first pass reaches the fixed point (see
+//! `examples/simplify_scaling.rs` and `benches/simplify.rs`).
 //!
 //! ```
 //! use chad::simplify::{simplify, simplify_with, Rules};
@@ -209,7 +213,8 @@ pub const MAX_PASSES: usize = 64;
 /// What a simplification did.
 #[derive(Clone, Debug, Default)]
 pub struct Stats {
-    /// Passes run, the last one firing nothing (unless [`MAX_PASSES`] was reached).
+    /// Passes run: the last one fired nothing, or left nothing another pass would rewrite
+    /// (unless [`MAX_PASSES`] was reached).
     pub passes: usize,
     /// How often each rule fired, over all passes (rules that never fired are absent).
     pub fired: BTreeMap<&'static str, usize>,
@@ -232,13 +237,22 @@ pub fn simplify_passes(t: &Term, rules: &Rules, max_passes: usize) -> (Term, Sta
     let mut cur = t.clone();
     while stats.passes < max_passes {
         stats.passes += 1;
-        let (out, fired) = pass::run(&cur, rules);
+        let (out, fired, dirty) = pass::run(&cur, rules);
         cur = out;
         if fired.is_empty() {
             break;
         }
         for (k, n) in fired {
             *stats.fired.entry(k).or_default() += n;
+        }
+        if !dirty {
+            // The pass left nothing for another to do (see `pass::late`); debug builds check.
+            debug_assert!(
+                pass::run(&cur, rules).1.is_empty(),
+                "a pass reported a fixed point, but another fires {:?} on\n{cur}",
+                pass::run(&cur, rules).1
+            );
+            break;
         }
     }
     (cur, stats)

@@ -15,9 +15,16 @@
 //!   already simplified body (facts recorded about that body mention the parameter); the next
 //!   pass inlines the binding.
 //! * **Use counts.** The pass counts the uses of each variable in the output as it builds it.
-//!   It copies atoms and decrements the counts of dropped subterms. When a block closes,
-//!   bindings whose variables have no uses are dropped (`deadLet`), innermost first, so a chain
-//!   of dead bindings disappears in one pass.
+//!   It copies atoms and decrements the counts of dropped subterms (and of moved terms whose use
+//!   was never reached). When a block closes, bindings whose variables have no uses are dropped
+//!   (`deadLet`), innermost first, so a chain of dead bindings disappears in one pass; then
+//!   bindings whose variables turned out to be used once are inlined ([`late`]).
+//! * **Per-variable state** (occurrences, uses, substitution, known pairs) is one record per
+//!   variable in a table indexed by identity ([`super::table`]).
+//! * **Sharing.** A node that comes out with the same form and pointer-equal children as the
+//!   input node it was read from is that node, so a pass that changes nothing allocates nothing.
+//! * **Dirty or clean.** The pass records whether it left anything another pass would rewrite
+//!   (see [`late`]); if not, its output is the fixed point and no further pass runs.
 
 use super::Rules;
 use super::occur::{Occ, Occurrences, projection};
@@ -35,8 +42,11 @@ use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-/// Runs one pass over `t`: the output, and how often each rule fired.
-pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usize>) {
+mod late;
+
+/// Runs one pass over `t`: the output, how often each rule fired, and whether another pass
+/// might fire a rule on the output (if not, the output is a fixed point).
+pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usize>, bool) {
     let mut occ = Occurrences::of(t);
     let unique;
     let t = if occ.has_duplicates() {
@@ -57,6 +67,12 @@ pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usiz
         lam_split: HashMap::default(),
         map_split: HashMap::default(),
         stack: Vec::with_capacity(n.min(1 << 16)),
+        // With a floating rule off, a strict position is a block of its own, and a rule that
+        // returns a child (`0 + l ~> l`) can bring that block's `let`s into a strict position
+        // the next pass floats them out of; the passes then run to the fixed point as before.
+        dirty: !(rules.let_rotate && rules.let_proj && rules.let_float && rules.plus_let),
+        open: 0,
+        moved: Vec::new(),
         fired: HashMap::default(),
     };
     let out = p.block(t);
@@ -65,7 +81,7 @@ pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usiz
     for (name, n) in p.fired.into_values() {
         *fired.entry(name).or_default() += n;
     }
-    (out, fired)
+    (out, fired, p.dirty)
 }
 
 /// What an inlined variable stands for.
@@ -102,12 +118,31 @@ enum Slot {
     Known(Term, Term),
     /// A linear variable bound to a pair of atoms.
     LKnown(LTerm, LTerm),
+    /// While its block closes: a variable used once, bound to this output term, waiting for
+    /// its use to be found ([`Pass::late`]).
+    Late(Core),
+    /// A late variable whose use was found where it could be replaced.
+    Taken,
+    /// A late variable whose use was found where the term would make a new redex.
+    Blocked,
+    /// A late variable whose use was found as a component of a let-bound pair (replaced after
+    /// all if that pair is inlined).
+    Component(Core),
 }
 
 /// A binding waiting on the stack for its block to close.
 enum Binding {
     Cart(Pat, Term, Span, Orig),
     Lin(Var, LTerm, Span, Orig),
+    /// Dropped or inlined when its block closed.
+    Gone,
+}
+
+/// A Cartesian or a linear output term (the core of a block being closed, a late variable's
+/// term).
+enum Core {
+    C(Term),
+    L(LTerm),
 }
 
 /// The `let` node a binding was read from, when its pattern and bound term are unchanged: if
@@ -127,6 +162,13 @@ struct Pass<'r> {
     /// Arrays split by `mapPairSplit` into their two halves.
     map_split: HashMap<VarId, (Var, Var)>,
     stack: Vec<Binding>,
+    /// Whether the output may hold a redex this pass did not reduce (so another pass must run):
+    /// see [`Pass::late`].
+    dirty: bool,
+    /// Late-inlining candidates whose use has not been found yet ([`Pass::late`]).
+    open: usize,
+    /// The variables inlined as output terms (`Subst::Moved`), per open block.
+    moved: Vec<VarId>,
     /// Firings per rule, keyed by the address of the rule's name (cheap to hash; equal names
     /// at different addresses are merged at the end).
     fired: HashMap<*const u8, (&'static str, usize)>,
@@ -483,6 +525,12 @@ impl Pass<'_> {
         }
     }
 
+    /// A rule whose other conditions held did not fire because [`types`] gave up on a type
+    /// (`missed`): a later pass, on a smaller term, might find it.
+    fn untyped(&mut self, missed: bool) {
+        self.dirty |= missed;
+    }
+
     fn fire(&mut self, rule: &'static str) {
         self.fired.entry(rule.as_ptr()).or_insert((rule, 0)).1 += 1;
     }
@@ -562,15 +610,31 @@ impl Pass<'_> {
     // ----- blocks -----
 
     fn block(&mut self, t: &Term) -> Term {
-        let start = self.stack.len();
+        let (start, moved) = (self.stack.len(), self.moved.len());
         let core = self.term(t);
+        self.unmoved(moved);
         self.wrap(start, core)
     }
 
     fn lblock(&mut self, l: &LTerm) -> LTerm {
-        let start = self.stack.len();
+        let (start, moved) = (self.stack.len(), self.moved.len());
         let core = self.linear(l);
+        self.unmoved(moved);
         self.lwrap(start, core)
+    }
+
+    /// Forgets the terms of the variables inlined (`Subst::Moved`) since `mark` whose use was
+    /// never reached (it was in input code discarded unsimplified, such as a dead binding): their
+    /// uses no longer count, so what only they used is dead when the block closes.
+    fn unmoved(&mut self, mark: usize) {
+        while self.moved.len() > mark {
+            let v = self.moved.pop().expect("longer than the mark");
+            if let Some(Subst::Moved(e)) = self.take_subst(v) {
+                self.drop(&e);
+            } else if let Some(Subst::Moved(l)) = self.take_lsubst(v) {
+                self.ldrop(&l);
+            }
+        }
     }
 
     /// The pattern with unused variables made `_`, or `None` if nothing of it is used.
@@ -598,19 +662,22 @@ impl Pass<'_> {
         }
     }
 
+    /// Closes the block opened at `start` around its simplified `core`: drops the bindings
+    /// nothing uses (innermost first, so a chain of dead bindings goes at once), inlines those
+    /// that turned out to be used once ([`Self::late`]), and wraps the rest around the core.
     fn wrap(&mut self, start: usize, core: Term) -> Term {
-        let mut body = core;
+        let Core::C(mut body) = self.close(start, Core::C(core)) else {
+            unreachable!("close returns the kind of core it is given")
+        };
         while self.stack.len() > start {
             match self.stack.pop() {
-                Some(Binding::Cart(p, e, span, orig)) => match self.live(&p) {
-                    Some(p) => {
-                        body = match orig {
-                            Orig::C(o) => reuse(&o, TermKind::Let(p, e, body)),
-                            _ => Term::new(TermKind::Let(p, e, body), span),
-                        }
+                Some(Binding::Gone) => {}
+                Some(Binding::Cart(p, e, span, orig)) => {
+                    body = match orig {
+                        Orig::C(o) => reuse(&o, TermKind::Let(p, e, body)),
+                        _ => Term::new(TermKind::Let(p, e, body), span),
                     }
-                    None => self.drop(&e),
-                },
+                }
                 Some(Binding::Lin(..)) | None => {
                     panic!("internal error: a linear binding outside a linear term")
                 }
@@ -620,32 +687,56 @@ impl Pass<'_> {
     }
 
     fn lwrap(&mut self, start: usize, core: LTerm) -> LTerm {
-        let mut body = core;
+        let Core::L(mut body) = self.close(start, Core::L(core)) else {
+            unreachable!("close returns the kind of core it is given")
+        };
         while self.stack.len() > start {
             match self.stack.pop().expect("the stack is longer than start") {
-                Binding::Cart(p, e, span, orig) => match self.live(&p) {
-                    Some(p) => {
-                        body = match orig {
-                            Orig::L(o) => lreuse(&o, LTermKind::Let(p, e, body)),
-                            _ => LTerm::new(LTermKind::Let(p, e, body), span),
-                        }
+                Binding::Gone => {}
+                Binding::Cart(p, e, span, orig) => {
+                    body = match orig {
+                        Orig::L(o) => lreuse(&o, LTermKind::Let(p, e, body)),
+                        _ => LTerm::new(LTermKind::Let(p, e, body), span),
                     }
-                    None => self.drop(&e),
-                },
+                }
                 Binding::Lin(u, l, span, orig) => {
-                    if self.rules.dead_let && !self.used(&u) {
-                        self.fire("deadLet");
-                        self.ldrop(&l);
-                    } else {
-                        body = match orig {
-                            Orig::L(o) => lreuse(&o, LTermKind::LinLet(u, l, body)),
-                            _ => LTerm::new(LTermKind::LinLet(u, l, body), span),
-                        }
+                    body = match orig {
+                        Orig::L(o) => lreuse(&o, LTermKind::LinLet(u, l, body)),
+                        _ => LTerm::new(LTermKind::LinLet(u, l, body), span),
                     }
                 }
             }
         }
         body
+    }
+
+    /// The dead-binding half of closing a block: each binding of the block nothing uses becomes
+    /// [`Binding::Gone`] (innermost first: dropping one may leave an outer one unused), and the
+    /// unused variables of the others' patterns become `_`. Then [`Self::late`].
+    fn close(&mut self, start: usize, core: Core) -> Core {
+        for i in (start..self.stack.len()).rev() {
+            let b = std::mem::replace(&mut self.stack[i], Binding::Gone);
+            self.stack[i] = match b {
+                Binding::Cart(p, e, span, orig) => match self.live(&p) {
+                    Some(p) => Binding::Cart(p, e, span, orig),
+                    None => {
+                        self.drop(&e);
+                        Binding::Gone
+                    }
+                },
+                Binding::Lin(u, l, span, orig) => {
+                    if self.rules.dead_let && !self.used(&u) {
+                        self.fire("deadLet");
+                        self.ldrop(&l);
+                        Binding::Gone
+                    } else {
+                        Binding::Lin(u, l, span, orig)
+                    }
+                }
+                Binding::Gone => Binding::Gone,
+            };
+        }
+        self.late(start, core)
     }
 
     /// Pushes the leading bindings of an output term and returns the rest (its bindings join
@@ -828,6 +919,7 @@ impl Pass<'_> {
             if self.occ(x.id).is_some_and(|o| o.inline_once(is_value(&e))) {
                 self.fire("letInline");
                 self.set_slot(x.id, Slot::Subst(Subst::Moved(e)));
+                self.moved.push(x.id);
                 return;
             }
         }
@@ -857,6 +949,8 @@ impl Pass<'_> {
             && let Some((l1, l2)) = self.split_lambda(y, body)
         {
             self.fire("letLamPairSplit");
+            // Splitting drops the bindings neither half needs from a body already simplified.
+            self.dirty = true;
             let f1 = Var::fresh(x.name.clone(), Ty::fun(y.ty.clone(), ta.clone()));
             let f2 = Var::fresh(format!("{}'", x.name), Ty::fun(y.ty.clone(), tb.clone()));
             self.stack
@@ -876,6 +970,7 @@ impl Pass<'_> {
             && let Some((l1, l2)) = self.split_lambda(y, body)
         {
             self.fire("mapPairSplit");
+            self.dirty = true;
             let r1 = Var::fresh(x.name.clone(), Ty::array(ta.clone()));
             let r2 = Var::fresh(x.name.clone(), Ty::array(tb.clone()));
             let xs1 = self.atomize(xs, &"xs".into(), &Ty::array(y.ty.clone()), span);
@@ -1010,6 +1105,7 @@ impl Pass<'_> {
             if self.occ(u.id).is_some_and(|o| o.inline_once(false)) {
                 self.fire("letInline");
                 self.set_slot(u.id, Slot::LSubst(Subst::Moved(l)));
+                self.moved.push(u.id);
                 return;
             }
         }
@@ -1279,6 +1375,7 @@ impl Pass<'_> {
             && let TermKind::Lam(x, body) = &f.kind
         {
             self.fire("lamAppLet");
+            self.dirty = true;
             // The body is already simplified: bind the argument rather than substitute it, since
             // facts recorded about the body's bindings (known pairs) mention `x`. The next pass
             // inlines the binding if it is an atom or used once.
@@ -1456,6 +1553,7 @@ impl Pass<'_> {
                     self.drop(&t2);
                     return LTerm::zero(LTy::copower(ty, m.clone()));
                 }
+                self.untyped(self.rules.zero_prop && matches!(a2.kind, K::Zero(_)));
                 mk(K::Copower(t2, a2))
             }
             K::CopowFold(f, a) => {
@@ -1491,6 +1589,7 @@ impl Pass<'_> {
                     self.drop(&f2);
                     return LTerm::zero(m);
                 }
+                self.untyped(self.rules.zero_prop && matches!(a2.kind, K::Zero(_)));
                 mk(K::CopowFold(f2, a2))
             }
             K::PowLam(b, body) => {
@@ -1525,6 +1624,7 @@ impl Pass<'_> {
                     && let K::PowLam(b, body) = &a2.kind
                 {
                     self.fire("linBeta");
+                    self.dirty = true;
                     self.stack
                         .push(Binding::Cart(Pat::Var(b.clone()), t2, span, Orig::None));
                     return self.lpeel(body.clone());
@@ -1610,6 +1710,7 @@ impl Pass<'_> {
                     self.drop(&fs2);
                     return LTerm::zero(LTy::array(m));
                 }
+                self.untyped(self.rules.map_zero && matches!(a2.kind, K::Zero(_)));
                 mk(K::ZipWith(fs2, a2))
             }
             K::Map(f, a) => {
@@ -1760,6 +1861,7 @@ impl Pass<'_> {
             && let TermKind::LinLam(v, body) = &f.kind
         {
             self.fire("linBeta");
+            self.dirty = true;
             // As in `app`: bind, do not substitute into the simplified body.
             self.stack
                 .push(Binding::Lin(v.clone(), a, span, Orig::None));
@@ -1774,6 +1876,7 @@ impl Pass<'_> {
             self.drop(&f);
             return LTerm::zero(m);
         }
+        self.untyped(self.rules.zero_prop && matches!(a.kind, LTermKind::Zero(_)));
         LTerm::new(LTermKind::App(f, a), span)
     }
 
@@ -1798,6 +1901,7 @@ impl Pass<'_> {
                 self.ldrop(&a);
                 return LTerm::zero(m);
             }
+            self.untyped(c == Some(0.0));
         }
         LTerm::new(LTermKind::Scale(t, a), span)
     }
@@ -1871,6 +1975,7 @@ impl Pass<'_> {
                 self.drop(&f);
                 return LTerm::zero(LTy::array(m));
             }
+            self.untyped(matches!(a.kind, K::Zero(_)));
             if let TermKind::LinLam(_, body) = &f.kind
                 && let K::Zero(m) = &body.kind
             {

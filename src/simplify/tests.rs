@@ -312,7 +312,14 @@ fn dead_let_removes_chains_in_one_pass_and_case_known_picks_a_branch() {
     let (_, stats) = simplify_with(&t, &Rules::only(&["deadLet"]));
     assert_eq!(
         stats.passes, 2,
-        "one pass removes the chain, one finds nothing left"
+        "one pass removes the chain, one finds nothing left (with the floating rules off a pass \
+         cannot tell it left nothing)"
+    );
+    let floating = ["deadLet", "letRotate", "letProj", "letFloat", "plusLet"];
+    let (_, stats) = simplify_with(&t, &Rules::only(&floating));
+    assert_eq!(
+        stats.passes, 1,
+        "one pass removes the chain and knows nothing is left"
     );
     // case inl x of inl a -> a * 2 | inr b -> b ~> x * 2
     let (a, bb) = (real("a"), Var::fresh("b", Ty::Int));
