@@ -54,9 +54,26 @@ impl Occ {
     }
 }
 
+/// A table entry holding an [`Occ`] (the simplifier's per-variable record holds one, so the
+/// analysis fills the pass's table directly).
+pub(super) trait OccEntry: Default {
+    fn occ(&self) -> &Occ;
+    fn occ_mut(&mut self) -> &mut Occ;
+}
+
+impl OccEntry for Occ {
+    fn occ(&self) -> &Occ {
+        self
+    }
+    fn occ_mut(&mut self) -> &mut Occ {
+        self
+    }
+}
+
 /// The occurrences of every variable bound in a term (variables free in it are absent).
-pub struct Occurrences {
-    map: IdTable<Occ>,
+#[allow(private_bounds)]
+pub struct Occurrences<T: OccEntry = Occ> {
+    map: IdTable<T>,
     binders: usize,
     duplicates: bool,
 }
@@ -64,6 +81,14 @@ pub struct Occurrences {
 impl Occurrences {
     /// Analyses a Cartesian term.
     pub fn of(t: &Term) -> Occurrences {
+        Occurrences::analyse(t)
+    }
+}
+
+#[allow(private_bounds)]
+impl<T: OccEntry> Occurrences<T> {
+    /// Analyses a Cartesian term into a table of `T`s.
+    pub(super) fn analyse(t: &Term) -> Occurrences<T> {
         let mut o = Occurrences {
             map: IdTable::new(),
             binders: 0,
@@ -75,7 +100,7 @@ impl Occurrences {
 
     /// The table of occurrences (an entry for every identity in its window; those of variables
     /// not bound in the term read as not bound).
-    pub(super) fn into_table(self) -> IdTable<Occ> {
+    pub(super) fn into_table(self) -> IdTable<T> {
         self.map
     }
 
@@ -93,11 +118,11 @@ impl Occurrences {
     /// What is known about a variable bound in the analysed term; `None` for variables made
     /// after the analysis (or free in the term).
     pub fn get(&self, v: VarId) -> Option<Occ> {
-        self.map.get(v).copied().filter(|o| o.bound)
+        self.map.get(v).map(|e| *e.occ()).filter(|o| o.bound)
     }
 
     fn bind(&mut self, v: VarId, depth: u32) {
-        let o = self.map.slot(v);
+        let o = self.map.slot(v).occ_mut();
         if o.bound {
             self.duplicates = true;
         } else {
@@ -110,7 +135,7 @@ impl Occurrences {
     /// The entry of a bound variable, to count an occurrence in.
     #[inline]
     fn entry(&mut self, v: VarId) -> Option<&mut Occ> {
-        self.map.get_mut(v).filter(|o| o.bound)
+        self.map.get_mut(v).map(T::occ_mut).filter(|o| o.bound)
     }
 
     fn bind_pat(&mut self, p: &Pat, depth: u32) {

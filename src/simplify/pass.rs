@@ -27,7 +27,7 @@
 //!   (see [`late`]); if not, its output is the fixed point and no further pass runs.
 
 use super::Rules;
-use super::occur::{Occ, Occurrences, projection};
+use super::occur::{Occ, OccEntry, Occurrences, projection};
 use super::table::IdTable;
 use super::types;
 use crate::deep::deep;
@@ -47,11 +47,11 @@ mod late;
 /// Runs one pass over `t`: the output, how often each rule fired, and whether another pass
 /// might fire a rule on the output (if not, the output is a fixed point).
 pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usize>, bool) {
-    let mut occ = Occurrences::of(t);
+    let mut occ = Occurrences::<VarState>::analyse(t);
     let unique;
     let t = if occ.has_duplicates() {
         unique = super::unique::uniquify(t);
-        occ = Occurrences::of(&unique);
+        occ = Occurrences::analyse(&unique);
         debug_assert!(!occ.has_duplicates());
         &unique
     } else {
@@ -60,10 +60,7 @@ pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usiz
     let n = occ.binders();
     let mut p = Pass {
         rules,
-        vars: occ.into_table().map(|occ| VarState {
-            occ,
-            ..VarState::default()
-        }),
+        vars: occ.into_table(),
         lam_split: HashMap::default(),
         map_split: HashMap::default(),
         stack: Vec::with_capacity(n.min(1 << 16)),
@@ -103,6 +100,15 @@ struct VarState {
     uses: u32,
     /// What it stands for or is bound to.
     slot: Slot,
+}
+
+impl OccEntry for VarState {
+    fn occ(&self) -> &Occ {
+        &self.occ
+    }
+    fn occ_mut(&mut self) -> &mut Occ {
+        &mut self.occ
+    }
 }
 
 /// What a variable stands for (it is inlined) or is bound to (a pair of atoms).
@@ -1179,11 +1185,12 @@ impl Pass<'_> {
             K::Lam(x, b) => mk(K::Lam(x.clone(), self.block(b))),
             K::App(f, a) => {
                 if self.rules.lam_app_let
-                    && let Some((x, body)) = self.input_lambda(f)
+                    && let Some(lam) = self.input_lambda(f)
+                    && let K::Lam(x, body) = &lam.kind
                 {
                     self.fire("lamAppLet");
-                    self.let_(&Pat::Var(x), a, span);
-                    return self.term(&body);
+                    self.let_(&Pat::Var(x.clone()), a, span);
+                    return self.term(body);
                 }
                 if let K::Var(g) = &f.kind
                     && self.subst(g.id).is_none()
@@ -1340,34 +1347,33 @@ impl Pass<'_> {
         }
     }
 
-    /// The input λ a function position holds, directly or through a variable inlined once.
-    fn input_lambda(&mut self, f: &Term) -> Option<(Var, Term)> {
-        self.input_value(f, |t| match &t.kind {
-            TermKind::Lam(x, b) => Some((x.clone(), b.clone())),
-            _ => None,
-        })
+    /// The input λ (a `Lam` node) a function position holds, directly or through a variable
+    /// inlined once.
+    fn input_lambda(&mut self, f: &Term) -> Option<Term> {
+        self.input_value(f, |t| matches!(t.kind, TermKind::Lam(..)))
     }
 
-    /// [`Self::input_lambda`] for linear λs.
-    fn input_lin_lambda(&mut self, f: &Term) -> Option<(Var, LTerm)> {
-        self.input_value(f, |t| match &t.kind {
-            TermKind::LinLam(v, b) => Some((v.clone(), b.clone())),
-            _ => None,
-        })
+    /// [`Self::input_lambda`] for linear λs (a `LinLam` node).
+    fn input_lin_lambda(&mut self, f: &Term) -> Option<Term> {
+        self.input_value(f, |t| matches!(t.kind, TermKind::LinLam(..)))
     }
 
-    /// `pick` of the input term `f`, or of the input term a variable `f` is inlined once to
-    /// (consuming that inlining).
-    fn input_value<T>(&mut self, f: &Term, pick: impl Fn(&Term) -> Option<T>) -> Option<T> {
+    /// The input term `f`, or the input term a variable `f` is inlined once to (consuming that
+    /// inlining), if it is of the form `is`.
+    fn input_value(&mut self, f: &Term, is: impl Fn(&Term) -> bool) -> Option<Term> {
         if let TermKind::Var(g) = &f.kind {
             let Some(Subst::Input(e)) = self.subst(g.id) else {
                 return None;
             };
-            let r = pick(e)?;
-            self.take_subst(g.id);
-            return Some(r);
+            if !is(e) {
+                return None;
+            }
+            let Some(Subst::Input(e)) = self.take_subst(g.id) else {
+                unreachable!("just found")
+            };
+            return Some(e);
         }
-        pick(f)
+        is(f).then(|| f.clone())
     }
 
     fn app(&mut self, f: Term, a: Term, span: Span) -> Term {
@@ -1532,11 +1538,12 @@ impl Pass<'_> {
             }
             K::App(f, a) => {
                 if self.rules.lin_beta
-                    && let Some((v, body)) = self.input_lin_lambda(f)
+                    && let Some(lam) = self.input_lin_lambda(f)
+                    && let TermKind::LinLam(v, body) = &lam.kind
                 {
                     self.fire("linBeta");
-                    self.lin_let_(&v, a, span);
-                    return self.linear(&body);
+                    self.lin_let_(v, a, span);
+                    return self.linear(body);
                 }
                 let f2 = self.c(f);
                 let a2 = self.l(a);
@@ -1563,13 +1570,17 @@ impl Pass<'_> {
                 {
                     self.fire("copowSingleton");
                     let (t, x) = (t.clone(), x.clone());
-                    if let Some((b, body)) = self.input_lambda(f) {
-                        self.bind(&Pat::Var(b), t, span);
-                        if let Some((v, lbody)) = self.input_lin_lambda(&body) {
-                            self.bind_lin(&v, x, span);
-                            return self.linear(&lbody);
+                    if let Some(lam) = self.input_lambda(f)
+                        && let TermKind::Lam(b, body) = &lam.kind
+                    {
+                        self.bind(&Pat::Var(b.clone()), t, span);
+                        if let Some(llam) = self.input_lin_lambda(body)
+                            && let TermKind::LinLam(v, lbody) = &llam.kind
+                        {
+                            self.bind_lin(v, x, span);
+                            return self.linear(lbody);
                         }
-                        let g = self.c(&body);
+                        let g = self.c(body);
                         return self.lapp(g, x, span);
                     }
                     let f2 = self.c(f);

@@ -44,7 +44,8 @@ impl<T: Default> IdTable<T> {
     }
 
     /// An empty table whose window starts as `[lo, lo + len)`.
-    pub(super) fn with_window(lo: u32, len: usize) -> IdTable<T> {
+    #[cfg(test)]
+    fn with_window(lo: u32, len: usize) -> IdTable<T> {
         let mut dense = Vec::new();
         dense.resize_with(len, T::default);
         IdTable {
@@ -55,18 +56,9 @@ impl<T: Default> IdTable<T> {
         }
     }
 
-    /// The same identities with every entry mapped by `f`.
-    pub(super) fn map<U>(self, mut f: impl FnMut(T) -> U) -> IdTable<U> {
-        IdTable {
-            lo: self.lo,
-            dense: self.dense.into_iter().map(&mut f).collect(),
-            sparse: self.sparse.into_iter().map(|(k, v)| (k, f(v))).collect(),
-            asked: self.asked,
-        }
-    }
-
     /// The window: its first identity and its length.
-    pub(super) fn window(&self) -> (u32, usize) {
+    #[cfg(test)]
+    fn window(&self) -> (u32, usize) {
         (self.lo, self.dense.len())
     }
 
