@@ -12,8 +12,7 @@
 //! Branches of `if` and `case` do not count: each runs at most once per run of the enclosing code.
 
 use super::table::IdTable;
-use crate::deep::deep;
-use crate::target::term::{Child, LTerm, LTermKind, Pat, Term, TermKind, VarId};
+use crate::target::term::{LTerm, LTermKind, Pat, Term, TermKind, VarId};
 
 /// What is known about one bound variable's occurrences.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -94,7 +93,7 @@ impl<T: OccEntry> Occurrences<T> {
             binders: 0,
             duplicates: false,
         };
-        o.term(t, 0);
+        o.run(t);
         o
     }
 
@@ -173,34 +172,40 @@ impl<T: OccEntry> Occurrences<T> {
         }
     }
 
-    fn term(&mut self, t: &Term, depth: u32) {
-        deep(|| self.term_(t, depth))
+    /// The traversal: depth first, left to right, each binder registered before the scope it
+    /// binds in, on an explicit stack (one push and pop per node, no recursion).
+    fn run(&mut self, t: &Term) {
+        let mut work = vec![Work::C(t, 0)];
+        while let Some(w) = work.pop() {
+            match w {
+                Work::C(t, d) => self.term(t, d, &mut work),
+                Work::L(l, d) => self.linear(l, d, &mut work),
+                Work::Bind(p, d) => self.bind_pat(p, d),
+                Work::BindVar(v, d) => self.bind(v, d),
+            }
+        }
     }
 
-    fn term_(&mut self, t: &Term, depth: u32) {
+    fn term<'a>(&mut self, t: &'a Term, d: u32, work: &mut Vec<Work<'a>>) {
         use TermKind as K;
+        use Work::{Bind, C, L};
         match &t.kind {
-            K::Var(x) => self.occur(x.id, depth),
+            K::Var(x) => self.occur(x.id, d),
+            K::Lit(_) => {}
             K::Lam(x, b) => {
-                self.bind(x.id, depth + 1);
-                self.term(b, depth + 1);
+                self.bind(x.id, d + 1);
+                work.push(C(b, d + 1));
             }
             K::LinLam(v, l) => {
-                self.bind(v.id, depth + 1);
-                self.linear(l, depth + 1);
+                self.bind(v.id, d + 1);
+                work.push(L(l, d + 1));
             }
             K::Let(p, e, b) => {
                 self.let_bound_pair(p, e);
-                self.term(e, depth);
-                self.bind_pat(p, depth);
-                self.term(b, depth);
+                work.extend([C(b, d), Bind(p, d), C(e, d)]);
             }
             K::Case(e, p, a, q, b) => {
-                self.term(e, depth);
-                self.bind_pat(p, depth);
-                self.term(a, depth);
-                self.bind_pat(q, depth);
-                self.term(b, depth);
+                work.extend([C(b, d), Bind(q, d), C(a, d), Bind(p, d), C(e, d)]);
             }
             K::App(f, a) => {
                 if let K::Var(x) = &f.kind
@@ -208,8 +213,7 @@ impl<T: OccEntry> Occurrences<T> {
                 {
                     o.applied = o.applied.saturating_add(1);
                 }
-                self.term(f, depth);
-                self.term(a, depth);
+                work.extend([C(a, d), C(f, d)]);
             }
             K::Map(f, xs) => {
                 if let (Some(_), K::Var(x)) = (projection(f), &xs.kind)
@@ -217,35 +221,35 @@ impl<T: OccEntry> Occurrences<T> {
                 {
                     o.map_proj = o.map_proj.saturating_add(1);
                 }
-                self.term(f, depth);
-                self.term(xs, depth);
+                work.extend([C(xs, d), C(f, d)]);
             }
-            _ => self.children(t.children(), depth),
+            K::Pair(a, b)
+            | K::Build(a, b)
+            | K::Index(a, b)
+            | K::Replicate(a, b)
+            | K::LinApp(a, b) => work.extend([C(b, d), C(a, d)]),
+            K::Fst(a)
+            | K::Snd(a)
+            | K::Inl(a, _)
+            | K::Inr(_, a)
+            | K::Length(a)
+            | K::LinPrim(_, a) => work.push(C(a, d)),
+            K::If(a, b, c) | K::Map2(a, b, c) => work.extend([C(c, d), C(b, d), C(a, d)]),
+            K::Prim(_, args) | K::Array(_, args) => {
+                work.extend(args.iter().rev().map(|a| C(a, d)));
+            }
         }
     }
 
-    fn children<'a>(&mut self, cs: impl IntoIterator<Item = Child<'a>>, d: u32) {
-        for c in cs {
-            match c {
-                Child::C(t) => self.term(t, d),
-                Child::L(l) => self.linear(l, d),
-            }
-        }
-    }
-
-    fn linear(&mut self, l: &LTerm, depth: u32) {
-        deep(|| self.linear_(l, depth))
-    }
-
-    fn linear_(&mut self, l: &LTerm, depth: u32) {
+    fn linear<'a>(&mut self, l: &'a LTerm, d: u32, work: &mut Vec<Work<'a>>) {
         use LTermKind as K;
+        use Work::{Bind, BindVar, C, L};
         match &l.kind {
-            K::Var(u) => self.occur(u.id, depth),
+            K::Var(u) => self.occur(u.id, d),
+            K::Zero(_) => {}
             K::Let(p, t, b) => {
                 self.let_bound_pair(p, t);
-                self.term(t, depth);
-                self.bind_pat(p, depth);
-                self.linear(b, depth);
+                work.extend([L(b, d), Bind(p, d), C(t, d)]);
             }
             K::LinLet(u, a, b) => {
                 if let K::Pair(x, y) = &a.kind {
@@ -255,22 +259,46 @@ impl<T: OccEntry> Occurrences<T> {
                         }
                     }
                 }
-                self.linear(a, depth);
-                self.bind(u.id, depth);
-                self.linear(b, depth);
+                work.extend([L(b, d), BindVar(u.id, d), L(a, d)]);
             }
             K::PowLam(b, body) => {
-                self.bind(b.id, depth + 1);
-                self.linear(body, depth + 1);
+                self.bind(b.id, d + 1);
+                work.push(L(body, d + 1));
             }
             K::Build(n, i, body) => {
-                self.term(n, depth);
-                self.bind(i.id, depth + 1);
-                self.linear(body, depth + 1);
+                work.extend([L(body, d + 1), BindVar(i.id, d + 1), C(n, d)]);
             }
-            _ => self.children(l.children(), depth),
+            K::Plus(a, b) | K::Pair(a, b) => work.extend([L(b, d), L(a, d)]),
+            K::Fst(a)
+            | K::Snd(a)
+            | K::Inl(a, _)
+            | K::Inr(_, a)
+            | K::FromLeft(a)
+            | K::FromRight(a)
+            | K::Sum(a) => work.push(L(a, d)),
+            K::App(t, a)
+            | K::Copower(t, a)
+            | K::CopowFold(t, a)
+            | K::Replicate(t, a)
+            | K::ZipWith(t, a)
+            | K::Map(t, a)
+            | K::Scale(t, a) => work.extend([L(a, d), C(t, d)]),
+            K::PowApp(a, t) | K::Index(a, t) => work.extend([C(t, d), L(a, d)]),
+            K::OneHot(n, i, a) => work.extend([L(a, d), C(i, d), C(n, d)]),
         }
     }
+}
+
+/// A step of the occurrence analysis's traversal.
+enum Work<'a> {
+    /// Visit a Cartesian term at a λ depth.
+    C(&'a Term, u32),
+    /// Visit a linear term at a λ depth.
+    L(&'a LTerm, u32),
+    /// Register the binders of a pattern.
+    Bind(&'a Pat, u32),
+    /// Register a binder.
+    BindVar(VarId, u32),
 }
 
 /// Which projection a Cartesian λ is, if it is `\r -> fst r` (`Some(true)`) or `\r -> snd r`
