@@ -644,27 +644,36 @@ impl Pass<'_> {
     }
 
     /// The pattern with unused variables made `_`, or `None` if nothing of it is used.
-    fn live(&mut self, p: &Pat) -> Option<Pat> {
+    fn live(&mut self, p: Pat) -> Option<Pat> {
         if !self.rules.dead_let {
-            return Some(p.clone());
+            return Some(p);
         }
+        self.live_or_dead(p).ok()
+    }
+
+    /// [`Self::live`], giving back a dead pattern (for its type).
+    fn live_or_dead(&mut self, p: Pat) -> Result<Pat, Pat> {
         match p {
-            Pat::Var(x) => {
+            Pat::Var(ref x) => {
                 if self.used(x) {
-                    Some(p.clone())
+                    Ok(p)
                 } else {
                     self.fire("deadLet");
-                    None
+                    Err(p)
                 }
             }
-            Pat::Wild(_) => None,
-            Pat::Pair(a, b) => match (self.live(a), self.live(b)) {
-                (None, None) => None,
-                (a2, b2) => Some(Pat::Pair(
-                    Box::new(a2.unwrap_or_else(|| Pat::Wild(a.ty()))),
-                    Box::new(b2.unwrap_or_else(|| Pat::Wild(b.ty()))),
-                )),
-            },
+            Pat::Wild(_) => Err(p),
+            Pat::Pair(mut a, mut b) => {
+                let (a2, b2) = (self.live_or_dead(*a), self.live_or_dead(*b));
+                let dead = a2.is_err() && b2.is_err();
+                *a = a2.unwrap_or_else(|d| Pat::Wild(d.ty()));
+                *b = b2.unwrap_or_else(|d| Pat::Wild(d.ty()));
+                if dead {
+                    Err(Pat::Pair(a, b))
+                } else {
+                    Ok(Pat::Pair(a, b))
+                }
+            }
         }
     }
 
@@ -723,7 +732,7 @@ impl Pass<'_> {
         for i in (start..self.stack.len()).rev() {
             let b = std::mem::replace(&mut self.stack[i], Binding::Gone);
             self.stack[i] = match b {
-                Binding::Cart(p, e, span, orig) => match self.live(&p) {
+                Binding::Cart(p, e, span, orig) => match self.live(p) {
                     Some(p) => Binding::Cart(p, e, span, orig),
                     None => {
                         self.drop(&e);
@@ -929,16 +938,22 @@ impl Pass<'_> {
                 return;
             }
         }
+        let comps = || x.ty.as_prod();
         if self.rules.let_pair_split
             && let TermKind::Pair(a, b) = &e.kind
-            && let Some((ta, tb)) = x.ty.as_prod()
+            && (is_atom(a) && is_atom(b) || comps().is_some())
         {
             // Non-atomic components get variables of their own; the occurrence analysis keeps
             // `letInline` from putting them back (see `Occ::pair_component`), so the split is
-            // stable and not counted as a firing.
-            let (ta, tb) = (ta.clone(), tb.clone());
-            let a2 = self.atomize(a, &x.name, &ta, span);
-            let b2 = self.atomize(b, &x.name, &tb, span);
+            // stable and not counted as a firing. (Their types are looked up only then.)
+            let a2 = match comps() {
+                Some((ta, _)) if !is_atom(a) => self.atomize(a, &x.name, &ta.clone(), span),
+                _ => a.clone(),
+            };
+            let b2 = match comps() {
+                Some((_, tb)) if !is_atom(b) => self.atomize(b, &x.name, &tb.clone(), span),
+                _ => b.clone(),
+            };
             self.set_slot(x.id, Slot::Known(a2.clone(), b2.clone()));
             let e = Term::new(TermKind::Pair(a2, b2), e.span);
             self.stack
@@ -1115,13 +1130,21 @@ impl Pass<'_> {
                 return;
             }
         }
+        // The components' types are looked up only for a component that needs a variable (a
+        // type is a pointer away: on a large term, a cache miss).
+        let comps = || u.lin_ty().and_then(LTy::as_prod);
         if self.rules.let_pair_split
             && let LTermKind::Pair(a, b) = &l.kind
-            && let Some((ta, tb)) = u.lin_ty().and_then(LTy::as_prod)
+            && (is_latom(a) && is_latom(b) || comps().is_some())
         {
-            let (ta, tb) = (ta.clone(), tb.clone());
-            let a2 = self.latomize(a, &u.name, &ta, span);
-            let b2 = self.latomize(b, &u.name, &tb, span);
+            let a2 = match comps() {
+                Some((ta, _)) if !is_latom(a) => self.latomize(a, &u.name, &ta.clone(), span),
+                _ => a.clone(),
+            };
+            let b2 = match comps() {
+                Some((_, tb)) if !is_latom(b) => self.latomize(b, &u.name, &tb.clone(), span),
+                _ => b.clone(),
+            };
             self.set_slot(u.id, Slot::LKnown(a2.clone(), b2.clone()));
             let l = LTerm::new(LTermKind::Pair(a2, b2), l.span);
             self.stack
@@ -1251,8 +1274,8 @@ impl Pass<'_> {
                 }
                 let a2 = self.block(a);
                 let b2 = self.block(b);
-                let p2 = self.live(p).unwrap_or_else(|| Pat::Wild(p.ty()));
-                let q2 = self.live(q).unwrap_or_else(|| Pat::Wild(q.ty()));
+                let p2 = self.live(p.clone()).unwrap_or_else(|| Pat::Wild(p.ty()));
+                let q2 = self.live(q.clone()).unwrap_or_else(|| Pat::Wild(q.ty()));
                 mk(K::Case(e2, p2, a2, q2, b2))
             }
             K::Prim(op, args) => {
