@@ -168,7 +168,26 @@ pub struct Primitive {
     result: Type,
     fixity: Fixity,
     eval: Box<EvalFn>,
+    scalar: Option<Scalar>,
     derivative: Derivative,
+}
+
+/// A scalar primitive's evaluation on unboxed operands, which a compiling evaluator
+/// ([`crate::target::engine`]) calls without building the argument tuple. It must agree with the
+/// primitive's evaluation wherever that succeeds; `Int2` returns `None` where it fails (the
+/// evaluation then gives the error).
+#[derive(Clone, Copy, Debug)]
+pub enum Scalar {
+    /// `Real → Real`.
+    Real1(fn(f64) -> f64),
+    /// `Real × Real → Real`.
+    Real2(fn(f64, f64) -> f64),
+    /// `Real × Real → Bool`.
+    RealCmp(fn(&f64, &f64) -> bool),
+    /// `Int × Int → Int`, `None` on failure (overflow, division by zero).
+    Int2(fn(i64, i64) -> Option<i64>),
+    /// `Int × Int → Bool`.
+    IntCmp(fn(&i64, &i64) -> bool),
 }
 
 /// A shared handle to a registered primitive.
@@ -196,8 +215,20 @@ impl Primitive {
             result,
             fixity,
             eval: Box::new(eval),
+            scalar: None,
             derivative,
         }
+    }
+
+    /// Declares the primitive's evaluation on unboxed operands (see [`Scalar`]).
+    pub fn with_scalar(mut self, s: Scalar) -> Primitive {
+        self.scalar = Some(s);
+        self
+    }
+
+    /// The evaluation on unboxed operands, if declared.
+    pub fn scalar(&self) -> Option<Scalar> {
+        self.scalar
     }
 
     /// The same primitive with the given derivative.
@@ -410,6 +441,7 @@ fn real1(name: &str, f: fn(f64) -> f64, df: fn(&Term) -> Term) -> Primitive {
     Primitive::function(name, vec![Type::Real], Type::Real, move |x| {
         Ok(Value::Real(f(x.expect_real())))
     })
+    .with_scalar(Scalar::Real1(f))
     .with_derivative(Derivative::scalar(df))
 }
 
@@ -434,6 +466,7 @@ fn real2_with(name: &str, fixity: Fixity, f: fn(f64, f64) -> f64, d: Derivative)
             Ok(Value::Real(f(a.expect_real(), b.expect_real())))
         },
     )
+    .with_scalar(Scalar::Real2(f))
     .with_derivative(d)
 }
 
@@ -470,6 +503,7 @@ fn int2(name: &str, sym: &'static str, prec: u8, f: fn(i64, i64) -> Option<i64>)
             })
         },
     )
+    .with_scalar(Scalar::Int2(f))
 }
 
 fn compare<T: 'static>(
@@ -660,6 +694,7 @@ fn builtins() -> Vec<Primitive> {
         Primitive::new("neg", vec![real()], real(), Fixity::Prefix("-"), |x| {
             Ok(Value::Real(-x.expect_real()))
         })
+        .with_scalar(Scalar::Real1(|x| -x))
         .with_derivative(Derivative::terms(
             |_, d| negate(&d[0]),
             |_, v| vec![negate(v)],
@@ -711,14 +746,11 @@ fn builtins() -> Vec<Primitive> {
         ("ne", "!=", f64::ne, i64::ne),
     ];
     for (name, sym, fr, fi) in cmp {
-        v.push(compare(name, real(), sym, Value::expect_real, fr));
-        v.push(compare(
-            &format!("i{name}"),
-            Type::Int,
-            sym,
-            Value::expect_int,
-            fi,
-        ));
+        v.push(compare(name, real(), sym, Value::expect_real, fr).with_scalar(Scalar::RealCmp(fr)));
+        v.push(
+            compare(&format!("i{name}"), Type::Int, sym, Value::expect_int, fi)
+                .with_scalar(Scalar::IntCmp(fi)),
+        );
     }
     v.push(compare(
         "beq",
