@@ -20,10 +20,11 @@
 //! bounded. Definitions that take or return functions are listed as not checked.
 //!
 //! Independent of all that, the GMM and MLP values are compared with direct Rust loops of the
-//! same formulas (the hand-written baselines of `benches/native`), `lgamma`'s derivative with known digamma values, and the gradients with the
-//! invariances of the models (shifting all `alphas`, translating data and means, shifting all
-//! logits); the CLI's `grad` on the argument files agrees with the library; and a few steps of
-//! `train_mlp`'s training loop lower the loss (and steps up the gradient raise it).
+//! same formulas (the hand-written baselines of `benches/native`), `lgamma`'s derivative with
+//! known digamma values, and the gradients with the invariances of the models (shifting all
+//! `alphas`, translating data and means, shifting all logits); the CLI's `grad` on the argument
+//! files agrees with the library; and a few steps of `train_mlp`'s training loop lower the loss
+//! (and steps up the gradient raise it).
 
 use chad::ad::{Jvp, Vjp};
 use chad::oracle::{dual, fd};
