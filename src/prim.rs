@@ -617,7 +617,8 @@ fn builtins() -> Vec<Primitive> {
             }
         }),
         Primitive::function("sum", vec![arr()], real(), |x| {
-            Ok(Value::Real(x.expect_reals().iter().sum()))
+            // A fold from +0.0: std's `Sum` for f64 starts from -0.0, so `sum []` would print `-0.0`.
+            Ok(Value::Real(x.expect_reals().iter().fold(0.0, |a, b| a + b)))
         })
         .with_derivative(Derivative::terms(
             |_, d| LTerm::mk(LTermKind::Sum(d[0].clone())),
@@ -636,7 +637,7 @@ fn builtins() -> Vec<Primitive> {
                     b.len()
                 )));
             }
-            Ok(Value::Real(a.iter().zip(b).map(|(x, y)| x * y).sum()))
+            Ok(Value::Real(a.iter().zip(b).fold(0.0, |s, (x, y)| s + x * y)))
         })
         .with_derivative(Derivative::terms(
             |x, d| {
@@ -897,6 +898,71 @@ mod tests {
         );
         let e = run(&r, "dot", vec![xs, Value::reals(vec![1.0])]).unwrap_err();
         assert_eq!(e.message(), "dot: arrays have different lengths (3 and 1)");
+        // Empty sums are +0.0 (printed `0.0`), not -0.0.
+        let empty = Value::reals(vec![]);
+        let s = run(&r, "sum", vec![empty.clone()]).unwrap().expect_real();
+        assert!(s == 0.0 && s.is_sign_positive());
+        let d = run(&r, "dot", vec![empty.clone(), empty]).unwrap().expect_real();
+        assert!(d == 0.0 && d.is_sign_positive());
+    }
+
+    /// Every builtin's unboxed form agrees with its evaluation, errors included.
+    #[test]
+    fn scalar_forms_agree_with_evaluation() {
+        let r = Registry::builtin();
+        let reals = [-2.5, -1.0, -0.0, 0.0, 0.5, 1.0, 3.0, f64::INFINITY, f64::NAN];
+        let ints = [i64::MIN, -7, -1, 0, 1, 2, 7, i64::MAX];
+        let same = |a: &Value, b: &Value| a.same(b) == Some(true);
+        let mut checked = 0;
+        for p in r.all() {
+            let name = p.name();
+            let Some(s) = p.scalar() else { continue };
+            checked += 1;
+            match s {
+                Scalar::Real1(f) => {
+                    for &x in &reals {
+                        let v = p.eval_args(vec![Value::Real(x)]).unwrap();
+                        assert!(same(&v, &Value::Real(f(x))), "{name} {x}");
+                    }
+                }
+                Scalar::Real2(f) => {
+                    for &x in &reals {
+                        for &y in &reals {
+                            let v = p.eval_args(vec![Value::Real(x), Value::Real(y)]).unwrap();
+                            assert!(same(&v, &Value::Real(f(x, y))), "{name} {x} {y}");
+                        }
+                    }
+                }
+                Scalar::RealCmp(f) => {
+                    for &x in &reals {
+                        for &y in &reals {
+                            let v = p.eval_args(vec![Value::Real(x), Value::Real(y)]).unwrap();
+                            assert_eq!(v.expect_bool(), f(&x, &y), "{name} {x} {y}");
+                        }
+                    }
+                }
+                Scalar::Int2(f) => {
+                    for &x in &ints {
+                        for &y in &ints {
+                            let v = p.eval_args(vec![Value::Int(x), Value::Int(y)]);
+                            match f(x, y) {
+                                Some(z) => assert_eq!(v.unwrap().expect_int(), z, "{name}"),
+                                None => assert!(v.is_err(), "{name} {x} {y}"),
+                            }
+                        }
+                    }
+                }
+                Scalar::IntCmp(f) => {
+                    for &x in &ints {
+                        for &y in &ints {
+                            let v = p.eval_args(vec![Value::Int(x), Value::Int(y)]).unwrap();
+                            assert_eq!(v.expect_bool(), f(&x, &y), "{name} {x} {y}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked >= 30, "only {checked} scalar forms");
     }
 
     #[test]
