@@ -14,6 +14,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// mimalloc rather than the system allocator: derivative code allocates many small, short-lived
+/// values, and glibc's malloc handed large freed arrays back to the OS only to page-fault them in
+/// again on the next run (theory-notes/06-performance.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "chad",

@@ -33,6 +33,8 @@ use crate::error::{Error, Result, Span};
 use crate::prim::{Prim, Scalar};
 use crate::value::{self, Closure, Value};
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
+use std::cell::RefCell;
 use std::rc::Rc;
 
 /// A frame: one slot per variable bound in a function body.
@@ -245,7 +247,7 @@ impl Compiler {
                 Box::new(move |fr| {
                     Ok(Value::Closure(Rc::new(EngineClosure {
                         code: code.clone(),
-                        env: outer.iter().map(|&s| fr[s].clone()).collect(),
+                        env: captured(&outer, fr),
                     })))
                 })
             }
@@ -448,7 +450,7 @@ impl Compiler {
                 Box::new(move |fr| {
                     Ok(Value::LinFun(LinFun::new(EngineLinear {
                         code: code.clone(),
-                        env: outer.iter().map(|&s| fr[s].clone()).collect(),
+                        env: captured(&outer, fr),
                     })))
                 })
             }
@@ -632,11 +634,12 @@ impl Compiler {
                 let outer: Vec<usize> = caps.iter().map(|c| c.1).collect();
                 Box::new(move |fr| {
                     let code = code.clone();
-                    let env: Vec<Value> = outer.iter().map(|&s| fr[s].clone()).collect();
+                    let env = captured(&outer, fr);
                     Ok(Lin::power(move |x| {
-                        let mut frame = code.frame(&env);
-                        frame[code.param] = x.clone();
-                        (code.body)(&mut frame)
+                        with_frame(code.size, &code.captures, &env, |frame| {
+                            frame[code.param] = x.clone();
+                            (code.body)(frame)
+                        })
                     }))
                 })
             }
@@ -673,6 +676,20 @@ impl Compiler {
                 })
             }
             K::Sum(e) => {
+                if let K::Build(n, i, body) = &e.kind {
+                    // lsum (lbuild n (\i -> l)): accumulate, without building the array.
+                    let n = self.int(n);
+                    let (s, body) = self.in_loop(|c| (c.bind(i), c.linear(body)));
+                    return Box::new(move |fr| {
+                        let n = value::check_len("lbuild", n(fr)?).map_err(at)?;
+                        let mut acc = Lin::zero();
+                        for k in 0..n {
+                            fr[s] = Value::Int(k as i64);
+                            acc = Lin::plus(acc, body(fr)?);
+                        }
+                        Ok(acc)
+                    });
+                }
                 let e = self.linear(e);
                 Box::new(move |fr| Ok(e(fr)?.sum()))
             }
@@ -827,27 +844,56 @@ struct FunCode {
     body: CFn,
 }
 
+/// Captured values, stored inline in the closure's allocation when there are few.
+type Env = SmallVec<[Value; 4]>;
+
+/// The values of the given slots of a frame.
+fn captured(slots: &[usize], fr: &Frame) -> Env {
+    slots.iter().map(|&s| fr[s].clone()).collect()
+}
+
 /// A closure value: compiled body and captured values.
 struct EngineClosure {
     code: Rc<FunCode>,
-    env: Vec<Value>,
+    env: Env,
 }
 
-/// A frame of `size` slots with the captured values in place.
-fn frame_with(size: usize, captures: &[usize], env: &[Value]) -> Frame {
-    let mut frame = vec![Value::Unit; size];
+thread_local! {
+    /// Frames of finished calls, reused so that a call does not allocate one.
+    static FRAMES: RefCell<Vec<Frame>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on a frame of `size` slots with the captured values in place. The frame comes
+/// from (and, emptied, goes back to) a per-thread pool.
+fn with_frame<R>(
+    size: usize,
+    captures: &[usize],
+    env: &[Value],
+    f: impl FnOnce(&mut Frame) -> R,
+) -> R {
+    let mut frame = FRAMES.with(|p| p.borrow_mut().pop()).unwrap_or_default();
+    frame.resize(size, Value::Unit);
     for (&s, v) in captures.iter().zip(env) {
         frame[s] = v.clone();
     }
-    frame
+    let out = f(&mut frame);
+    frame.clear();
+    FRAMES.with(|p| {
+        let mut pool = p.borrow_mut();
+        if pool.len() < 64 {
+            pool.push(frame);
+        }
+    });
+    out
 }
 
 impl Closure for EngineClosure {
     fn apply(&self, arg: Value) -> Result<Value> {
         let c = &self.code;
-        let mut frame = frame_with(c.size, &c.captures, &self.env);
-        frame[c.param] = arg;
-        (c.body)(&mut frame)
+        with_frame(c.size, &c.captures, &self.env, |frame| {
+            frame[c.param] = arg;
+            (c.body)(frame)
+        })
     }
 }
 
@@ -863,15 +909,16 @@ struct LinCode {
 /// The value of a linear λ: a linear map.
 struct EngineLinear {
     code: Rc<LinCode>,
-    env: Vec<Value>,
+    env: Env,
 }
 
 impl LinearMap for EngineLinear {
     fn apply(&self, x: &Lin) -> Result<Lin> {
         let c = &self.code;
-        let mut frame = frame_with(c.size, &c.captures, &self.env);
-        frame[c.param] = Value::Lin(x.clone());
-        (c.body)(&mut frame)
+        with_frame(c.size, &c.captures, &self.env, |frame| {
+            frame[c.param] = Value::Lin(x.clone());
+            (c.body)(frame)
+        })
     }
     fn describe(&self) -> String {
         format!("\\{} ⊸ ...", self.code.name)
@@ -884,12 +931,6 @@ struct PowCode {
     param: usize,
     captures: Vec<usize>,
     body: LFn,
-}
-
-impl PowCode {
-    fn frame(&self, env: &[Value]) -> Frame {
-        frame_with(self.size, &self.captures, env)
-    }
 }
 
 /// Counts the occurrences of every variable.

@@ -338,7 +338,7 @@ impl Lin {
     pub fn sum(&self) -> Lin {
         match &self.0 {
             Repr::Zero => Lin::zero(),
-            Repr::Reals(xs) => Lin::real(xs.iter().sum()),
+            Repr::Reals(xs) => Lin::real(xs.iter().fold(0.0, |a, b| a + b)),
             Repr::Items(xs) => xs.iter().fold(Lin::zero(), |a, x| Lin::plus(a, x.clone())),
             Repr::Sparse(s) => s
                 .entries
