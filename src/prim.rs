@@ -637,7 +637,9 @@ fn builtins() -> Vec<Primitive> {
                     b.len()
                 )));
             }
-            Ok(Value::Real(a.iter().zip(b).fold(0.0, |s, (x, y)| s + x * y)))
+            Ok(Value::Real(
+                a.iter().zip(b).fold(0.0, |s, (x, y)| s + x * y),
+            ))
         })
         .with_derivative(Derivative::terms(
             |x, d| {
@@ -902,7 +904,9 @@ mod tests {
         let empty = Value::reals(vec![]);
         let s = run(&r, "sum", vec![empty.clone()]).unwrap().expect_real();
         assert!(s == 0.0 && s.is_sign_positive());
-        let d = run(&r, "dot", vec![empty.clone(), empty]).unwrap().expect_real();
+        let d = run(&r, "dot", vec![empty.clone(), empty])
+            .unwrap()
+            .expect_real();
         assert!(d == 0.0 && d.is_sign_positive());
     }
 
@@ -910,7 +914,17 @@ mod tests {
     #[test]
     fn scalar_forms_agree_with_evaluation() {
         let r = Registry::builtin();
-        let reals = [-2.5, -1.0, -0.0, 0.0, 0.5, 1.0, 3.0, f64::INFINITY, f64::NAN];
+        let reals = [
+            -2.5,
+            -1.0,
+            -0.0,
+            0.0,
+            0.5,
+            1.0,
+            3.0,
+            f64::INFINITY,
+            f64::NAN,
+        ];
         let ints = [i64::MIN, -7, -1, 0, 1, 2, 7, i64::MAX];
         let same = |a: &Value, b: &Value| a.same(b) == Some(true);
         let mut checked = 0;
