@@ -78,6 +78,8 @@ impl Bench {
         let primal = Code::compile(&params, &simplify(&body));
         let jvp = Jvp::new(entry)?.map_body(simplify);
         let vjp = Vjp::new(entry)?.map_body(simplify);
+        jvp.code();
+        vjp.code();
         let compile_s = start.elapsed().as_secs_f64();
 
         let mut rng = Rng::new(TANGENT_SEED);
