@@ -113,7 +113,8 @@ impl Fuse<'_> {
                 self.alens.insert(x.id, n.clone());
             }
             TermKind::Map(_, xs) | TermKind::Map2(_, xs, _) if cheap(xs) => {
-                self.alens.insert(x.id, Term::mk(TermKind::Length(xs.clone())));
+                self.alens
+                    .insert(x.id, Term::mk(TermKind::Length(xs.clone())));
             }
             _ => {}
         }
@@ -362,7 +363,14 @@ impl Fuse<'_> {
             )
         };
         let (h1, h2) = (half(&bs1, l1), half(&bs2, l2));
-        let r = LTerm::new(if pair { K::Pair(h1, h2) } else { K::Plus(h1, h2) }, span);
+        let r = LTerm::new(
+            if pair {
+                K::Pair(h1, h2)
+            } else {
+                K::Plus(h1, h2)
+            },
+            span,
+        );
         Some(match outer {
             Some(nv) => LTerm::new(K::Let(Pat::Var(nv), n.clone(), r), span),
             None => r,
@@ -584,7 +592,9 @@ struct Closures {
     code: LTerm,
     /// The environment: variables bound in the element that the closure uses.
     env: Vec<Var>,
-    /// Whether the closure uses the build's index.
+    /// Bindings of the element recomputed at the use, in order.
+    remat: Vec<(Pat, Term, Span)>,
+    /// Whether the closure (or a recomputed binding) uses the build's index.
     uses_index: bool,
 }
 
@@ -629,7 +639,40 @@ impl Closures {
         let TermKind::LinLam(v, code) = &clo.kind else {
             return None;
         };
-        let used = vars_of_lin(code);
+        // Bindings cheap to evaluate again (an index of an atom by an atom, integer arithmetic
+        // on atoms, ...) whose inputs are not bound in the element, apart from the index and
+        // other such bindings, are recomputed at the use rather than stored: the element was
+        // built with the same index, so they evaluate to the same value without failing.
+        let mut inner: HashSet<VarId> = HashSet::default();
+        if let Maker::Map(ps, _) = &maker {
+            inner.extend(ps.iter().map(|p| p.id));
+        }
+        for (p, _, _) in &lets {
+            inner.extend(p.vars().iter().map(|v| v.id));
+        }
+        let mut remat_ok: HashSet<VarId> = HashSet::default();
+        for (p, e, _) in &lets {
+            if let Pat::Var(c) = p
+                && remat_form(c, e)
+                && vars_of_term(e)
+                    .iter()
+                    .all(|x| !inner.contains(x) || remat_ok.contains(x))
+            {
+                remat_ok.insert(c.id);
+            }
+        }
+        let mut need = vars_of_lin(code);
+        let mut remat = Vec::new();
+        for (p, e, s) in lets.iter().rev() {
+            if let Pat::Var(c) = p
+                && remat_ok.contains(&c.id)
+                && need.contains(&c.id)
+            {
+                remat.push((p.clone(), e.clone(), *s));
+                need.extend(vars_of_term(e));
+            }
+        }
+        remat.reverse();
         let mut candidates: Vec<Var> = match &maker {
             Maker::Build(..) => Vec::new(),
             Maker::Map(ps, _) => ps.clone(),
@@ -639,9 +682,9 @@ impl Closures {
         }
         let env = candidates
             .into_iter()
-            .filter(|c| used.contains(&c.id))
+            .filter(|c| need.contains(&c.id) && !remat_ok.contains(&c.id))
             .collect();
-        let uses_index = matches!(&maker, Maker::Build(_, i) if used.contains(&i.id));
+        let uses_index = matches!(&maker, Maker::Build(_, i) if need.contains(&i.id));
         let ok = match scope {
             Scope::C(t) => uses_ok(rs.id, Scope::C(t)),
             Scope::L(l) => uses_ok(rs.id, Scope::L(l)),
@@ -657,6 +700,7 @@ impl Closures {
             v: v.clone(),
             code: code.clone(),
             env,
+            remat,
             uses_index,
         })
     }
@@ -689,24 +733,18 @@ impl Closures {
             .map(|(a, _)| a.clone())
             .expect("an array of pairs");
         let rs2 = Var::fresh(rs.name.clone(), Ty::array(Ty::prod(a_ty, pat.ty())));
-        let core = Term::new(
-            TermKind::Pair(self.first.clone(), tuple),
-            self.pair_span,
-        );
-        let body = self
-            .lets
-            .iter()
-            .rev()
-            .fold(core, |acc, (p, x, s)| {
-                Term::new(TermKind::Let(p.clone(), x.clone(), acc), *s)
-            });
+        let core = Term::new(TermKind::Pair(self.first.clone(), tuple), self.pair_span);
+        let body = self.lets.iter().rev().fold(core, |acc, (p, x, s)| {
+            Term::new(TermKind::Let(p.clone(), x.clone(), acc), *s)
+        });
         let e2 = match (&self.maker, &e.kind) {
             (Maker::Build(_, i), TermKind::Build(n, f)) => {
                 TermKind::Build(n.clone(), Term::new(TermKind::Lam(i.clone(), body), f.span))
             }
-            (Maker::Map(ps, _), TermKind::Map(f, xs)) => {
-                TermKind::Map(Term::new(TermKind::Lam(ps[0].clone(), body), f.span), xs.clone())
-            }
+            (Maker::Map(ps, _), TermKind::Map(f, xs)) => TermKind::Map(
+                Term::new(TermKind::Lam(ps[0].clone(), body), f.span),
+                xs.clone(),
+            ),
             (Maker::Map(ps, _), TermKind::Map2(f, xs, ys)) => {
                 let g = Term::lam(&ps[1], body);
                 TermKind::Map2(
@@ -733,6 +771,9 @@ impl Closures {
         let (_, pat) = self.env_tuple();
         let env = Term::snd(Term::mk(TermKind::Index(Term::var(rs2), k.clone())));
         let inner = LTerm::lin_let(&self.v, arg, self.code.clone());
+        let inner = self.remat.iter().rev().fold(inner, |acc, (p, e, s)| {
+            LTerm::new(LTermKind::Let(p.clone(), e.clone(), acc), *s)
+        });
         LTerm::mk(LTermKind::Let(pat, env, inner))
     }
 }
@@ -804,7 +845,9 @@ struct Convert<'a> {
 impl Rewrite for Convert<'_> {
     fn term(&mut self, t: &Term) -> Term {
         deep(|| match &t.kind {
-            TermKind::Var(x) if x.id == self.old => Term::new(TermKind::Var(self.new.clone()), t.span),
+            TermKind::Var(x) if x.id == self.old => {
+                Term::new(TermKind::Var(self.new.clone()), t.span)
+            }
             TermKind::Map(f, xs) if matches!(&xs.kind, TermKind::Var(x) if x.id == self.old) => {
                 let r = Var::fresh("r", self.new.ty.as_array().expect("an array").clone());
                 let f2 = Term::new(TermKind::Lam(r.clone(), Term::fst(Term::var(&r))), f.span);
@@ -838,17 +881,14 @@ impl Rewrite for Convert<'_> {
                 };
                 let n = match &self.c.maker {
                     Maker::Build(n, _) if cheap(n) => n.clone(),
-                    Maker::Map(_, xs) if cheap(&xs[0]) => {
-                        Term::mk(TermKind::Length(xs[0].clone()))
-                    }
+                    Maker::Map(_, xs) if cheap(&xs[0]) => Term::mk(TermKind::Length(xs[0].clone())),
                     _ => Term::mk(TermKind::Length(Term::var(&self.new))),
                 };
                 let (arg, outer) = match &w.kind {
                     LTermKind::Replicate(_, a) if latom(a) => (a.clone(), None),
-                    LTermKind::Var(_) => (
-                        LTerm::mk(LTermKind::Index(w.clone(), Term::var(&k))),
-                        None,
-                    ),
+                    LTermKind::Var(_) => {
+                        (LTerm::mk(LTermKind::Index(w.clone(), Term::var(&k))), None)
+                    }
                     _ => {
                         let ty = w_ty(&self.c.v, &w);
                         let u = Var::fresh("w", ty);
@@ -865,6 +905,14 @@ impl Rewrite for Convert<'_> {
             }
             _ => l.map_children(self),
         })
+    }
+}
+
+/// Whether `c = e` is cheap enough to evaluate again at every use.
+fn remat_form(c: &Var, e: &Term) -> bool {
+    match &e.kind {
+        TermKind::Prim(_, args) => c.ty == Ty::Int && args.iter().all(is_atomic),
+        _ => cheap_index(e),
     }
 }
 
