@@ -104,10 +104,8 @@ impl Fuse<'_> {
     fn learn(&mut self, p: &Pat, e: &Term) {
         let Pat::Var(x) = p else { return };
         match &e.kind {
-            TermKind::Length(_) | TermKind::Var(_) if cheap(e) => {
-                if x.ty == Ty::Int {
-                    self.lens.insert(x.id, e.clone());
-                }
+            TermKind::Length(_) | TermKind::Var(_) if cheap(e) && x.ty == Ty::Int => {
+                self.lens.insert(x.id, e.clone());
             }
             TermKind::Build(n, _) | TermKind::Replicate(n, _) if cheap(n) => {
                 self.alens.insert(x.id, n.clone());
