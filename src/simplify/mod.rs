@@ -45,6 +45,7 @@
 //! assert_eq!(stats.fired["plusZero"], 1);
 //! ```
 
+mod fuse;
 pub mod occur;
 mod pass;
 mod types;
@@ -174,6 +175,26 @@ rules! {
     /// `if true then e else e' ~> e` (and `false`), `fromLeft (linl l) ~> l`,
     /// `fromLeft (linr l) ~> 0` (and `fromRight`).
     case_known = "caseKnown",
+    /// `closureConvert`: an array `rs = build n (\i -> let bs in (a, λ̲v. l))` (or a `map`,
+    /// `map2`) used only as `map fst rs`, `fst (rs ! j)`, `length rs`, `snd (rs ! j) • l'`,
+    /// `zipWith (map snd rs) w` stores the closure's environment `cs` (the variables of `bs` and
+    /// the map's parameters that `l` uses) instead of the closure: `snd (rs ! j) • l' ~> let i =
+    /// j in let cs = snd (rs ! i) in let v = l' in l`, `zipWith (map snd rs) w ~> lbuild n (\i
+    /// -> let cs = snd (rs ! i) in let v = w ! i in l)` (see [`fuse`]).
+    closure_convert = "closureConvert",
+    /// `sumBuildProj`: `fst (lsum (lbuild n (\j -> l))) ~> lsum (lbuild n (\j -> fst l))` (and
+    /// `snd`).
+    sum_build_proj = "sumBuildProj",
+    /// `sumBuildSplit`: `lsum (lbuild n (\j -> let bs in (l1, l2))) ~> (lsum (lbuild n (\j -> let
+    /// bs1 in l1)), lsum (lbuild n (\j -> let bs2 in l2)))`, and the same for `l1 + l2` with a
+    /// one-hot summand, when only cheap bindings are needed by both halves.
+    sum_build_split = "sumBuildSplit",
+    /// `sumBuildOneHot`: `lsum (lbuild n (\j -> let bs in onehot m j l)) ~> lbuild n (\j -> let
+    /// bs in l)` when `m` is provably `n`.
+    sum_build_one_hot = "sumBuildOneHot",
+    /// `plusOneHot`: `onehot m i a + onehot m i b ~> onehot m i (a + b)` (over a `+`-tree, with
+    /// lengths compared as for `sumBuildOneHot`).
+    plus_one_hot = "plusOneHot",
 }
 
 impl Default for Rules {
@@ -231,8 +252,15 @@ pub fn simplify_passes(t: &Term, rules: &Rules, max_passes: usize) -> (Term, Sta
     let mut cur = t.clone();
     while stats.passes < max_passes {
         stats.passes += 1;
-        let (out, fired) = pass::run(&cur, rules);
+        let (out, mut fired) = pass::run(&cur, rules);
         cur = out;
+        if fired.is_empty() && stats.passes < max_passes {
+            // The main pass is at a fixed point: the array fusion rules, whose output the
+            // next main pass cleans up.
+            let (out, f) = fuse::run(&cur, rules);
+            cur = out;
+            fired = f;
+        }
         if fired.is_empty() {
             break;
         }
