@@ -163,6 +163,10 @@ impl Lin {
     /// The monoid operation `a + b`, for values of the same linear type. Takes its arguments by
     /// value so that a uniquely owned array accumulator is updated in place.
     pub fn plus(a: Lin, b: Lin) -> Lin {
+        // Scalars first, without the stack check: the common case in scalar derivative code.
+        if let (Repr::Real(x), Repr::Real(y)) = (&a.0, &b.0) {
+            return Lin::real(x + y);
+        }
         deep(|| match (a.0, b.0) {
             (Repr::Zero, x) | (x, Repr::Zero) => Lin(x),
             (Repr::Real(x), Repr::Real(y)) => Lin::real(x + y),
@@ -194,6 +198,9 @@ impl Lin {
             return Lin::zero();
         }
         let mul = |y: f64| if y == 0.0 { 0.0 } else { c * y };
+        if let Repr::Real(y) = &x.0 {
+            return Lin::real(mul(*y));
+        }
         deep(|| match &x.0 {
             Repr::Zero => Lin::zero(),
             Repr::Real(y) => Lin::real(mul(*y)),
