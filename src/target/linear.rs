@@ -36,7 +36,7 @@
 use crate::deep::{Deep, deep};
 use crate::error::{Error, Result};
 use crate::value::Value;
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
 use std::fmt;
 use std::rc::Rc;
 
@@ -69,6 +69,9 @@ type PowerFn = dyn Fn(&Value) -> Result<Lin>;
 
 enum Power {
     Fn(Rc<PowerFn>),
+    /// `λb. snd (h b) • (da, 0)`: the tangent of the closure with body image `h` when its
+    /// context moves by `da` ([`LinFun::closure_env_tan`]).
+    Env(Value, Lin),
     Plus(Lin, Lin),
     Scale(f64, Lin),
 }
@@ -247,6 +250,11 @@ impl Lin {
             Repr::Zero => Ok(Lin::zero()),
             Repr::Power(p) => match &***p {
                 Power::Fn(f) => f(b),
+                Power::Env(h, da) => {
+                    let image = h.apply(b.clone())?;
+                    let f = expect_lin_fun(image.expect_pair().1);
+                    f.apply(&Lin::pair(da.clone(), Lin::zero()))
+                }
                 Power::Plus(f, g) => Ok(Lin::plus(f.apply_power(b)?, g.apply_power(b)?)),
                 Power::Scale(c, f) => Ok(Lin::scale(*c, &f.apply_power(b)?)),
             },
@@ -553,7 +561,9 @@ impl fmt::Display for Lin {
 pub struct Copower(Option<Rc<Deep<CopowerNode>>>);
 
 enum CopowerNode {
-    Leaf(Value, Lin),
+    /// `!a ⊗ l`, with the tape of the call that recorded it, if any (see [`CallTape`]): the
+    /// tape never changes what the pair denotes, only how fast a closure's creator folds it.
+    Leaf(Value, Lin, Option<Rc<CallTape>>),
     Concat(Copower, Copower),
 }
 
@@ -568,7 +578,14 @@ impl Copower {
         if l.is_zero() {
             return Copower::empty();
         }
-        Copower(Some(Rc::new(Deep::new(CopowerNode::Leaf(a, l)))))
+        Copower::leaf(a, l, None)
+    }
+
+    fn leaf(a: Value, l: Lin, tape: Option<Rc<CallTape>>) -> Copower {
+        if l.is_zero() {
+            return Copower::empty();
+        }
+        Copower(Some(Rc::new(Deep::new(CopowerNode::Leaf(a, l, tape)))))
     }
 
     /// The sum of two copowers (concatenation). O(1).
@@ -587,12 +604,21 @@ impl Copower {
     /// `copowfold f c`: the sum over the pairs `(a, l)` of `c` of `f(a) • l`. The result is a
     /// function of the formal sum only (not of order or grouping) because every `f(a)` is linear.
     pub fn fold(&self, f: impl Fn(&Value) -> Result<LinFun>) -> Result<Lin> {
+        self.fold_pairs(|a, l, _| f(a)?.apply(l))
+    }
+
+    /// The sum over the pairs `(a, l)` (and their tapes) of `f(a, l, tape)`, for an `f` linear
+    /// in `l` whose value does not depend on the tape (the tape only makes it cheaper).
+    fn fold_pairs(
+        &self,
+        f: impl Fn(&Value, &Lin, Option<&Rc<CallTape>>) -> Result<Lin>,
+    ) -> Result<Lin> {
         let mut acc = Lin::zero();
         let mut stack: Vec<&Copower> = vec![self];
         while let Some(c) = stack.pop() {
             match c.0.as_deref().map(|d| &**d) {
                 None => {}
-                Some(CopowerNode::Leaf(a, l)) => acc = Lin::plus(acc, f(a)?.apply(l)?),
+                Some(CopowerNode::Leaf(a, l, t)) => acc = Lin::plus(acc, f(a, l, t.as_ref())?),
                 Some(CopowerNode::Concat(x, y)) => {
                     stack.push(y);
                     stack.push(x);
@@ -606,7 +632,9 @@ impl Copower {
     fn scale(&self, c: f64) -> Copower {
         deep(|| match self.0.as_deref().map(|d| &**d) {
             None => Copower::empty(),
-            Some(CopowerNode::Leaf(a, l)) => Copower::singleton(a.clone(), Lin::scale(c, l)),
+            Some(CopowerNode::Leaf(a, l, t)) => {
+                Copower::leaf(a.clone(), Lin::scale(c, l), t.clone())
+            }
             Some(CopowerNode::Concat(x, y)) => Copower::plus(x.scale(c), y.scale(c)),
         })
     }
@@ -627,6 +655,13 @@ pub trait LinearMap {
     /// A short description, for debugging output.
     fn describe(&self) -> String {
         "<linear map>".to_string()
+    }
+
+    /// The call tape behind a closure's argument derivative ([`LinFun::closure_arg`]); `None`
+    /// for every other map. Not for implementations outside this module.
+    #[doc(hidden)]
+    fn call_tape(&self) -> Option<Rc<CallTape>> {
+        None
     }
 }
 
@@ -869,6 +904,198 @@ impl LinearMap for ScaleArray {
     }
     fn describe(&self) -> String {
         "scaleArray".into()
+    }
+}
+
+// ----- closure calls: taping instead of recomputing (theory-notes/06-performance.md) -----
+
+/// What one call of a closure made by reverse CHAD's `curry` leaves behind: the closure's body
+/// image `h` (its identity tells whose call this was), the body's full transposed derivative
+/// `f = snd (h b)` at the call's argument `b` (context half and argument half), and the last
+/// application of `f` (a memo).
+///
+/// The paper's rule folds a function's copower cotangent by re-running `h b` for every recorded
+/// call, and takes the argument half and the context half of `f • v` from two separate
+/// applications. Both cost: nested closures re-run their callees at every level, and a closure
+/// returning a closure (a curried definition applied to its arguments one at a time) applies
+/// `f` twice per level, exponentially often in the depth. A tape keeps `f` from the forward
+/// pass and `f • v` from the argument half for the context half. It is only a cache: a copower
+/// pair `(b, l)` with a tape denotes the same as without, and the creator's fold uses the tape
+/// only if it is its own (`h` is the same closure value), computing `snd (h b) • l` otherwise.
+pub struct CallTape {
+    h: Value,
+    f: LinFun,
+    memo: RefCell<Option<(Lin, Lin)>>,
+}
+
+impl CallTape {
+    /// `f • l`, remembered for the next application to the same `l`.
+    fn apply(&self, l: &Lin) -> Result<Lin> {
+        if let Some((seen, u)) = &*self.memo.borrow()
+            && same_lin(seen, l)
+        {
+            return Ok(u.clone());
+        }
+        let u = self.f.apply(l)?;
+        *self.memo.borrow_mut() = Some((l.clone(), u.clone()));
+        Ok(u)
+    }
+}
+
+/// True only if `a` and `b` are certainly the same value (the same shared node, or the same
+/// real bit for bit). O(1); `false` says nothing.
+fn same_lin(a: &Lin, b: &Lin) -> bool {
+    match (&a.0, &b.0) {
+        (Repr::Real(x), Repr::Real(y)) => x.to_bits() == y.to_bits(),
+        (Repr::Pair(p), Repr::Pair(q)) => Rc::ptr_eq(p, q),
+        (Repr::Copower(c), Repr::Copower(d)) => match (&c.0, &d.0) {
+            (Some(x), Some(y)) => Rc::ptr_eq(x, y),
+            _ => false,
+        },
+        (Repr::Power(p), Repr::Power(q)) => Rc::ptr_eq(p, q),
+        (Repr::Reals(x), Repr::Reals(y)) => Rc::ptr_eq(x, y),
+        (Repr::Items(x), Repr::Items(y)) => Rc::ptr_eq(x, y),
+        (Repr::Sparse(x), Repr::Sparse(y)) => Rc::ptr_eq(x, y),
+        _ => false,
+    }
+}
+
+/// True only if `a` and `b` are the same closure value.
+fn same_closure(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Closure(x), Value::Closure(y)) => std::ptr::addr_eq(Rc::as_ptr(x), Rc::as_ptr(y)),
+        _ => false,
+    }
+}
+
+/// The argument half `λ̲v. snd (f • v)` of a closure call's derivative, with the call's tape.
+struct ClosureArg(Rc<CallTape>);
+
+impl LinearMap for ClosureArg {
+    fn apply(&self, v: &Lin) -> Result<Lin> {
+        Ok(self.0.apply(v)?.snd())
+    }
+    fn describe(&self) -> String {
+        "closureArg".into()
+    }
+    fn call_tape(&self) -> Option<Rc<CallTape>> {
+        Some(self.0.clone())
+    }
+}
+
+impl LinFun {
+    /// `λ̲v. snd (f • v) : L ⊸ A` for the derivative `f : L ⊸ Γ × A` of a closure body `h` at
+    /// one argument (`f = snd (h b)`): the derivative a closure call returns for its argument.
+    /// It keeps `f` as the call's tape, which [`LinFun::record_call`] attaches to the call's
+    /// copower pair.
+    pub fn closure_arg(h: Value, f: LinFun) -> LinFun {
+        LinFun::new(ClosureArg(Rc::new(CallTape {
+            h,
+            f,
+            memo: RefCell::new(None),
+        })))
+    }
+
+    /// `λ̲v. !b ⊗ v : L ⊸ !τ ⊗ L`, the cotangent of a function called at `b` whose call returned
+    /// the argument derivative `g`. The pair carries `g`'s tape if `g` came from
+    /// [`LinFun::closure_arg`] (same denotation as [`LinFun::copower_singleton`]).
+    pub fn record_call(b: Value, g: &LinFun) -> LinFun {
+        let tape = g.0.call_tape();
+        closure("recordCall", move |x| {
+            Ok(Lin::copower(Copower::leaf(
+                b.clone(),
+                x.clone(),
+                tape.clone(),
+            )))
+        })
+    }
+
+    /// `λ̲w. copowfold (λb. λ̲v. fst (snd (h b) • v)) w : !τ ⊗ L ⊸ Γ` for the body image
+    /// `h : τ → C × (L ⊸ Γ × A)` of a closure: the context cotangent of all its calls. A pair
+    /// recorded by a call of this very `h` is folded through its tape (no re-run of `h`, and
+    /// `f • v` shared with the argument half); any other pair re-runs `h b`.
+    pub fn closure_env(h: Value) -> LinFun {
+        closure("closureEnv", move |w| {
+            w.to_copower().fold_pairs(|b, l, tape| match tape {
+                Some(t) if same_closure(&t.h, &h) => Ok(t.apply(l)?.fst()),
+                _ => {
+                    let image = h.apply(b.clone())?;
+                    Ok(expect_lin_fun(image.expect_pair().1).apply(l)?.fst())
+                }
+            })
+        })
+    }
+}
+
+fn expect_lin_fun(v: &Value) -> LinFun {
+    match v {
+        Value::LinFun(f) => f.clone(),
+        other => panic!("internal error: a closure body's derivative is {other}"),
+    }
+}
+
+/// The tangent half `λ̲db. f • (0, db)` of a closure call's derivative `f : Γ × A ⊸ C` in
+/// forward mode, with the call's tape.
+struct ClosureTan(Rc<CallTape>);
+
+impl LinearMap for ClosureTan {
+    fn apply(&self, db: &Lin) -> Result<Lin> {
+        self.0.f.apply(&Lin::pair(Lin::zero(), db.clone()))
+    }
+    fn describe(&self) -> String {
+        "closureTan".into()
+    }
+    fn call_tape(&self) -> Option<Rc<CallTape>> {
+        Some(self.0.clone())
+    }
+}
+
+/// `p @ b` for a power `p`, taking each part `λb. snd (h b) • (da, 0)` made by the tape's own
+/// closure from the tape (`f • (da, 0)`, no re-run of `h b`).
+fn power_at_call(p: &Lin, b: &Value, tape: &Option<Rc<CallTape>>) -> Result<Lin> {
+    deep(|| match &p.0 {
+        Repr::Power(node) => match (&***node, tape) {
+            (Power::Env(h, da), Some(t)) if same_closure(h, &t.h) => {
+                t.f.apply(&Lin::pair(da.clone(), Lin::zero()))
+            }
+            (Power::Plus(f, g), _) => Ok(Lin::plus(
+                power_at_call(f, b, tape)?,
+                power_at_call(g, b, tape)?,
+            )),
+            (Power::Scale(c, f), _) => Ok(Lin::scale(*c, &power_at_call(f, b, tape)?)),
+            _ => p.apply_power(b),
+        },
+        _ => p.apply_power(b),
+    })
+}
+
+impl LinFun {
+    /// Forward mode: `λ̲db. f • (0, db) : A ⊸ C` for the derivative `f : Γ × A ⊸ C` of a
+    /// closure body `h` at one argument (`f = snd (h b)`), keeping `f` as the call's tape for
+    /// [`LinFun::power_at_call`].
+    pub fn closure_tan(h: Value, f: LinFun) -> LinFun {
+        LinFun::new(ClosureTan(Rc::new(CallTape {
+            h,
+            f,
+            memo: RefCell::new(None),
+        })))
+    }
+
+    /// Forward mode: `λ̲da. λb. snd (h b) • (da, 0) : Γ ⊸ (τ → C)`, the tangent of the closure
+    /// with body image `h : τ → C × (Γ × A ⊸ C)` when its context moves.
+    pub fn closure_env_tan(h: Value) -> LinFun {
+        closure("closureEnvTan", move |da| {
+            Ok(Lin::power_node(Power::Env(h.clone(), da.clone())))
+        })
+    }
+
+    /// Forward mode: `λ̲p. p @ b : (τ → C) ⊸ C`, the tangent of a call at `b` through the
+    /// function's tangent `p`, where the call returned the argument derivative `g`. The parts of
+    /// `p` made by the closure that was called come from `g`'s tape instead of re-running the
+    /// closure's body (same value as [`LinFun::power_eval`]).
+    pub fn power_at(b: Value, g: &LinFun) -> LinFun {
+        let tape = g.0.call_tape();
+        closure("powerAt", move |p| power_at_call(p, &b, &tape))
     }
 }
 
