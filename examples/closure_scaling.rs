@@ -31,7 +31,10 @@ use std::time::Instant;
 fn main() {
     let repeat = flag("--repeat").map_or(5, |s| s.parse().expect("a count"));
     let only = flag("--only");
-    let wanted = |family: &str| only.as_ref().is_none_or(|o| o.split(',').any(|f| f == family));
+    let wanted = |family: &str| {
+        only.as_ref()
+            .is_none_or(|o| o.split(',').any(|f| f == family))
+    };
     println!(
         "{:<8} {:>7} {:>11} {:>11} {:>11} {:>9} {:>9}",
         "family", "size", "primal ms", "forward ms", "reverse ms", "fwd/pri", "rev/pri"
@@ -134,7 +137,9 @@ fn mlp_args(b: usize) -> Vec<Value> {
     let (i, h, c) = (2, 16, 3);
     let mut seed = 1u64;
     let mut rnd = move || {
-        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((seed >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
     };
     let mut matrix = |rows: usize, cols: usize| {
@@ -163,7 +168,9 @@ fn ones_like(ty: &Type, v: &Value) -> Value {
             Value::pair(ones_like(&p.0, a), ones_like(&p.1, b))
         }
         Type::Array(e) if matches!(***e, Type::Real) => Value::reals(vec![1.0; v.array_len()]),
-        Type::Array(e) => Value::array_of(v.array_items().iter().map(|x| ones_like(e, x)).collect()),
+        Type::Array(e) => {
+            Value::array_of(v.array_items().iter().map(|x| ones_like(e, x)).collect())
+        }
         _ => panic!("no tangent for {ty}"),
     }
 }

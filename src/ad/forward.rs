@@ -30,9 +30,10 @@
 //! F(π)         = (π x, λ̲d. π d)                      (a chain of projections)
 //! F(⟨f, g⟩)    = let (y, f') = F(f)[x] in let (z, g') = F(g)[x] in ((y, z), λ̲d. (f' • d, g' • d))
 //! F(curry f)   = let h = λb. F(f)[(x, b)] in
-//!                ( λb. let (c, f') = h b in (c, λ̲db. f' • (0, db)),
-//!                  λ̲da. λb. (snd (h b)) • (da, 0) )
-//! F(eval)      = let (g, b) = x in let (c, g') = g b in (c, λ̲d. (fst d) @ b + g' • (snd d))
+//!                ( λb. let (c, f') = h b in (c, λ̲db. f' • (0, db)),     -- closureTan (h, f')
+//!                  λ̲da. λb. (snd (h b)) • (da, 0) )                     -- closureEnvTan h
+//! F(eval)      = let (g, b) = x in let (c, g') = g b in
+//!                (c, λ̲d. (fst d) @ b + g' • (snd d))                    -- callTan (b, g')
 //! F(c)         = (c, λ̲d. 0)                          (a literal constant)
 //! F(op)        = (op x, λ̲d. Dop(x; d))               (or the native kernel `Dop x`)
 //! F(inl)       = (inl x, λ̲d. linl d)                 F(inr) = (inr x, λ̲d. linr d)
@@ -56,6 +57,12 @@
 //! F(replicate) = let (n, a) = x in (replicate n a, λ̲d. replicate n (snd d))
 //! F(length)    = (length x, λ̲d. 0)
 //! ```
+//!
+//! `curry` and `eval` are written with three native kernels of [`crate::target::linear`] that
+//! mean exactly the terms beside them but keep each closure call's derivative `f'` as a *tape*:
+//! `callTan` then gets `(fst d) @ b` for the called closure's own tangent from `f'`, in one
+//! application `f' • (da, snd d)`, instead of re-running its body `h b`
+//! (`theory-notes/06-performance.md`).
 //!
 //! `F(f)[x]` is `f`'s term with its input bound to `x` by a `let` (or directly by the pattern
 //! that receives it), so every subterm is computed once: the output is linear in the size of the
@@ -326,8 +333,9 @@ impl Closed for Forward {
     }
 
     fn eval(&self, b: &Type, c: &Type) -> Result<Mor> {
-        // let (g, b) = x in let (c, g') = g b in (c, λ̲d. powerAt (b, g') • (fst d) + g' • (snd d)),
-        // where powerAt (b, g') • p = p @ b (through the call's tape, if g' has one)
+        // let (g, b) = x in let (c, g') = g b in (c, callTan (b, g')),
+        // where callTan (b, g') = λ̲d. (fst d) @ b + g' • (snd d) (one application of the
+        // call's tape for both, if g' has one)
         let dom = Type::prod(Type::fun(b.clone(), c.clone()), b.clone());
         new_mor(self, &dom, c, |x| {
             let g = Var::fresh("g", self.primal(&Type::fun(b.clone(), c.clone())));
@@ -337,26 +345,21 @@ impl Closed for Forward {
             let mut lets = Lets::new();
             lets.push_pair(&g, &bv, Term::var(x));
             lets.push_pair(&cv, &dg, Term::app(Term::var(&g), Term::var(&bv)));
-            let at = LinPrim::new(
-                "powerAt",
+            let call = LinPrim::new(
+                "callTan",
                 Ty::prod(self.primal(b), self.derivative(b, c)),
-                self.tangent(&Type::fun(b.clone(), c.clone())),
+                self.tangent(&dom),
                 self.tangent(c),
                 |bg| {
                     let (b, g) = bg.expect_pair();
-                    Ok(LinFun::power_at(b.clone(), &lin_fun(g)))
+                    Ok(LinFun::call_tan(b.clone(), &lin_fun(g)))
                 },
             );
-            let at = Term::mk(TermKind::LinPrim(
-                at,
+            let call = Term::mk(TermKind::LinPrim(
+                call,
                 Term::pair(Term::var(&bv), Term::var(&dg)),
             ));
-            lets.finish(self.combined(&dom, Term::var(&cv), |d| {
-                LTerm::plus(
-                    LTerm::app(at, LTerm::fst(d.clone())),
-                    apply(&dg, LTerm::snd(d)),
-                )
-            }))
+            lets.finish(self.combined(&dom, Term::var(&cv), |d| LTerm::app(call, d)))
         })
     }
 }

@@ -21,7 +21,11 @@
 //!
 //! The cotangent of a function is a copower: a formal sum of (argument, output cotangent) pairs,
 //! one per call, which `curry`'s transposed derivative folds back into a cotangent of the
-//! captured environment.
+//! captured environment. The paper's fold re-runs the closure body `h b` for every pair; here
+//! `curry` and `eval` use three native kernels of [`crate::target::linear`] that mean exactly
+//! the terms beside them in the rules below but keep each call's derivative `f'` as a *tape* on
+//! its copower pair, so the fold reuses `f'` (and the application `f' • v` already made for the
+//! argument half) instead (`theory-notes/06-performance.md`).
 //!
 //! **Rules** (`v` the output cotangent, `λ̲` a linear λ, `•` linear application, `!b ⊗ v` a
 //! copower singleton):
@@ -35,9 +39,10 @@
 //! R(⟨f, g⟩)    = let (y, f') = R(f)[x] in let (z, g') = R(g)[x] in
 //!                ((y, z), λ̲v. f' • fst v + g' • snd v)
 //! R(curry f)   = let h = λb. R(f)[(x, b)] in
-//!                ( λb. let (c, f') = h b in (c, λ̲v. snd (f' • v)),
-//!                  λ̲w. copowfold (λb. λ̲v. fst ((snd (h b)) • v)) w )
-//! R(eval)      = let (g, b) = x in let (c, g') = g b in (c, λ̲v. (!b ⊗ v, g' • v))
+//!                ( λb. let (c, f') = h b in (c, λ̲v. snd (f' • v)),         -- closureArg (h, f')
+//!                  λ̲w. copowfold (λb. λ̲v. fst ((snd (h b)) • v)) w )      -- closureEnv h
+//! R(eval)      = let (g, b) = x in let (c, g') = g b in
+//!                (c, λ̲v. (!b ⊗ v, g' • v))                  -- !b ⊗ v is recordCall (b, g') • v
 //! R(c)         = (c, λ̲v. 0)                          (a literal constant)
 //! R(op)        = (op x, λ̲v. DopT(x; v))              (or the native kernel `DopT x`)
 //! R(inl)       = (inl x, λ̲v. fromLeft v)             R(inr) = (inr x, λ̲v. fromRight v)

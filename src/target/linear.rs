@@ -1069,7 +1069,44 @@ fn power_at_call(p: &Lin, b: &Value, tape: &Option<Rc<CallTape>>) -> Result<Lin>
     })
 }
 
+/// Splits a power `p` into the context tangent of the parts made by the tape's own closure
+/// (`Σ da`) and the value at `b` of the others.
+fn split_power(p: &Lin, b: &Value, tape: &CallTape) -> Result<(Lin, Lin)> {
+    deep(|| match &p.0 {
+        Repr::Power(node) => match &***node {
+            Power::Env(h, da) if same_closure(h, &tape.h) => Ok((da.clone(), Lin::zero())),
+            Power::Plus(f, g) => {
+                let ((a, x), (c, y)) = (split_power(f, b, tape)?, split_power(g, b, tape)?);
+                Ok((Lin::plus(a, c), Lin::plus(x, y)))
+            }
+            Power::Scale(c, f) => {
+                let (a, x) = split_power(f, b, tape)?;
+                Ok((Lin::scale(*c, &a), Lin::scale(*c, &x)))
+            }
+            _ => Ok((Lin::zero(), p.apply_power(b)?)),
+        },
+        _ => Ok((Lin::zero(), p.apply_power(b)?)),
+    })
+}
+
 impl LinFun {
+    /// Forward mode: `λ̲d. (fst d) @ b + g • (snd d) : (τ → C) × A ⊸ C`, the tangent of a call
+    /// at `b` that returned the argument derivative `g`, through the function's tangent and the
+    /// argument's. If `g` has a tape `f`, the parts of `fst d` made by the called closure and
+    /// `snd d` go through one application `f • (Σ da, snd d)` (linearity) instead of re-running
+    /// the closure's body for the first and applying `f` again for the second.
+    pub fn call_tan(b: Value, g: &LinFun) -> LinFun {
+        let tape = g.0.call_tape();
+        let g = g.clone();
+        closure("callTan", move |d| match &tape {
+            Some(t) => {
+                let (da, rest) = split_power(&d.fst(), &b, t)?;
+                Ok(Lin::plus(t.f.apply(&Lin::pair(da, d.snd()))?, rest))
+            }
+            None => Ok(Lin::plus(d.fst().apply_power(&b)?, g.apply(&d.snd())?)),
+        })
+    }
+
     /// Forward mode: `λ̲db. f • (0, db) : A ⊸ C` for the derivative `f : Γ × A ⊸ C` of a
     /// closure body `h` at one argument (`f = snd (h b)`), keeping `f` as the call's tape for
     /// [`LinFun::power_at_call`].
@@ -1200,5 +1237,84 @@ mod tests {
             .sum();
         let rhs = 1.5 * d.apply(&x).unwrap().to_real();
         assert!((lhs - rhs).abs() < 1e-12);
+    }
+
+    /// `h b = (b², f)` with `f` the derivative of `(γ, b) ↦ γ·b + 2b`-like bodies: reversed
+    /// (`v ↦ (b·v, 2v)`) or forward (`(dγ, db) ↦ b·dγ + 2·db`); counts its calls.
+    struct Body(Rc<std::cell::Cell<usize>>, bool);
+
+    impl crate::value::Closure for Body {
+        fn apply(&self, b: Value) -> Result<Value> {
+            self.0.set(self.0.get() + 1);
+            let x = b.expect_real();
+            let (env, arg) = (
+                LinFun::scale(x, &LinFun::id()),
+                LinFun::scale(2.0, &LinFun::id()),
+            );
+            let f = if self.1 {
+                LinFun::pair(&env, &arg)
+            } else {
+                LinFun::copair(&env, &arg)
+            };
+            Ok(Value::pair(Value::Real(x * x), Value::LinFun(f)))
+        }
+    }
+
+    fn body(calls: &Rc<std::cell::Cell<usize>>, reverse: bool) -> Value {
+        Value::Closure(Rc::new(Body(calls.clone(), reverse)))
+    }
+
+    fn derivative(h: &Value, b: f64) -> LinFun {
+        match h.apply(Value::Real(b)).unwrap().expect_pair().1 {
+            Value::LinFun(f) => f.clone(),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn call_tapes_replace_recomputation_and_agree_with_it() {
+        let calls = Rc::new(std::cell::Cell::new(0));
+        // Reverse: a call at 3 with output cotangent 5.
+        let h = body(&calls, true);
+        let g = LinFun::closure_arg(h.clone(), derivative(&h, 3.0));
+        let v = Lin::real(5.0);
+        let w = LinFun::record_call(Value::Real(3.0), &g).apply(&v).unwrap();
+        assert_eq!(g.apply(&v).unwrap().to_real(), 10.0);
+        assert_eq!(calls.get(), 1);
+        // The creator folds through the tape: no re-run.
+        let env = LinFun::closure_env(h.clone());
+        assert_eq!(env.apply(&w).unwrap().to_real(), 15.0);
+        assert_eq!(calls.get(), 1);
+        // Another closure (same behaviour) and an untaped pair re-run the body: same value.
+        let other = LinFun::closure_env(body(&calls, true));
+        assert_eq!(other.apply(&w).unwrap().to_real(), 15.0);
+        assert_eq!(calls.get(), 2);
+        let plain = Lin::copower(Copower::singleton(Value::Real(3.0), v.clone()));
+        assert_eq!(env.apply(&plain).unwrap().to_real(), 15.0);
+        assert_eq!(calls.get(), 3);
+        // A scaled copower keeps its tape (and misses the memo): still right, still no re-run.
+        let scaled = Lin::scale(2.0, &w);
+        assert_eq!(env.apply(&scaled).unwrap().to_real(), 30.0);
+        assert_eq!(calls.get(), 3);
+
+        // Forward: the closure's tangent for a context tangent 7, evaluated at the call's 3.
+        let calls = Rc::new(std::cell::Cell::new(0));
+        let h = body(&calls, false);
+        let g = LinFun::closure_tan(h.clone(), derivative(&h, 3.0));
+        assert_eq!(g.apply(&Lin::real(1.0)).unwrap().to_real(), 2.0);
+        let p = LinFun::closure_env_tan(h.clone())
+            .apply(&Lin::real(7.0))
+            .unwrap();
+        let p = Lin::plus(p.clone(), Lin::scale(0.5, &p));
+        let at = LinFun::power_at(Value::Real(3.0), &g);
+        assert_eq!(at.apply(&p).unwrap().to_real(), 31.5);
+        let call = LinFun::call_tan(Value::Real(3.0), &g);
+        let d = Lin::pair(p.clone(), Lin::real(1.0));
+        assert_eq!(call.apply(&d).unwrap().to_real(), 33.5);
+        assert_eq!(calls.get(), 1);
+        // Without the tape (the generic power evaluation) the body runs again: same value.
+        let generic = LinFun::power_eval(Value::Real(3.0));
+        assert_eq!(generic.apply(&p).unwrap().to_real(), 31.5);
+        assert_eq!(calls.get(), 3);
     }
 }
