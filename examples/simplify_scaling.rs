@@ -5,7 +5,8 @@
 //! and simplified derivative code, the simplified size per source line, the passes, and the
 //! times to transform (compile + AD) and to simplify, for reverse and forward mode.
 //!
-//! Run: `cargo run --release --example simplify_scaling [-- --far-back]`. With `--far-back`,
+//! Run: `cargo run --release --example simplify_scaling [-- --far-back] [--sizes 1000,3000]
+//! [--mode reverse|forward] [--cpu]`. With `--far-back`,
 //! one operand in ten is a variable from anywhere earlier in the program.
 
 use chad::prim::Registry;
@@ -16,17 +17,23 @@ use std::time::Instant;
 fn main() {
     let far_back = std::env::args().any(|a| a == "--far-back");
     let maps = std::env::args().any(|a| a == "--maps");
+    let cpu = std::env::args().any(|a| a == "--cpu");
     println!(
         "{:<8} {:>5} {:>10} {:>10} {:>8} {:>6} {:>10} {:>10} {:>10}",
         "mode", "n", "raw", "simplified", "simp/n", "passes", "AD ms", "simp ms", "total ms"
     );
-    for reverse in [true, false] {
+    let modes: &[bool] = match mode() {
+        Some("reverse") => &[true],
+        Some("forward") => &[false],
+        _ => &[true, false],
+    };
+    for &reverse in modes {
         for n in sizes(&[100, 1_000, 10_000]) {
             let text = straight_line_ad_source(n, 7, far_back, maps);
             let prog =
                 chad::source::load(&text, &Registry::builtin()).expect("generated programs check");
             let entry = prog.entry(prog.defs.len() - 1);
-            let t0 = Instant::now();
+            let t0 = Clock::now(cpu);
             let comb = chad::ccc::compile_entry(&entry);
             let mor = if reverse {
                 chad::ad::reverse::transform(&comb)
@@ -34,9 +41,9 @@ fn main() {
                 chad::ad::forward::transform(&comb)
             }
             .expect("straight-line programs are differentiable");
-            let t1 = Instant::now();
+            let t1 = Clock::now(cpu);
             let (simple, stats) = simplify_with(&mor.body, &Rules::all());
-            let t2 = Instant::now();
+            let t2 = Clock::now(cpu);
             let (raw, size) = (mor.body.size(), simple.size());
             println!(
                 "{:<8} {:>5} {:>10} {:>10} {:>8.1} {:>6} {:>10.1} {:>10.1} {:>10.1}",
@@ -46,11 +53,44 @@ fn main() {
                 size,
                 size as f64 / n as f64,
                 stats.passes,
-                (t1 - t0).as_secs_f64() * 1e3,
-                (t2 - t1).as_secs_f64() * 1e3,
-                (t2 - t0).as_secs_f64() * 1e3,
+                (t1 - t0) * 1e3,
+                (t2 - t1) * 1e3,
+                (t2 - t0) * 1e3,
             );
         }
+    }
+}
+
+/// Seconds on a clock: wall time, or with `--cpu` this thread's CPU time (Linux
+/// `/proc/thread-self/schedstat`; steadier than wall time on a loaded machine).
+struct Clock;
+
+impl Clock {
+    fn now(cpu: bool) -> f64 {
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        if cpu {
+            let stat = std::fs::read_to_string("/proc/thread-self/schedstat")
+                .expect("--cpu needs /proc/thread-self/schedstat (Linux)");
+            let ns: f64 = stat
+                .split_whitespace()
+                .next()
+                .and_then(|s| s.parse().ok())
+                .expect("schedstat starts with the CPU time in ns");
+            ns * 1e-9
+        } else {
+            START.get_or_init(Instant::now).elapsed().as_secs_f64()
+        }
+    }
+}
+
+/// `--mode reverse` or `--mode forward` runs one mode only (for profiling).
+fn mode() -> Option<&'static str> {
+    let args: Vec<String> = std::env::args().collect();
+    let i = args.iter().position(|a| a == "--mode")?;
+    match args.get(i + 1).map(String::as_str) {
+        Some("reverse") => Some("reverse"),
+        Some("forward") => Some("forward"),
+        other => panic!("--mode reverse|forward, not {other:?}"),
     }
 }
 

@@ -48,6 +48,7 @@
 mod fuse;
 pub mod occur;
 mod pass;
+mod table;
 mod types;
 pub mod unique;
 

@@ -11,9 +11,9 @@
 //! (`map`, `map2`, `build`, `copowfold` and `zipWith` take Cartesian λs, which count as such).
 //! Branches of `if` and `case` do not count: each runs at most once per run of the enclosing code.
 
+use super::table::IdTable;
 use crate::deep::deep;
 use crate::target::term::{Child, LTerm, LTermKind, Pat, Term, TermKind, VarId};
-use rustc_hash::FxHashMap as HashMap;
 
 /// What is known about one bound variable's occurrences.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -35,9 +35,17 @@ pub struct Occ {
     pub applied: u32,
     /// The λ depth of the binder (λs enclosing it), for computing `under_lambda`.
     depth: u32,
+    /// Whether the variable is bound in the analysed term (a table entry exists for every
+    /// identity in its window).
+    bound: bool,
 }
 
 impl Occ {
+    /// Whether the variable is bound in the analysed term.
+    pub fn bound(&self) -> bool {
+        self.bound
+    }
+
     /// Whether inlining the bound term at its occurrences cannot duplicate work: exactly one
     /// occurrence, and that one not under a λ unless the bound term is itself a value. (No
     /// occurrence at all is `deadLet`'s business.)
@@ -47,18 +55,28 @@ impl Occ {
 }
 
 /// The occurrences of every variable bound in a term (variables free in it are absent).
-#[derive(Default)]
 pub struct Occurrences {
-    map: HashMap<VarId, Occ>,
+    map: IdTable<Occ>,
+    binders: usize,
     duplicates: bool,
 }
 
 impl Occurrences {
     /// Analyses a Cartesian term.
     pub fn of(t: &Term) -> Occurrences {
-        let mut o = Occurrences::default();
+        let mut o = Occurrences {
+            map: IdTable::new(),
+            binders: 0,
+            duplicates: false,
+        };
         o.term(t, 0);
         o
+    }
+
+    /// The table of occurrences (an entry for every identity in its window; those of variables
+    /// not bound in the term read as not bound).
+    pub(super) fn into_table(self) -> IdTable<Occ> {
+        self.map
     }
 
     /// Whether some variable is bound twice in the analysed term (then the counts of the two
@@ -69,28 +87,30 @@ impl Occurrences {
 
     /// The number of binders in the analysed term (for sizing tables).
     pub fn binders(&self) -> usize {
-        self.map.len()
+        self.binders
     }
 
     /// What is known about a variable bound in the analysed term; `None` for variables made
     /// after the analysis (or free in the term).
     pub fn get(&self, v: VarId) -> Option<Occ> {
-        self.map.get(&v).copied()
+        self.map.get(v).copied().filter(|o| o.bound)
     }
 
     fn bind(&mut self, v: VarId, depth: u32) {
-        match self.map.entry(v) {
-            std::collections::hash_map::Entry::Occupied(mut o) => {
-                self.duplicates = true;
-                o.get_mut().depth = depth;
-            }
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(Occ {
-                    depth,
-                    ..Occ::default()
-                });
-            }
+        let o = self.map.slot(v);
+        if o.bound {
+            self.duplicates = true;
+        } else {
+            self.binders += 1;
         }
+        o.bound = true;
+        o.depth = depth;
+    }
+
+    /// The entry of a bound variable, to count an occurrence in.
+    #[inline]
+    fn entry(&mut self, v: VarId) -> Option<&mut Occ> {
+        self.map.get_mut(v).filter(|o| o.bound)
     }
 
     fn bind_pat(&mut self, p: &Pat, depth: u32) {
@@ -116,13 +136,13 @@ impl Occurrences {
     }
 
     fn pair_component(&mut self, v: VarId) {
-        if let Some(o) = self.map.get_mut(&v) {
+        if let Some(o) = self.entry(v) {
             o.pair_component = o.pair_component.saturating_add(1);
         }
     }
 
     fn occur(&mut self, v: VarId, depth: u32) {
-        if let Some(o) = self.map.get_mut(&v) {
+        if let Some(o) = self.entry(v) {
             o.count = o.count.saturating_add(1);
             o.under_lambda |= depth > o.depth;
         }
@@ -159,7 +179,7 @@ impl Occurrences {
             }
             K::App(f, a) => {
                 if let K::Var(x) = &f.kind
-                    && let Some(o) = self.map.get_mut(&x.id)
+                    && let Some(o) = self.entry(x.id)
                 {
                     o.applied = o.applied.saturating_add(1);
                 }
@@ -168,7 +188,7 @@ impl Occurrences {
             }
             K::Map(f, xs) => {
                 if let (Some(_), K::Var(x)) = (projection(f), &xs.kind)
-                    && let Some(o) = self.map.get_mut(&x.id)
+                    && let Some(o) = self.entry(x.id)
                 {
                     o.map_proj = o.map_proj.saturating_add(1);
                 }

@@ -20,16 +20,20 @@
 //!   of dead bindings disappears in one pass.
 
 use super::Rules;
-use super::occur::{Occurrences, projection};
+use super::occur::{Occ, Occurrences, projection};
+use super::table::IdTable;
 use super::types;
 use crate::deep::deep;
 use crate::error::Span;
 use crate::prim::Prim;
-use crate::target::term::{Child, LTerm, LTermKind, Lit, Pat, Rewrite, Term, TermKind, Var, VarId};
+use crate::target::term::{
+    Child, LNode, LTerm, LTermKind, Lit, Node, Pat, Rewrite, Term, TermKind, Var, VarId,
+};
 use crate::target::types::{LTy, Ty};
 use crate::value::Value;
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 /// Runs one pass over `t`: the output, and how often each rule fired.
 pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usize>) {
@@ -46,14 +50,12 @@ pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usiz
     let n = occ.binders();
     let mut p = Pass {
         rules,
-        occ,
-        subst: HashMap::with_capacity_and_hasher(n / 2, Default::default()),
-        lsubst: HashMap::with_capacity_and_hasher(n / 2, Default::default()),
-        known: HashMap::default(),
-        lknown: HashMap::default(),
+        vars: occ.into_table().map(|occ| VarState {
+            occ,
+            ..VarState::default()
+        }),
         lam_split: HashMap::default(),
         map_split: HashMap::default(),
-        uses: HashMap::with_capacity_and_hasher(n, Default::default()),
         stack: Vec::with_capacity(n.min(1 << 16)),
         fired: HashMap::default(),
     };
@@ -76,27 +78,54 @@ enum Subst<T> {
     Cheap(T),
 }
 
+/// What a pass knows about one variable.
+#[derive(Default)]
+struct VarState {
+    /// Its occurrences in the input (not bound there: a fresh or free variable).
+    occ: Occ,
+    /// Its uses in the output built so far.
+    uses: u32,
+    /// What it stands for or is bound to.
+    slot: Slot,
+}
+
+/// What a variable stands for (it is inlined) or is bound to (a pair of atoms).
+#[derive(Default)]
+enum Slot {
+    #[default]
+    None,
+    /// A Cartesian variable inlined.
+    Subst(Subst<Term>),
+    /// A linear variable inlined.
+    LSubst(Subst<LTerm>),
+    /// A Cartesian variable bound to a pair of atoms.
+    Known(Term, Term),
+    /// A linear variable bound to a pair of atoms.
+    LKnown(LTerm, LTerm),
+}
+
 /// A binding waiting on the stack for its block to close.
 enum Binding {
-    Cart(Pat, Term, Span),
-    Lin(Var, LTerm, Span),
+    Cart(Pat, Term, Span, Orig),
+    Lin(Var, LTerm, Span, Orig),
+}
+
+/// The `let` node a binding was read from, when its pattern and bound term are unchanged: if
+/// its body comes out unchanged too, the node is reused rather than rebuilt.
+enum Orig {
+    None,
+    C(Term),
+    L(LTerm),
 }
 
 struct Pass<'r> {
     rules: &'r Rules,
-    occ: Occurrences,
-    subst: HashMap<VarId, Subst<Term>>,
-    lsubst: HashMap<VarId, Subst<LTerm>>,
-    /// Cartesian variables bound to pairs of atoms.
-    known: HashMap<VarId, (Term, Term)>,
-    /// Linear variables bound to pairs of atoms.
-    lknown: HashMap<VarId, (LTerm, LTerm)>,
+    /// Per variable: occurrences in the input, uses in the output, substitution or facts.
+    vars: IdTable<VarState>,
     /// Functions split by `letLamPairSplit` into their two halves.
     lam_split: HashMap<VarId, (Var, Var)>,
     /// Arrays split by `mapPairSplit` into their two halves.
     map_split: HashMap<VarId, (Var, Var)>,
-    /// Uses of each variable in the output built so far.
-    uses: HashMap<VarId, u32>,
     stack: Vec<Binding>,
     /// Firings per rule, keyed by the address of the rule's name (cheap to hash; equal names
     /// at different addresses are merged at the end).
@@ -145,12 +174,17 @@ impl Atomic for LTerm {
 /// Whether a term is an atom: a variable, a constant (a literal; linear `0`), or a projection of
 /// an atom. Atoms are the only terms the simplifier copies.
 fn atom<T: Atomic>(t: &T) -> bool {
+    atom_leaf(t).is_some()
+}
+
+/// The variable at the bottom of an atom (`Some(None)` for a constant); `None` for a non-atom.
+fn atom_leaf<T: Atomic>(t: &T) -> Option<Option<VarId>> {
     let mut t = t;
     loop {
         match t.step() {
-            Step::Leaf(_) => return true,
+            Step::Leaf(v) => return Some(v),
             Step::Proj(_, e) => t = e,
-            Step::Other => return false,
+            Step::Other => return None,
         }
     }
 }
@@ -197,6 +231,141 @@ fn vars_of(root: Child<'_>) -> rustc_hash::FxHashSet<VarId> {
         }
     }
     out
+}
+
+// ----- reusing unchanged nodes -----
+//
+// A pass rebuilds the term, but where a node comes out with the same form, binders and
+// (pointer-equal) children as the input node it was read from, the input node is returned
+// instead. A pass that fires nothing (the last one) then allocates nothing and returns its input,
+// and a pass that changes little shares the unchanged subterms with its input.
+
+/// Whether two handles are the same node.
+#[inline]
+fn same(a: &Term, b: &Term) -> bool {
+    std::ptr::eq::<Node>(&**a, &**b)
+}
+
+#[inline]
+fn lsame(a: &LTerm, b: &LTerm) -> bool {
+    std::ptr::eq::<LNode>(&**a, &**b)
+}
+
+/// Whether two patterns bind the same variables in the same places.
+fn same_pat(p: &Pat, q: &Pat) -> bool {
+    match (p, q) {
+        (Pat::Var(x), Pat::Var(y)) => x.id == y.id,
+        (Pat::Wild(_), Pat::Wild(_)) => true,
+        (Pat::Pair(a, b), Pat::Pair(c, d)) => same_pat(a, c) && same_pat(b, d),
+        _ => false,
+    }
+}
+
+/// Whether a node of kind `new` would equal `old`: the same form, binders and data, and
+/// pointer-equal children. Only kinds built from `old`'s own data are compared, so types are
+/// not.
+fn same_kind(old: &TermKind, new: &TermKind) -> bool {
+    use TermKind as K;
+    let s = same;
+    match (old, new) {
+        (K::Var(x), K::Var(y)) => x.id == y.id,
+        (K::Lam(x, b), K::Lam(y, c)) => x.id == y.id && s(b, c),
+        (K::App(a, b), K::App(c, d))
+        | (K::Pair(a, b), K::Pair(c, d))
+        | (K::Map(a, b), K::Map(c, d))
+        | (K::Build(a, b), K::Build(c, d))
+        | (K::Index(a, b), K::Index(c, d))
+        | (K::Replicate(a, b), K::Replicate(c, d))
+        | (K::LinApp(a, b), K::LinApp(c, d)) => s(a, c) && s(b, d),
+        (K::Let(p, a, b), K::Let(q, c, d)) => same_pat(p, q) && s(a, c) && s(b, d),
+        (K::Fst(a), K::Fst(b))
+        | (K::Snd(a), K::Snd(b))
+        | (K::Inl(a, _), K::Inl(b, _))
+        | (K::Inr(_, a), K::Inr(_, b))
+        | (K::Length(a), K::Length(b)) => s(a, b),
+        (K::If(a, b, c), K::If(d, e, f)) | (K::Map2(a, b, c), K::Map2(d, e, f)) => {
+            s(a, d) && s(b, e) && s(c, f)
+        }
+        (K::Case(e, p, a, q, b), K::Case(f, r, c, u, d)) => {
+            s(e, f) && same_pat(p, r) && s(a, c) && same_pat(q, u) && s(b, d)
+        }
+        (K::Prim(o, xs), K::Prim(p, ys)) => {
+            o.name() == p.name() && xs.len() == ys.len() && xs.iter().zip(ys).all(|(a, b)| s(a, b))
+        }
+        (K::Array(_, xs), K::Array(_, ys)) => {
+            xs.len() == ys.len() && xs.iter().zip(ys).all(|(a, b)| s(a, b))
+        }
+        (K::LinLam(v, l), K::LinLam(u, m)) => v.id == u.id && lsame(l, m),
+        (K::LinPrim(k, a), K::LinPrim(j, b)) => Rc::ptr_eq(k, j) && s(a, b),
+        _ => false,
+    }
+}
+
+fn lsame_kind(old: &LTermKind, new: &LTermKind) -> bool {
+    use LTermKind as K;
+    let (s, ls) = (same, lsame);
+    match (old, new) {
+        (K::Var(x), K::Var(y)) => x.id == y.id,
+        (K::Plus(a, b), K::Plus(c, d)) | (K::Pair(a, b), K::Pair(c, d)) => ls(a, c) && ls(b, d),
+        (K::Fst(a), K::Fst(b))
+        | (K::Snd(a), K::Snd(b))
+        | (K::Inl(a, _), K::Inl(b, _))
+        | (K::Inr(_, a), K::Inr(_, b))
+        | (K::FromLeft(a), K::FromLeft(b))
+        | (K::FromRight(a), K::FromRight(b))
+        | (K::Sum(a), K::Sum(b)) => ls(a, b),
+        (K::App(f, a), K::App(g, b))
+        | (K::Copower(f, a), K::Copower(g, b))
+        | (K::CopowFold(f, a), K::CopowFold(g, b))
+        | (K::Replicate(f, a), K::Replicate(g, b))
+        | (K::ZipWith(f, a), K::ZipWith(g, b))
+        | (K::Map(f, a), K::Map(g, b))
+        | (K::Scale(f, a), K::Scale(g, b)) => s(f, g) && ls(a, b),
+        (K::PowApp(a, f), K::PowApp(b, g)) | (K::Index(a, f), K::Index(b, g)) => {
+            ls(a, b) && s(f, g)
+        }
+        (K::Let(p, t, a), K::Let(q, u, b)) => same_pat(p, q) && s(t, u) && ls(a, b),
+        (K::LinLet(u, a, b), K::LinLet(w, c, d)) => u.id == w.id && ls(a, c) && ls(b, d),
+        (K::PowLam(x, a), K::PowLam(y, b)) => x.id == y.id && ls(a, b),
+        (K::OneHot(n, i, a), K::OneHot(m, j, b)) => s(n, m) && s(i, j) && ls(a, b),
+        (K::Build(n, i, a), K::Build(m, j, b)) => s(n, m) && i.id == j.id && ls(a, b),
+        _ => false,
+    }
+}
+
+/// A node of kind `kind` read from `old`: `old` itself if unchanged.
+fn reuse(old: &Term, kind: TermKind) -> Term {
+    if same_kind(&old.kind, &kind) {
+        old.clone()
+    } else {
+        Term::new(kind, old.span)
+    }
+}
+
+fn lreuse(old: &LTerm, kind: LTermKind) -> LTerm {
+    if lsame_kind(&old.kind, &kind) {
+        old.clone()
+    } else {
+        LTerm::new(kind, old.span)
+    }
+}
+
+/// The node a smart constructor built from `old`'s simplified children, or `old` itself if
+/// that node equals it.
+fn keep(old: &Term, new: Term) -> Term {
+    if !same(old, &new) && same_kind(&old.kind, &new.kind) {
+        old.clone()
+    } else {
+        new
+    }
+}
+
+fn lkeep(old: &LTerm, new: LTerm) -> LTerm {
+    if !lsame(old, &new) && lsame_kind(&old.kind, &new.kind) {
+        old.clone()
+    } else {
+        new
+    }
 }
 
 /// Whether an input term is a value, so that moving it under a λ cannot duplicate work.
@@ -257,6 +426,63 @@ impl Rewrite for Replace<'_, '_> {
 }
 
 impl Pass<'_> {
+    // ----- per-variable state -----
+
+    /// The occurrences in the input of a variable bound there.
+    #[inline]
+    fn occ(&self, v: VarId) -> Option<Occ> {
+        self.vars.get(v).map(|s| s.occ).filter(Occ::bound)
+    }
+
+    #[inline]
+    fn uses_add(&mut self, v: VarId, delta: i32) {
+        let n = &mut self.vars.slot(v).uses;
+        *n = n.saturating_add_signed(delta);
+    }
+
+    #[inline]
+    fn subst(&self, v: VarId) -> Option<&Subst<Term>> {
+        match self.vars.get(v).map(|s| &s.slot) {
+            Some(Slot::Subst(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn lsubst(&self, v: VarId) -> Option<&Subst<LTerm>> {
+        match self.vars.get(v).map(|s| &s.slot) {
+            Some(Slot::LSubst(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn set_slot(&mut self, v: VarId, slot: Slot) {
+        self.vars.slot(v).slot = slot;
+    }
+
+    /// Takes the substitution of a Cartesian variable (leaving none).
+    fn take_subst(&mut self, v: VarId) -> Option<Subst<Term>> {
+        let state = self.vars.get_mut(v)?;
+        match std::mem::take(&mut state.slot) {
+            Slot::Subst(s) => Some(s),
+            other => {
+                state.slot = other;
+                None
+            }
+        }
+    }
+
+    fn take_lsubst(&mut self, v: VarId) -> Option<Subst<LTerm>> {
+        let state = self.vars.get_mut(v)?;
+        match std::mem::take(&mut state.slot) {
+            Slot::LSubst(s) => Some(s),
+            other => {
+                state.slot = other;
+                None
+            }
+        }
+    }
+
     fn fire(&mut self, rule: &'static str) {
         self.fired.entry(rule.as_ptr()).or_insert((rule, 0)).1 += 1;
     }
@@ -265,6 +491,16 @@ impl Pass<'_> {
 
     /// Adds `delta` to the use count of every variable occurrence under `root`.
     fn adjust(&mut self, root: Child<'_>, delta: i32) {
+        // Atoms (nearly every call: copies and drops of atoms) need no stack.
+        let leaf = match root {
+            Child::C(t) => atom_leaf(t),
+            Child::L(l) => atom_leaf(l),
+        };
+        match leaf {
+            Some(Some(id)) => return self.uses_add(id, delta),
+            Some(None) => return,
+            None => {}
+        }
         let mut stack = vec![root];
         while let Some(c) = stack.pop() {
             let id = match c {
@@ -284,8 +520,7 @@ impl Pass<'_> {
                 }
             };
             if let Some(id) = id {
-                let n = self.uses.entry(id).or_default();
-                *n = n.saturating_add_signed(delta);
+                self.uses_add(id, delta);
             }
         }
     }
@@ -311,16 +546,16 @@ impl Pass<'_> {
     }
 
     fn used(&self, v: &Var) -> bool {
-        self.uses.get(&v.id).is_some_and(|&n| n > 0)
+        self.vars.get(v.id).is_some_and(|s| s.uses > 0)
     }
 
     fn var(&mut self, v: &Var, span: Span) -> Term {
-        *self.uses.entry(v.id).or_default() += 1;
+        self.uses_add(v.id, 1);
         Term::new(TermKind::Var(v.clone()), span)
     }
 
     fn lvar_out(&mut self, v: &Var, span: Span) -> LTerm {
-        *self.uses.entry(v.id).or_default() += 1;
+        self.uses_add(v.id, 1);
         LTerm::new(LTermKind::Var(v.clone()), span)
     }
 
@@ -367,8 +602,13 @@ impl Pass<'_> {
         let mut body = core;
         while self.stack.len() > start {
             match self.stack.pop() {
-                Some(Binding::Cart(p, e, span)) => match self.live(&p) {
-                    Some(p) => body = Term::new(TermKind::Let(p, e, body), span),
+                Some(Binding::Cart(p, e, span, orig)) => match self.live(&p) {
+                    Some(p) => {
+                        body = match orig {
+                            Orig::C(o) => reuse(&o, TermKind::Let(p, e, body)),
+                            _ => Term::new(TermKind::Let(p, e, body), span),
+                        }
+                    }
                     None => self.drop(&e),
                 },
                 Some(Binding::Lin(..)) | None => {
@@ -383,16 +623,24 @@ impl Pass<'_> {
         let mut body = core;
         while self.stack.len() > start {
             match self.stack.pop().expect("the stack is longer than start") {
-                Binding::Cart(p, e, span) => match self.live(&p) {
-                    Some(p) => body = LTerm::new(LTermKind::Let(p, e, body), span),
+                Binding::Cart(p, e, span, orig) => match self.live(&p) {
+                    Some(p) => {
+                        body = match orig {
+                            Orig::L(o) => lreuse(&o, LTermKind::Let(p, e, body)),
+                            _ => LTerm::new(LTermKind::Let(p, e, body), span),
+                        }
+                    }
                     None => self.drop(&e),
                 },
-                Binding::Lin(u, l, span) => {
+                Binding::Lin(u, l, span, orig) => {
                     if self.rules.dead_let && !self.used(&u) {
                         self.fire("deadLet");
                         self.ldrop(&l);
                     } else {
-                        body = LTerm::new(LTermKind::LinLet(u, l, body), span);
+                        body = match orig {
+                            Orig::L(o) => lreuse(&o, LTermKind::LinLet(u, l, body)),
+                            _ => LTerm::new(LTermKind::LinLet(u, l, body), span),
+                        }
                     }
                 }
             }
@@ -405,7 +653,9 @@ impl Pass<'_> {
     fn peel(&mut self, t: Term) -> Term {
         let mut t = t;
         while let TermKind::Let(p, e, b) = &t.kind {
-            self.stack.push(Binding::Cart(p.clone(), e.clone(), t.span));
+            let orig = Orig::C(t.clone());
+            self.stack
+                .push(Binding::Cart(p.clone(), e.clone(), t.span, orig));
             t = b.clone();
         }
         t
@@ -416,11 +666,15 @@ impl Pass<'_> {
         loop {
             let next = match &l.kind {
                 LTermKind::Let(p, e, b) => {
-                    self.stack.push(Binding::Cart(p.clone(), e.clone(), l.span));
+                    let orig = Orig::L(l.clone());
+                    self.stack
+                        .push(Binding::Cart(p.clone(), e.clone(), l.span, orig));
                     b.clone()
                 }
                 LTermKind::LinLet(u, a, b) => {
-                    self.stack.push(Binding::Lin(u.clone(), a.clone(), l.span));
+                    let orig = Orig::L(l.clone());
+                    self.stack
+                        .push(Binding::Lin(u.clone(), a.clone(), l.span, orig));
                     b.clone()
                 }
                 _ => return l,
@@ -495,13 +749,10 @@ impl Pass<'_> {
         }
         if let Pat::Var(x) = p
             && self.rules.let_inline
-            && self
-                .occ
-                .get(x.id)
-                .is_some_and(|o| o.inline_once(is_value(e)))
+            && self.occ(x.id).is_some_and(|o| o.inline_once(is_value(e)))
         {
             self.fire("letInline");
-            self.subst.insert(x.id, Subst::Input(e.clone()));
+            self.set_slot(x.id, Slot::Subst(Subst::Input(e.clone())));
             return;
         }
         let e2 = self.float(e, self.rules.let_rotate, "letRotate");
@@ -511,7 +762,7 @@ impl Pass<'_> {
     /// Whether no variable of an input pattern occurs (per the occurrence analysis).
     fn unused(&self, p: &Pat) -> bool {
         match p {
-            Pat::Var(x) => self.occ.get(x.id).is_some_and(|o| o.count == 0),
+            Pat::Var(x) => self.occ(x.id).is_some_and(|o| o.count == 0),
             Pat::Wild(_) => true,
             Pat::Pair(a, b) => self.unused(a) && self.unused(b),
         }
@@ -544,16 +795,24 @@ impl Pass<'_> {
                     self.bind(p1, a, span);
                     self.bind(p2, b, span);
                 } else {
-                    self.stack.push(Binding::Cart(p.clone(), e, span));
+                    self.stack
+                        .push(Binding::Cart(p.clone(), e, span, Orig::None));
                 }
             }
-            _ => self.stack.push(Binding::Cart(p.clone(), e, span)),
+            _ => self
+                .stack
+                .push(Binding::Cart(p.clone(), e, span, Orig::None)),
         }
     }
 
     fn known_pair(&self, e: &Term) -> Option<(Term, Term)> {
         match &e.kind {
-            TermKind::Var(x) if self.rules.pair_proj => self.known.get(&x.id).cloned(),
+            TermKind::Var(x) if self.rules.pair_proj => {
+                match self.vars.get(x.id).map(|s| &s.slot) {
+                    Some(Slot::Known(a, b)) => Some((a.clone(), b.clone())),
+                    _ => None,
+                }
+            }
             _ => None,
         }
     }
@@ -563,16 +822,12 @@ impl Pass<'_> {
             if is_atom(&e) {
                 self.fire("letInline");
                 self.drop(&e);
-                self.subst.insert(x.id, Subst::Cheap(e));
+                self.set_slot(x.id, Slot::Subst(Subst::Cheap(e)));
                 return;
             }
-            if self
-                .occ
-                .get(x.id)
-                .is_some_and(|o| o.inline_once(is_value(&e)))
-            {
+            if self.occ(x.id).is_some_and(|o| o.inline_once(is_value(&e))) {
                 self.fire("letInline");
-                self.subst.insert(x.id, Subst::Moved(e));
+                self.set_slot(x.id, Slot::Subst(Subst::Moved(e)));
                 return;
             }
         }
@@ -586,15 +841,15 @@ impl Pass<'_> {
             let (ta, tb) = (ta.clone(), tb.clone());
             let a2 = self.atomize(a, &x.name, &ta, span);
             let b2 = self.atomize(b, &x.name, &tb, span);
-            self.known.insert(x.id, (a2.clone(), b2.clone()));
+            self.set_slot(x.id, Slot::Known(a2.clone(), b2.clone()));
             let e = Term::new(TermKind::Pair(a2, b2), e.span);
-            self.stack.push(Binding::Cart(Pat::Var(x.clone()), e, span));
+            self.stack
+                .push(Binding::Cart(Pat::Var(x.clone()), e, span, Orig::None));
             return;
         }
         if self.rules.let_lam_pair_split
             && self
-                .occ
-                .get(x.id)
+                .occ(x.id)
                 .is_some_and(|o| o.count > 0 && o.applied == o.count)
             && let TermKind::Lam(y, body) = &e.kind
             && let Some((_, tab)) = x.ty.as_fun()
@@ -605,9 +860,9 @@ impl Pass<'_> {
             let f1 = Var::fresh(x.name.clone(), Ty::fun(y.ty.clone(), ta.clone()));
             let f2 = Var::fresh(format!("{}'", x.name), Ty::fun(y.ty.clone(), tb.clone()));
             self.stack
-                .push(Binding::Cart(Pat::Var(f1.clone()), l1, span));
+                .push(Binding::Cart(Pat::Var(f1.clone()), l1, span, Orig::None));
             self.stack
-                .push(Binding::Cart(Pat::Var(f2.clone()), l2, span));
+                .push(Binding::Cart(Pat::Var(f2.clone()), l2, span, Orig::None));
             self.lam_split.insert(x.id, (f1, f2));
             return;
         }
@@ -616,26 +871,26 @@ impl Pass<'_> {
             && let TermKind::Lam(y, body) = &f.kind
             && let Some((ta, tb)) = x.ty.as_array().and_then(Ty::as_prod)
             && self
-                .occ
-                .get(x.id)
+                .occ(x.id)
                 .is_some_and(|o| o.count > 0 && o.map_proj == o.count)
             && let Some((l1, l2)) = self.split_lambda(y, body)
         {
             self.fire("mapPairSplit");
             let r1 = Var::fresh(x.name.clone(), Ty::array(ta.clone()));
             let r2 = Var::fresh(x.name.clone(), Ty::array(tb.clone()));
-            let xs1 = self.atomize(xs, "xs", &Ty::array(y.ty.clone()), span);
+            let xs1 = self.atomize(xs, &"xs".into(), &Ty::array(y.ty.clone()), span);
             let xs2 = self.copy(&xs1);
             let m1 = Term::new(TermKind::Map(l1, xs1), e.span);
             let m2 = Term::new(TermKind::Map(l2, xs2), e.span);
             self.stack
-                .push(Binding::Cart(Pat::Var(r1.clone()), m1, span));
+                .push(Binding::Cart(Pat::Var(r1.clone()), m1, span, Orig::None));
             self.stack
-                .push(Binding::Cart(Pat::Var(r2.clone()), m2, span));
+                .push(Binding::Cart(Pat::Var(r2.clone()), m2, span, Orig::None));
             self.map_split.insert(x.id, (r1, r2));
             return;
         }
-        self.stack.push(Binding::Cart(Pat::Var(x.clone()), e, span));
+        self.stack
+            .push(Binding::Cart(Pat::Var(x.clone()), e, span, Orig::None));
     }
 
     /// Splits `\y -> let bs in (a, b)` into `\y -> let bs_a in a` and
@@ -699,41 +954,45 @@ impl Pass<'_> {
     }
 
     /// The term itself if it is an atom; otherwise a fresh variable bound to it.
-    fn atomize(&mut self, t: &Term, name: &str, ty: &Ty, span: Span) -> Term {
+    fn atomize(&mut self, t: &Term, name: &Rc<str>, ty: &Ty, span: Span) -> Term {
         if is_atom(t) {
             return t.clone();
         }
-        let v = Var::fresh(name, ty.clone());
+        let v = Var::fresh(name.clone(), ty.clone());
         if let TermKind::Pair(..) = t.kind {
             // A nested pair is bound as a known pair of atoms in turn.
             self.bind_var(&v, t.clone(), span);
         } else {
             // Bound as it is (not split by `bind_var`: the result must be an atom).
-            self.stack
-                .push(Binding::Cart(Pat::Var(v.clone()), t.clone(), span));
+            self.stack.push(Binding::Cart(
+                Pat::Var(v.clone()),
+                t.clone(),
+                span,
+                Orig::None,
+            ));
         }
         self.var(&v, span)
     }
 
-    fn latomize(&mut self, l: &LTerm, name: &str, ty: &LTy, span: Span) -> LTerm {
+    fn latomize(&mut self, l: &LTerm, name: &Rc<str>, ty: &LTy, span: Span) -> LTerm {
         if is_latom(l) {
             return l.clone();
         }
-        let v = Var::linear(name, ty.clone());
+        let v = Var::linear(name.clone(), ty.clone());
         self.bind_lin(&v, l.clone(), span);
         self.lvar_out(&v, span)
     }
 
     /// An input linear `let u = l` (its body follows in the same block).
     fn lin_let_(&mut self, u: &Var, l: &LTerm, span: Span) {
-        let occ = self.occ.get(u.id);
+        let occ = self.occ(u.id);
         if self.rules.dead_let && occ.is_some_and(|o| o.count == 0) {
             self.fire("deadLet");
             return;
         }
         if self.rules.let_inline && occ.is_some_and(|o| o.inline_once(false)) {
             self.fire("letInline");
-            self.lsubst.insert(u.id, Subst::Input(l.clone()));
+            self.set_slot(u.id, Slot::LSubst(Subst::Input(l.clone())));
             return;
         }
         let l2 = self.lfloat(l, self.rules.let_rotate, "letRotate");
@@ -745,12 +1004,12 @@ impl Pass<'_> {
             if is_latom(&l) {
                 self.fire("letInline");
                 self.ldrop(&l);
-                self.lsubst.insert(u.id, Subst::Cheap(l));
+                self.set_slot(u.id, Slot::LSubst(Subst::Cheap(l)));
                 return;
             }
-            if self.occ.get(u.id).is_some_and(|o| o.inline_once(false)) {
+            if self.occ(u.id).is_some_and(|o| o.inline_once(false)) {
                 self.fire("letInline");
-                self.lsubst.insert(u.id, Subst::Moved(l));
+                self.set_slot(u.id, Slot::LSubst(Subst::Moved(l)));
                 return;
             }
         }
@@ -761,12 +1020,14 @@ impl Pass<'_> {
             let (ta, tb) = (ta.clone(), tb.clone());
             let a2 = self.latomize(a, &u.name, &ta, span);
             let b2 = self.latomize(b, &u.name, &tb, span);
-            self.lknown.insert(u.id, (a2.clone(), b2.clone()));
+            self.set_slot(u.id, Slot::LKnown(a2.clone(), b2.clone()));
             let l = LTerm::new(LTermKind::Pair(a2, b2), l.span);
-            self.stack.push(Binding::Lin(u.clone(), l, span));
+            self.stack
+                .push(Binding::Lin(u.clone(), l, span, Orig::None));
             return;
         }
-        self.stack.push(Binding::Lin(u.clone(), l, span));
+        self.stack
+            .push(Binding::Lin(u.clone(), l, span, Orig::None));
     }
 
     // ----- Cartesian terms -----
@@ -776,14 +1037,45 @@ impl Pass<'_> {
     }
 
     fn term_(&mut self, t: &Term) -> Term {
-        use TermKind as K;
         let mut t = t;
-        while let K::Let(p, e, b) = &t.kind {
+        while let TermKind::Let(p, e, b) = &t.kind {
+            let n = self.stack.len();
             self.let_(p, e, t.span);
+            self.mark(n, p, e, || Orig::C(t.clone()));
             t = b;
         }
+        let out = self.core(t);
+        keep(t, out)
+    }
+
+    /// Notes the input `let` node a binding was read from, if `let_` pushed exactly that
+    /// binding (same pattern, bound term unchanged), so that `wrap` can reuse the node.
+    fn mark(&mut self, n: usize, p: &Pat, e: &Term, orig: impl FnOnce() -> Orig) {
+        if self.stack.len() == n + 1
+            && let Some(Binding::Cart(q, e2, _, slot)) = self.stack.last_mut()
+            && same(e2, e)
+            && same_pat(q, p)
+        {
+            *slot = orig();
+        }
+    }
+
+    /// [`Self::mark`] for a linear `let`.
+    fn lmark(&mut self, n: usize, u: &Var, a: &LTerm, orig: &LTerm) {
+        if self.stack.len() == n + 1
+            && let Some(Binding::Lin(w, a2, _, slot)) = self.stack.last_mut()
+            && lsame(a2, a)
+            && w.id == u.id
+        {
+            *slot = Orig::L(orig.clone());
+        }
+    }
+
+    /// A Cartesian term that is not a `let`.
+    fn core(&mut self, t: &Term) -> Term {
+        use TermKind as K;
         let span = t.span;
-        let mk = |k: TermKind| Term::new(k, span);
+        let mk = |k: TermKind| reuse(t, k);
         match &t.kind {
             K::Let(..) => unreachable!("lets are consumed above"),
             K::Var(x) => self.cvar(x, Some(t), span),
@@ -798,13 +1090,13 @@ impl Pass<'_> {
                     return self.term(&body);
                 }
                 if let K::Var(g) = &f.kind
-                    && !self.subst.contains_key(&g.id)
+                    && self.subst(g.id).is_none()
                     && let Some((f1, f2)) = self.lam_split.get(&g.id).cloned()
                 {
                     self.fire("letLamPairSplit");
                     let a2 = self.c(a);
                     let ty = f1.ty.as_fun().map(|(d, _)| d.clone()).unwrap_or(Ty::Unit);
-                    let a1 = self.atomize(&a2, "a", &ty, span);
+                    let a1 = self.atomize(&a2, &"a".into(), &ty, span);
                     let a2 = self.copy(&a1);
                     let l = Term::app(self.var(&f1, span), a1);
                     let r = Term::app(self.var(&f2, span), a2);
@@ -867,7 +1159,7 @@ impl Pass<'_> {
             K::Array(ty, xs) => mk(K::Array(ty.clone(), xs.iter().map(|x| self.c(x)).collect())),
             K::Map(f, xs) => {
                 if let K::Var(x) = &xs.kind
-                    && !self.subst.contains_key(&x.id)
+                    && self.subst(x.id).is_none()
                     && let Some(first) = projection(f)
                     && let Some((r1, r2)) = self.map_split.get(&x.id).cloned()
                 {
@@ -910,9 +1202,9 @@ impl Pass<'_> {
     /// A variable occurrence: its substitution, or the variable (reusing the input node
     /// `node` when there is one, to save an allocation).
     fn cvar(&mut self, x: &Var, node: Option<&Term>, span: Span) -> Term {
-        match self.subst.get(&x.id) {
+        match self.subst(x.id) {
             None if self.lam_split.is_empty() && self.map_split.is_empty() => {
-                *self.uses.entry(x.id).or_default() += 1;
+                self.uses_add(x.id, 1);
                 return match node {
                     Some(t) => t.clone(),
                     None => Term::new(TermKind::Var(x.clone()), span),
@@ -924,7 +1216,7 @@ impl Pass<'_> {
             }
             _ => {}
         }
-        match self.subst.remove(&x.id) {
+        match self.take_subst(x.id) {
             Some(Subst::Cheap(_)) => unreachable!("handled above"),
             Some(Subst::Moved(e)) => e,
             Some(Subst::Input(e)) => self.term(&e),
@@ -972,11 +1264,11 @@ impl Pass<'_> {
     /// (consuming that inlining).
     fn input_value<T>(&mut self, f: &Term, pick: impl Fn(&Term) -> Option<T>) -> Option<T> {
         if let TermKind::Var(g) = &f.kind {
-            let Some(Subst::Input(e)) = self.subst.get(&g.id) else {
+            let Some(Subst::Input(e)) = self.subst(g.id) else {
                 return None;
             };
             let r = pick(e)?;
-            self.subst.remove(&g.id);
+            self.take_subst(g.id);
             return Some(r);
         }
         pick(f)
@@ -990,7 +1282,8 @@ impl Pass<'_> {
             // The body is already simplified: bind the argument rather than substitute it, since
             // facts recorded about the body's bindings (known pairs) mention `x`. The next pass
             // inlines the binding if it is an atom or used once.
-            self.stack.push(Binding::Cart(Pat::Var(x.clone()), a, span));
+            self.stack
+                .push(Binding::Cart(Pat::Var(x.clone()), a, span, Orig::None));
             let body = body.clone();
             return self.peel(body);
         }
@@ -1098,20 +1391,30 @@ impl Pass<'_> {
         use LTermKind as K;
         let mut l = l;
         loop {
+            let n = self.stack.len();
             match &l.kind {
                 K::Let(p, e, b) => {
                     self.let_(p, e, l.span);
+                    self.mark(n, p, e, || Orig::L(l.clone()));
                     l = b;
                 }
                 K::LinLet(u, a, b) => {
                     self.lin_let_(u, a, l.span);
+                    self.lmark(n, u, a, l);
                     l = b;
                 }
                 _ => break,
             }
         }
+        let out = self.lcore(l);
+        lkeep(l, out)
+    }
+
+    /// A linear term that is not a `let`.
+    fn lcore(&mut self, l: &LTerm) -> LTerm {
+        use LTermKind as K;
         let span = l.span;
-        let mk = |k: LTermKind| LTerm::new(k, span);
+        let mk = |k: LTermKind| lreuse(l, k);
         match &l.kind {
             K::Let(..) | K::LinLet(..) => unreachable!("lets are consumed above"),
             K::Var(u) => self.lvar(u, Some(l), span),
@@ -1223,7 +1526,7 @@ impl Pass<'_> {
                 {
                     self.fire("linBeta");
                     self.stack
-                        .push(Binding::Cart(Pat::Var(b.clone()), t2, span));
+                        .push(Binding::Cart(Pat::Var(b.clone()), t2, span, Orig::None));
                     return self.lpeel(body.clone());
                 }
                 mk(K::PowApp(a2, t2))
@@ -1336,9 +1639,9 @@ impl Pass<'_> {
 
     /// [`Self::cvar`] for linear variables.
     fn lvar(&mut self, u: &Var, node: Option<&LTerm>, span: Span) -> LTerm {
-        match self.lsubst.get(&u.id) {
+        match self.lsubst(u.id) {
             None => {
-                *self.uses.entry(u.id).or_default() += 1;
+                self.uses_add(u.id, 1);
                 return match node {
                     Some(l) => l.clone(),
                     None => LTerm::new(LTermKind::Var(u.clone()), span),
@@ -1350,7 +1653,7 @@ impl Pass<'_> {
             }
             _ => {}
         }
-        match self.lsubst.remove(&u.id) {
+        match self.take_lsubst(u.id) {
             Some(Subst::Moved(l)) => l,
             Some(Subst::Input(l)) => self.linear(&l),
             Some(Subst::Cheap(_)) | None => unreachable!("handled above"),
@@ -1359,7 +1662,11 @@ impl Pass<'_> {
 
     fn lknown_pair(&self, l: &LTerm) -> Option<(LTerm, LTerm)> {
         match &l.kind {
-            LTermKind::Var(u) if self.rules.pair_proj => self.lknown.get(&u.id).cloned(),
+            LTermKind::Var(u) if self.rules.pair_proj => match self.vars.get(u.id).map(|s| &s.slot)
+            {
+                Some(Slot::LKnown(a, b)) => Some((a.clone(), b.clone())),
+                _ => None,
+            },
             _ => None,
         }
     }
@@ -1454,7 +1761,8 @@ impl Pass<'_> {
         {
             self.fire("linBeta");
             // As in `app`: bind, do not substitute into the simplified body.
-            self.stack.push(Binding::Lin(v.clone(), a, span));
+            self.stack
+                .push(Binding::Lin(v.clone(), a, span, Orig::None));
             let body = body.clone();
             return self.lpeel(body);
         }
