@@ -66,6 +66,7 @@ impl<T: Default> IdTable<T> {
     }
 
     /// The window: its first identity and its length.
+    #[cfg(test)]
     pub(super) fn window(&self) -> (u32, usize) {
         (self.lo, self.dense.len())
     }
