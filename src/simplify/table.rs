@@ -44,6 +44,7 @@ impl<T: Default> IdTable<T> {
     }
 
     /// An empty table whose window starts as `[lo, lo + len)`.
+    #[cfg(test)]
     pub(super) fn with_window(lo: u32, len: usize) -> IdTable<T> {
         let mut dense = Vec::new();
         dense.resize_with(len, T::default);
