@@ -19,7 +19,8 @@
 
 use chad::ad::{Jvp, Vjp};
 use chad::prim::Registry;
-use chad::target::{embed, eval};
+use chad::target::embed;
+use chad::target::engine::Code;
 use chad::value::Value;
 use std::time::Instant;
 
@@ -64,17 +65,12 @@ fn main() {
             let jvp = Jvp::new(&entry).expect("differentiable").map_body(simplify);
             let vjp = Vjp::new(&entry).expect("differentiable").map_body(simplify);
             let (params, body) = embed::entry(&entry);
+            let code = Code::compile(&params, &simplify(&body));
             let xs: Vec<f64> = (0..n)
                 .map(|i| ((i * 7919) % 1000) as f64 / 500.0 - 1.0)
                 .collect();
             let args = [Value::reals(xs)];
-            let primal = || {
-                let env = params
-                    .iter()
-                    .zip(&args)
-                    .fold(eval::Env::new(), |env, (p, a)| env.update(p.id, a.clone()));
-                eval::eval(&body, &env).expect("runs")
-            };
+            let primal = || code.run(&args).expect("runs");
             let tangent = [Value::reals(vec![1.0; n])];
             let t_p = median(repeat, || drop(primal()));
             let t_f = median(repeat, || drop(jvp.jvp(&args, &tangent).expect("runs")));

@@ -68,6 +68,8 @@
 //!   [`target::linear`], where linear maps and copowers are abstract types.
 //! * [`oracle`]: derivative oracles independent of CHAD, for testing it: a dual-number
 //!   forward-mode evaluator of source terms and central finite differences.
+//! * [`bench`](mod@bench): measuring primal, forward and reverse time on the execution engine (`chad
+//!   bench`), and the benchmark suite: its manifest, argument shapes and generated programs.
 //! * [`value`]: run-time values.
 //! * [`random`]: random well-typed programs and inputs, for property tests.
 //! * [`error`]: errors with source positions.
@@ -75,6 +77,7 @@
 #![warn(missing_docs)]
 
 pub mod ad;
+pub mod bench;
 pub mod ccc;
 pub mod deep;
 pub mod error;

@@ -4,6 +4,7 @@
 //! 2 for command-line usage errors (from `clap`).
 
 use chad::ad::{self, TypeMaps};
+use chad::bench::Bench;
 use chad::ccc;
 use chad::error::{Error, ErrorKind, Result, Source};
 use chad::prim::Registry;
@@ -13,6 +14,12 @@ use chad::value::Value;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+/// mimalloc rather than the system allocator: derivative code allocates many small, short-lived
+/// values, and glibc's malloc handed large freed arrays back to the OS only to page-fault them in
+/// again on the next run (theory-notes/06-performance.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
 #[command(
@@ -81,6 +88,23 @@ enum Command {
         #[arg(long, value_name = "C", allow_hyphen_values = true)]
         cotangent: String,
         /// Print `{"value": V, "gradient": [G1, ...]}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Time the primal, forward mode and reverse mode of a definition at the given arguments.
+    ///
+    /// Each phase runs on the execution engine: the primal is the simplified source program,
+    /// forward mode runs one JVP along a fixed pseudo-random tangent, reverse mode one VJP of a
+    /// fixed pseudo-random cotangent (1 for a Real result: the gradient). Times are medians of
+    /// `--repeat` interleaved rounds after a warm-up.
+    Bench {
+        #[command(flatten)]
+        run: RunArgs,
+        /// How many timed rounds (each runs every phase once).
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+        repeat: u64,
+        /// Print `{"primal_s": .., "forward_s": .., "reverse_s": .., "forward_over_primal": ..,
+        /// "reverse_over_primal": .., "compile_s": ..}`.
         #[arg(long)]
         json: bool,
     },
@@ -347,6 +371,27 @@ fn gradient_output(entry: &Entry, value: &Value, grads: &[Value], json: bool) ->
     out
 }
 
+/// A `chad bench` report as a table (or JSON).
+fn bench_output(r: &chad::bench::Report, repeat: u64, json: bool) -> String {
+    if json {
+        return format!("{}\n", r.to_json());
+    }
+    let mut out = format!("{:<8} {:>14} {:>10}\n", "phase", "median (s)", "/ primal");
+    for (phase, t) in [
+        ("primal", r.primal_s),
+        ("forward", r.forward_s),
+        ("reverse", r.reverse_s),
+    ] {
+        out.push_str(&format!("{phase:<8} {t:>14.6e} {:>10.2}\n", t / r.primal_s));
+    }
+    out.push_str(&format!(
+        "compile: {:.6e} s (primal, forward and reverse code); medians of {repeat} run{}\n",
+        r.compile_s,
+        if repeat == 1 { "" } else { "s" }
+    ));
+    out
+}
+
 /// A derivative morphism printed like the `ccc` stage: its name and type, then the term.
 fn show_mor(name: &str, m: &chad::ad::Mor, image: chad::target::types::Ty, width: usize) -> String {
     let x_ty = &m.x.ty;
@@ -449,6 +494,12 @@ fn run(cli: Cli) -> CliResult<String> {
             let ct = literal(&cotangent, &ct_ty, "cotangent")?;
             let (value, grads) = with_source(vjp.vjp(&args, &ct), &src)?;
             Ok(gradient_output(&entry, &value, &grads, json))
+        }
+        Command::Bench { run, repeat, json } => {
+            let (src, entry, args) = prepare(&run)?;
+            let bench = with_source(Bench::new(&entry, args), &src)?;
+            let report = with_source(bench.measure(repeat as usize), &src)?;
+            Ok(bench_output(&report, repeat, json))
         }
         Command::Show {
             file,

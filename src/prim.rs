@@ -168,7 +168,26 @@ pub struct Primitive {
     result: Type,
     fixity: Fixity,
     eval: Box<EvalFn>,
+    scalar: Option<Scalar>,
     derivative: Derivative,
+}
+
+/// A scalar primitive's evaluation on unboxed operands, which a compiling evaluator
+/// ([`crate::target::engine`]) calls without building the argument tuple. It must agree with the
+/// primitive's evaluation wherever that succeeds; `Int2` returns `None` where it fails (the
+/// evaluation then gives the error).
+#[derive(Clone, Copy, Debug)]
+pub enum Scalar {
+    /// `Real → Real`.
+    Real1(fn(f64) -> f64),
+    /// `Real × Real → Real`.
+    Real2(fn(f64, f64) -> f64),
+    /// `Real × Real → Bool`.
+    RealCmp(fn(&f64, &f64) -> bool),
+    /// `Int × Int → Int`, `None` on failure (overflow, division by zero).
+    Int2(fn(i64, i64) -> Option<i64>),
+    /// `Int × Int → Bool`.
+    IntCmp(fn(&i64, &i64) -> bool),
 }
 
 /// A shared handle to a registered primitive.
@@ -196,8 +215,20 @@ impl Primitive {
             result,
             fixity,
             eval: Box::new(eval),
+            scalar: None,
             derivative,
         }
+    }
+
+    /// Declares the primitive's evaluation on unboxed operands (see [`Scalar`]).
+    pub fn with_scalar(mut self, s: Scalar) -> Primitive {
+        self.scalar = Some(s);
+        self
+    }
+
+    /// The evaluation on unboxed operands, if declared.
+    pub fn scalar(&self) -> Option<Scalar> {
+        self.scalar
     }
 
     /// The same primitive with the given derivative.
@@ -410,6 +441,7 @@ fn real1(name: &str, f: fn(f64) -> f64, df: fn(&Term) -> Term) -> Primitive {
     Primitive::function(name, vec![Type::Real], Type::Real, move |x| {
         Ok(Value::Real(f(x.expect_real())))
     })
+    .with_scalar(Scalar::Real1(f))
     .with_derivative(Derivative::scalar(df))
 }
 
@@ -434,6 +466,7 @@ fn real2_with(name: &str, fixity: Fixity, f: fn(f64, f64) -> f64, d: Derivative)
             Ok(Value::Real(f(a.expect_real(), b.expect_real())))
         },
     )
+    .with_scalar(Scalar::Real2(f))
     .with_derivative(d)
 }
 
@@ -470,6 +503,7 @@ fn int2(name: &str, sym: &'static str, prec: u8, f: fn(i64, i64) -> Option<i64>)
             })
         },
     )
+    .with_scalar(Scalar::Int2(f))
 }
 
 fn compare<T: 'static>(
@@ -583,7 +617,8 @@ fn builtins() -> Vec<Primitive> {
             }
         }),
         Primitive::function("sum", vec![arr()], real(), |x| {
-            Ok(Value::Real(x.expect_reals().iter().sum()))
+            // A fold from +0.0: std's `Sum` for f64 starts from -0.0, so `sum []` would print `-0.0`.
+            Ok(Value::Real(x.expect_reals().iter().fold(0.0, |a, b| a + b)))
         })
         .with_derivative(Derivative::terms(
             |_, d| LTerm::mk(LTermKind::Sum(d[0].clone())),
@@ -602,7 +637,9 @@ fn builtins() -> Vec<Primitive> {
                     b.len()
                 )));
             }
-            Ok(Value::Real(a.iter().zip(b).map(|(x, y)| x * y).sum()))
+            Ok(Value::Real(
+                a.iter().zip(b).fold(0.0, |s, (x, y)| s + x * y),
+            ))
         })
         .with_derivative(Derivative::terms(
             |x, d| {
@@ -660,6 +697,7 @@ fn builtins() -> Vec<Primitive> {
         Primitive::new("neg", vec![real()], real(), Fixity::Prefix("-"), |x| {
             Ok(Value::Real(-x.expect_real()))
         })
+        .with_scalar(Scalar::Real1(|x| -x))
         .with_derivative(Derivative::terms(
             |_, d| negate(&d[0]),
             |_, v| vec![negate(v)],
@@ -711,14 +749,11 @@ fn builtins() -> Vec<Primitive> {
         ("ne", "!=", f64::ne, i64::ne),
     ];
     for (name, sym, fr, fi) in cmp {
-        v.push(compare(name, real(), sym, Value::expect_real, fr));
-        v.push(compare(
-            &format!("i{name}"),
-            Type::Int,
-            sym,
-            Value::expect_int,
-            fi,
-        ));
+        v.push(compare(name, real(), sym, Value::expect_real, fr).with_scalar(Scalar::RealCmp(fr)));
+        v.push(
+            compare(&format!("i{name}"), Type::Int, sym, Value::expect_int, fi)
+                .with_scalar(Scalar::IntCmp(fi)),
+        );
     }
     v.push(compare(
         "beq",
@@ -865,6 +900,83 @@ mod tests {
         );
         let e = run(&r, "dot", vec![xs, Value::reals(vec![1.0])]).unwrap_err();
         assert_eq!(e.message(), "dot: arrays have different lengths (3 and 1)");
+        // Empty sums are +0.0 (printed `0.0`), not -0.0.
+        let empty = Value::reals(vec![]);
+        let s = run(&r, "sum", vec![empty.clone()]).unwrap().expect_real();
+        assert!(s == 0.0 && s.is_sign_positive());
+        let d = run(&r, "dot", vec![empty.clone(), empty])
+            .unwrap()
+            .expect_real();
+        assert!(d == 0.0 && d.is_sign_positive());
+    }
+
+    /// Every builtin's unboxed form agrees with its evaluation, errors included.
+    #[test]
+    fn scalar_forms_agree_with_evaluation() {
+        let r = Registry::builtin();
+        let reals = [
+            -2.5,
+            -1.0,
+            -0.0,
+            0.0,
+            0.5,
+            1.0,
+            3.0,
+            f64::INFINITY,
+            f64::NAN,
+        ];
+        let ints = [i64::MIN, -7, -1, 0, 1, 2, 7, i64::MAX];
+        let same = |a: &Value, b: &Value| a.same(b) == Some(true);
+        let mut checked = 0;
+        for p in r.all() {
+            let name = p.name();
+            let Some(s) = p.scalar() else { continue };
+            checked += 1;
+            match s {
+                Scalar::Real1(f) => {
+                    for &x in &reals {
+                        let v = p.eval_args(vec![Value::Real(x)]).unwrap();
+                        assert!(same(&v, &Value::Real(f(x))), "{name} {x}");
+                    }
+                }
+                Scalar::Real2(f) => {
+                    for &x in &reals {
+                        for &y in &reals {
+                            let v = p.eval_args(vec![Value::Real(x), Value::Real(y)]).unwrap();
+                            assert!(same(&v, &Value::Real(f(x, y))), "{name} {x} {y}");
+                        }
+                    }
+                }
+                Scalar::RealCmp(f) => {
+                    for &x in &reals {
+                        for &y in &reals {
+                            let v = p.eval_args(vec![Value::Real(x), Value::Real(y)]).unwrap();
+                            assert_eq!(v.expect_bool(), f(&x, &y), "{name} {x} {y}");
+                        }
+                    }
+                }
+                Scalar::Int2(f) => {
+                    for &x in &ints {
+                        for &y in &ints {
+                            let v = p.eval_args(vec![Value::Int(x), Value::Int(y)]);
+                            match f(x, y) {
+                                Some(z) => assert_eq!(v.unwrap().expect_int(), z, "{name}"),
+                                None => assert!(v.is_err(), "{name} {x} {y}"),
+                            }
+                        }
+                    }
+                }
+                Scalar::IntCmp(f) => {
+                    for &x in &ints {
+                        for &y in &ints {
+                            let v = p.eval_args(vec![Value::Int(x), Value::Int(y)]).unwrap();
+                            assert_eq!(v.expect_bool(), f(&x, &y), "{name} {x} {y}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked >= 30, "only {checked} scalar forms");
     }
 
     #[test]

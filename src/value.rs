@@ -139,6 +139,24 @@ impl Value {
         }
     }
 
+    /// The linear map of a target-language value of type `L ⊸ L'`. Panics otherwise (a typing
+    /// invariant).
+    pub fn expect_lin_fun(&self) -> &LinFun {
+        match self {
+            Value::LinFun(f) => f,
+            other => invariant("a linear map", other),
+        }
+    }
+
+    /// The linear value of a target-language value of type `Lin L`. Panics otherwise (a typing
+    /// invariant).
+    pub fn into_lin(self) -> Lin {
+        match self {
+            Value::Lin(l) => l,
+            other => invariant("a linear value", &other),
+        }
+    }
+
     /// Applies a function value. Panics if the value is not a function (a typing invariant).
     pub fn apply(&self, arg: Value) -> Result<Value> {
         match self {

@@ -1221,3 +1221,129 @@ fn ad_usage_errors_exit_with_status_2() {
     fails(&["grad"], 2, &["<FILE>"]);
     fails(&["grad", "examples/fig1a.chad", "--bogus"], 2, &["--bogus"]);
 }
+
+// ----- bench -----
+
+#[test]
+fn bench_json_reports_every_phase_with_consistent_ratios() {
+    let p = file(
+        "bench_sq.chad",
+        "def f (xs : Array Real) : Real = sum (map (\\(x : Real) -> x * x) xs)\n",
+    );
+    let j = json(&[
+        "bench",
+        s(&p),
+        "--arg",
+        "[1.0, 2.0, 3.0]",
+        "--repeat",
+        "3",
+        "--json",
+    ]);
+    let obj = j.as_object().unwrap();
+    let keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "primal_s",
+            "forward_s",
+            "reverse_s",
+            "forward_over_primal",
+            "reverse_over_primal",
+            "compile_s"
+        ]
+    );
+    let t = |k: &str| j[k].as_f64().unwrap();
+    for k in keys {
+        assert!(t(k) > 0.0 && t(k).is_finite(), "{k}: {j}");
+    }
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * a.abs().max(b.abs());
+    assert!(
+        close(t("forward_over_primal"), t("forward_s") / t("primal_s")),
+        "{j}"
+    );
+    assert!(
+        close(t("reverse_over_primal"), t("reverse_s") / t("primal_s")),
+        "{j}"
+    );
+}
+
+#[test]
+fn bench_text_is_a_table_and_reads_args_files() {
+    let args = file("bench_args.json", "[[0.5, -1.5], 2]");
+    let p = file(
+        "bench_two.chad",
+        "def f (xs : Array Real) (n : Int) : (Real, Real) = (sum xs * toReal n, xs ! 0)\n",
+    );
+    let o = chad(&["bench", s(&p), "--args-file", s(&args), "--repeat", "1"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{}", o.stdout);
+    assert!(lines[0].starts_with("phase") && lines[0].contains("/ primal"));
+    for (line, phase) in lines[1..4].iter().zip(["primal", "forward", "reverse"]) {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cells[0], phase, "{}", o.stdout);
+        assert!(cells[1].parse::<f64>().unwrap() > 0.0, "{}", o.stdout);
+    }
+    assert!(lines[1].ends_with(" 1.00"), "{}", o.stdout);
+    assert!(lines[4].starts_with("compile: ") && lines[4].contains("1 run"));
+    // The definition is selectable.
+    let o = chad(&[
+        "bench",
+        "examples/fig1a.chad",
+        "--def",
+        "fig1a",
+        "--arg",
+        "3",
+        "--repeat",
+        "2",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+}
+
+#[test]
+fn bench_errors() {
+    let p = file("bench_sq2.chad", "def f (x : Real) : Real = x * x\n");
+    fails(
+        &["bench", s(&p), "--arg", "1", "--repeat", "0"],
+        2,
+        &["--repeat"],
+    );
+    fails(
+        &["bench", s(&p), "--arg", "1", "--repeat", "x"],
+        2,
+        &["--repeat"],
+    );
+    fails(
+        &["bench", s(&p), "--arg", "true"],
+        1,
+        &["argument 1: expected a value of type `Real`"],
+    );
+    fails(
+        &["bench", s(&p)],
+        1,
+        &["the definition takes 1 argument, but 0 were given"],
+    );
+    fails(
+        &["bench", s(&p), "--arg", "1", "--def", "g"],
+        1,
+        &["no definition named `g`"],
+    );
+    let h = file(
+        "bench_ho.chad",
+        "def f (x : Real) : Real -> Real = \\(y : Real) -> x * y\n",
+    );
+    fails(
+        &["bench", s(&h), "--arg", "1"],
+        1,
+        &["needs a first-order result", "`f` returns `Real -> Real`"],
+    );
+    let r = file(
+        "bench_oob.chad",
+        "def f (xs : Array Real) : Real =\n  xs ! 3\n",
+    );
+    fails(
+        &["bench", s(&r), "--arg", "[1.0]"],
+        1,
+        &["runtime error", "bench_oob.chad:2:"],
+    );
+}

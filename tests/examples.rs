@@ -20,10 +20,11 @@
 //! bounded. Definitions that take or return functions are listed as not checked.
 //!
 //! Independent of all that, the GMM and MLP values are compared with direct Rust loops of the
-//! same formulas, `lgamma`'s derivative with known digamma values, and the gradients with the
-//! invariances of the models (shifting all `alphas`, translating data and means, shifting all
-//! logits); the CLI's `grad` on the argument files agrees with the library; and a few steps of
-//! `train_mlp`'s training loop lower the loss (and steps up the gradient raise it).
+//! same formulas (the hand-written baselines of `benches/native`), `lgamma`'s derivative with
+//! known digamma values, and the gradients with the invariances of the models (shifting all
+//! `alphas`, translating data and means, shifting all logits); the CLI's `grad` on the argument
+//! files agrees with the library; and a few steps of `train_mlp`'s training loop lower the loss
+//! (and steps up the gradient raise it).
 
 use chad::ad::{Jvp, Vjp};
 use chad::oracle::{dual, fd};
@@ -35,6 +36,10 @@ use std::path::{Path, PathBuf};
 #[path = "../examples/train_mlp.rs"]
 #[allow(dead_code)]
 mod train_mlp;
+
+#[path = "../benches/native/mod.rs"]
+#[allow(dead_code)]
+mod native;
 
 // ----- finding and loading the examples -----
 
@@ -587,110 +592,22 @@ fn matrix(v: &Value) -> Vec<Vec<f64>> {
     v.array_items().iter().map(reals).collect()
 }
 
-fn logsumexp(xs: &[f64]) -> f64 {
-    let m = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    m + xs.iter().map(|x| (x - m).exp()).sum::<f64>().ln()
+/// The arguments as `benches/native`'s objective `program` takes them (decoded from the JSON
+/// argument format, which every `Value` here converts to).
+fn native_args(program: &str, args: &[Value]) -> native::Program {
+    let json = serde_json::Value::Array(args.iter().map(Value::to_json).collect());
+    native::Program::decode(program, &json).unwrap_or_else(|e| panic!("{program}: {e}"))
 }
 
-/// log Γ(x) for x a positive multiple of 1/2, exactly by Γ(1/2) = √π, Γ(1) = 1,
-/// Γ(x + 1) = x Γ(x) (the Wishart constant only needs these).
-fn lgamma_half_integer(x: f64) -> f64 {
-    assert!(x > 0.0 && (2.0 * x).fract() == 0.0, "{x}");
-    let (mut z, mut out) = if x.fract() == 0.0 {
-        (1.0, 0.0)
-    } else {
-        (0.5, 0.5 * std::f64::consts::PI.ln())
-    };
-    while z < x {
-        out += z.ln();
-        z += 1.0;
-    }
-    out
-}
-
-/// ADBench's `gmm_objective`, loop for loop (`gmm.cpp` of the reference implementation; the
-/// index loops are kept to read like it).
-#[allow(clippy::needless_range_loop)]
+/// ADBench's `gmm_objective`, hand-written in Rust (`benches/native`, also the baseline of the
+/// benchmarks).
 fn gmm_reference(args: &[Value]) -> f64 {
-    let alphas = reals(&args[0]);
-    let means = matrix(&args[1]);
-    let icf = matrix(&args[2]);
-    let x = matrix(&args[3]);
-    let gamma = args[4].expect_real();
-    let m = args[5].expect_int();
-    let (k, n, d) = (alphas.len(), x.len(), means[0].len());
-    let pi = std::f64::consts::PI;
-    let constant = -(n as f64) * d as f64 * 0.5 * (2.0 * pi).ln();
-    let sum_qs: Vec<f64> = icf.iter().map(|q| q[..d].iter().sum()).collect();
-    let qdiags: Vec<Vec<f64>> = icf
-        .iter()
-        .map(|q| q[..d].iter().map(|v| v.exp()).collect())
-        .collect();
-    let mut slse = 0.0;
-    for xi in &x {
-        let mut main_term = vec![0.0; k];
-        for ik in 0..k {
-            let centred: Vec<f64> = (0..d).map(|j| xi[j] - means[ik][j]).collect();
-            let mut qx: Vec<f64> = (0..d).map(|j| qdiags[ik][j] * centred[j]).collect();
-            let mut idx = d;
-            for i in 0..d {
-                for j in i + 1..d {
-                    qx[j] += icf[ik][idx] * centred[i];
-                    idx += 1;
-                }
-            }
-            main_term[ik] = alphas[ik] + sum_qs[ik] - 0.5 * qx.iter().map(|v| v * v).sum::<f64>();
-        }
-        slse += logsumexp(&main_term);
-    }
-    let lse_alphas = logsumexp(&alphas);
-    // log_wishart_prior
-    let nn = d as i64 + m + 1;
-    let log_gamma_distrib = 0.25 * (d * (d - 1)) as f64 * pi.ln()
-        + (1..=d)
-            .map(|j| lgamma_half_integer(0.5 * nn as f64 + 0.5 * (1.0 - j as f64)))
-            .sum::<f64>();
-    let c = (nn * d as i64) as f64 * (gamma.ln() - 0.5 * 2f64.ln()) - log_gamma_distrib;
-    let mut prior = 0.0;
-    for ik in 0..k {
-        let frobenius: f64 = qdiags[ik].iter().map(|v| v * v).sum::<f64>()
-            + icf[ik][d..].iter().map(|v| v * v).sum::<f64>();
-        prior += 0.5 * gamma * gamma * frobenius - m as f64 * sum_qs[ik];
-    }
-    prior -= k as f64 * c;
-    constant + slse - n as f64 * lse_alphas + prior
+    native_args("gmm", args).eval()
 }
 
-/// The MLP loss of `mlp.chad`, in loops.
+/// The MLP loss of `mlp.chad`, in loops (`benches/native`).
 fn mlp_reference(args: &[Value]) -> f64 {
-    let (w1, b1, w2, b2) = (
-        matrix(&args[0]),
-        reals(&args[1]),
-        matrix(&args[2]),
-        reals(&args[3]),
-    );
-    let xs = matrix(&args[4]);
-    let ys: Vec<i64> = args[5]
-        .array_items()
-        .iter()
-        .map(Value::expect_int)
-        .collect();
-    let dense = |w: &[Vec<f64>], b: &[f64], v: &[f64]| -> Vec<f64> {
-        w.iter()
-            .zip(b)
-            .map(|(row, bias)| row.iter().zip(v).map(|(a, b)| a * b).sum::<f64>() + bias)
-            .collect()
-    };
-    let total: f64 = xs
-        .iter()
-        .zip(&ys)
-        .map(|(x, &y)| {
-            let h: Vec<f64> = dense(&w1, &b1, x).iter().map(|v| v.tanh()).collect();
-            let z = dense(&w2, &b2, &h);
-            logsumexp(&z) - z[y as usize]
-        })
-        .sum();
-    total / xs.len() as f64
+    native_args("mlp", args).eval()
 }
 
 /// Random GMM arguments of the given sizes (deterministic in `seed`).
@@ -762,10 +679,14 @@ fn lgamma_and_its_derivative_are_the_known_values() {
             -euler - 2.0 * 2f64.ln(),
         ),
         (1.0, 0.0, -euler),
-        (1.5, lgamma_half_integer(1.5), 2.0 - euler - 2.0 * 2f64.ln()),
+        (
+            1.5,
+            native::lgamma_half_integer(1.5),
+            2.0 - euler - 2.0 * 2f64.ln(),
+        ),
         (2.0, 0.0, 1.0 - euler),
         (5.0, 24f64.ln(), 1.0 + 0.5 + 1.0 / 3.0 + 0.25 - euler),
-        (10.5, lgamma_half_integer(10.5), {
+        (10.5, native::lgamma_half_integer(10.5), {
             // ψ(n + 1/2) = -γ - 2 ln 2 + Σ_{k=1..n} 2/(2k - 1)
             (1..=10).map(|k| 2.0 / (2.0 * k as f64 - 1.0)).sum::<f64>() - euler - 2.0 * 2f64.ln()
         }),

@@ -30,9 +30,10 @@
 //! F(π)         = (π x, λ̲d. π d)                      (a chain of projections)
 //! F(⟨f, g⟩)    = let (y, f') = F(f)[x] in let (z, g') = F(g)[x] in ((y, z), λ̲d. (f' • d, g' • d))
 //! F(curry f)   = let h = λb. F(f)[(x, b)] in
-//!                ( λb. let (c, f') = h b in (c, λ̲db. f' • (0, db)),
-//!                  λ̲da. λb. (snd (h b)) • (da, 0) )
-//! F(eval)      = let (g, b) = x in let (c, g') = g b in (c, λ̲d. (fst d) @ b + g' • (snd d))
+//!                ( λb. let (c, f') = h b in (c, λ̲db. f' • (0, db)),     -- closureTan (h, f')
+//!                  λ̲da. λb. (snd (h b)) • (da, 0) )                     -- closureEnvTan h
+//! F(eval)      = let (g, b) = x in let (c, g') = g b in
+//!                (c, λ̲d. (fst d) @ b + g' • (snd d))                    -- callTan (b, g')
 //! F(c)         = (c, λ̲d. 0)                          (a literal constant)
 //! F(op)        = (op x, λ̲d. Dop(x; d))               (or the native kernel `Dop x`)
 //! F(inl)       = (inl x, λ̲d. linl d)                 F(inr) = (inr x, λ̲d. linr d)
@@ -57,6 +58,12 @@
 //! F(length)    = (length x, λ̲d. 0)
 //! ```
 //!
+//! `curry` and `eval` are written with three native kernels of [`crate::target::linear`] that
+//! mean exactly the terms beside them but keep each closure call's derivative `f'` as a *tape*:
+//! `callTan` then gets `(fst d) @ b` for the called closure's own tangent from `f'`, in one
+//! application `f' • (da, snd d)`, instead of re-running its body `h b`
+//! (`theory-notes/06-performance.md`).
+//!
 //! `F(f)[x]` is `f`'s term with its input bound to `x` by a `let` (or directly by the pattern
 //! that receives it), so every subterm is computed once: the output is linear in the size of the
 //! combinator, counting a projection chain `π` by its length (a variable `k` binders away is
@@ -76,9 +83,11 @@ use crate::deep::deep;
 use crate::error::{Error, Result, Span};
 use crate::prim::{Derivative, Prim};
 use crate::source::term::Lit;
-use crate::target::term::{LTerm, LTermKind, Pat, Term, TermKind, Var};
+use crate::target::linear::LinFun;
+use crate::target::term::{LTerm, LTermKind, LinPrim, Pat, Term, TermKind, Var};
 use crate::target::types::{LTy, Ty};
 use crate::types::Type;
+use crate::value::Value;
 
 /// `F1(A)`: the type of forward primals.
 pub fn primal(a: &Type) -> Ty {
@@ -261,22 +270,34 @@ impl Cartesian for Forward {
 impl Closed for Forward {
     fn curry(&self, f: Mor, a: &Type, b: &Type, c: &Type) -> Result<Mor> {
         // let h = λb. F(f)[(x, b)] in
-        // ( λb. let (c, f') = h b in (c, λ̲db. f' • (0, db)),  λ̲da. λb. (snd (h b)) • (da, 0) )
+        // ( λb. let (c, f') = h b in (c, closureTan (h, f')),      -- = λ̲db. f' • (0, db), taped
+        //   closureEnvTan h )                         -- = λ̲da. λb. (snd (h b)) • (da, 0)
         let bc = Type::fun(b.clone(), c.clone());
         let x = Var::fresh("x", self.primal(a));
         let h_ty = Ty::fun(self.primal(b), self.image(&f.dom, c));
-        let h = Var::fresh("h", h_ty);
+        let h = Var::fresh("h", h_ty.clone());
         let b1 = Var::fresh("b", self.primal(b));
         let h_def = Term::lam(
             &b1,
             Term::let_(&f.x, Term::pair(Term::var(&x), Term::var(&b1)), f.body),
         );
         let b2 = Var::fresh("b", self.primal(b));
+        let df_ty = self.derivative(&f.dom, c);
         let (cv, df) = (
             Var::fresh("c", self.primal(c)),
-            Var::fresh("df", self.derivative(&f.dom, c)),
+            Var::fresh("df", df_ty.clone()),
         );
-        let (ta, tb) = (self.tangent(a), self.tangent(b));
+        let (ta, tb, tc) = (self.tangent(a), self.tangent(b), self.tangent(c));
+        let tan = LinPrim::new(
+            "closureTan",
+            Ty::prod(h_ty.clone(), df_ty),
+            tb,
+            tc.clone(),
+            |hf| {
+                let (h, f) = hf.expect_pair();
+                Ok(LinFun::closure_tan(h.clone(), lin_fun(f)))
+            },
+        );
         let fun = Term::lam(
             &b2,
             Term::let_pat(
@@ -287,20 +308,21 @@ impl Closed for Forward {
                 Term::app(Term::var(&h), Term::var(&b2)),
                 Term::pair(
                     Term::var(&cv),
-                    lin_lam("db", tb.clone(), |db| {
-                        apply(&df, LTerm::pair(LTerm::zero(ta.clone()), db))
-                    }),
+                    Term::mk(TermKind::LinPrim(
+                        tan,
+                        Term::pair(Term::var(&h), Term::var(&df)),
+                    )),
                 ),
             ),
         );
-        let b3 = Var::fresh("b", self.primal(b));
-        let deriv = lin_lam("da", ta, |da| {
-            let hb = Term::snd(Term::app(Term::var(&h), Term::var(&b3)));
-            LTerm::mk(LTermKind::PowLam(
-                b3.clone(),
-                LTerm::app(hb, LTerm::pair(da, LTerm::zero(tb))),
-            ))
-        });
+        let env = LinPrim::new(
+            "closureEnvTan",
+            h_ty,
+            ta,
+            LTy::power(self.primal(b), tc),
+            |h| Ok(LinFun::closure_env_tan(h.clone())),
+        );
+        let deriv = Term::mk(TermKind::LinPrim(env, Term::var(&h)));
         let body = Term::let_(&h, h_def, Term::pair(fun, deriv));
         Ok(Mor {
             dom: a.clone(),
@@ -311,7 +333,9 @@ impl Closed for Forward {
     }
 
     fn eval(&self, b: &Type, c: &Type) -> Result<Mor> {
-        // let (g, b) = x in let (c, g') = g b in (c, λ̲d. (fst d) @ b + g' • (snd d))
+        // let (g, b) = x in let (c, g') = g b in (c, callTan (b, g')),
+        // where callTan (b, g') = λ̲d. (fst d) @ b + g' • (snd d) (one application of the
+        // call's tape for both, if g' has one)
         let dom = Type::prod(Type::fun(b.clone(), c.clone()), b.clone());
         new_mor(self, &dom, c, |x| {
             let g = Var::fresh("g", self.primal(&Type::fun(b.clone(), c.clone())));
@@ -321,12 +345,21 @@ impl Closed for Forward {
             let mut lets = Lets::new();
             lets.push_pair(&g, &bv, Term::var(x));
             lets.push_pair(&cv, &dg, Term::app(Term::var(&g), Term::var(&bv)));
-            lets.finish(self.combined(&dom, Term::var(&cv), |d| {
-                LTerm::plus(
-                    LTerm::mk(LTermKind::PowApp(LTerm::fst(d.clone()), Term::var(&bv))),
-                    apply(&dg, LTerm::snd(d)),
-                )
-            }))
+            let call = LinPrim::new(
+                "callTan",
+                Ty::prod(self.primal(b), self.derivative(b, c)),
+                self.tangent(&dom),
+                self.tangent(c),
+                |bg| {
+                    let (b, g) = bg.expect_pair();
+                    Ok(LinFun::call_tan(b.clone(), &lin_fun(g)))
+                },
+            );
+            let call = Term::mk(TermKind::LinPrim(
+                call,
+                Term::pair(Term::var(&bv), Term::var(&dg)),
+            ));
+            lets.finish(self.combined(&dom, Term::var(&cv), |d| LTerm::app(call, d)))
         })
     }
 }
@@ -641,5 +674,12 @@ impl Arrays for Forward {
                     .unwrap_or_else(|| LTerm::zero(self.tangent(&cod)))
             }))
         })
+    }
+}
+
+fn lin_fun(v: &Value) -> LinFun {
+    match v {
+        Value::LinFun(f) => f.clone(),
+        other => panic!("internal error: expected a linear map, found {other}"),
     }
 }

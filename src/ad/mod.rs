@@ -32,14 +32,14 @@ use crate::ccc;
 use crate::error::{Error, ErrorKind, Result, Span};
 use crate::prim::{Derivative, Prim};
 use crate::source::term::{Entry, Term as STerm, TermKind as SKind};
-use crate::target::linear::{Lin, LinFun};
 use crate::target::engine::Code;
+use crate::target::linear::{Lin, LinFun};
 use crate::target::print;
 use crate::target::term::{LTerm, Pat, Term, TermKind, Var};
 use crate::target::types::{LTy, Ty};
 use crate::types::Type;
 use crate::value::Value;
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
 use std::fmt;
 use std::rc::Rc;
@@ -455,7 +455,8 @@ fn first_order_entry(entry: &Entry, what: &str) -> Result<()> {
 pub struct Jvp {
     entry: Entry,
     mor: Mor,
-    code: Code,
+    /// The compiled code, compiled on first use (after any `map_body`).
+    code: OnceCell<Code>,
 }
 
 impl Jvp {
@@ -466,8 +467,8 @@ impl Jvp {
         let mor = forward::transform(&ccc::compile_entry(entry))?;
         Ok(Jvp {
             entry: entry.clone(),
-            code: mor.compile(),
             mor,
+            code: OnceCell::new(),
         })
     }
 
@@ -476,13 +477,18 @@ impl Jvp {
         &self.mor
     }
 
+    /// The derivative code compiled for the engine (compiled on first use; call it to pay
+    /// for compilation up front).
+    pub fn code(&self) -> &Code {
+        self.code.get_or_init(|| self.mor.compile())
+    }
+
     /// The same derivative with its code rewritten by `f` (see [`Mor::map_body`]).
     pub fn map_body(self, f: impl FnOnce(&Term) -> Term) -> Jvp {
-        let mor = self.mor.map_body(f);
         Jvp {
-            code: mor.compile(),
-            mor,
+            mor: self.mor.map_body(f),
             entry: self.entry,
+            code: OnceCell::new(),
         }
     }
 
@@ -509,7 +515,7 @@ impl Jvp {
                 .map_err(|e| e.prefixed(&format!("tangent {} (of `{}`): ", k + 1, p.name)))?;
             ds.push(d);
         }
-        let (y, f) = split_image(self.code.run(&[context(args)])?)?;
+        let (y, f) = split_image(self.code().run(&[context(args)])?)?;
         let dy = f.apply(&context_linear(ds))?;
         let t = from_tangent(&self.entry.body.ty, &y, &dy);
         Ok((y, t))
@@ -521,7 +527,8 @@ impl Jvp {
 pub struct Vjp {
     entry: Entry,
     mor: Mor,
-    code: Code,
+    /// The compiled code, compiled on first use (after any `map_body`).
+    code: OnceCell<Code>,
 }
 
 impl Vjp {
@@ -532,8 +539,8 @@ impl Vjp {
         let mor = reverse::transform(&ccc::compile_entry(entry))?;
         Ok(Vjp {
             entry: entry.clone(),
-            code: mor.compile(),
             mor,
+            code: OnceCell::new(),
         })
     }
 
@@ -542,13 +549,18 @@ impl Vjp {
         &self.mor
     }
 
+    /// The derivative code compiled for the engine (compiled on first use; call it to pay
+    /// for compilation up front).
+    pub fn code(&self) -> &Code {
+        self.code.get_or_init(|| self.mor.compile())
+    }
+
     /// The same derivative with its code rewritten by `f` (see [`Mor::map_body`]).
     pub fn map_body(self, f: impl FnOnce(&Term) -> Term) -> Vjp {
-        let mor = self.mor.map_body(f);
         Vjp {
-            code: mor.compile(),
-            mor,
+            mor: self.mor.map_body(f),
             entry: self.entry,
+            code: OnceCell::new(),
         }
     }
 
@@ -556,7 +568,7 @@ impl Vjp {
     /// `cotangent` (of type `Type::tangent` of the result type).
     pub fn vjp(&self, args: &[Value], cotangent: &Value) -> Result<(Value, Vec<Value>)> {
         crate::eval::check_args(&self.entry, args)?;
-        let (y, f) = split_image(self.code.run(&[context(args)])?)?;
+        let (y, f) = split_image(self.code().run(&[context(args)])?)?;
         let v = to_tangent(&self.entry.body.ty, &y, cotangent)
             .map_err(|e| e.prefixed("cotangent: "))?;
         let g = f.apply(&v)?;

@@ -21,7 +21,11 @@
 //!
 //! The cotangent of a function is a copower: a formal sum of (argument, output cotangent) pairs,
 //! one per call, which `curry`'s transposed derivative folds back into a cotangent of the
-//! captured environment.
+//! captured environment. The paper's fold re-runs the closure body `h b` for every pair; here
+//! `curry` and `eval` use three native kernels of [`crate::target::linear`] that mean exactly
+//! the terms beside them in the rules below but keep each call's derivative `f'` as a *tape* on
+//! its copower pair, so the fold reuses `f'` (and the application `f' • v` already made for the
+//! argument half) instead (`theory-notes/06-performance.md`).
 //!
 //! **Rules** (`v` the output cotangent, `λ̲` a linear λ, `•` linear application, `!b ⊗ v` a
 //! copower singleton):
@@ -35,9 +39,10 @@
 //! R(⟨f, g⟩)    = let (y, f') = R(f)[x] in let (z, g') = R(g)[x] in
 //!                ((y, z), λ̲v. f' • fst v + g' • snd v)
 //! R(curry f)   = let h = λb. R(f)[(x, b)] in
-//!                ( λb. let (c, f') = h b in (c, λ̲v. snd (f' • v)),
-//!                  λ̲w. copowfold (λb. λ̲v. fst ((snd (h b)) • v)) w )
-//! R(eval)      = let (g, b) = x in let (c, g') = g b in (c, λ̲v. (!b ⊗ v, g' • v))
+//!                ( λb. let (c, f') = h b in (c, λ̲v. snd (f' • v)),         -- closureArg (h, f')
+//!                  λ̲w. copowfold (λb. λ̲v. fst ((snd (h b)) • v)) w )      -- closureEnv h
+//! R(eval)      = let (g, b) = x in let (c, g') = g b in
+//!                (c, λ̲v. (!b ⊗ v, g' • v))                  -- !b ⊗ v is recordCall (b, g') • v
 //! R(c)         = (c, λ̲v. 0)                          (a literal constant)
 //! R(op)        = (op x, λ̲v. DopT(x; v))              (or the native kernel `DopT x`)
 //! R(inl)       = (inl x, λ̲v. fromLeft v)             R(inr) = (inr x, λ̲v. fromRight v)
@@ -82,9 +87,12 @@ use crate::deep::deep;
 use crate::error::{Error, Result, Span};
 use crate::prim::{Derivative, Prim};
 use crate::source::term::Lit;
-use crate::target::term::{LTerm, LTermKind, Pat, Term, TermKind, Var};
+use crate::target::linear::LinFun;
+use crate::target::term::{LTerm, LTermKind, LinPrim, Pat, Term, TermKind, Var};
 use crate::target::types::{LTy, Ty};
 use crate::types::Type;
+use crate::value::Value;
+use std::rc::Rc;
 
 /// `R1(A)`: the type of reverse primals.
 pub fn primal(a: &Type) -> Ty {
@@ -297,11 +305,12 @@ impl Cartesian for Reverse {
 impl Closed for Reverse {
     fn curry(&self, f: Mor, a: &Type, b: &Type, c: &Type) -> Result<Mor> {
         // let h = λb. R(f)[(x, b)] in
-        // ( λb. let (c, f') = h b in (c, λ̲v. snd (f' • v)),
-        //   λ̲w. copowfold (λb. λ̲v. fst ((snd (h b)) • v)) w )
+        // ( λb. let (c, f') = h b in (c, closureArg (h, f')),     -- = λ̲v. snd (f' • v), taped
+        //   closureEnv h )                        -- = λ̲w. copowfold (λb. λ̲v. fst (snd (h b) • v)) w
         let bc = Type::fun(b.clone(), c.clone());
         let x = Var::fresh("x", self.primal(a));
-        let h = Var::fresh("h", Ty::fun(self.primal(b), self.image(&f.dom, c)));
+        let h_ty = Ty::fun(self.primal(b), self.image(&f.dom, c));
+        let h = Var::fresh("h", h_ty.clone());
         let b1 = Var::fresh("b", self.primal(b));
         let h_def = Term::lam(
             &b1,
@@ -309,7 +318,9 @@ impl Closed for Reverse {
         );
         let b2 = Var::fresh("b", self.primal(b));
         let cv = Var::fresh("c", self.primal(c));
-        let df = Var::fresh("df", self.derivative(&f.dom, c));
+        let df_ty = self.derivative(&f.dom, c);
+        let df = Var::fresh("df", df_ty.clone());
+        let arg = closure_arg(&h_ty, &df_ty, self.cotangent(c), self.cotangent(b));
         let fun = Term::lam(
             &b2,
             Term::let_pat(
@@ -318,20 +329,17 @@ impl Closed for Reverse {
                     Box::new(Pat::Var(df.clone())),
                 ),
                 Term::app(Term::var(&h), Term::var(&b2)),
-                self.combined(c, Term::var(&cv), |v| LTerm::snd(apply(&df, v))),
+                Term::pair(
+                    Term::var(&cv),
+                    Term::mk(TermKind::LinPrim(
+                        arg,
+                        Term::pair(Term::var(&h), Term::var(&df)),
+                    )),
+                ),
             ),
         );
-        let b3 = Var::fresh("b", self.primal(b));
-        let per_call = Term::lam(
-            &b3,
-            lin_lam("v", self.cotangent(c), |v| {
-                let hb = Term::snd(Term::app(Term::var(&h), Term::var(&b3)));
-                LTerm::fst(LTerm::app(hb, v))
-            }),
-        );
-        let deriv = lin_lam("w", self.cotangent(&bc), |w| {
-            LTerm::mk(LTermKind::CopowFold(per_call, w))
-        });
+        let env = closure_env(&h_ty, self.cotangent(&bc), self.cotangent(a));
+        let deriv = Term::mk(TermKind::LinPrim(env, Term::var(&h)));
         let body = Term::let_(&h, h_def, Term::pair(fun, deriv));
         Ok(Mor {
             dom: a.clone(),
@@ -342,7 +350,8 @@ impl Closed for Reverse {
     }
 
     fn eval(&self, b: &Type, c: &Type) -> Result<Mor> {
-        // let (g, b) = x in let (c, g') = g b in (c, λ̲v. (!b ⊗ v, g' • v))
+        // let (g, b) = x in let (c, g') = g b in (c, λ̲v. (recordCall (b, g') • v, g' • v)),
+        // where recordCall (b, g') • v = !b ⊗ v (with the call's tape, if g' has one)
         let dom = Type::prod(Type::fun(b.clone(), c.clone()), b.clone());
         new_mor(self, &dom, c, |x| {
             let g = Var::fresh("g", self.primal(&Type::fun(b.clone(), c.clone())));
@@ -352,11 +361,13 @@ impl Closed for Reverse {
             let mut lets = Lets::new();
             lets.push_pair(&g, &bv, Term::var(x));
             lets.push_pair(&cv, &dg, Term::app(Term::var(&g), Term::var(&bv)));
+            let rec = record_call(&self.primal(b), &self.derivative(b, c), self.cotangent(c));
+            let rec = Term::mk(TermKind::LinPrim(
+                rec,
+                Term::pair(Term::var(&bv), Term::var(&dg)),
+            ));
             lets.finish(self.combined(c, Term::var(&cv), |v| {
-                LTerm::pair(
-                    LTerm::mk(LTermKind::Copower(Term::var(&bv), v.clone())),
-                    apply(&dg, v),
-                )
+                LTerm::pair(LTerm::app(rec, v.clone()), apply(&dg, v))
             }))
         })
     }
@@ -493,6 +504,45 @@ impl Coproducts for Reverse {
                 })
             })
         })
+    }
+}
+
+/// The kernel `closureArg : (h, f') ↦ λ̲v. snd (f' • v)` (argument half of a closure call's
+/// derivative `f' : C ⊸ Γ × B`, keeping `f'` as the call's tape; [`LinFun::closure_arg`]).
+fn closure_arg(h: &Ty, df: &Ty, c: LTy, b: LTy) -> Rc<LinPrim> {
+    LinPrim::new("closureArg", Ty::prod(h.clone(), df.clone()), c, b, |hf| {
+        let (h, f) = hf.expect_pair();
+        Ok(LinFun::closure_arg(h.clone(), lin_fun(f)))
+    })
+}
+
+/// The kernel `recordCall : (b, g') ↦ λ̲v. !b ⊗ v` (with the tape of `g'`, if any;
+/// [`LinFun::record_call`]).
+fn record_call(b: &Ty, dg: &Ty, c: LTy) -> Rc<LinPrim> {
+    LinPrim::new(
+        "recordCall",
+        Ty::prod(b.clone(), dg.clone()),
+        c.clone(),
+        LTy::copower(b.clone(), c),
+        |bg| {
+            let (b, g) = bg.expect_pair();
+            Ok(LinFun::record_call(b.clone(), &lin_fun(g)))
+        },
+    )
+}
+
+/// The kernel `closureEnv : h ↦ λ̲w. copowfold (λb. λ̲v. fst (snd (h b) • v)) w` (through the
+/// calls' tapes where they are `h`'s own; [`LinFun::closure_env`]).
+fn closure_env(h: &Ty, w: LTy, gamma: LTy) -> Rc<LinPrim> {
+    LinPrim::new("closureEnv", h.clone(), w, gamma, |h| {
+        Ok(LinFun::closure_env(h.clone()))
+    })
+}
+
+fn lin_fun(v: &Value) -> LinFun {
+    match v {
+        Value::LinFun(f) => f.clone(),
+        other => panic!("internal error: expected a linear map, found {other}"),
     }
 }
 

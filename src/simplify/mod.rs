@@ -29,7 +29,8 @@
 //! inlining), so a pass is linear in the size of the term. A pass also reports whether it left
 //! anything a further pass could rewrite; passes repeat until one fires nothing or leaves nothing.
 //! On the AD output of straight-line programs the first pass reaches the fixed point (see
-//! `examples/simplify_scaling.rs` and `benches/simplify.rs`).
+//! `examples/simplify_scaling.rs` and `benches/simplify.rs`). At each fixed point the array
+//! fusion rules ([`fuse`]) run once over the term; if they fire, the passes resume.
 //!
 //! ```
 //! use chad::simplify::{simplify, simplify_with, Rules};
@@ -49,6 +50,7 @@
 //! assert_eq!(stats.fired["plusZero"], 1);
 //! ```
 
+mod fuse;
 pub mod occur;
 mod pass;
 mod table;
@@ -179,6 +181,26 @@ rules! {
     /// `if true then e else e' ~> e` (and `false`), `fromLeft (linl l) ~> l`,
     /// `fromLeft (linr l) ~> 0` (and `fromRight`).
     case_known = "caseKnown",
+    /// `closureConvert`: an array `rs = build n (\i -> let bs in (a, λ̲v. l))` (or a `map`,
+    /// `map2`) used only as `map fst rs`, `fst (rs ! j)`, `length rs`, `snd (rs ! j) • l'`,
+    /// `zipWith (map snd rs) w` stores the closure's environment `cs` (the variables of `bs` and
+    /// the map's parameters that `l` uses) instead of the closure: `snd (rs ! j) • l' ~> let i =
+    /// j in let cs = snd (rs ! i) in let v = l' in l`, `zipWith (map snd rs) w ~> lbuild n (\i
+    /// -> let cs = snd (rs ! i) in let v = w ! i in l)` (see [`fuse`]).
+    closure_convert = "closureConvert",
+    /// `sumBuildProj`: `fst (lsum (lbuild n (\j -> l))) ~> lsum (lbuild n (\j -> fst l))` (and
+    /// `snd`).
+    sum_build_proj = "sumBuildProj",
+    /// `sumBuildSplit`: `lsum (lbuild n (\j -> let bs in (l1, l2))) ~> (lsum (lbuild n (\j -> let
+    /// bs1 in l1)), lsum (lbuild n (\j -> let bs2 in l2)))`, and the same for `l1 + l2` with a
+    /// one-hot summand, when only cheap bindings are needed by both halves.
+    sum_build_split = "sumBuildSplit",
+    /// `sumBuildOneHot`: `lsum (lbuild n (\j -> let bs in onehot m j l)) ~> lbuild n (\j -> let
+    /// bs in l)` when `m` is provably `n`.
+    sum_build_one_hot = "sumBuildOneHot",
+    /// `plusOneHot`: `onehot m i a + onehot m i b ~> onehot m i (a + b)` (over a `+`-tree, with
+    /// lengths compared as for `sumBuildOneHot`).
+    plus_one_hot = "plusOneHot",
 }
 
 impl Default for Rules {
@@ -239,20 +261,31 @@ pub fn simplify_passes(t: &Term, rules: &Rules, max_passes: usize) -> (Term, Sta
         stats.passes += 1;
         let (out, fired, dirty) = pass::run(&cur, rules);
         cur = out;
-        if fired.is_empty() {
-            break;
-        }
+        let (idle, fixed) = (fired.is_empty(), fired.is_empty() || !dirty);
         for (k, n) in fired {
             *stats.fired.entry(k).or_default() += n;
         }
-        if !dirty {
-            // The pass left nothing for another to do (see `pass::late`); debug builds check.
-            debug_assert!(
-                pass::run(&cur, rules).1.is_empty(),
-                "a pass reported a fixed point, but another fires {:?} on\n{cur}",
-                pass::run(&cur, rules).1
-            );
+        if !fixed {
+            continue;
+        }
+        // The main pass is at a fixed point (it fired nothing, or left nothing another pass
+        // would rewrite: see `pass::late`; debug builds check).
+        debug_assert!(
+            idle || pass::run(&cur, rules).1.is_empty(),
+            "a pass reported a fixed point, but another fires {:?} on\n{cur}",
+            pass::run(&cur, rules).1
+        );
+        if stats.passes == max_passes {
             break;
+        }
+        // The array fusion rules, whose output the next main pass cleans up.
+        let (out, f) = fuse::run(&cur, rules);
+        cur = out;
+        if f.is_empty() {
+            break;
+        }
+        for (k, n) in f {
+            *stats.fired.entry(k).or_default() += n;
         }
     }
     (cur, stats)

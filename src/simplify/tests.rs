@@ -419,3 +419,358 @@ fn array_rules_sum_and_map() {
     assert_eq!(on, "let y = cos x in sin (y * y)");
     assert_eq!(off, "sin (let y = cos x in y * y)");
 }
+
+// ----- array fusion (`fuse.rs`) -----
+
+fn arr(name: &str) -> Var {
+    Var::fresh(name, Ty::array(Ty::Real))
+}
+
+fn int(name: &str) -> Var {
+    Var::fresh(name, Ty::Int)
+}
+
+fn tk(k: TermKind) -> Term {
+    Term::mk(k)
+}
+
+fn len(xs: &Var) -> Term {
+    tk(TermKind::Length(v(xs)))
+}
+
+fn at(xs: Term, i: Term) -> Term {
+    tk(TermKind::Index(xs, i))
+}
+
+fn lbuild(n: Term, i: &Var, body: LTerm) -> LTerm {
+    lk(LTermKind::Build(n, i.clone(), body))
+}
+
+fn lsum(l: LTerm) -> LTerm {
+    lk(LTermKind::Sum(l))
+}
+
+fn onehot(n: Term, i: Term, l: LTerm) -> LTerm {
+    lk(LTermKind::OneHot(n, i, l))
+}
+
+/// `\r -> fst r` or `\r -> snd r` over pairs of type `ty`.
+fn proj_fn(first: bool, ty: Ty) -> Term {
+    let r = Var::fresh("r", ty);
+    Term::lam(
+        &r,
+        if first {
+            Term::fst(v(&r))
+        } else {
+            Term::snd(v(&r))
+        },
+    )
+}
+
+/// Simplifies `t` (free `xs : Array Real`, at `[0.5, -1.25, 2.0]`) with every rule on and with
+/// `rule` off: both type-check at `t`'s type and agree with `t` in value; `rule` fired (if
+/// `fires`) or did not. The two results, on one line.
+fn fused(t: &Term, xs: &Var, rule: &str, fires: bool) -> (String, String) {
+    let ty = check(t, std::slice::from_ref(xs)).expect("the test term type-checks");
+    let mut env = Env::new();
+    env.insert(xs.id, Value::reals(vec![0.5, -1.25, 2.0]));
+    let expect = observe(&eval(t, &env).expect("the test term evaluates"));
+    let mut out = Vec::new();
+    for rules in [Rules::all(), Rules::all().without(rule)] {
+        let (s, stats) = simplify_with(t, &rules);
+        assert_eq!(check(&s, std::slice::from_ref(xs)).unwrap(), ty, "{s}");
+        assert_eq!(observe(&eval(&s, &env).unwrap()), expect, "{s}");
+        if rules == Rules::all() {
+            assert_eq!(
+                stats.fired.contains_key(rule),
+                fires,
+                "{rule} on {t}: {stats:?}"
+            );
+        }
+        // Simplifying again fires nothing (the fusion rules reach their fixed point too).
+        let (_, again) = simplify_with(&s, &rules);
+        assert!(again.fired.is_empty(), "{s}: {again:?}");
+        out.push(flat(&s.to_string()));
+    }
+    (out.remove(0), out.remove(0))
+}
+
+/// `rs = build (length xs) (\i -> let y = xs ! i in (y * y, λ̲v. onehot (length xs) i (y * v)))`
+/// and the pair type of its elements.
+fn closures(xs: &Var) -> (Var, Term) {
+    closures_of(xs, |e| prim("sin", vec![e]))
+}
+
+/// [`closures`] with `y = g (xs ! i)`.
+fn closures_of(xs: &Var, g: impl FnOnce(Term) -> Term) -> (Var, Term) {
+    let (i, y) = (int("i"), real("y"));
+    let clo = dlam(|d| onehot(len(xs), v(&i), LTerm::scale(v(&y), lv(d))));
+    let elem = Term::let_(
+        &y,
+        g(at(v(xs), v(&i))),
+        Term::pair(prim("mul", vec![v(&y), v(&y)]), clo),
+    );
+    let pair = Ty::prod(Ty::Real, Ty::lin_fun(LTy::Real, LTy::array(LTy::Real)));
+    let rs = Var::fresh("rs", Ty::array(pair));
+    (rs, tk(TermKind::Build(len(xs), Term::lam(&i, elem))))
+}
+
+#[test]
+fn closure_convert_stores_the_environment_and_sums_of_one_hots_become_arrays() {
+    let xs = arr("xs");
+    let (rs, def) = closures(&xs);
+    let pair = rs.ty.as_array().unwrap().clone();
+    // The reverse derivative of an index-sum: zipWith (map snd rs) (replicate n v).
+    let back = dlam(|d| {
+        lsum(lk(LTermKind::ZipWith(
+            tk(TermKind::Map(proj_fn(false, pair.clone()), v(&rs))),
+            lk(LTermKind::Replicate(len(&xs), lv(d))),
+        )))
+    });
+    let t = Term::let_(
+        &rs,
+        def,
+        Term::pair(tk(TermKind::Map(proj_fn(true, pair), v(&rs))), back),
+    );
+    let (on, off) = fused(&t, &xs, "closureConvert", true);
+    assert_eq!(
+        on,
+        "let rs = build (length xs) (\\i -> let y = sin (xs ! i) in (y * y, y)) in \
+         (map (\\r -> fst r) rs, \\v ⊸ lbuild (length xs) (\\i -> snd (rs ! i) * v))"
+    );
+    // With y = xs ! i, y is recomputed at the use rather than stored.
+    let (rs2, def2) = closures_of(&xs, |e| e);
+    let t2 = Term::let_(
+        &rs2,
+        def2,
+        Term::pair(
+            tk(TermKind::Map(
+                proj_fn(true, rs2.ty.as_array().unwrap().clone()),
+                v(&rs2),
+            )),
+            {
+                let pair = rs2.ty.as_array().unwrap().clone();
+                dlam(|d| {
+                    lsum(lk(LTermKind::ZipWith(
+                        tk(TermKind::Map(proj_fn(false, pair), v(&rs2))),
+                        lk(LTermKind::Replicate(len(&xs), lv(d))),
+                    )))
+                })
+            },
+        ),
+    );
+    let (on, _) = fused(&t2, &xs, "closureConvert", true);
+    assert_eq!(
+        on,
+        "( map (\\r -> fst r) (build (length xs) (\\i -> let y = xs ! i in (y * y, ()))), \
+         \\v ⊸ lbuild (length xs) (\\i -> xs ! i * v) )"
+    );
+    assert!(off.contains("zipWith"), "{off}");
+    let (_, off) = fused(&t, &xs, "sumBuildOneHot", true);
+    assert!(off.contains("lsum (lbuild"), "{off}");
+}
+
+#[test]
+fn closure_convert_rewrites_applications_at_any_index() {
+    let xs = arr("xs");
+    let (rs, def) = closures(&xs);
+    let j = int("j");
+    // The forward shape: \u ⊸ lsum (lbuild (length xs) (\j -> snd (rs ! j) • (xs ! j * u))).
+    let fwd = dlam(|u| {
+        lsum(lbuild(
+            len(&xs),
+            &j,
+            LTerm::app(
+                Term::snd(at(v(&rs), v(&j))),
+                LTerm::scale(at(v(&xs), v(&j)), lv(u)),
+            ),
+        ))
+    });
+    let t = Term::let_(
+        &rs,
+        def,
+        Term::pair(Term::fst(at(v(&rs), Term::lit(Lit::Int(1)))), fwd),
+    );
+    let (on, off) = fused(&t, &xs, "closureConvert", true);
+    assert!(!on.contains('•'), "{on}");
+    assert!(off.contains('•'), "{off}");
+    assert_eq!(
+        on,
+        "let rs = build (length xs) (\\i -> let y = sin (xs ! i) in (y * y, y)) in \
+         (fst (rs ! 1), \\v ⊸ lbuild (length xs) (\\j -> snd (rs ! j) * (xs ! j * v)))"
+    );
+}
+
+#[test]
+fn closure_convert_leaves_arrays_used_otherwise() {
+    let xs = arr("xs");
+    // The closures escape: the array itself is the result.
+    let (rs, def) = closures(&xs);
+    let t = Term::let_(&rs, def, v(&rs));
+    let ty = check(&t, std::slice::from_ref(&xs)).unwrap();
+    let (s, stats) = simplify_with(&t, &Rules::all());
+    assert!(!stats.fired.contains_key("closureConvert"), "{s}");
+    assert_eq!(check(&s, std::slice::from_ref(&xs)).unwrap(), ty);
+    // A closure taken out of the array without being applied.
+    let (rs, def) = closures(&xs);
+    let t = Term::let_(&rs, def, Term::snd(at(v(&rs), Term::lit(Lit::Int(0)))));
+    let (on, _) = fused(&t, &xs, "closureConvert", false);
+    assert!(on.contains('⊸'), "{on}");
+    // The closures mapped out of the array, not as zipWith's argument.
+    let (rs, def) = closures(&xs);
+    let pair = rs.ty.as_array().unwrap().clone();
+    let fs = tk(TermKind::Map(proj_fn(false, pair), v(&rs)));
+    let t = Term::let_(
+        &rs,
+        def,
+        dlam(|d| LTerm::app(at(fs, Term::lit(Lit::Int(2))), lv(d))),
+    );
+    let (on, _) = fused(&t, &xs, "closureConvert", false);
+    assert!(on.contains('•'), "{on}");
+}
+
+#[test]
+fn sum_build_one_hot_needs_the_same_length_and_the_lbuild_index() {
+    let (xs, ys, j) = (arr("xs"), arr("ys"), int("j"));
+    let body = |n: Term, i: Term| {
+        dlam(|d| {
+            lsum(lbuild(
+                len(&xs),
+                &j,
+                onehot(n, i, LTerm::scale(at(v(&xs), v(&j)), lv(d))),
+            ))
+        })
+    };
+    let (on, off) = fused(&body(len(&xs), v(&j)), &xs, "sumBuildOneHot", true);
+    assert_eq!(on, "\\v ⊸ lbuild (length xs) (\\j -> xs ! j * v)");
+    assert_eq!(
+        off,
+        "\\v ⊸ lsum (lbuild (length xs) (\\j -> onehot (length xs) j (xs ! j * v)))"
+    );
+    // A let-bound length is unfolded.
+    let n = int("n");
+    let t = Term::let_(&n, len(&xs), Term::pair(v(&n), body(v(&n), v(&j))));
+    let (on, _) = fused(&t, &xs, "sumBuildOneHot", true);
+    assert!(!on.contains("onehot"), "{on}");
+    // Another index: stays.
+    let (on, _) = fused(
+        &body(len(&xs), Term::lit(Lit::Int(1))),
+        &xs,
+        "sumBuildOneHot",
+        false,
+    );
+    assert!(on.contains("onehot"), "{on}");
+    // Another length (ys may be longer): stays.
+    let (s, stats) = simplify_with(&Term::lam(&ys, body(len(&ys), v(&j))), &Rules::all());
+    assert!(!stats.fired.contains_key("sumBuildOneHot"), "{s}");
+}
+
+#[test]
+fn sum_build_proj_and_split() {
+    let (xs, j) = (arr("xs"), int("j"));
+    // fst (lsum (lbuild n (\j -> (xs ! j * v, onehot n j v)))) ~> lsum (lbuild n (\j -> xs ! j * v))
+    let sum_of_pairs = |d: &Var| {
+        lsum(lbuild(
+            len(&xs),
+            &j,
+            LTerm::pair(
+                LTerm::scale(at(v(&xs), v(&j)), lv(d)),
+                onehot(len(&xs), v(&j), lv(d)),
+            ),
+        ))
+    };
+    // (With a binding both halves need, so that sumBuildSplit does not fire first.)
+    let y = real("y");
+    let shared = |d: &Var| {
+        lsum(lbuild(
+            len(&xs),
+            &j,
+            LTerm::let_(
+                &y,
+                prim("sin", vec![at(v(&xs), v(&j))]),
+                LTerm::pair(
+                    LTerm::scale(v(&y), lv(d)),
+                    onehot(len(&xs), v(&j), LTerm::scale(v(&y), lv(d))),
+                ),
+            ),
+        ))
+    };
+    let t = dlam(|d| LTerm::fst(shared(d)));
+    let (on, off) = fused(&t, &xs, "sumBuildProj", true);
+    assert_eq!(
+        on,
+        "\\v ⊸ lsum (lbuild (length xs) (\\j -> sin (xs ! j) * v))"
+    );
+    assert!(off.contains("fst (lsum"), "{off}");
+    // The pair of sums.
+    let t = dlam(sum_of_pairs);
+    let (on, off) = fused(&t, &xs, "sumBuildSplit", true);
+    assert_eq!(
+        on,
+        "\\v ⊸ (lsum (lbuild (length xs) (\\j -> xs ! j * v)), lbuild (length xs) (\\j -> v))"
+    );
+    assert!(
+        off.contains("lsum (lbuild (length xs) (\\j -> (xs ! j * v, onehot"),
+        "{off}"
+    );
+    // A binding both halves need that is not cheap: no split (it would be computed twice).
+    let (on, _) = fused(&dlam(shared), &xs, "sumBuildSplit", false);
+    assert_eq!(on.matches("sin").count(), 1, "{on}");
+}
+
+#[test]
+fn plus_one_hot_gathers_equal_indices() {
+    let xs = arr("xs");
+    let one = || Term::lit(Lit::Int(1));
+    let t = dlam(|d| {
+        LTerm::plus(
+            onehot(len(&xs), one(), LTerm::scale(Term::real(2.0), lv(d))),
+            LTerm::plus(
+                onehot(len(&xs), Term::lit(Lit::Int(0)), lv(d)),
+                onehot(len(&xs), one(), LTerm::scale(Term::real(3.0), lv(d))),
+            ),
+        )
+    });
+    let (on, off) = fused(&t, &xs, "plusOneHot", true);
+    assert_eq!(
+        on,
+        "\\v ⊸ onehot (length xs) 1 (2.0 * v + 3.0 * v) + onehot (length xs) 0 v"
+    );
+    assert_eq!(
+        off,
+        "\\v ⊸ onehot (length xs) 1 (2.0 * v) + (onehot (length xs) 0 v + onehot (length xs) 1 (3.0 * v))"
+    );
+}
+
+#[test]
+fn fusion_removes_the_closures_from_ad_output_of_array_programs() {
+    use crate::ad::Vjp;
+    use crate::prim::Registry;
+    for text in [
+        "def f (xs : Array Real) : Real = sum (build (length xs) (\\(i : Int) -> xs ! i * xs ! i))",
+        "def f (a : Real) (xs : Array Real) : Real = sum (map (\\(x : Real) -> a * sin x) xs)",
+        "def f (xs : Array Real) (ys : Array Real) : Real = sum (map2 (\\(x : Real) (y : Real) -> x * y) xs ys)",
+    ] {
+        let prog = crate::source::load(text, &Registry::builtin()).unwrap();
+        let entry = prog.entry(0);
+        let before = Vjp::new(&entry)
+            .unwrap()
+            .map_body(|t| simplify_with(t, &Rules::all().without("closureConvert")).0);
+        let after = Vjp::new(&entry).unwrap().map_body(simplify);
+        let printed = after.mor().body.to_string();
+        assert!(
+            !printed.contains('•') && !printed.contains("zipWith"),
+            "{printed}"
+        );
+        let n = text.matches("Array").count();
+        let mut args: Vec<Value> = Vec::new();
+        if text.contains("(a : Real)") {
+            args.push(Value::Real(0.3));
+        }
+        for k in 0..n {
+            args.push(Value::reals(vec![0.5, -1.25 + k as f64, 2.0]));
+        }
+        let (g0, g1) = (before.grad(&args).unwrap(), after.grad(&args).unwrap());
+        assert_eq!(format!("{g0:?}"), format!("{g1:?}"), "{text}");
+    }
+}

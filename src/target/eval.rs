@@ -112,17 +112,11 @@ fn lookup(x: &Var, env: &Env) -> Value {
 }
 
 fn expect_lin(v: Value) -> Lin {
-    match v {
-        Value::Lin(l) => l,
-        other => panic!("internal error: expected a linear value, found {other}"),
-    }
+    v.into_lin()
 }
 
 fn expect_lin_fun(v: &Value) -> LinFun {
-    match v {
-        Value::LinFun(f) => f.clone(),
-        other => panic!("internal error: expected a linear map, found {other}"),
-    }
+    v.expect_lin_fun().clone()
 }
 
 fn node(t: &Term, env: &Env) -> Result<Value> {

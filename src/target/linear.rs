@@ -36,7 +36,7 @@
 use crate::deep::{Deep, deep};
 use crate::error::{Error, Result};
 use crate::value::Value;
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
 use std::fmt;
 use std::rc::Rc;
 
@@ -69,6 +69,9 @@ type PowerFn = dyn Fn(&Value) -> Result<Lin>;
 
 enum Power {
     Fn(Rc<PowerFn>),
+    /// `λb. snd (h b) • (da, 0)`: the tangent of the closure with body image `h` when its
+    /// context moves by `da` ([`LinFun::closure_env_tan`]).
+    Env(Value, Lin),
     Plus(Lin, Lin),
     Scale(f64, Lin),
 }
@@ -163,6 +166,10 @@ impl Lin {
     /// The monoid operation `a + b`, for values of the same linear type. Takes its arguments by
     /// value so that a uniquely owned array accumulator is updated in place.
     pub fn plus(a: Lin, b: Lin) -> Lin {
+        // Scalars first, without the stack check: the common case in scalar derivative code.
+        if let (Repr::Real(x), Repr::Real(y)) = (&a.0, &b.0) {
+            return Lin::real(x + y);
+        }
         deep(|| match (a.0, b.0) {
             (Repr::Zero, x) | (x, Repr::Zero) => Lin(x),
             (Repr::Real(x), Repr::Real(y)) => Lin::real(x + y),
@@ -194,6 +201,9 @@ impl Lin {
             return Lin::zero();
         }
         let mul = |y: f64| if y == 0.0 { 0.0 } else { c * y };
+        if let Repr::Real(y) = &x.0 {
+            return Lin::real(mul(*y));
+        }
         deep(|| match &x.0 {
             Repr::Zero => Lin::zero(),
             Repr::Real(y) => Lin::real(mul(*y)),
@@ -247,6 +257,11 @@ impl Lin {
             Repr::Zero => Ok(Lin::zero()),
             Repr::Power(p) => match &***p {
                 Power::Fn(f) => f(b),
+                Power::Env(h, da) => {
+                    let image = h.apply(b.clone())?;
+                    let f = expect_lin_fun(image.expect_pair().1);
+                    f.apply(&Lin::pair(da.clone(), Lin::zero()))
+                }
                 Power::Plus(f, g) => Ok(Lin::plus(f.apply_power(b)?, g.apply_power(b)?)),
                 Power::Scale(c, f) => Ok(Lin::scale(*c, &f.apply_power(b)?)),
             },
@@ -338,7 +353,7 @@ impl Lin {
     pub fn sum(&self) -> Lin {
         match &self.0 {
             Repr::Zero => Lin::zero(),
-            Repr::Reals(xs) => Lin::real(xs.iter().sum()),
+            Repr::Reals(xs) => Lin::real(xs.iter().fold(0.0, |a, b| a + b)),
             Repr::Items(xs) => xs.iter().fold(Lin::zero(), |a, x| Lin::plus(a, x.clone())),
             Repr::Sparse(s) => s
                 .entries
@@ -553,7 +568,9 @@ impl fmt::Display for Lin {
 pub struct Copower(Option<Rc<Deep<CopowerNode>>>);
 
 enum CopowerNode {
-    Leaf(Value, Lin),
+    /// `!a ⊗ l`, with the tape of the call that recorded it, if any (see [`CallTape`]): the
+    /// tape never changes what the pair denotes, only how fast a closure's creator folds it.
+    Leaf(Value, Lin, Option<Rc<CallTape>>),
     Concat(Copower, Copower),
 }
 
@@ -568,7 +585,14 @@ impl Copower {
         if l.is_zero() {
             return Copower::empty();
         }
-        Copower(Some(Rc::new(Deep::new(CopowerNode::Leaf(a, l)))))
+        Copower::leaf(a, l, None)
+    }
+
+    fn leaf(a: Value, l: Lin, tape: Option<Rc<CallTape>>) -> Copower {
+        if l.is_zero() {
+            return Copower::empty();
+        }
+        Copower(Some(Rc::new(Deep::new(CopowerNode::Leaf(a, l, tape)))))
     }
 
     /// The sum of two copowers (concatenation). O(1).
@@ -587,12 +611,21 @@ impl Copower {
     /// `copowfold f c`: the sum over the pairs `(a, l)` of `c` of `f(a) • l`. The result is a
     /// function of the formal sum only (not of order or grouping) because every `f(a)` is linear.
     pub fn fold(&self, f: impl Fn(&Value) -> Result<LinFun>) -> Result<Lin> {
+        self.fold_pairs(|a, l, _| f(a)?.apply(l))
+    }
+
+    /// The sum over the pairs `(a, l)` (and their tapes) of `f(a, l, tape)`, for an `f` linear
+    /// in `l` whose value does not depend on the tape (the tape only makes it cheaper).
+    fn fold_pairs(
+        &self,
+        f: impl Fn(&Value, &Lin, Option<&Rc<CallTape>>) -> Result<Lin>,
+    ) -> Result<Lin> {
         let mut acc = Lin::zero();
         let mut stack: Vec<&Copower> = vec![self];
         while let Some(c) = stack.pop() {
             match c.0.as_deref().map(|d| &**d) {
                 None => {}
-                Some(CopowerNode::Leaf(a, l)) => acc = Lin::plus(acc, f(a)?.apply(l)?),
+                Some(CopowerNode::Leaf(a, l, t)) => acc = Lin::plus(acc, f(a, l, t.as_ref())?),
                 Some(CopowerNode::Concat(x, y)) => {
                     stack.push(y);
                     stack.push(x);
@@ -606,7 +639,9 @@ impl Copower {
     fn scale(&self, c: f64) -> Copower {
         deep(|| match self.0.as_deref().map(|d| &**d) {
             None => Copower::empty(),
-            Some(CopowerNode::Leaf(a, l)) => Copower::singleton(a.clone(), Lin::scale(c, l)),
+            Some(CopowerNode::Leaf(a, l, t)) => {
+                Copower::leaf(a.clone(), Lin::scale(c, l), t.clone())
+            }
             Some(CopowerNode::Concat(x, y)) => Copower::plus(x.scale(c), y.scale(c)),
         })
     }
@@ -627,6 +662,13 @@ pub trait LinearMap {
     /// A short description, for debugging output.
     fn describe(&self) -> String {
         "<linear map>".to_string()
+    }
+
+    /// The call tape behind a closure's argument derivative ([`LinFun::closure_arg`]); `None`
+    /// for every other map. Not for implementations outside this module.
+    #[doc(hidden)]
+    fn call_tape(&self) -> Option<Rc<CallTape>> {
+        None
     }
 }
 
@@ -872,6 +914,235 @@ impl LinearMap for ScaleArray {
     }
 }
 
+// ----- closure calls: taping instead of recomputing (theory-notes/06-performance.md) -----
+
+/// What one call of a closure made by reverse CHAD's `curry` leaves behind: the closure's body
+/// image `h` (its identity tells whose call this was), the body's full transposed derivative
+/// `f = snd (h b)` at the call's argument `b` (context half and argument half), and the last
+/// application of `f` (a memo).
+///
+/// The paper's rule folds a function's copower cotangent by re-running `h b` for every recorded
+/// call, and takes the argument half and the context half of `f • v` from two separate
+/// applications. Both cost: nested closures re-run their callees at every level, and a closure
+/// returning a closure (a curried definition applied to its arguments one at a time) applies
+/// `f` twice per level, exponentially often in the depth. A tape keeps `f` from the forward
+/// pass and `f • v` from the argument half for the context half. It is only a cache: a copower
+/// pair `(b, l)` with a tape denotes the same as without, and the creator's fold uses the tape
+/// only if it is its own (`h` is the same closure value), computing `snd (h b) • l` otherwise.
+pub struct CallTape {
+    h: Value,
+    f: LinFun,
+    memo: RefCell<Option<(Lin, Lin)>>,
+}
+
+impl CallTape {
+    /// `f • l`, remembered for the next application to the same `l`.
+    fn apply(&self, l: &Lin) -> Result<Lin> {
+        if let Some((seen, u)) = &*self.memo.borrow()
+            && same_lin(seen, l)
+        {
+            return Ok(u.clone());
+        }
+        let u = self.f.apply(l)?;
+        *self.memo.borrow_mut() = Some((l.clone(), u.clone()));
+        Ok(u)
+    }
+}
+
+/// True only if `a` and `b` are certainly the same value (the same shared node, or the same
+/// real bit for bit). O(1); `false` says nothing.
+fn same_lin(a: &Lin, b: &Lin) -> bool {
+    match (&a.0, &b.0) {
+        (Repr::Real(x), Repr::Real(y)) => x.to_bits() == y.to_bits(),
+        (Repr::Pair(p), Repr::Pair(q)) => Rc::ptr_eq(p, q),
+        (Repr::Copower(c), Repr::Copower(d)) => match (&c.0, &d.0) {
+            (Some(x), Some(y)) => Rc::ptr_eq(x, y),
+            _ => false,
+        },
+        (Repr::Power(p), Repr::Power(q)) => Rc::ptr_eq(p, q),
+        (Repr::Reals(x), Repr::Reals(y)) => Rc::ptr_eq(x, y),
+        (Repr::Items(x), Repr::Items(y)) => Rc::ptr_eq(x, y),
+        (Repr::Sparse(x), Repr::Sparse(y)) => Rc::ptr_eq(x, y),
+        _ => false,
+    }
+}
+
+/// True only if `a` and `b` are the same closure value.
+fn same_closure(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Closure(x), Value::Closure(y)) => std::ptr::addr_eq(Rc::as_ptr(x), Rc::as_ptr(y)),
+        _ => false,
+    }
+}
+
+/// The argument half `λ̲v. snd (f • v)` of a closure call's derivative, with the call's tape.
+struct ClosureArg(Rc<CallTape>);
+
+impl LinearMap for ClosureArg {
+    fn apply(&self, v: &Lin) -> Result<Lin> {
+        Ok(self.0.apply(v)?.snd())
+    }
+    fn describe(&self) -> String {
+        "closureArg".into()
+    }
+    fn call_tape(&self) -> Option<Rc<CallTape>> {
+        Some(self.0.clone())
+    }
+}
+
+impl LinFun {
+    /// `λ̲v. snd (f • v) : L ⊸ A` for the derivative `f : L ⊸ Γ × A` of a closure body `h` at
+    /// one argument (`f = snd (h b)`): the derivative a closure call returns for its argument.
+    /// It keeps `f` as the call's tape, which [`LinFun::record_call`] attaches to the call's
+    /// copower pair.
+    pub fn closure_arg(h: Value, f: LinFun) -> LinFun {
+        LinFun::new(ClosureArg(Rc::new(CallTape {
+            h,
+            f,
+            memo: RefCell::new(None),
+        })))
+    }
+
+    /// `λ̲v. !b ⊗ v : L ⊸ !τ ⊗ L`, the cotangent of a function called at `b` whose call returned
+    /// the argument derivative `g`. The pair carries `g`'s tape if `g` came from
+    /// [`LinFun::closure_arg`] (same denotation as [`LinFun::copower_singleton`]).
+    pub fn record_call(b: Value, g: &LinFun) -> LinFun {
+        let tape = g.0.call_tape();
+        closure("recordCall", move |x| {
+            Ok(Lin::copower(Copower::leaf(
+                b.clone(),
+                x.clone(),
+                tape.clone(),
+            )))
+        })
+    }
+
+    /// `λ̲w. copowfold (λb. λ̲v. fst (snd (h b) • v)) w : !τ ⊗ L ⊸ Γ` for the body image
+    /// `h : τ → C × (L ⊸ Γ × A)` of a closure: the context cotangent of all its calls. A pair
+    /// recorded by a call of this very `h` is folded through its tape (no re-run of `h`, and
+    /// `f • v` shared with the argument half); any other pair re-runs `h b`.
+    pub fn closure_env(h: Value) -> LinFun {
+        closure("closureEnv", move |w| {
+            w.to_copower().fold_pairs(|b, l, tape| match tape {
+                Some(t) if same_closure(&t.h, &h) => Ok(t.apply(l)?.fst()),
+                _ => {
+                    let image = h.apply(b.clone())?;
+                    Ok(expect_lin_fun(image.expect_pair().1).apply(l)?.fst())
+                }
+            })
+        })
+    }
+}
+
+fn expect_lin_fun(v: &Value) -> LinFun {
+    match v {
+        Value::LinFun(f) => f.clone(),
+        other => panic!("internal error: a closure body's derivative is {other}"),
+    }
+}
+
+/// The tangent half `λ̲db. f • (0, db)` of a closure call's derivative `f : Γ × A ⊸ C` in
+/// forward mode, with the call's tape.
+struct ClosureTan(Rc<CallTape>);
+
+impl LinearMap for ClosureTan {
+    fn apply(&self, db: &Lin) -> Result<Lin> {
+        self.0.f.apply(&Lin::pair(Lin::zero(), db.clone()))
+    }
+    fn describe(&self) -> String {
+        "closureTan".into()
+    }
+    fn call_tape(&self) -> Option<Rc<CallTape>> {
+        Some(self.0.clone())
+    }
+}
+
+/// `p @ b` for a power `p`, taking each part `λb. snd (h b) • (da, 0)` made by the tape's own
+/// closure from the tape (`f • (da, 0)`, no re-run of `h b`).
+fn power_at_call(p: &Lin, b: &Value, tape: &Option<Rc<CallTape>>) -> Result<Lin> {
+    deep(|| match &p.0 {
+        Repr::Power(node) => match (&***node, tape) {
+            (Power::Env(h, da), Some(t)) if same_closure(h, &t.h) => {
+                t.f.apply(&Lin::pair(da.clone(), Lin::zero()))
+            }
+            (Power::Plus(f, g), _) => Ok(Lin::plus(
+                power_at_call(f, b, tape)?,
+                power_at_call(g, b, tape)?,
+            )),
+            (Power::Scale(c, f), _) => Ok(Lin::scale(*c, &power_at_call(f, b, tape)?)),
+            _ => p.apply_power(b),
+        },
+        _ => p.apply_power(b),
+    })
+}
+
+/// Splits a power `p` into the context tangent of the parts made by the tape's own closure
+/// (`Σ da`) and the value at `b` of the others.
+fn split_power(p: &Lin, b: &Value, tape: &CallTape) -> Result<(Lin, Lin)> {
+    deep(|| match &p.0 {
+        Repr::Power(node) => match &***node {
+            Power::Env(h, da) if same_closure(h, &tape.h) => Ok((da.clone(), Lin::zero())),
+            Power::Plus(f, g) => {
+                let ((a, x), (c, y)) = (split_power(f, b, tape)?, split_power(g, b, tape)?);
+                Ok((Lin::plus(a, c), Lin::plus(x, y)))
+            }
+            Power::Scale(c, f) => {
+                let (a, x) = split_power(f, b, tape)?;
+                Ok((Lin::scale(*c, &a), Lin::scale(*c, &x)))
+            }
+            _ => Ok((Lin::zero(), p.apply_power(b)?)),
+        },
+        _ => Ok((Lin::zero(), p.apply_power(b)?)),
+    })
+}
+
+impl LinFun {
+    /// Forward mode: `λ̲d. (fst d) @ b + g • (snd d) : (τ → C) × A ⊸ C`, the tangent of a call
+    /// at `b` that returned the argument derivative `g`, through the function's tangent and the
+    /// argument's. If `g` has a tape `f`, the parts of `fst d` made by the called closure and
+    /// `snd d` go through one application `f • (Σ da, snd d)` (linearity) instead of re-running
+    /// the closure's body for the first and applying `f` again for the second.
+    pub fn call_tan(b: Value, g: &LinFun) -> LinFun {
+        let tape = g.0.call_tape();
+        let g = g.clone();
+        closure("callTan", move |d| match &tape {
+            Some(t) => {
+                let (da, rest) = split_power(&d.fst(), &b, t)?;
+                Ok(Lin::plus(t.f.apply(&Lin::pair(da, d.snd()))?, rest))
+            }
+            None => Ok(Lin::plus(d.fst().apply_power(&b)?, g.apply(&d.snd())?)),
+        })
+    }
+
+    /// Forward mode: `λ̲db. f • (0, db) : A ⊸ C` for the derivative `f : Γ × A ⊸ C` of a
+    /// closure body `h` at one argument (`f = snd (h b)`), keeping `f` as the call's tape for
+    /// [`LinFun::power_at_call`].
+    pub fn closure_tan(h: Value, f: LinFun) -> LinFun {
+        LinFun::new(ClosureTan(Rc::new(CallTape {
+            h,
+            f,
+            memo: RefCell::new(None),
+        })))
+    }
+
+    /// Forward mode: `λ̲da. λb. snd (h b) • (da, 0) : Γ ⊸ (τ → C)`, the tangent of the closure
+    /// with body image `h : τ → C × (Γ × A ⊸ C)` when its context moves.
+    pub fn closure_env_tan(h: Value) -> LinFun {
+        closure("closureEnvTan", move |da| {
+            Ok(Lin::power_node(Power::Env(h.clone(), da.clone())))
+        })
+    }
+
+    /// Forward mode: `λ̲p. p @ b : (τ → C) ⊸ C`, the tangent of a call at `b` through the
+    /// function's tangent `p`, where the call returned the argument derivative `g`. The parts of
+    /// `p` made by the closure that was called come from `g`'s tape instead of re-running the
+    /// closure's body (same value as [`LinFun::power_eval`]).
+    pub fn power_at(b: Value, g: &LinFun) -> LinFun {
+        let tape = g.0.call_tape();
+        closure("powerAt", move |p| power_at_call(p, &b, &tape))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -973,5 +1244,84 @@ mod tests {
             .sum();
         let rhs = 1.5 * d.apply(&x).unwrap().to_real();
         assert!((lhs - rhs).abs() < 1e-12);
+    }
+
+    /// `h b = (b², f)` with `f` the derivative of `(γ, b) ↦ γ·b + 2b`-like bodies: reversed
+    /// (`v ↦ (b·v, 2v)`) or forward (`(dγ, db) ↦ b·dγ + 2·db`); counts its calls.
+    struct Body(Rc<std::cell::Cell<usize>>, bool);
+
+    impl crate::value::Closure for Body {
+        fn apply(&self, b: Value) -> Result<Value> {
+            self.0.set(self.0.get() + 1);
+            let x = b.expect_real();
+            let (env, arg) = (
+                LinFun::scale(x, &LinFun::id()),
+                LinFun::scale(2.0, &LinFun::id()),
+            );
+            let f = if self.1 {
+                LinFun::pair(&env, &arg)
+            } else {
+                LinFun::copair(&env, &arg)
+            };
+            Ok(Value::pair(Value::Real(x * x), Value::LinFun(f)))
+        }
+    }
+
+    fn body(calls: &Rc<std::cell::Cell<usize>>, reverse: bool) -> Value {
+        Value::Closure(Rc::new(Body(calls.clone(), reverse)))
+    }
+
+    fn derivative(h: &Value, b: f64) -> LinFun {
+        match h.apply(Value::Real(b)).unwrap().expect_pair().1 {
+            Value::LinFun(f) => f.clone(),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn call_tapes_replace_recomputation_and_agree_with_it() {
+        let calls = Rc::new(std::cell::Cell::new(0));
+        // Reverse: a call at 3 with output cotangent 5.
+        let h = body(&calls, true);
+        let g = LinFun::closure_arg(h.clone(), derivative(&h, 3.0));
+        let v = Lin::real(5.0);
+        let w = LinFun::record_call(Value::Real(3.0), &g).apply(&v).unwrap();
+        assert_eq!(g.apply(&v).unwrap().to_real(), 10.0);
+        assert_eq!(calls.get(), 1);
+        // The creator folds through the tape: no re-run.
+        let env = LinFun::closure_env(h.clone());
+        assert_eq!(env.apply(&w).unwrap().to_real(), 15.0);
+        assert_eq!(calls.get(), 1);
+        // Another closure (same behaviour) and an untaped pair re-run the body: same value.
+        let other = LinFun::closure_env(body(&calls, true));
+        assert_eq!(other.apply(&w).unwrap().to_real(), 15.0);
+        assert_eq!(calls.get(), 2);
+        let plain = Lin::copower(Copower::singleton(Value::Real(3.0), v.clone()));
+        assert_eq!(env.apply(&plain).unwrap().to_real(), 15.0);
+        assert_eq!(calls.get(), 3);
+        // A scaled copower keeps its tape (and misses the memo): still right, still no re-run.
+        let scaled = Lin::scale(2.0, &w);
+        assert_eq!(env.apply(&scaled).unwrap().to_real(), 30.0);
+        assert_eq!(calls.get(), 3);
+
+        // Forward: the closure's tangent for a context tangent 7, evaluated at the call's 3.
+        let calls = Rc::new(std::cell::Cell::new(0));
+        let h = body(&calls, false);
+        let g = LinFun::closure_tan(h.clone(), derivative(&h, 3.0));
+        assert_eq!(g.apply(&Lin::real(1.0)).unwrap().to_real(), 2.0);
+        let p = LinFun::closure_env_tan(h.clone())
+            .apply(&Lin::real(7.0))
+            .unwrap();
+        let p = Lin::plus(p.clone(), Lin::scale(0.5, &p));
+        let at = LinFun::power_at(Value::Real(3.0), &g);
+        assert_eq!(at.apply(&p).unwrap().to_real(), 31.5);
+        let call = LinFun::call_tan(Value::Real(3.0), &g);
+        let d = Lin::pair(p.clone(), Lin::real(1.0));
+        assert_eq!(call.apply(&d).unwrap().to_real(), 33.5);
+        assert_eq!(calls.get(), 1);
+        // Without the tape (the generic power evaluation) the body runs again: same value.
+        let generic = LinFun::power_eval(Value::Real(3.0));
+        assert_eq!(generic.apply(&p).unwrap().to_real(), 31.5);
+        assert_eq!(calls.get(), 3);
     }
 }

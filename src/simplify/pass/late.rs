@@ -138,16 +138,14 @@ impl Pass<'_> {
 
     /// The late-inlining half of closing the block opened at `start` (see the module doc).
     pub(super) fn late(&mut self, start: usize, core: Core) -> Core {
-        if !self.rules.let_inline {
-            return core;
-        }
+        let inline = self.rules.let_inline;
         let mut candidates = 0;
         for b in &self.stack[start..] {
             match b {
                 Binding::Cart(Pat::Var(x), e, ..) => {
                     let uses = self.uses_of(x.id);
                     if is_atom(e) {
-                        self.dirty |= uses > 0;
+                        self.dirty |= inline && uses > 0;
                     } else if uses == 1 {
                         candidates += 1;
                     }
@@ -156,7 +154,7 @@ impl Pass<'_> {
                 Binding::Lin(u, l, ..) => {
                     let uses = self.uses_of(u.id);
                     if is_latom(l) {
-                        self.dirty |= uses > 0;
+                        self.dirty |= inline && uses > 0;
                     } else if uses == 1 {
                         candidates += 1;
                     }
@@ -164,7 +162,7 @@ impl Pass<'_> {
                 Binding::Cart(..) | Binding::Gone => {}
             }
         }
-        if candidates == 0 {
+        if !inline || candidates == 0 {
             return core;
         }
         // Outermost first: a candidate's use comes after its binding.

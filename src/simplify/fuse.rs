@@ -1,0 +1,930 @@
+//! Array fusion rules: closure conversion of arrays of linear closures, and the
+//! linear-algebra laws of `lsum`/`lbuild`/`onehot`.
+//!
+//! These rules run as a pass of their own ([`run`]), between the fixed points of the main pass
+//! ([`super::pass`]), which cleans up what they produce (it inlines the bindings they introduce,
+//! projects the pairs, drops the dead lets). Each rule is an identity of the target language,
+//! independent of where the term came from:
+//!
+//! * `closureConvert` (defunctionalisation). An array of pairs whose second components are
+//!   linear closures, `rs = build n (\i -> let bs in (a, λ̲v. l))` (or `map (\y -> ..) xs`, or
+//!   `map2 (\y -> \z -> ..) xs ys`), every use of which is `map (\r -> fst r) rs`,
+//!   `fst (rs ! j)`, `length rs`, `snd (rs ! j) • l'` or `zipWith (map (\r -> snd r) rs) w`,
+//!   stores the closure's *environment* instead: the variables free in `λ̲v. l` that are bound
+//!   inside the element (by `bs`, or the map's parameters) form a tuple `cs`. The index `i` of a
+//!   `build` is not stored: element `j` was built with `i = j`. The uses become
+//!   `snd (rs ! j) • l' ~> let i = j in let cs = snd (rs ! i) in let v = l' in l` and
+//!   `zipWith (map snd rs) w ~> lbuild n (\i -> let cs = snd (rs ! i) in let v = w ! i in l)`
+//!   (with `n` the build's length when it is cheap, else `length rs`; `w ! i` is the replicated
+//!   element when `w = replicate m l''` of an atom `l''`, and `w` is bound once outside the
+//!   `lbuild` otherwise). Meaning: a closure is its code and its environment, and applying it
+//!   is running the code in the environment; the code `l` is the same for every element, so it
+//!   moves to the use. A Cartesian λ̲ has no free linear variables (the checker enforces it), so
+//!   `l`'s only linear variable is `v`. Building a tuple of variables cannot fail, and the
+//!   language is pure. Cost: per element a tuple instead of a closure; per use the closure's
+//!   body, as before.
+//! * `sumBuildProj`: `fst (lsum (lbuild n (\j -> l))) ~> lsum (lbuild n (\j -> fst l))` (and
+//!   `snd`): `fst` is linear, so it commutes with a sum.
+//! * `sumBuildSplit`: `lsum (lbuild n (\j -> let bs in (l1, l2))) ~> (lsum (lbuild n (\j -> let
+//!   bs1 in l1)), lsum (lbuild n (\j -> let bs2 in l2)))`, and the same for `l1 + l2` (when a
+//!   summand is a `onehot`, so that `sumBuildOneHot` can fire on it): a sum of pairs is the pair
+//!   of the sums, and the sum of a sum is the sum of the sums. `bs1` and `bs2` are the bindings
+//!   each half needs. A binding both need is copied only if it is *cheap* (an atom, an index of
+//!   an atom by an atom, a small scaling or sum of linear atoms), so the work per element grows
+//!   by a constant at most; otherwise the rule does not fire. `n` is bound to a variable first
+//!   unless it is cheap.
+//! * `sumBuildOneHot`: `lsum (lbuild n (\j -> let bs in onehot m j l)) ~> lbuild n (\j -> let bs
+//!   in l)` when `m` is provably `n`: syntactically equal after unfolding let-bound lengths
+//!   (`let k = length xs`) and the lengths of let-bound arrays (`length rs` for
+//!   `rs = build n f` is `n`, for `rs = map f xs` it is `length xs`). The index of each one-hot is
+//!   the lbuild's own `j`, which ranges over `0..n`, so no one-hot is out of range and each
+//!   position `j` receives exactly `l`. (If evaluating `m` would fail, the result no longer
+//!   does: like `deadLet`, the rule may discard an error, never introduce one.)
+//! * `plusOneHot`: `onehot m i a + onehot m' i' b ~> onehot m i (a + b)` when `m`, `m'` and
+//!   `i`, `i'` are provably equal (as above); the one-hots of a `+`-tree with equal lengths and
+//!   indices are gathered into one. `onehot` is linear in its element. The sum is reassociated,
+//!   so the result can differ in the last bits of floating point.
+//!
+//! The pass may copy binders (the closure's body at every use, the bindings of both halves of a
+//! split); the main pass renames repeated binders first ([`super::unique`]). It does not look
+//! into what it has just rewritten: the next round does.
+
+use super::Rules;
+use super::occur::{Occurrences, projection};
+use crate::deep::deep;
+use crate::error::Span;
+use crate::target::term::{LTerm, LTermKind, Lit, Pat, Rewrite, Term, TermKind, Var, VarId};
+use crate::target::types::Ty;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::BTreeMap;
+
+/// Runs the fusion rules once over `t`: the output, and how often each rule fired.
+pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usize>) {
+    let mut fired = BTreeMap::new();
+    if !(rules.closure_convert
+        || rules.sum_build_proj
+        || rules.sum_build_split
+        || rules.sum_build_one_hot
+        || rules.plus_one_hot)
+    {
+        return (t.clone(), fired);
+    }
+    let unique;
+    let t = if Occurrences::of(t).has_duplicates() {
+        unique = super::unique::uniquify(t);
+        &unique
+    } else {
+        t
+    };
+    let mut f = Fuse {
+        rules,
+        fired: &mut fired,
+        lens: HashMap::default(),
+        alens: HashMap::default(),
+    };
+    let out = f.term(t);
+    (out, fired)
+}
+
+struct Fuse<'r> {
+    rules: &'r Rules,
+    fired: &'r mut BTreeMap<&'static str, usize>,
+    /// Int variables let-bound to a cheap length expression.
+    lens: HashMap<VarId, Term>,
+    /// The lengths of let-bound arrays, when cheap.
+    alens: HashMap<VarId, Term>,
+}
+
+impl Fuse<'_> {
+    fn fire(&mut self, rule: &'static str) {
+        *self.fired.entry(rule).or_default() += 1;
+    }
+
+    /// Records what is known about the length of `x = e`.
+    fn learn(&mut self, p: &Pat, e: &Term) {
+        let Pat::Var(x) = p else { return };
+        match &e.kind {
+            TermKind::Length(_) | TermKind::Var(_) if cheap(e) && x.ty == Ty::Int => {
+                self.lens.insert(x.id, e.clone());
+            }
+            TermKind::Build(n, _) | TermKind::Replicate(n, _) if cheap(n) => {
+                self.alens.insert(x.id, n.clone());
+            }
+            TermKind::Map(_, xs) | TermKind::Map2(_, xs, _) if cheap(xs) => {
+                self.alens
+                    .insert(x.id, Term::mk(TermKind::Length(xs.clone())));
+            }
+            _ => {}
+        }
+    }
+
+    /// The normal form of a length expression: let-bound lengths unfolded.
+    fn norm(&self, t: &Term) -> Term {
+        let mut t = t.clone();
+        for _ in 0..64 {
+            let next = match &t.kind {
+                TermKind::Var(x) => self.lens.get(&x.id).cloned(),
+                TermKind::Length(a) => match &a.kind {
+                    TermKind::Var(x) => self.alens.get(&x.id).cloned(),
+                    _ => None,
+                },
+                _ => None,
+            };
+            match next {
+                Some(n) => t = n,
+                None => break,
+            }
+        }
+        t
+    }
+
+    fn same(&self, a: &Term, b: &Term) -> bool {
+        syn_eq(a, b) || syn_eq(&self.norm(a), &self.norm(b))
+    }
+}
+
+impl Rewrite for Fuse<'_> {
+    fn term(&mut self, t: &Term) -> Term {
+        deep(|| match &t.kind {
+            TermKind::Let(p, e, body) => {
+                let e2 = self.term(e);
+                self.learn(p, &e2);
+                if self.rules.closure_convert
+                    && let Pat::Var(rs) = p
+                    && let Some(c) = Closures::analyse(rs, &e2, Scope::C(body))
+                {
+                    self.fire("closureConvert");
+                    let (rs2, e3) = c.converted_array(rs, &e2);
+                    let body2 = c.convert(rs, &rs2).term(body);
+                    return Term::new(TermKind::Let(Pat::Var(rs2), e3, body2), t.span);
+                }
+                let body2 = self.term(body);
+                Term::new(TermKind::Let(p.clone(), e2, body2), t.span)
+            }
+            _ => t.map_children(self),
+        })
+    }
+
+    fn linear(&mut self, l: &LTerm) -> LTerm {
+        deep(|| {
+            use LTermKind as K;
+            if let K::Let(p, e, body) = &l.kind {
+                let e2 = self.term(e);
+                self.learn(p, &e2);
+                if self.rules.closure_convert
+                    && let Pat::Var(rs) = p
+                    && let Some(c) = Closures::analyse(rs, &e2, Scope::L(body))
+                {
+                    self.fire("closureConvert");
+                    let (rs2, e3) = c.converted_array(rs, &e2);
+                    let body2 = c.convert(rs, &rs2).linear(body);
+                    return LTerm::new(K::Let(Pat::Var(rs2), e3, body2), l.span);
+                }
+                let body2 = self.linear(body);
+                return LTerm::new(K::Let(p.clone(), e2, body2), l.span);
+            }
+            if self.rules.plus_one_hot
+                && let K::Plus(..) = &l.kind
+            {
+                return self.plus_one_hot(l);
+            }
+            let l = l.map_children(self);
+            match &l.kind {
+                K::Fst(s) | K::Snd(s) if self.rules.sum_build_proj => {
+                    if let K::Sum(b) = &s.kind
+                        && let K::Build(n, j, body) = &b.kind
+                    {
+                        self.fire("sumBuildProj");
+                        let first = matches!(l.kind, K::Fst(_));
+                        let body = LTerm::new(
+                            if first {
+                                K::Fst(body.clone())
+                            } else {
+                                K::Snd(body.clone())
+                            },
+                            l.span,
+                        );
+                        let b = LTerm::new(K::Build(n.clone(), j.clone(), body), b.span);
+                        return LTerm::new(K::Sum(b), s.span);
+                    }
+                    l
+                }
+                K::Sum(b) => {
+                    if let K::Build(n, j, body) = &b.kind
+                        && let Some(r) = self.sum_build(n, j, body, l.span, b.span)
+                    {
+                        return r;
+                    }
+                    l
+                }
+                _ => l,
+            }
+        })
+    }
+}
+
+/// A binding at the head of an lbuild body.
+#[derive(Clone)]
+enum Bind {
+    Cart(Pat, Term, Span),
+    Lin(Var, LTerm, Span),
+}
+
+impl Bind {
+    fn wrap(&self, body: LTerm) -> LTerm {
+        match self {
+            Bind::Cart(p, e, s) => LTerm::new(LTermKind::Let(p.clone(), e.clone(), body), *s),
+            Bind::Lin(u, e, s) => LTerm::new(LTermKind::LinLet(u.clone(), e.clone(), body), *s),
+        }
+    }
+
+    fn bound(&self) -> Vec<VarId> {
+        match self {
+            Bind::Cart(p, ..) => p.vars().iter().map(|v| v.id).collect(),
+            Bind::Lin(u, ..) => vec![u.id],
+        }
+    }
+
+    fn uses(&self) -> HashSet<VarId> {
+        match self {
+            Bind::Cart(_, e, _) => vars_of_term(e),
+            Bind::Lin(_, e, _) => vars_of_lin(e),
+        }
+    }
+
+    /// Whether evaluating it twice costs only a constant.
+    fn cheap(&self) -> bool {
+        match self {
+            Bind::Cart(_, e, _) => cheap_index(e),
+            Bind::Lin(_, e, _) => e.size() <= 8 && cheap_lin(e),
+        }
+    }
+}
+
+fn peel(l: &LTerm) -> (Vec<Bind>, LTerm) {
+    let mut bs = Vec::new();
+    let mut l = l.clone();
+    loop {
+        let next = match &l.kind {
+            LTermKind::Let(p, e, b) => {
+                bs.push(Bind::Cart(p.clone(), e.clone(), l.span));
+                b.clone()
+            }
+            LTermKind::LinLet(u, e, b) => {
+                bs.push(Bind::Lin(u.clone(), e.clone(), l.span));
+                b.clone()
+            }
+            _ => return (bs, l),
+        };
+        l = next;
+    }
+}
+
+fn wrap(bs: &[Bind], core: LTerm) -> LTerm {
+    bs.iter().rev().fold(core, |acc, b| b.wrap(acc))
+}
+
+/// The bindings of `bs` that `core` needs, transitively.
+fn needed(bs: &[Bind], core: &LTerm) -> Vec<bool> {
+    let mut need = vars_of_lin(core);
+    let mut keep = vec![false; bs.len()];
+    for (k, b) in bs.iter().enumerate().rev() {
+        if b.bound().iter().any(|v| need.contains(v)) {
+            keep[k] = true;
+            need.extend(b.uses());
+        }
+    }
+    keep
+}
+
+impl Fuse<'_> {
+    /// The rules on `lsum (lbuild n (\j -> body))`.
+    fn sum_build(
+        &mut self,
+        n: &Term,
+        j: &Var,
+        body: &LTerm,
+        span: Span,
+        bspan: Span,
+    ) -> Option<LTerm> {
+        use LTermKind as K;
+        let (bs, core) = peel(body);
+        if self.rules.sum_build_one_hot
+            && let K::OneHot(m, i, x) = &core.kind
+            && matches!(&i.kind, TermKind::Var(i) if i.id == j.id)
+            && self.same(m, n)
+        {
+            self.fire("sumBuildOneHot");
+            return Some(LTerm::new(
+                K::Build(n.clone(), j.clone(), wrap(&bs, x.clone())),
+                bspan,
+            ));
+        }
+        if !self.rules.sum_build_split {
+            return None;
+        }
+        let (l1, l2, pair) = match &core.kind {
+            K::Pair(a, b) => (a, b, true),
+            K::Plus(a, b) if has_one_hot(a) || has_one_hot(b) => (a, b, false),
+            _ => return None,
+        };
+        let (k1, k2) = (needed(&bs, l1), needed(&bs, l2));
+        if bs
+            .iter()
+            .zip(k1.iter().zip(&k2))
+            .any(|(b, (x, y))| *x && *y && !b.cheap())
+        {
+            return None;
+        }
+        self.fire("sumBuildSplit");
+        let pick = |keep: &[bool]| -> Vec<Bind> {
+            bs.iter()
+                .zip(keep)
+                .filter(|(_, k)| **k)
+                .map(|(b, _)| b.clone())
+                .collect()
+        };
+        let (bs1, bs2) = (pick(&k1), pick(&k2));
+        let (n1, outer) = if cheap(n) {
+            (n.clone(), None)
+        } else {
+            let nv = Var::fresh("n", Ty::Int);
+            (Term::var(&nv), Some(nv))
+        };
+        let half = |bs: &[Bind], l: &LTerm| {
+            LTerm::new(
+                K::Sum(LTerm::new(
+                    K::Build(n1.clone(), j.clone(), wrap(bs, l.clone())),
+                    bspan,
+                )),
+                span,
+            )
+        };
+        let (h1, h2) = (half(&bs1, l1), half(&bs2, l2));
+        let r = LTerm::new(
+            if pair {
+                K::Pair(h1, h2)
+            } else {
+                K::Plus(h1, h2)
+            },
+            span,
+        );
+        Some(match outer {
+            Some(nv) => LTerm::new(K::Let(Pat::Var(nv), n.clone(), r), span),
+            None => r,
+        })
+    }
+
+    /// Gathers the one-hots of a `+`-tree by length and index. The tree's leaves are
+    /// rewritten here (once each), so nested `+` nodes are not flattened again.
+    fn plus_one_hot(&mut self, l: &LTerm) -> LTerm {
+        use LTermKind as K;
+        let mut leaves = Vec::new();
+        let mut stack = vec![l.clone()];
+        while let Some(x) = stack.pop() {
+            match &x.kind {
+                K::Plus(a, b) => {
+                    stack.push(b.clone());
+                    stack.push(a.clone());
+                }
+                _ => leaves.push(self.linear(&x)),
+            }
+        }
+        // Groups of one-hots with the same length and index, in order of first appearance.
+        let mut index: HashMap<String, usize> = HashMap::default();
+        let mut groups: Vec<(Term, Term, Vec<LTerm>, Span)> = Vec::new();
+        let mut others = Vec::new();
+        let mut merged = false;
+        for x in &leaves {
+            if let K::OneHot(m, i, e) = &x.kind
+                && let (Some(km), Some(ki)) = (key(&self.norm(m)), key(i))
+            {
+                match index.entry(format!("{km}|{ki}")) {
+                    std::collections::hash_map::Entry::Occupied(o) => {
+                        groups[*o.get()].2.push(e.clone());
+                        merged = true;
+                    }
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert(groups.len());
+                        groups.push((m.clone(), i.clone(), vec![e.clone()], x.span));
+                    }
+                }
+            } else {
+                others.push(x.clone());
+            }
+        }
+        if !merged {
+            let mut it = leaves.into_iter();
+            return rebuild_plus(l, &mut it);
+        }
+        self.fire("plusOneHot");
+        let span = l.span;
+        let plus = |xs: Vec<LTerm>| {
+            xs.into_iter()
+                .reduce(|a, b| LTerm::new(K::Plus(a, b), span))
+                .expect("a group is not empty")
+        };
+        let mut out: Vec<LTerm> = groups
+            .into_iter()
+            .map(|(m, i, es, s)| LTerm::new(K::OneHot(m, i, plus(es)), s))
+            .collect();
+        out.extend(others);
+        plus(out)
+    }
+}
+
+/// The `+`-tree `l` with its leaves replaced, left to right, by `leaves`.
+fn rebuild_plus(l: &LTerm, leaves: &mut impl Iterator<Item = LTerm>) -> LTerm {
+    deep(|| match &l.kind {
+        LTermKind::Plus(a, b) => {
+            let a = rebuild_plus(a, leaves);
+            let b = rebuild_plus(b, leaves);
+            LTerm::new(LTermKind::Plus(a, b), l.span)
+        }
+        _ => leaves.next().expect("as many leaves as the tree has"),
+    })
+}
+
+/// A key for a cheap term, equal for syntactically equal terms.
+fn key(t: &Term) -> Option<String> {
+    use TermKind as K;
+    Some(match &t.kind {
+        K::Var(x) => format!("v{}", x.id.0),
+        K::Lit(Lit::Int(n)) => format!("i{n}"),
+        K::Fst(e) => format!("f({})", key(e)?),
+        K::Snd(e) => format!("s({})", key(e)?),
+        K::Length(e) => format!("l({})", key(e)?),
+        _ => return None,
+    })
+}
+
+fn has_one_hot(l: &LTerm) -> bool {
+    match &l.kind {
+        LTermKind::OneHot(..) => true,
+        LTermKind::Plus(a, b) => has_one_hot(a) || has_one_hot(b),
+        _ => false,
+    }
+}
+
+fn is_atomic(t: &Term) -> bool {
+    match &t.kind {
+        TermKind::Var(_) | TermKind::Lit(_) => true,
+        TermKind::Fst(e) | TermKind::Snd(e) => is_atomic(e),
+        _ => false,
+    }
+}
+
+/// An atom or the length of an atom: safe to evaluate again.
+fn cheap(t: &Term) -> bool {
+    match &t.kind {
+        TermKind::Length(a) => is_atomic(a),
+        _ => is_atomic(t),
+    }
+}
+
+/// An atom, a length of an atom, or an index of an atom by an atom, under projections.
+fn cheap_index(t: &Term) -> bool {
+    match &t.kind {
+        TermKind::Fst(e) | TermKind::Snd(e) => cheap_index(e),
+        TermKind::Index(a, i) => is_atomic(a) && is_atomic(i),
+        _ => cheap(t),
+    }
+}
+
+/// A small linear term of atoms, scalings by atoms and sums.
+fn cheap_lin(l: &LTerm) -> bool {
+    match &l.kind {
+        LTermKind::Var(_) | LTermKind::Zero(_) => true,
+        LTermKind::Fst(a) | LTermKind::Snd(a) => cheap_lin(a),
+        LTermKind::Scale(t, a) => is_atomic(t) && cheap_lin(a),
+        LTermKind::Plus(a, b) => cheap_lin(a) && cheap_lin(b),
+        _ => false,
+    }
+}
+
+/// Syntactic equality of small Cartesian terms (variables by identity).
+fn syn_eq(a: &Term, b: &Term) -> bool {
+    use TermKind as K;
+    match (&a.kind, &b.kind) {
+        (K::Var(x), K::Var(y)) => x.id == y.id,
+        (K::Lit(x), K::Lit(y)) => match (x, y) {
+            (Lit::Int(p), Lit::Int(q)) => p == q,
+            (Lit::Bool(p), Lit::Bool(q)) => p == q,
+            (Lit::Unit, Lit::Unit) => true,
+            (Lit::Real(p), Lit::Real(q)) => p.to_bits() == q.to_bits(),
+            _ => false,
+        },
+        (K::Fst(x), K::Fst(y)) | (K::Snd(x), K::Snd(y)) | (K::Length(x), K::Length(y)) => {
+            syn_eq(x, y)
+        }
+        (K::Index(x, i), K::Index(y, j)) => syn_eq(x, y) && syn_eq(i, j),
+        (K::Prim(p, xs), K::Prim(q, ys)) => {
+            p.name() == q.name()
+                && xs.len() == ys.len()
+                && xs.iter().zip(ys).all(|(x, y)| syn_eq(x, y))
+        }
+        _ => false,
+    }
+}
+
+fn vars_of_term(t: &Term) -> HashSet<VarId> {
+    let mut out = HashSet::default();
+    collect(crate::target::term::Child::C(t), &mut out);
+    out
+}
+
+fn vars_of_lin(l: &LTerm) -> HashSet<VarId> {
+    let mut out = HashSet::default();
+    collect(crate::target::term::Child::L(l), &mut out);
+    out
+}
+
+fn collect(root: crate::target::term::Child<'_>, out: &mut HashSet<VarId>) {
+    use crate::target::term::Child;
+    let mut stack = vec![root];
+    while let Some(c) = stack.pop() {
+        match c {
+            Child::C(t) => {
+                if let TermKind::Var(x) = &t.kind {
+                    out.insert(x.id);
+                }
+                stack.extend(t.children());
+            }
+            Child::L(l) => {
+                if let LTermKind::Var(u) = &l.kind {
+                    out.insert(u.id);
+                }
+                stack.extend(l.children());
+            }
+        }
+    }
+}
+
+// ----- closure conversion -----
+
+/// The scope of a let-bound array.
+#[derive(Clone, Copy)]
+enum Scope<'a> {
+    C(&'a Term),
+    L(&'a LTerm),
+}
+
+/// How the array is made.
+enum Maker {
+    /// `build n (\i -> body)`.
+    Build(Term, Var),
+    /// `map (\y -> body) xs` or `map2 (\y -> \z -> body) xs ys`: the parameters and the arrays.
+    Map(Vec<Var>, Vec<Term>),
+}
+
+/// An array of `(a, λ̲v. l)` pairs that can be closure-converted.
+struct Closures {
+    maker: Maker,
+    /// The leading lets of the element body.
+    lets: Vec<(Pat, Term, Span)>,
+    /// The first component.
+    first: Term,
+    pair_span: Span,
+    /// The closure.
+    v: Var,
+    code: LTerm,
+    /// The environment: variables bound in the element that the closure uses.
+    env: Vec<Var>,
+    /// Bindings of the element recomputed at the use, in order.
+    remat: Vec<(Pat, Term, Span)>,
+    /// Whether the closure (or a recomputed binding) uses the build's index.
+    uses_index: bool,
+}
+
+impl Closures {
+    fn analyse(rs: &Var, e: &Term, scope: Scope<'_>) -> Option<Closures> {
+        let (maker, body) = match &e.kind {
+            TermKind::Build(n, f) => {
+                let TermKind::Lam(i, body) = &f.kind else {
+                    return None;
+                };
+                (Maker::Build(n.clone(), i.clone()), body)
+            }
+            TermKind::Map(f, xs) => {
+                let TermKind::Lam(y, body) = &f.kind else {
+                    return None;
+                };
+                (Maker::Map(vec![y.clone()], vec![xs.clone()]), body)
+            }
+            TermKind::Map2(f, xs, ys) => {
+                let TermKind::Lam(y, g) = &f.kind else {
+                    return None;
+                };
+                let TermKind::Lam(z, body) = &g.kind else {
+                    return None;
+                };
+                (
+                    Maker::Map(vec![y.clone(), z.clone()], vec![xs.clone(), ys.clone()]),
+                    body,
+                )
+            }
+            _ => return None,
+        };
+        let mut lets = Vec::new();
+        let mut core = body;
+        while let TermKind::Let(p, e, rest) = &core.kind {
+            lets.push((p.clone(), e.clone(), core.span));
+            core = rest;
+        }
+        let TermKind::Pair(first, clo) = &core.kind else {
+            return None;
+        };
+        let TermKind::LinLam(v, code) = &clo.kind else {
+            return None;
+        };
+        // Bindings cheap to evaluate again (an index of an atom by an atom, integer arithmetic
+        // on atoms, ...) whose inputs are not bound in the element, apart from the index and
+        // other such bindings, are recomputed at the use rather than stored: the element was
+        // built with the same index, so they evaluate to the same value without failing.
+        let mut inner: HashSet<VarId> = HashSet::default();
+        if let Maker::Map(ps, _) = &maker {
+            inner.extend(ps.iter().map(|p| p.id));
+        }
+        for (p, _, _) in &lets {
+            inner.extend(p.vars().iter().map(|v| v.id));
+        }
+        let mut remat_ok: HashSet<VarId> = HashSet::default();
+        for (p, e, _) in &lets {
+            if let Pat::Var(c) = p
+                && remat_form(c, e)
+                && vars_of_term(e)
+                    .iter()
+                    .all(|x| !inner.contains(x) || remat_ok.contains(x))
+            {
+                remat_ok.insert(c.id);
+            }
+        }
+        let mut need = vars_of_lin(code);
+        let mut remat = Vec::new();
+        for (p, e, s) in lets.iter().rev() {
+            if let Pat::Var(c) = p
+                && remat_ok.contains(&c.id)
+                && need.contains(&c.id)
+            {
+                remat.push((p.clone(), e.clone(), *s));
+                need.extend(vars_of_term(e));
+            }
+        }
+        remat.reverse();
+        let mut candidates: Vec<Var> = match &maker {
+            Maker::Build(..) => Vec::new(),
+            Maker::Map(ps, _) => ps.clone(),
+        };
+        for (p, _, _) in &lets {
+            candidates.extend(p.vars().into_iter().cloned());
+        }
+        let env = candidates
+            .into_iter()
+            .filter(|c| need.contains(&c.id) && !remat_ok.contains(&c.id))
+            .collect();
+        let uses_index = matches!(&maker, Maker::Build(_, i) if need.contains(&i.id));
+        let ok = match scope {
+            Scope::C(t) => uses_ok(rs.id, Scope::C(t)),
+            Scope::L(l) => uses_ok(rs.id, Scope::L(l)),
+        };
+        if !ok {
+            return None;
+        }
+        Some(Closures {
+            maker,
+            lets,
+            first: first.clone(),
+            pair_span: core.span,
+            v: v.clone(),
+            code: code.clone(),
+            env,
+            remat,
+            uses_index,
+        })
+    }
+
+    /// The environment as a tuple term and the pattern that rebinds it.
+    fn env_tuple(&self) -> (Term, Pat) {
+        fn go(vs: &[Var]) -> (Term, Pat) {
+            match vs {
+                [] => (Term::unit(), Pat::Wild(Ty::Unit)),
+                [x] => (Term::var(x), Pat::Var(x.clone())),
+                [x, rest @ ..] => {
+                    let (t, p) = go(rest);
+                    (
+                        Term::pair(Term::var(x), t),
+                        Pat::Pair(Box::new(Pat::Var(x.clone())), Box::new(p)),
+                    )
+                }
+            }
+        }
+        go(&self.env)
+    }
+
+    /// The new array variable and its definition.
+    fn converted_array(&self, rs: &Var, e: &Term) -> (Var, Term) {
+        let (tuple, pat) = self.env_tuple();
+        let a_ty = rs
+            .ty
+            .as_array()
+            .and_then(Ty::as_prod)
+            .map(|(a, _)| a.clone())
+            .expect("an array of pairs");
+        let rs2 = Var::fresh(rs.name.clone(), Ty::array(Ty::prod(a_ty, pat.ty())));
+        let core = Term::new(TermKind::Pair(self.first.clone(), tuple), self.pair_span);
+        let body = self.lets.iter().rev().fold(core, |acc, (p, x, s)| {
+            Term::new(TermKind::Let(p.clone(), x.clone(), acc), *s)
+        });
+        let e2 = match (&self.maker, &e.kind) {
+            (Maker::Build(_, i), TermKind::Build(n, f)) => {
+                TermKind::Build(n.clone(), Term::new(TermKind::Lam(i.clone(), body), f.span))
+            }
+            (Maker::Map(ps, _), TermKind::Map(f, xs)) => TermKind::Map(
+                Term::new(TermKind::Lam(ps[0].clone(), body), f.span),
+                xs.clone(),
+            ),
+            (Maker::Map(ps, _), TermKind::Map2(f, xs, ys)) => {
+                let g = Term::lam(&ps[1], body);
+                TermKind::Map2(
+                    Term::new(TermKind::Lam(ps[0].clone(), g), f.span),
+                    xs.clone(),
+                    ys.clone(),
+                )
+            }
+            _ => unreachable!("analysed as this form"),
+        };
+        (rs2, Term::new(e2, e.span))
+    }
+
+    fn convert<'a>(&'a self, rs: &Var, rs2: &Var) -> Convert<'a> {
+        Convert {
+            c: self,
+            old: rs.id,
+            new: rs2.clone(),
+        }
+    }
+
+    /// `let cs = snd (rs ! k) in let v = arg in code`, with `k` a variable.
+    fn apply(&self, rs2: &Var, k: &Term, arg: LTerm) -> LTerm {
+        let (_, pat) = self.env_tuple();
+        let env = Term::snd(Term::mk(TermKind::Index(Term::var(rs2), k.clone())));
+        let inner = LTerm::lin_let(&self.v, arg, self.code.clone());
+        let inner = self.remat.iter().rev().fold(inner, |acc, (p, e, s)| {
+            LTerm::new(LTermKind::Let(p.clone(), e.clone(), acc), *s)
+        });
+        LTerm::mk(LTermKind::Let(pat, env, inner))
+    }
+}
+
+/// Whether every use of `rs` in its scope is one closure conversion can rewrite.
+fn uses_ok(rs: VarId, scope: Scope<'_>) -> bool {
+    fn is_rs(t: &Term, rs: VarId) -> bool {
+        matches!(&t.kind, TermKind::Var(x) if x.id == rs)
+    }
+    fn term(t: &Term, rs: VarId) -> bool {
+        deep(|| match &t.kind {
+            TermKind::Var(x) => x.id != rs,
+            TermKind::Map(f, xs) if is_rs(xs, rs) => projection(f) == Some(true),
+            TermKind::Fst(e) if matches!(&e.kind, TermKind::Index(a, _) if is_rs(a, rs)) => {
+                let TermKind::Index(_, j) = &e.kind else {
+                    unreachable!()
+                };
+                term(j, rs)
+            }
+            TermKind::Length(a) if is_rs(a, rs) => true,
+            _ => t.children().iter().all(|c| child(*c, rs)),
+        })
+    }
+    fn linear(l: &LTerm, rs: VarId) -> bool {
+        deep(|| match &l.kind {
+            LTermKind::App(f, x) => match applied(f, rs) {
+                Some(j) => term(j, rs) && linear(x, rs),
+                None => term(f, rs) && linear(x, rs),
+            },
+            LTermKind::ZipWith(fs, w)
+                if matches!(&fs.kind, TermKind::Map(f, a)
+                    if is_rs(a, rs) && projection(f) == Some(false)) =>
+            {
+                linear(w, rs)
+            }
+            _ => l.children().iter().all(|c| child(*c, rs)),
+        })
+    }
+    fn child(c: crate::target::term::Child<'_>, rs: VarId) -> bool {
+        match c {
+            crate::target::term::Child::C(t) => term(t, rs),
+            crate::target::term::Child::L(l) => linear(l, rs),
+        }
+    }
+    match scope {
+        Scope::C(t) => term(t, rs),
+        Scope::L(l) => linear(l, rs),
+    }
+}
+
+/// `j` if `f` is `snd (rs ! j)`.
+fn applied(f: &Term, rs: VarId) -> Option<&Term> {
+    let TermKind::Snd(e) = &f.kind else {
+        return None;
+    };
+    let TermKind::Index(a, j) = &e.kind else {
+        return None;
+    };
+    matches!(&a.kind, TermKind::Var(x) if x.id == rs).then_some(j)
+}
+
+/// Rewrites the scope of a closure-converted array.
+struct Convert<'a> {
+    c: &'a Closures,
+    old: VarId,
+    new: Var,
+}
+
+impl Rewrite for Convert<'_> {
+    fn term(&mut self, t: &Term) -> Term {
+        deep(|| match &t.kind {
+            TermKind::Var(x) if x.id == self.old => {
+                Term::new(TermKind::Var(self.new.clone()), t.span)
+            }
+            TermKind::Map(f, xs) if matches!(&xs.kind, TermKind::Var(x) if x.id == self.old) => {
+                let r = Var::fresh("r", self.new.ty.as_array().expect("an array").clone());
+                let f2 = Term::new(TermKind::Lam(r.clone(), Term::fst(Term::var(&r))), f.span);
+                Term::new(TermKind::Map(f2, Term::var(&self.new)), t.span)
+            }
+            _ => t.map_children(self),
+        })
+    }
+
+    fn linear(&mut self, l: &LTerm) -> LTerm {
+        deep(|| match &l.kind {
+            LTermKind::App(f, x) if applied(f, self.old).is_some() => {
+                let j = self.term(applied(f, self.old).expect("checked"));
+                let x = self.linear(x);
+                match &self.c.maker {
+                    Maker::Build(_, i) if self.c.uses_index => {
+                        let body = self.c.apply(&self.new, &Term::var(i), x);
+                        LTerm::new(LTermKind::Let(Pat::Var(i.clone()), j, body), l.span)
+                    }
+                    _ => self.c.apply(&self.new, &j, x),
+                }
+            }
+            LTermKind::ZipWith(fs, w)
+                if matches!(&fs.kind, TermKind::Map(_, a)
+                    if matches!(&a.kind, TermKind::Var(x) if x.id == self.old)) =>
+            {
+                let w = self.linear(w);
+                let k = match &self.c.maker {
+                    Maker::Build(_, i) => i.clone(),
+                    Maker::Map(..) => Var::fresh("i", Ty::Int),
+                };
+                let n = match &self.c.maker {
+                    Maker::Build(n, _) if cheap(n) => n.clone(),
+                    Maker::Map(_, xs) if cheap(&xs[0]) => Term::mk(TermKind::Length(xs[0].clone())),
+                    _ => Term::mk(TermKind::Length(Term::var(&self.new))),
+                };
+                let (arg, outer) = match &w.kind {
+                    LTermKind::Replicate(_, a) if latom(a) => (a.clone(), None),
+                    LTermKind::Var(_) => {
+                        (LTerm::mk(LTermKind::Index(w.clone(), Term::var(&k))), None)
+                    }
+                    _ => {
+                        let ty = w_ty(&self.c.v, &w);
+                        let u = Var::fresh("w", ty);
+                        let a = LTerm::mk(LTermKind::Index(LTerm::var(&u), Term::var(&k)));
+                        (a, Some(u))
+                    }
+                };
+                let body = self.c.apply(&self.new, &Term::var(&k), arg);
+                let b = LTerm::new(LTermKind::Build(n, k, body), l.span);
+                match outer {
+                    Some(u) => LTerm::lin_let(&u, w, b),
+                    None => b,
+                }
+            }
+            _ => l.map_children(self),
+        })
+    }
+}
+
+/// Whether `c = e` is cheap enough to evaluate again at every use.
+fn remat_form(c: &Var, e: &Term) -> bool {
+    match &e.kind {
+        TermKind::Prim(_, args) => c.ty == Ty::Int && args.iter().all(is_atomic),
+        _ => cheap_index(e),
+    }
+}
+
+fn latom(l: &LTerm) -> bool {
+    match &l.kind {
+        LTermKind::Var(_) | LTermKind::Zero(_) => true,
+        LTermKind::Fst(a) | LTermKind::Snd(a) => latom(a),
+        _ => false,
+    }
+}
+
+/// The type of a linear variable for `w : Array L`, where `v : Lin L` is the closure's
+/// variable.
+fn w_ty(v: &Var, _w: &LTerm) -> Ty {
+    let l = v.lin_ty().expect("a linear variable").clone();
+    Ty::lin(crate::target::types::LTy::array(l))
+}
