@@ -69,13 +69,8 @@ pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usiz
     {
         return (t.clone(), fired);
     }
-    let unique;
-    let t = if Occurrences::of(t).has_duplicates() {
-        unique = super::unique::uniquify(t);
-        &unique
-    } else {
-        t
-    };
+    // The input is a main pass's output, whose binders are unique.
+    debug_assert!(!Occurrences::of(t).has_duplicates());
     let mut f = Fuse {
         rules,
         fired: &mut fired,
@@ -159,9 +154,9 @@ impl Rewrite for Fuse<'_> {
                     return Term::new(TermKind::Let(Pat::Var(rs2), e3, body2), t.span);
                 }
                 let body2 = self.term(body);
-                Term::new(TermKind::Let(p.clone(), e2, body2), t.span)
+                super::pass::reuse(t, TermKind::Let(p.clone(), e2, body2))
             }
-            _ => t.map_children(self),
+            _ => super::pass::map_shared(t, self),
         })
     }
 
@@ -181,14 +176,14 @@ impl Rewrite for Fuse<'_> {
                     return LTerm::new(K::Let(Pat::Var(rs2), e3, body2), l.span);
                 }
                 let body2 = self.linear(body);
-                return LTerm::new(K::Let(p.clone(), e2, body2), l.span);
+                return super::pass::lreuse(l, K::Let(p.clone(), e2, body2));
             }
             if self.rules.plus_one_hot
                 && let K::Plus(..) = &l.kind
             {
                 return self.plus_one_hot(l);
             }
-            let l = l.map_children(self);
+            let l = super::pass::lmap_shared(l, self);
             match &l.kind {
                 K::Fst(s) | K::Snd(s) if self.rules.sum_build_proj => {
                     if let K::Sum(b) = &s.kind

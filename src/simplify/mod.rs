@@ -259,8 +259,13 @@ pub fn simplify_passes(t: &Term, rules: &Rules, max_passes: usize) -> (Term, Sta
     let mut cur = t.clone();
     while stats.passes < max_passes {
         stats.passes += 1;
-        let (out, fired, dirty) = pass::run(&cur, rules);
-        cur = out;
+        let pass::Outcome {
+            term,
+            fired,
+            dirty,
+            arrays,
+        } = pass::run(&cur, rules);
+        cur = term;
         let (idle, fixed) = (fired.is_empty(), fired.is_empty() || !dirty);
         for (k, n) in fired {
             *stats.fired.entry(k).or_default() += n;
@@ -271,11 +276,11 @@ pub fn simplify_passes(t: &Term, rules: &Rules, max_passes: usize) -> (Term, Sta
         // The main pass is at a fixed point (it fired nothing, or left nothing another pass
         // would rewrite: see `pass::late`; debug builds check).
         debug_assert!(
-            idle || pass::run(&cur, rules).1.is_empty(),
+            idle || pass::run(&cur, rules).fired.is_empty(),
             "a pass reported a fixed point, but another fires {:?} on\n{cur}",
-            pass::run(&cur, rules).1
+            pass::run(&cur, rules).fired
         );
-        if stats.passes == max_passes {
+        if stats.passes == max_passes || !arrays {
             break;
         }
         // The array fusion rules, whose output the next main pass cleans up.

@@ -44,9 +44,21 @@ use std::rc::Rc;
 
 mod late;
 
-/// Runs one pass over `t`: the output, how often each rule fired, and whether another pass
-/// might fire a rule on the output (if not, the output is a fixed point).
-pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usize>, bool) {
+/// What one pass did.
+pub(super) struct Outcome {
+    /// The output.
+    pub(super) term: Term,
+    /// How often each rule fired.
+    pub(super) fired: BTreeMap<&'static str, usize>,
+    /// Whether another pass might fire a rule on the output (if not, it is a fixed point).
+    pub(super) dirty: bool,
+    /// Whether the output may hold the array forms the fusion rules rewrite (`build`, `map`,
+    /// `map2`, `lsum`, `lbuild`, `onehot`): if not, [`super::fuse`] has nothing to do.
+    pub(super) arrays: bool,
+}
+
+/// Runs one pass over `t`.
+pub(super) fn run(t: &Term, rules: &Rules) -> Outcome {
     let mut occ = Occurrences::<VarState>::analyse(t);
     let unique;
     let t = if occ.has_duplicates() {
@@ -69,6 +81,7 @@ pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usiz
         // the next pass floats them out of; the passes then run to the fixed point as before.
         dirty: !(rules.let_rotate && rules.let_proj && rules.let_float && rules.plus_let),
         open: 0,
+        arrays: false,
         moved: Vec::new(),
         fired: HashMap::default(),
     };
@@ -78,7 +91,12 @@ pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usiz
     for (name, n) in p.fired.into_values() {
         *fired.entry(name).or_default() += n;
     }
-    (out, fired, p.dirty)
+    Outcome {
+        term: out,
+        fired,
+        dirty: p.dirty,
+        arrays: p.arrays,
+    }
 }
 
 /// What an inlined variable stands for.
@@ -173,6 +191,8 @@ struct Pass<'r> {
     dirty: bool,
     /// Late-inlining candidates whose use has not been found yet ([`Pass::late`]).
     open: usize,
+    /// Whether an array form the fusion rules rewrite was met (see [`Outcome::arrays`]).
+    arrays: bool,
     /// The variables inlined as output terms (`Subst::Moved`), per open block.
     moved: Vec<VarId>,
     /// Firings per rule, keyed by the address of the rule's name (cheap to hash; equal names
@@ -382,7 +402,7 @@ fn lsame_kind(old: &LTermKind, new: &LTermKind) -> bool {
 }
 
 /// A node of kind `kind` read from `old`: `old` itself if unchanged.
-fn reuse(old: &Term, kind: TermKind) -> Term {
+pub(super) fn reuse(old: &Term, kind: TermKind) -> Term {
     if same_kind(&old.kind, &kind) {
         old.clone()
     } else {
@@ -390,7 +410,7 @@ fn reuse(old: &Term, kind: TermKind) -> Term {
     }
 }
 
-fn lreuse(old: &LTerm, kind: LTermKind) -> LTerm {
+pub(super) fn lreuse(old: &LTerm, kind: LTermKind) -> LTerm {
     if lsame_kind(&old.kind, &kind) {
         old.clone()
     } else {
@@ -414,6 +434,17 @@ fn lkeep(old: &LTerm, new: LTerm) -> LTerm {
     } else {
         new
     }
+}
+
+/// `t` with its children rewritten by `r`: `t` itself if they all come back unchanged (so a
+/// rewrite that changes little shares the rest of the term).
+pub(super) fn map_shared(t: &Term, r: &mut impl Rewrite) -> Term {
+    keep(t, t.map_children(r))
+}
+
+/// [`map_shared`] for linear terms.
+pub(super) fn lmap_shared(l: &LTerm, r: &mut impl Rewrite) -> LTerm {
+    lkeep(l, l.map_children(r))
 }
 
 /// Whether an input term is a value, so that moving it under a λ cannot duplicate work.
@@ -1284,6 +1315,7 @@ impl Pass<'_> {
             }
             K::Array(ty, xs) => mk(K::Array(ty.clone(), xs.iter().map(|x| self.c(x)).collect())),
             K::Map(f, xs) => {
+                self.arrays = true;
                 if let K::Var(x) = &xs.kind
                     && self.subst(x.id).is_none()
                     && let Some(first) = projection(f)
@@ -1296,11 +1328,13 @@ impl Pass<'_> {
                 mk(K::Map(f2, self.c(xs)))
             }
             K::Map2(f, xs, ys) => {
+                self.arrays = true;
                 let f2 = self.c(f);
                 let xs2 = self.c(xs);
                 mk(K::Map2(f2, xs2, self.c(ys)))
             }
             K::Build(n, f) => {
+                self.arrays = true;
                 let n2 = self.c(n);
                 mk(K::Build(n2, self.c(f)))
             }
@@ -1699,10 +1733,12 @@ impl Pass<'_> {
                 mk(K::Replicate(n2, a2))
             }
             K::Sum(a) => {
+                self.arrays = true;
                 let a2 = self.l(a);
                 self.sum(a2, span)
             }
             K::OneHot(n, i, a) => {
+                self.arrays = true;
                 let n2 = self.c(n);
                 let i2 = self.c(i);
                 let a2 = self.l(a);
@@ -1753,6 +1789,7 @@ impl Pass<'_> {
                 self.lmap(f2, a2, span)
             }
             K::Build(n, i, body) => {
+                self.arrays = true;
                 let n2 = self.c(n);
                 let body2 = self.lblock(body);
                 if self.rules.map_zero
