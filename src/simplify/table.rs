@@ -6,73 +6,70 @@
 //! is a cache miss. Identities come from one global counter, and the binders of a term are made
 //! together (by the AD functors, or by the previous pass), so they occupy a narrow window of
 //! identities, and a variable's binder and its occurrences are near each other in that window.
-//! An [`IdTable`] stores the window as a vector (a lookup is an index), and the few identities
-//! outside it (free variables, or a window too sparse to be worth storing) in a hash map.
 //!
-//! The window only grows when its length stays within a constant factor of the number of slots
-//! asked for, so its memory is bounded by the work done, even when the identities of a term are
-//! far apart (a term built long ago, combined with one built now).
+//! An [`IdTable`] stores the window in pages of [`PAGE`] consecutive identities, made when first
+//! asked for, under a short directory (a lookup is two indexings). The window grows in either
+//! direction by extending the directory only, so nothing is moved, and no page is made (or
+//! zeroed, or faulted in) for a stretch of identities nobody asks about. The few identities
+//! outside the window (free variables, or identities too scattered to be worth a page each) go
+//! to a hash map: pages are made only while their entries stay within a constant factor of the
+//! slots asked for, so the memory is bounded by the work done even when the identities of a term
+//! are far apart (a term built long ago, combined with one built now).
 
 use crate::target::term::VarId;
 use rustc_hash::FxHashMap;
 
-/// A map from variable identities to `T`, where a missing entry reads as `T::default()` inside
-/// the dense window.
+/// Identities per page (a power of two).
+const PAGE: usize = 1024;
+const SHIFT: u32 = PAGE.trailing_zeros();
+const MASK: u32 = PAGE as u32 - 1;
+
+/// Slack allowed beyond a constant factor of the slots asked for, in entries.
+const SLACK: usize = 16 * PAGE;
+/// How many times more entries than slots asked for the pages may hold.
+const FACTOR: usize = 4;
+
+/// A map from variable identities to `T`, where a missing entry reads as `T::default()` on a
+/// page that exists.
 pub(super) struct IdTable<T> {
-    /// The identity of `dense[0]`.
-    lo: u32,
-    dense: Vec<T>,
+    /// The page number of `pages[0]`.
+    first: u32,
+    /// The directory: page `first + i` at `pages[i]`, if made.
+    pages: Vec<Option<Box<[T]>>>,
+    /// Pages made.
+    made: usize,
     sparse: FxHashMap<u32, T>,
-    /// Slots asked for with [`IdTable::slot`] (bounds the window's length).
+    /// Slots asked for with [`IdTable::slot`] (bounds the pages made).
     asked: usize,
 }
-
-/// Slack allowed in the window beyond a constant factor of the slots asked for.
-const SLACK: usize = 1024;
-/// How many times longer than the slots asked for the window may grow.
-const FACTOR: usize = 4;
 
 impl<T: Default> IdTable<T> {
     /// An empty table.
     pub(super) fn new() -> IdTable<T> {
         IdTable {
-            lo: 0,
-            dense: Vec::new(),
+            first: 0,
+            pages: Vec::new(),
+            made: 0,
             sparse: FxHashMap::default(),
             asked: 0,
         }
     }
 
-    /// An empty table whose window starts as `[lo, lo + len)`.
-    #[cfg(test)]
-    fn with_window(lo: u32, len: usize) -> IdTable<T> {
-        let mut dense = Vec::new();
-        dense.resize_with(len, T::default);
-        IdTable {
-            lo,
-            dense,
-            sparse: FxHashMap::default(),
-            asked: len,
-        }
-    }
-
-    /// The window: its first identity and its length.
-    #[cfg(test)]
-    fn window(&self) -> (u32, usize) {
-        (self.lo, self.dense.len())
-    }
-
+    /// The page of `id` and the index in it, if the page exists.
     #[inline]
-    fn index(&self, id: VarId) -> Option<usize> {
-        let i = id.0.wrapping_sub(self.lo) as usize;
-        (i < self.dense.len()).then_some(i)
+    fn find(&self, id: VarId) -> Option<&T> {
+        let p = (id.0 >> SHIFT).wrapping_sub(self.first) as usize;
+        match self.pages.get(p) {
+            Some(Some(page)) => Some(&page[(id.0 & MASK) as usize]),
+            _ => None,
+        }
     }
 
     /// The entry of `id`, if it has one.
     #[inline]
     pub(super) fn get(&self, id: VarId) -> Option<&T> {
-        match self.index(id) {
-            Some(i) => Some(&self.dense[i]),
+        match self.find(id) {
+            Some(e) => Some(e),
             None if self.sparse.is_empty() => None,
             None => self.sparse.get(&id.0),
         }
@@ -81,10 +78,11 @@ impl<T: Default> IdTable<T> {
     /// The entry of `id`, if it has one, to change.
     #[inline]
     pub(super) fn get_mut(&mut self, id: VarId) -> Option<&mut T> {
-        match self.index(id) {
-            Some(i) => Some(&mut self.dense[i]),
-            None if self.sparse.is_empty() => None,
-            None => self.sparse.get_mut(&id.0),
+        let p = (id.0 >> SHIFT).wrapping_sub(self.first) as usize;
+        match self.pages.get_mut(p) {
+            Some(Some(page)) => Some(&mut page[(id.0 & MASK) as usize]),
+            _ if self.sparse.is_empty() => None,
+            _ => self.sparse.get_mut(&id.0),
         }
     }
 
@@ -92,69 +90,79 @@ impl<T: Default> IdTable<T> {
     #[inline]
     pub(super) fn slot(&mut self, id: VarId) -> &mut T {
         self.asked += 1;
-        match self.index(id) {
-            Some(i) => &mut self.dense[i],
-            None => self.grow(id),
+        let p = (id.0 >> SHIFT).wrapping_sub(self.first) as usize;
+        if let Some(Some(_)) = self.pages.get(p) {
+            let Some(Some(page)) = self.pages.get_mut(p) else {
+                unreachable!("just found")
+            };
+            return &mut page[(id.0 & MASK) as usize];
         }
+        self.make(id)
     }
 
-    /// `slot` for an identity outside the window: the window grows to take it in if it stays
-    /// dense enough, and the entry goes to the sparse map otherwise.
+    /// `slot` for an identity without a page: its page is made (the directory extended to
+    /// reach it) if the pages stay few enough, and the entry goes to the sparse map otherwise.
     #[cold]
-    fn grow(&mut self, id: VarId) -> &mut T {
+    fn make(&mut self, id: VarId) -> &mut T {
         if self.sparse.contains_key(&id.0) {
             return self.sparse.get_mut(&id.0).expect("just found");
         }
-        let len = self.dense.len();
         let limit = FACTOR * self.asked + SLACK;
-        let id = id.0;
-        if len == 0 {
-            // The first entry: a window around it, to grow from.
-            let lo = id.saturating_sub(SLACK as u32 / 2);
-            self.lo = lo;
-            self.dense
-                .resize_with((id - lo) as usize + SLACK / 2, T::default);
-        } else if id >= self.lo {
-            // To the right: at least doubling, so growing is amortised O(1) per slot.
-            let need = (id - self.lo) as usize + 1;
-            if need > limit {
-                return self.sparse.entry(id).or_default();
-            }
-            let new_len = need.max(2 * len).min(limit.max(need));
-            self.dense.resize_with(new_len, T::default);
+        let page = id.0 >> SHIFT;
+        let reach = if self.pages.is_empty() {
+            1
+        } else if page < self.first {
+            (self.first - page) as usize + self.pages.len()
         } else {
-            // To the left: the same, moving the entries.
-            let hi = self.lo as usize + len;
-            let need = hi - id as usize;
-            if need > limit {
-                return self.sparse.entry(id).or_default();
-            }
-            let new_len = need.max(2 * len).min(limit.max(need)).min(hi);
-            let new_lo = (hi - new_len) as u32;
-            let mut dense = Vec::with_capacity(new_len.max(self.dense.capacity()));
-            dense.resize_with(new_len - len, T::default);
-            dense.append(&mut self.dense);
-            self.dense = dense;
-            self.lo = new_lo;
+            (page - self.first) as usize + 1
+        };
+        // Both the pages and the directory (one word per page) stay within the bound.
+        if (self.made + 1) * PAGE > limit || reach.max(self.pages.len()) > limit / 8 {
+            return self.sparse.entry(id.0).or_default();
         }
-        // Entries of the sparse map that now fall in the window move into it.
+        if self.pages.is_empty() {
+            self.first = page;
+            self.pages.push(None);
+        } else if page < self.first {
+            // The directory grows to the left, by at least its length (so moving it costs
+            // O(1) per page made, amortised) but not below page 0.
+            let more = ((self.first - page) as usize)
+                .max(self.pages.len())
+                .min(self.first as usize);
+            self.pages
+                .splice(0..0, std::iter::repeat_with(|| None).take(more));
+            self.first -= more as u32;
+        } else if (page - self.first) as usize >= self.pages.len() {
+            self.pages
+                .resize_with((page - self.first) as usize + 1, || None);
+        }
+        let i = (page - self.first) as usize;
+        let mut fresh: Vec<T> = Vec::with_capacity(PAGE);
+        fresh.resize_with(PAGE, T::default);
+        // Entries of the sparse map that fall on the new page move onto it.
         if !self.sparse.is_empty() {
-            let (lo, len) = (self.lo, self.dense.len());
             let inside: Vec<u32> = self
                 .sparse
                 .keys()
                 .copied()
-                .filter(|&k| (k.wrapping_sub(lo) as usize) < len)
+                .filter(|&k| k >> SHIFT == page)
                 .collect();
             for k in inside {
-                let v = self.sparse.remove(&k).expect("a key just listed");
-                self.dense[(k - lo) as usize] = v;
+                fresh[(k & MASK) as usize] = self.sparse.remove(&k).expect("a key just listed");
             }
         }
-        let i = self
-            .index(VarId(id))
-            .expect("the window now holds the identity");
-        &mut self.dense[i]
+        self.pages[i] = Some(fresh.into_boxed_slice());
+        self.made += 1;
+        let Some(Some(p)) = self.pages.get_mut(i) else {
+            unreachable!("just made")
+        };
+        &mut p[(id.0 & MASK) as usize]
+    }
+
+    /// The pages made (for tests).
+    #[cfg(test)]
+    fn made(&self) -> usize {
+        self.made
     }
 }
 
@@ -172,36 +180,43 @@ mod tests {
             assert_eq!(t.get(VarId(id)), Some(&id));
         }
         assert_eq!(t.get(VarId(1)), None);
-        assert!(t.window().1 < 4 * 4000 + SLACK * 2, "{:?}", t.window());
+        assert_eq!(t.made(), 5, "the pages of 4096..9215");
     }
 
     #[test]
     fn far_identities_go_to_the_sparse_map() {
-        let mut t: IdTable<u32> = IdTable::with_window(1_000_000, 10);
-        *t.slot(VarId(1_000_005)) = 1;
+        let mut t: IdTable<u32> = IdTable::new();
+        *t.slot(VarId(10_000_005)) = 1;
         *t.slot(VarId(4_000_000_000)) = 2;
         *t.slot(VarId(3)) = 3;
-        assert_eq!(t.window(), (1_000_000, 10));
-        assert_eq!(t.get(VarId(1_000_005)), Some(&1));
+        assert_eq!(t.made(), 1, "one page, the others too far for three slots");
+        assert_eq!(t.get(VarId(10_000_005)), Some(&1));
         assert_eq!(t.get(VarId(4_000_000_000)), Some(&2));
         assert_eq!(t.get(VarId(3)), Some(&3));
         *t.get_mut(VarId(3)).unwrap() += 1;
         assert_eq!(t.get(VarId(3)), Some(&4));
         assert_eq!(t.get(VarId(4)), None);
-        // Near the window it grows instead.
-        *t.slot(VarId(999_990)) = 5;
-        assert_eq!(t.window().0, 999_990);
-        assert_eq!(t.get(VarId(1_000_005)), Some(&1));
+        // Near the window, a page is made instead.
+        *t.slot(VarId(9_998_005)) = 5;
+        assert_eq!(t.made(), 2);
+        assert_eq!(t.get(VarId(9_998_005)), Some(&5));
+        assert_eq!(t.get(VarId(10_000_005)), Some(&1));
     }
 
     #[test]
-    fn a_growing_window_takes_in_sparse_entries() {
-        let mut t: IdTable<u32> = IdTable::with_window(0, 10);
-        *t.slot(VarId(2000)) = 7;
-        for id in 10..1500 {
-            *t.slot(VarId(id)) = 1;
+    fn a_new_page_takes_in_sparse_entries() {
+        let mut t: IdTable<u32> = IdTable::new();
+        *t.slot(VarId(0)) = 1;
+        // Far enough to be sparse at first ...
+        *t.slot(VarId(5000 * PAGE as u32)) = 7;
+        assert_eq!(t.made(), 1);
+        // ... until enough slots are asked for.
+        for id in 0..(100 * PAGE as u32) {
+            *t.slot(VarId(id % 5)) += 0;
         }
-        *t.slot(VarId(1990)) = 1;
-        assert_eq!(t.get(VarId(2000)), Some(&7));
+        *t.slot(VarId(5000 * PAGE as u32 + 1)) = 8;
+        assert_eq!(t.made(), 2);
+        assert_eq!(t.get(VarId(5000 * PAGE as u32)), Some(&7));
+        assert_eq!(t.get(VarId(5000 * PAGE as u32 + 1)), Some(&8));
     }
 }
