@@ -22,7 +22,9 @@ use chad::prim::Registry;
 use chad::target::embed;
 use chad::target::engine::Code;
 use chad::value::Value;
-use std::time::Instant;
+
+mod common;
+use common::{flag, median};
 
 const INDEX_SUM: &str = "
 def f (xs : Array Real) : Real = sum (build (length xs) (\\(i : Int) -> xs ! i * xs ! i))
@@ -93,25 +95,4 @@ fn main() {
 fn index_chain(n: usize) -> String {
     let terms: Vec<String> = (0..n).map(|i| format!("xs ! {i}")).collect();
     format!("def f (xs : Array Real) : Real = {}\n", terms.join(" + "))
-}
-
-/// The median wall time of `repeat` runs of `f`, after one warm-up run.
-fn median(repeat: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    let mut ts: Vec<f64> = (0..repeat.max(1))
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
-    ts.sort_by(f64::total_cmp);
-    ts[ts.len() / 2]
-}
-
-/// The value after `name` on the command line.
-fn flag(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    let i = args.iter().position(|a| a == name)?;
-    args.get(i + 1).cloned()
 }

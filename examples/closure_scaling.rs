@@ -26,7 +26,9 @@ use chad::source::term::Entry;
 use chad::target::{embed, engine::Code};
 use chad::types::Type;
 use chad::value::Value;
-use std::time::Instant;
+
+mod common;
+use common::{flag, median};
 
 fn main() {
     let repeat = flag("--repeat").map_or(5, |s| s.parse().expect("a count"));
@@ -202,25 +204,4 @@ fn measure(family: &str, size: usize, text: &str, args: &[Value], repeat: usize)
         t_f / t_p,
         t_r / t_p
     );
-}
-
-/// The median wall time of `repeat` runs of `f`, after one warm-up run.
-fn median(repeat: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    let mut ts: Vec<f64> = (0..repeat.max(1))
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
-    ts.sort_by(f64::total_cmp);
-    ts[ts.len() / 2]
-}
-
-/// The value after `name` on the command line.
-fn flag(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    let i = args.iter().position(|a| a == name)?;
-    args.get(i + 1).cloned()
 }

@@ -20,7 +20,9 @@ use chad::target::embed;
 use chad::target::engine::Code;
 use chad::target::testing::approx_eq;
 use chad::value::Value;
-use std::time::Instant;
+
+mod common;
+use common::{flag, median};
 
 /// The rules of `simplify::fuse`.
 const FUSION: [&str; 5] = [
@@ -189,25 +191,4 @@ fn main() {
             );
         }
     }
-}
-
-/// The median wall time of `repeat` runs of `f`, after one warm-up run.
-fn median(repeat: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    let mut ts: Vec<f64> = (0..repeat.max(1))
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
-    ts.sort_by(f64::total_cmp);
-    ts[ts.len() / 2]
-}
-
-/// The value after `name` on the command line.
-fn flag(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    let i = args.iter().position(|a| a == name)?;
-    args.get(i + 1).cloned()
 }

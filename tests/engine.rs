@@ -34,7 +34,6 @@ use common::same_at;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
-use std::cell::Cell;
 
 const TOL: f64 = 1e-12;
 
@@ -50,16 +49,7 @@ fn embedding_agrees(p: &TestProgram) -> Result<bool, TestCaseError> {
 }
 
 fn check_embedding(cfg: Config, n: u32) {
-    let ok = Cell::new(0u32);
-    common::runner(n)
-        .run(&program(cfg), |p| {
-            if embedding_agrees(&p)? {
-                ok.set(ok.get() + 1);
-            }
-            Ok(())
-        })
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(ok.get() * 2 >= n, "only {} of {n} programs ran", ok.get());
+    common::check_programs(cfg, n, embedding_agrees);
 }
 
 #[test]

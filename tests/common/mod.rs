@@ -170,3 +170,23 @@ impl Coverage {
         }
     }
 }
+
+/// Runs `agrees` on `n` random programs of `cfg`; it returns whether the program ran (rather
+/// than failing the same way on both sides). The agreement must mostly be on values, not on
+/// errors: at least half the programs must run.
+pub fn check_programs(
+    cfg: Config,
+    n: u32,
+    agrees: impl Fn(&chad::random::TestProgram) -> Result<bool, proptest::test_runner::TestCaseError>,
+) {
+    let ok = std::cell::Cell::new(0u32);
+    runner(n)
+        .run(&chad::random::program(cfg), |p| {
+            if agrees(&p)? {
+                ok.set(ok.get() + 1);
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(ok.get() * 2 >= n, "only {} of {n} programs ran", ok.get());
+}
