@@ -888,7 +888,9 @@ fn the_comparison_catches_wrong_rewrites() {
     let entry = program.entry(0);
     let comb = ccc::compile_entry(&entry);
     let args = [Value::Real(0.7), Value::Real(-1.2)];
-    let mut rng = runner(1);
+    // A fixed seed: with a random one the comparison's arguments were occasionally all zero
+    // cotangents, under which a zero derivative agrees with every other (a flaky failure).
+    let mut rng = TestRunner::deterministic();
     let mut cmp = Compare::new(&mut rng);
     for (mode, raw) in [
         (Mode::Forward, forward::transform(&comb)),
