@@ -62,6 +62,7 @@ use std::collections::BTreeMap;
 pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usize>) {
     let mut fired = BTreeMap::new();
     if !(rules.closure_convert
+        || rules.snd_unused
         || rules.sum_build_proj
         || rules.sum_build_split
         || rules.sum_build_one_hot
@@ -153,8 +154,43 @@ impl Rewrite for Fuse<'_> {
                     let body2 = c.convert(rs, &rs2).term(body);
                     return Term::new(TermKind::Let(Pat::Var(rs2), e3, body2), t.span);
                 }
+                if self.rules.snd_unused
+                    && let Pat::Var(rs) = p
+                    && let Some((rs2, e3)) = fst_only_array(rs, &e2, Scope::C(body))
+                {
+                    self.fire("sndUnused");
+                    let body2 = FstOnly::new(rs, &rs2).term(body);
+                    let body2 = self.term(&body2);
+                    return Term::new(TermKind::Let(Pat::Var(rs2), e3, body2), t.span);
+                }
                 let body2 = self.term(body);
                 super::pass::reuse(t, TermKind::Let(p.clone(), e2, body2))
+            }
+            TermKind::Map(f, xs) if self.rules.snd_unused && projection(f) == Some(true) => {
+                let xs2 = self.term(xs);
+                match fst_of_elements(&xs2) {
+                    Some(r) => {
+                        self.fire("sndUnused");
+                        r
+                    }
+                    None => Term::new(TermKind::Map(f.clone(), xs2), t.span),
+                }
+            }
+            TermKind::Fst(e) if self.rules.snd_unused && matches!(e.kind, TermKind::Index(..)) => {
+                let TermKind::Index(xs, j) = &e.kind else {
+                    unreachable!("matched above")
+                };
+                let (xs2, j2) = (self.term(xs), self.term(j));
+                match fst_of_elements(&xs2) {
+                    Some(r) => {
+                        self.fire("sndUnused");
+                        Term::new(TermKind::Index(r, j2), e.span)
+                    }
+                    None => Term::new(
+                        TermKind::Fst(Term::new(TermKind::Index(xs2, j2), e.span)),
+                        t.span,
+                    ),
+                }
             }
             _ => super::pass::map_shared(t, self),
         })
@@ -173,6 +209,15 @@ impl Rewrite for Fuse<'_> {
                     self.fire("closureConvert");
                     let (rs2, e3) = c.converted_array(rs, &e2);
                     let body2 = c.convert(rs, &rs2).linear(body);
+                    return LTerm::new(K::Let(Pat::Var(rs2), e3, body2), l.span);
+                }
+                if self.rules.snd_unused
+                    && let Pat::Var(rs) = p
+                    && let Some((rs2, e3)) = fst_only_array(rs, &e2, Scope::L(body))
+                {
+                    self.fire("sndUnused");
+                    let body2 = FstOnly::new(rs, &rs2).linear(body);
+                    let body2 = self.linear(&body2);
                     return LTerm::new(K::Let(Pat::Var(rs2), e3, body2), l.span);
                 }
                 let body2 = self.linear(body);
@@ -587,6 +632,8 @@ struct Closures {
     env: Vec<Var>,
     /// Bindings of the element recomputed at the use, in order.
     remat: Vec<(Pat, Term, Span)>,
+    /// Parameters of a map recomputed at the use as an element of their (atomic) array.
+    params: Vec<(Var, Term)>,
     /// Whether the closure (or a recomputed binding) uses the build's index.
     uses_index: bool,
 }
@@ -632,10 +679,12 @@ impl Closures {
         let TermKind::LinLam(v, code) = &clo.kind else {
             return None;
         };
-        // Bindings cheap to evaluate again (an index of an atom by an atom, integer arithmetic
-        // on atoms, ...) whose inputs are not bound in the element, apart from the index and
-        // other such bindings, are recomputed at the use rather than stored: the element was
-        // built with the same index, so they evaluate to the same value without failing.
+        // Bindings cheap to evaluate again (an index of an atom by an atom, a little arithmetic
+        // on atoms, see `remat_form`) whose inputs are not bound in the element, apart from the
+        // index and other such bindings, are recomputed at the use rather than stored: the
+        // element was built with the same index, so they evaluate to the same value without
+        // failing. A map's parameter is such a binding too, when its array is an atom: element
+        // `j` was built from `xs ! j`.
         let mut inner: HashSet<VarId> = HashSet::default();
         if let Maker::Map(ps, _) = &maker {
             inner.extend(ps.iter().map(|p| p.id));
@@ -644,6 +693,15 @@ impl Closures {
             inner.extend(p.vars().iter().map(|v| v.id));
         }
         let mut remat_ok: HashSet<VarId> = HashSet::default();
+        let mut params = Vec::new();
+        if let Maker::Map(ps, xss) = &maker {
+            for (p, xs) in ps.iter().zip(xss) {
+                if is_atomic(xs) {
+                    remat_ok.insert(p.id);
+                    params.push((p.clone(), xs.clone()));
+                }
+            }
+        }
         for (p, e, _) in &lets {
             if let Pat::Var(c) = p
                 && remat_form(c, e)
@@ -655,17 +713,42 @@ impl Closures {
             }
         }
         let mut need = vars_of_lin(code);
-        let mut remat = Vec::new();
-        for (p, e, s) in lets.iter().rev() {
+        let mut chosen: HashSet<VarId> = HashSet::default();
+        for (p, e, _) in lets.iter().rev() {
             if let Pat::Var(c) = p
                 && remat_ok.contains(&c.id)
                 && need.contains(&c.id)
             {
-                remat.push((p.clone(), e.clone(), *s));
+                chosen.insert(c.id);
                 need.extend(vars_of_term(e));
             }
         }
-        remat.reverse();
+        // A binding of the same cheap form whose inputs are stored anyway (or recomputed) is
+        // recomputed from them rather than stored as well: `x1 = 100 * x2` with `x2` stored.
+        // Its inputs are already needed, so storing fewer variables never needs new ones.
+        let stored = |c: &VarId, chosen: &HashSet<VarId>| {
+            need.contains(c) && !chosen.contains(c) && !remat_ok.contains(c)
+        };
+        for (p, e, _) in &lets {
+            if let Pat::Var(c) = p
+                && stored(&c.id, &chosen)
+                && remat_form(c, e)
+                && vars_of_term(e)
+                    .iter()
+                    .all(|x| !inner.contains(x) || chosen.contains(x) || stored(x, &chosen))
+            {
+                chosen.insert(c.id);
+            }
+        }
+        let remat: Vec<(Pat, Term, Span)> = lets
+            .iter()
+            .filter(|(p, _, _)| matches!(p, Pat::Var(c) if chosen.contains(&c.id)))
+            .cloned()
+            .collect();
+        let params: Vec<(Var, Term)> = params
+            .into_iter()
+            .filter(|(p, _)| need.contains(&p.id))
+            .collect();
         let mut candidates: Vec<Var> = match &maker {
             Maker::Build(..) => Vec::new(),
             Maker::Map(ps, _) => ps.clone(),
@@ -675,7 +758,9 @@ impl Closures {
         }
         let env = candidates
             .into_iter()
-            .filter(|c| need.contains(&c.id) && !remat_ok.contains(&c.id))
+            .filter(|c| {
+                need.contains(&c.id) && !chosen.contains(&c.id) && !remat_ok.contains(&c.id)
+            })
             .collect();
         let uses_index = matches!(&maker, Maker::Build(_, i) if need.contains(&i.id));
         let ok = match scope {
@@ -694,6 +779,7 @@ impl Closures {
             code: code.clone(),
             env,
             remat,
+            params,
             uses_index,
         })
     }
@@ -759,13 +845,22 @@ impl Closures {
         }
     }
 
-    /// `let cs = snd (rs ! k) in let v = arg in code`, with `k` a variable.
+    /// `let cs = snd (rs ! k) in let ps = xs ! k in let remat in let v = arg in code`.
     fn apply(&self, rs2: &Var, k: &Term, arg: LTerm) -> LTerm {
+        if !self.params.is_empty() && !is_atomic(k) {
+            let j = Var::fresh("j", Ty::Int);
+            let body = self.apply(rs2, &Term::var(&j), arg);
+            return LTerm::mk(LTermKind::Let(Pat::Var(j), k.clone(), body));
+        }
         let (_, pat) = self.env_tuple();
         let env = Term::snd(Term::mk(TermKind::Index(Term::var(rs2), k.clone())));
         let inner = LTerm::lin_let(&self.v, arg, self.code.clone());
         let inner = self.remat.iter().rev().fold(inner, |acc, (p, e, s)| {
             LTerm::new(LTermKind::Let(p.clone(), e.clone(), acc), *s)
+        });
+        let inner = self.params.iter().rev().fold(inner, |acc, (p, xs)| {
+            let x = Term::mk(TermKind::Index(xs.clone(), k.clone()));
+            LTerm::mk(LTermKind::Let(Pat::Var(p.clone()), x, acc))
         });
         LTerm::mk(LTermKind::Let(pat, env, inner))
     }
@@ -901,13 +996,35 @@ impl Rewrite for Convert<'_> {
     }
 }
 
-/// Whether `c = e` is cheap enough to evaluate again at every use.
-fn remat_form(c: &Var, e: &Term) -> bool {
-    match &e.kind {
-        TermKind::Prim(_, args) => c.ty == Ty::Int && args.iter().all(is_atomic),
-        _ => cheap_index(e),
+/// Whether `c = e` is cheap enough to evaluate again at every use rather than store: an atom, a
+/// length or an index of an atom by an atom (under projections), or at most
+/// [`REMAT_OPS`] additions, subtractions, multiplications and negations of such terms (of reals
+/// or integers), in a tree.
+fn remat_form(_c: &Var, e: &Term) -> bool {
+    fn ops(e: &Term, budget: &mut usize) -> bool {
+        match &e.kind {
+            TermKind::Prim(op, args)
+                if matches!(
+                    op.name(),
+                    "add" | "sub" | "mul" | "neg" | "iadd" | "isub" | "imul" | "ineg"
+                ) =>
+            {
+                if *budget == 0 {
+                    return false;
+                }
+                *budget -= 1;
+                args.iter().all(|a| ops(a, budget))
+            }
+            TermKind::Index(a, i) => is_atomic(a) && ops(i, budget),
+            _ => cheap_index(e),
+        }
     }
+    let mut budget = REMAT_OPS;
+    ops(e, &mut budget)
 }
+
+/// The most arithmetic operations a recomputed binding may have (see [`remat_form`]).
+const REMAT_OPS: usize = 3;
 
 fn latom(l: &LTerm) -> bool {
     match &l.kind {
@@ -922,4 +1039,144 @@ fn latom(l: &LTerm) -> bool {
 fn w_ty(v: &Var, _w: &LTerm) -> Ty {
     let l = v.lin_ty().expect("a linear variable").clone();
     Ty::lin(crate::target::types::LTy::array(l))
+}
+
+// ----- arrays whose second components are unused -----
+
+/// The element body `let bs in (a, b)` of an array made by `build`, `map` or `map2` with a λ,
+/// rebuilt by `f` from its lets and `(a, b)`; `None` for any other form.
+fn map_element(e: &Term, f: impl FnOnce(&Term, &Term) -> Term) -> Option<Term> {
+    fn lam_body(f: &Term) -> Option<(&Var, &Term)> {
+        match &f.kind {
+            TermKind::Lam(x, b) => Some((x, b)),
+            _ => None,
+        }
+    }
+    fn element(body: &Term, f: impl FnOnce(&Term, &Term) -> Term) -> Option<Term> {
+        let mut lets = Vec::new();
+        let mut core = body;
+        while let TermKind::Let(p, e, rest) = &core.kind {
+            lets.push((p, e, core.span));
+            core = rest;
+        }
+        let TermKind::Pair(a, b) = &core.kind else {
+            return None;
+        };
+        let out = f(a, b);
+        Some(lets.into_iter().rev().fold(out, |acc, (p, e, s)| {
+            Term::new(TermKind::Let(p.clone(), e.clone(), acc), s)
+        }))
+    }
+    let relam = |g: &Term, x: &Var, b: Term| Term::new(TermKind::Lam(x.clone(), b), g.span);
+    let kind = match &e.kind {
+        TermKind::Build(n, g) => {
+            let (i, body) = lam_body(g)?;
+            TermKind::Build(n.clone(), relam(g, i, element(body, f)?))
+        }
+        TermKind::Map(g, xs) => {
+            let (y, body) = lam_body(g)?;
+            TermKind::Map(relam(g, y, element(body, f)?), xs.clone())
+        }
+        TermKind::Map2(g, xs, ys) => {
+            let (y, h) = lam_body(g)?;
+            let (z, body) = lam_body(h)?;
+            let inner = relam(h, z, element(body, f)?);
+            TermKind::Map2(relam(g, y, inner), xs.clone(), ys.clone())
+        }
+        _ => return None,
+    };
+    Some(Term::new(kind, e.span))
+}
+
+/// `sndUnused` on an array expression used once: `map (\r -> fst r) (build n (\i -> let bs in
+/// (a, b))) ~> build n (\i -> let bs in a)` (and `map`, `map2`).
+fn fst_of_elements(xs: &Term) -> Option<Term> {
+    map_element(xs, |a, _| a.clone())
+}
+
+/// `sndUnused` on a let-bound array `rs` whose every use in `scope` is `map (\r -> fst r) rs`,
+/// `fst (rs ! j)` or `length rs`: the new variable and the array of first components.
+fn fst_only_array(rs: &Var, e: &Term, scope: Scope<'_>) -> Option<(Var, Term)> {
+    let (a_ty, _) = rs.ty.as_array().and_then(Ty::as_prod)?;
+    if !fst_uses_only(rs.id, scope) {
+        return None;
+    }
+    let e2 = fst_of_elements(e)?;
+    Some((Var::fresh(rs.name.clone(), Ty::array(a_ty.clone())), e2))
+}
+
+/// Whether every use of `rs` in its scope is `map (\r -> fst r) rs`, `fst (rs ! j)` or
+/// `length rs`.
+fn fst_uses_only(rs: VarId, scope: Scope<'_>) -> bool {
+    fn is_rs(t: &Term, rs: VarId) -> bool {
+        matches!(&t.kind, TermKind::Var(x) if x.id == rs)
+    }
+    fn term(t: &Term, rs: VarId) -> bool {
+        deep(|| match &t.kind {
+            TermKind::Var(x) => x.id != rs,
+            TermKind::Map(f, xs) if is_rs(xs, rs) => projection(f) == Some(true),
+            TermKind::Fst(e) if matches!(&e.kind, TermKind::Index(a, _) if is_rs(a, rs)) => {
+                let TermKind::Index(_, j) = &e.kind else {
+                    unreachable!("matched above")
+                };
+                term(j, rs)
+            }
+            TermKind::Length(a) if is_rs(a, rs) => true,
+            _ => t.children().iter().all(|c| child(*c, rs)),
+        })
+    }
+    fn child(c: crate::target::term::Child<'_>, rs: VarId) -> bool {
+        match c {
+            crate::target::term::Child::C(t) => term(t, rs),
+            crate::target::term::Child::L(l) => l.children().iter().all(|c| child(*c, rs)),
+        }
+    }
+    match scope {
+        Scope::C(t) => term(t, rs),
+        Scope::L(l) => l.children().iter().all(|c| child(*c, rs)),
+    }
+}
+
+/// Rewrites the scope of an array that keeps only its first components.
+struct FstOnly {
+    old: VarId,
+    new: Var,
+}
+
+impl FstOnly {
+    fn new(rs: &Var, rs2: &Var) -> FstOnly {
+        FstOnly {
+            old: rs.id,
+            new: rs2.clone(),
+        }
+    }
+
+    fn is_old(&self, t: &Term) -> bool {
+        matches!(&t.kind, TermKind::Var(x) if x.id == self.old)
+    }
+}
+
+impl Rewrite for FstOnly {
+    fn term(&mut self, t: &Term) -> Term {
+        deep(|| match &t.kind {
+            TermKind::Var(x) if x.id == self.old => {
+                Term::new(TermKind::Var(self.new.clone()), t.span)
+            }
+            TermKind::Map(_, xs) if self.is_old(xs) => {
+                Term::new(TermKind::Var(self.new.clone()), xs.span)
+            }
+            TermKind::Fst(e) if matches!(&e.kind, TermKind::Index(a, _) if self.is_old(a)) => {
+                let TermKind::Index(a, j) = &e.kind else {
+                    unreachable!("matched above")
+                };
+                let a2 = Term::new(TermKind::Var(self.new.clone()), a.span);
+                Term::new(TermKind::Index(a2, self.term(j)), e.span)
+            }
+            _ => t.map_children(self),
+        })
+    }
+
+    fn linear(&mut self, l: &LTerm) -> LTerm {
+        deep(|| l.map_children(self))
+    }
 }

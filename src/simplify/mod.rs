@@ -188,6 +188,12 @@ rules! {
     /// j in let cs = snd (rs ! i) in let v = l' in l`, `zipWith (map snd rs) w ~> lbuild n (\i
     /// -> let cs = snd (rs ! i) in let v = w ! i in l)` (see [`fuse`]).
     closure_convert = "closureConvert",
+    /// `sndUnused`: an array of pairs whose second components are never used keeps only the
+    /// first: `map (\r -> fst r) (build n (\i -> let bs in (a, b))) ~> build n (\i -> let bs in
+    /// a)`, and for `let rs = build n (..)` whose every use is `map (\r -> fst r) rs`,
+    /// `fst (rs ! j)` or `length rs`, those become `rs'`, `rs' ! j` and `length rs'` (also for
+    /// `map` and `map2`; see [`fuse`]).
+    snd_unused = "sndUnused",
     /// `sumBuildProj`: `fst (lsum (lbuild n (\j -> l))) ~> lsum (lbuild n (\j -> fst l))` (and
     /// `snd`).
     sum_build_proj = "sumBuildProj",

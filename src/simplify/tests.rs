@@ -562,12 +562,137 @@ fn closure_convert_stores_the_environment_and_sums_of_one_hots_become_arrays() {
     let (on, _) = fused(&t2, &xs, "closureConvert", true);
     assert_eq!(
         on,
-        "( map (\\r -> fst r) (build (length xs) (\\i -> let y = xs ! i in (y * y, ()))), \
+        "( build (length xs) (\\i -> let y = xs ! i in y * y), \
          \\v ⊸ lbuild (length xs) (\\i -> xs ! i * v) )"
     );
     assert!(off.contains("zipWith"), "{off}");
     let (_, off) = fused(&t, &xs, "sumBuildOneHot", true);
     assert!(off.contains("lsum (lbuild"), "{off}");
+}
+
+/// The index-sum shape of [`closure_convert_stores_the_environment_and_sums_of_one_hots_become_arrays`]
+/// over `rs = def`.
+fn index_sum_shape(rs: &Var, def: Term, xs: &Var) -> Term {
+    let pair = rs.ty.as_array().unwrap().clone();
+    let back = dlam(|d| {
+        lsum(lk(LTermKind::ZipWith(
+            tk(TermKind::Map(proj_fn(false, pair.clone()), v(rs))),
+            lk(LTermKind::Replicate(len(xs), lv(d))),
+        )))
+    });
+    Term::let_(
+        rs,
+        def,
+        Term::pair(tk(TermKind::Map(proj_fn(true, pair), v(rs))), back),
+    )
+}
+
+#[test]
+fn closure_convert_recomputes_cheap_arithmetic_and_map_parameters() {
+    let xs = arr("xs");
+    // y = 2 * xs ! i: a little arithmetic on an index is recomputed, nothing is stored, and the
+    // array of first components is all that is left.
+    let (rs, def) = closures_of(&xs, |e| prim("mul", vec![Term::lit(Lit::Real(2.0)), e]));
+    let (on, _) = fused(&index_sum_shape(&rs, def, &xs), &xs, "closureConvert", true);
+    assert_eq!(
+        on,
+        "( build (length xs) (\\i -> let y = 2.0 * xs ! i in y * y), \
+         \\v ⊸ lbuild (length xs) (\\i -> 2.0 * xs ! i * v) )"
+    );
+    // y = sin (xs ! i) is stored; z = 3 * y is recomputed from it rather than stored as well
+    // (the closure uses both).
+    let (i, y, z) = (int("i"), real("y"), real("z"));
+    let clo = dlam(|d| {
+        let both = LTerm::plus(LTerm::scale(v(&y), lv(d)), LTerm::scale(v(&z), lv(d)));
+        onehot(len(&xs), v(&i), both)
+    });
+    let elem = Term::let_(
+        &y,
+        prim("sin", vec![at(v(&xs), v(&i))]),
+        Term::let_(
+            &z,
+            prim("mul", vec![Term::lit(Lit::Real(3.0)), v(&y)]),
+            Term::pair(prim("mul", vec![v(&y), v(&z)]), clo),
+        ),
+    );
+    let pair = Ty::prod(Ty::Real, Ty::lin_fun(LTy::Real, LTy::array(LTy::Real)));
+    let rs = Var::fresh("rs", Ty::array(pair));
+    let def = tk(TermKind::Build(len(&xs), Term::lam(&i, elem)));
+    let (on, _) = fused(&index_sum_shape(&rs, def, &xs), &xs, "closureConvert", true);
+    assert!(on.contains("(y * (3.0 * y), y)"), "{on}");
+    assert!(on.contains("3.0 * y"), "{on}");
+    assert!(!on.contains(", z)"), "{on}");
+    // A map's parameter is recomputed as the element of its array.
+    let a = real("a");
+    let clo = dlam(|d| LTerm::scale(v(&a), lv(d)));
+    let elem = Term::pair(prim("sin", vec![v(&a)]), clo);
+    let pair = Ty::prod(Ty::Real, Ty::lin_fun(LTy::Real, LTy::Real));
+    let rs = Var::fresh("rs", Ty::array(pair));
+    let def = tk(TermKind::Map(Term::lam(&a, elem), v(&xs)));
+    // (With only `map fst rs` and `map snd rs` as uses, mapPairSplit would split the pairs.)
+    let t = match &index_sum_shape(&rs, def, &xs).kind {
+        TermKind::Let(p, def, body) => match &body.kind {
+            TermKind::Pair(_, back) => Term::let_(
+                &p.vars()[0].clone(),
+                def.clone(),
+                Term::pair(Term::fst(at(v(&rs), Term::lit(Lit::Int(1)))), back.clone()),
+            ),
+            _ => unreachable!(),
+        },
+        _ => unreachable!(),
+    };
+    let (on, off) = fused(&t, &xs, "closureConvert", true);
+    assert_eq!(
+        on,
+        "(map (\\a -> sin a) xs ! 1, \\v ⊸ lsum (lbuild (length xs) (\\i -> xs ! i * v)))"
+    );
+    assert!(off.contains("zipWith"), "{off}");
+}
+
+#[test]
+fn snd_unused_keeps_only_first_components() {
+    let xs = arr("xs");
+    let (i, y) = (int("i"), real("y"));
+    let elem = Term::let_(
+        &y,
+        at(v(&xs), v(&i)),
+        Term::pair(
+            prim("mul", vec![v(&y), Term::lit(Lit::Real(2.0))]),
+            prim("sin", vec![v(&y)]),
+        ),
+    );
+    let rs = Var::fresh("rs", Ty::array(Ty::prod(Ty::Real, Ty::Real)));
+    let def = tk(TermKind::Build(len(&xs), Term::lam(&i, elem)));
+    let pair = Ty::prod(Ty::Real, Ty::Real);
+    let one = Term::lit(Lit::Int(1));
+    // Uses: map fst rs, fst (rs ! 1), length rs.
+    let t = Term::let_(
+        &rs,
+        def.clone(),
+        Term::pair(
+            tk(TermKind::Map(proj_fn(true, pair.clone()), v(&rs))),
+            Term::pair(
+                Term::fst(at(v(&rs), one.clone())),
+                tk(TermKind::Length(v(&rs))),
+            ),
+        ),
+    );
+    let (on, off) = fused(&t, &xs, "sndUnused", true);
+    assert_eq!(
+        on,
+        "let rs = build (length xs) (\\i -> xs ! i * 2.0) in (rs, rs ! 1, length rs)"
+    );
+    assert!(off.contains("sin"), "{off}");
+    // A use of a second component keeps the pairs.
+    let t = Term::let_(
+        &rs,
+        def,
+        Term::pair(
+            tk(TermKind::Map(proj_fn(true, pair), v(&rs))),
+            Term::snd(at(v(&rs), one)),
+        ),
+    );
+    fused(&t, &xs, "sndUnused", false);
 }
 
 #[test]
