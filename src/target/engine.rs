@@ -45,6 +45,10 @@ type CFn = Box<dyn Fn(&mut Frame) -> Result<Value>>;
 type IFn = Box<dyn Fn(&mut Frame) -> Result<i64>>;
 /// A compiled linear term.
 type LFn = Box<dyn Fn(&mut Frame) -> Result<Lin>>;
+/// A compiled term of type Real, giving the number unboxed.
+type RFn = Box<dyn Fn(&mut Frame) -> Result<f64>>;
+/// A compiled term of type Bool, giving the boolean.
+type BFn = Box<dyn Fn(&mut Frame) -> Result<bool>>;
 
 /// A compiled term with parameters: run it with [`Code::run`].
 pub struct Code {
@@ -198,6 +202,198 @@ impl Compiler {
         deep(|| self.term_node(t))
     }
 
+    /// Compiles `t` as a [`Place`] if it is a variable under at least `min` projections and
+    /// indexings.
+    fn place(&mut self, t: &Term, min: usize) -> Option<Place> {
+        let mut chain = Vec::new();
+        let mut cur = t;
+        let root = loop {
+            match &cur.kind {
+                TermKind::Fst(e) | TermKind::Snd(e) | TermKind::Index(e, _) => {
+                    chain.push(cur);
+                    cur = e;
+                }
+                TermKind::Var(x) => break x,
+                _ => return None,
+            }
+        };
+        if chain.len() < min {
+            return None;
+        }
+        // Never moved out: the value stays in its slot.
+        let (root, _) = self.read(root);
+        let mut steps = Vec::with_capacity(chain.len());
+        let mut indices = 0;
+        for node in chain.into_iter().rev() {
+            steps.push(match &node.kind {
+                TermKind::Fst(_) => PStep::Fst,
+                TermKind::Snd(_) => PStep::Snd,
+                TermKind::Index(_, i) => {
+                    indices += 1;
+                    PStep::Index(self.int(i), node.span)
+                }
+                _ => unreachable!("a place step"),
+            });
+        }
+        Some(Place {
+            root,
+            steps,
+            indices,
+        })
+    }
+
+    /// A `let` binding of `p` to `e`.
+    fn binding(&mut self, p: &Pat, e: &Term) -> Bind {
+        if let Pat::Pair(..) = p {
+            // A variable bound once can be moved out and its pair taken apart in place;
+            // otherwise read the leaves by reference.
+            let movable = matches!(&e.kind, TermKind::Var(x) if self.movable(x));
+            if !movable {
+                if let Some(place) = self.place(e, 0) {
+                    return Bind::Place(self.pat(p), place);
+                }
+            }
+        }
+        let e = self.term(e);
+        Bind::Value(self.pat(p), e)
+    }
+
+    /// Whether reading `x` here would move it out of its slot (see [`Compiler::read`]),
+    /// without registering the read.
+    fn movable(&self, x: &Var) -> bool {
+        let f = self.funs.last().expect("a function scope");
+        f.slots.contains_key(&x.id)
+            && self.uses.get(&x.id).copied() == Some(1)
+            && f.bound_at.get(&x.id) == Some(&f.loops)
+    }
+
+    /// A let chain: its bindings (compiled in order) and its body (not compiled).
+    fn let_chain<'t>(&mut self, mut t: &'t Term) -> (Vec<Bind>, &'t Term) {
+        let mut steps = Vec::new();
+        loop {
+            match &t.kind {
+                TermKind::Let(p, e, b) => {
+                    steps.push(self.binding(p, e));
+                    t = b;
+                }
+                TermKind::App(f, a) if matches!(f.kind, TermKind::Lam(..)) => {
+                    // (\x -> b) a: a let.
+                    let TermKind::Lam(x, b) = &f.kind else {
+                        unreachable!()
+                    };
+                    steps.push(self.binding(&Pat::Var(x.clone()), a));
+                    t = b;
+                }
+                _ => return (steps, t),
+            }
+        }
+    }
+
+    /// A term of type Real, compiled to give the number unboxed: literals, variables, places
+    /// and scalar primitives (and lets and conditionals around them) build no [`Value`].
+    fn real(&mut self, t: &Term) -> RFn {
+        deep(|| self.real_node(t))
+    }
+
+    fn real_node(&mut self, t: &Term) -> RFn {
+        use TermKind as K;
+        match &t.kind {
+            K::Lit(l) => {
+                if let Value::Real(x) = l.value() {
+                    return Box::new(move |_| Ok(x));
+                }
+            }
+            K::Var(x) => {
+                let (s, _) = self.read(x);
+                return Box::new(move |fr| Ok(fr[s].expect_real()));
+            }
+            K::Fst(_) | K::Snd(_) | K::Index(..) => {
+                if let Some(p) = self.place(t, 1) {
+                    return Box::new(move |fr| p.read(fr, |g| g.real()));
+                }
+            }
+            K::Prim(op, args) => {
+                if let Some(r) = self.real_prim(op, args) {
+                    return r;
+                }
+            }
+            K::Let(..) | K::App(..) if is_let(t) => {
+                let (steps, body) = self.let_chain(t);
+                let body = self.real(body);
+                return Box::new(move |fr| {
+                    for b in &steps {
+                        b.run(fr)?;
+                    }
+                    body(fr)
+                });
+            }
+            K::If(c, a, b) => {
+                let c = self.boolean(c);
+                let a = self.real(a);
+                let b = self.real(b);
+                return Box::new(move |fr| if c(fr)? { a(fr) } else { b(fr) });
+            }
+            _ => {}
+        }
+        let t = self.term(t);
+        Box::new(move |fr| Ok(t(fr)?.expect_real()))
+    }
+
+    /// A scalar primitive on reals, unboxed.
+    fn real_prim(&mut self, op: &Prim, args: &[Term]) -> Option<RFn> {
+        match (op.scalar(), args.len()) {
+            (Some(Scalar::Real1(f)), 1) => {
+                let a = self.real(&args[0]);
+                Some(Box::new(move |fr| Ok(f(a(fr)?))))
+            }
+            (Some(Scalar::Real2(f)), 2) => {
+                let a = self.real(&args[0]);
+                let b = self.real(&args[1]);
+                Some(Box::new(move |fr| {
+                    let x = a(fr)?;
+                    Ok(f(x, b(fr)?))
+                }))
+            }
+            _ => None,
+        }
+    }
+
+    /// A term of type Bool, compiled to give the boolean.
+    fn boolean(&mut self, t: &Term) -> BFn {
+        if let TermKind::Prim(op, args) = &t.kind {
+            if let Some(b) = self.bool_prim(op, args) {
+                return b;
+            }
+        }
+        let t = self.term(t);
+        Box::new(move |fr| Ok(t(fr)?.expect_bool()))
+    }
+
+    /// A comparison, on unboxed operands.
+    fn bool_prim(&mut self, op: &Prim, args: &[Term]) -> Option<BFn> {
+        {
+            match (op.scalar(), args.len()) {
+                (Some(Scalar::RealCmp(f)), 2) => {
+                    let a = self.real(&args[0]);
+                    let b = self.real(&args[1]);
+                    Some(Box::new(move |fr| {
+                        let x = a(fr)?;
+                        Ok(f(&x, &b(fr)?))
+                    }))
+                }
+                (Some(Scalar::IntCmp(f)), 2) => {
+                    let a = self.int(&args[0]);
+                    let b = self.int(&args[1]);
+                    Some(Box::new(move |fr| {
+                        let x = a(fr)?;
+                        Ok(f(&x, &b(fr)?))
+                    }))
+                }
+                _ => None,
+            }
+        }
+    }
+
     fn linear(&mut self, l: &LTerm) -> LFn {
         deep(|| self.linear_node(l))
     }
@@ -219,18 +415,11 @@ impl Compiler {
                 Box::new(move |_| Ok(v.clone()))
             }
             K::Let(..) => {
-                let mut steps = Vec::new();
-                let mut cur = t;
-                while let K::Let(p, e, b) = &cur.kind {
-                    let e = self.term(e);
-                    steps.push((self.pat(p), e));
-                    cur = b;
-                }
-                let body = self.term(cur);
+                let (steps, body) = self.let_chain(t);
+                let body = self.term(body);
                 Box::new(move |fr| {
-                    for (p, e) in &steps {
-                        let v = e(fr)?;
-                        p.bind(v, fr);
+                    for b in &steps {
+                        b.run(fr)?;
                     }
                     body(fr)
                 })
@@ -251,17 +440,17 @@ impl Compiler {
                     })))
                 })
             }
+            K::App(..) if is_let(t) => {
+                let (steps, body) = self.let_chain(t);
+                let body = self.term(body);
+                Box::new(move |fr| {
+                    for b in &steps {
+                        b.run(fr)?;
+                    }
+                    body(fr)
+                })
+            }
             K::App(f, a) => {
-                if let K::Lam(x, b) = &f.kind {
-                    // (\x -> b) a: a let.
-                    let a = self.term(a);
-                    let s = self.bind(x);
-                    let b = self.term(b);
-                    return Box::new(move |fr| {
-                        fr[s] = a(fr)?;
-                        b(fr)
-                    });
-                }
                 let f = self.term(f);
                 let a = self.term(a);
                 Box::new(move |fr| {
@@ -276,23 +465,22 @@ impl Compiler {
                 Box::new(move |fr| Ok(Value::pair(a(fr)?, b(fr)?)))
             }
             K::Fst(e) | K::Snd(e) => {
+                if let Some(p) = self.place(t, 1) {
+                    return Box::new(move |fr| p.read(fr, |g| g.to_value()));
+                }
                 let first = matches!(t.kind, K::Fst(_));
                 let pick = move |v: &Value| {
                     let (a, b) = v.expect_pair();
                     if first { a.clone() } else { b.clone() }
                 };
-                if let K::Var(x) = &e.kind {
-                    let (s, _) = self.read(x);
-                    return Box::new(move |fr| Ok(pick(&fr[s])));
-                }
                 let e = self.term(e);
                 Box::new(move |fr| Ok(pick(&e(fr)?)))
             }
             K::If(c, a, b) => {
-                let c = self.term(c);
+                let c = self.boolean(c);
                 let a = self.term(a);
                 let b = self.term(b);
-                Box::new(move |fr| if c(fr)?.expect_bool() { a(fr) } else { b(fr) })
+                Box::new(move |fr| if c(fr)? { a(fr) } else { b(fr) })
             }
             K::Inl(e, _) => {
                 let e = self.term(e);
@@ -405,24 +593,20 @@ impl Compiler {
                 })
             }
             K::Index(xs, i) => {
+                if let Some(p) = self.place(t, 1) {
+                    return Box::new(move |fr| p.read(fr, |g| g.to_value()));
+                }
                 let i = self.int(i);
                 let at = move |xs: &Value, i: i64| xs.index(i).map_err(|e| e.or_span(span));
-                if let K::Var(x) = &xs.kind {
-                    let (s, _) = self.read(x);
-                    return Box::new(move |fr| {
-                        let i = i(fr)?;
-                        at(&fr[s], i)
-                    });
-                }
                 let xs = self.term(xs);
                 Box::new(move |fr| {
                     let xs = xs(fr)?;
                     at(&xs, i(fr)?)
                 })
             }
-            K::Length(xs) => {
-                let xs = self.term(xs);
-                Box::new(move |fr| Ok(Value::Int(xs(fr)?.array_len() as i64)))
+            K::Length(_) => {
+                let n = self.int(t);
+                Box::new(move |fr| Ok(Value::Int(n(fr)?)))
             }
             K::Replicate(n, x) => {
                 let n = self.int(n);
@@ -475,60 +659,132 @@ impl Compiler {
         }
     }
 
-    /// A term of type Int, compiled to give the integer.
+    /// A term of type Int, compiled to give the integer (variables, literals, lengths and
+    /// integer arithmetic build no [`Value`]).
     fn int(&mut self, t: &Term) -> IFn {
+        deep(|| self.int_node(t))
+    }
+
+    fn int_node(&mut self, t: &Term) -> IFn {
+        use TermKind as K;
+        match &t.kind {
+            K::Lit(l) => {
+                if let Value::Int(x) = l.value() {
+                    return Box::new(move |_| Ok(x));
+                }
+            }
+            K::Var(x) => {
+                let (s, _) = self.read(x);
+                return Box::new(move |fr| Ok(fr[s].expect_int()));
+            }
+            K::Fst(_) | K::Snd(_) | K::Index(..) => {
+                if let Some(p) = self.place(t, 1) {
+                    return Box::new(move |fr| p.read(fr, |g| g.value().expect_int()));
+                }
+            }
+            K::Length(xs) => {
+                if let Some(p) = self.place(xs, 0) {
+                    return Box::new(move |fr| p.read(fr, |g| g.value().array_len() as i64));
+                }
+                let xs = self.term(xs);
+                return Box::new(move |fr| Ok(xs(fr)?.array_len() as i64));
+            }
+            K::Prim(op, args) => {
+                if let Some(n) = self.int_prim(op, args, t.span) {
+                    return n;
+                }
+            }
+            _ => {}
+        }
         let t = self.term(t);
         Box::new(move |fr| Ok(t(fr)?.expect_int()))
     }
 
+    /// Integer arithmetic on unboxed operands (the primitive itself reports a failure).
+    fn int_prim(&mut self, op: &Prim, args: &[Term], span: Span) -> Option<IFn> {
+        {
+            {
+                if let (Some(Scalar::Int2(f)), 2) = (op.scalar(), args.len()) {
+                    let a = self.int(&args[0]);
+                    let b = self.int(&args[1]);
+                    let op = op.clone();
+                    return Some(Box::new(move |fr| {
+                        let x = a(fr)?;
+                        let y = b(fr)?;
+                        match f(x, y) {
+                            Some(z) => Ok(z),
+                            None => Ok(op
+                                .eval_args(vec![Value::Int(x), Value::Int(y)])
+                                .map_err(|e| e.or_span(span))?
+                                .expect_int()),
+                        }
+                    }));
+                }
+            }
+        }
+        None
+    }
+
     fn prim(&mut self, op: &Prim, args: &[Term], span: Span) -> CFn {
-        let mut args: Vec<CFn> = args.iter().map(|a| self.term(a)).collect();
         let at = move |e: Error| e.or_span(span);
-        match (op.scalar(), args.len()) {
-            (Some(Scalar::Real1(f)), 1) => {
-                let a = args.pop().expect("one argument");
-                Box::new(move |fr| Ok(Value::Real(f(a(fr)?.expect_real()))))
+        if let Some(r) = self.real_prim(op, args) {
+            return Box::new(move |fr| Ok(Value::Real(r(fr)?)));
+        }
+        if let Some(b) = self.bool_prim(op, args) {
+            return Box::new(move |fr| Ok(Value::Bool(b(fr)?)));
+        }
+        if let Some(n) = self.int_prim(op, args, span) {
+            return Box::new(move |fr| Ok(Value::Int(n(fr)?)));
+        }
+        if op.scalar().is_none() && args.len() == 1 && op.name() == "sum" {
+            if let Some(code) = self.fused_sum(&args[0]) {
+                return code;
             }
-            (Some(Scalar::Real2(f)), 2) => {
-                let (b, a) = (args.pop().expect("two"), args.pop().expect("two"));
-                Box::new(move |fr| {
-                    let x = a(fr)?.expect_real();
-                    Ok(Value::Real(f(x, b(fr)?.expect_real())))
-                })
-            }
-            (Some(Scalar::RealCmp(f)), 2) => {
-                let (b, a) = (args.pop().expect("two"), args.pop().expect("two"));
-                Box::new(move |fr| {
-                    let x = a(fr)?.expect_real();
-                    Ok(Value::Bool(f(&x, &b(fr)?.expect_real())))
-                })
-            }
-            (Some(Scalar::IntCmp(f)), 2) => {
-                let (b, a) = (args.pop().expect("two"), args.pop().expect("two"));
-                Box::new(move |fr| {
-                    let x = a(fr)?.expect_int();
-                    Ok(Value::Bool(f(&x, &b(fr)?.expect_int())))
-                })
-            }
-            (Some(Scalar::Int2(f)), 2) => {
-                let (b, a) = (args.pop().expect("two"), args.pop().expect("two"));
-                let op = op.clone();
-                Box::new(move |fr| {
-                    let x = a(fr)?.expect_int();
-                    let y = b(fr)?.expect_int();
-                    match f(x, y) {
-                        Some(z) => Ok(Value::Int(z)),
-                        None => op.eval_args(vec![Value::Int(x), Value::Int(y)]).map_err(at),
+        }
+        let args: Vec<CFn> = args.iter().map(|a| self.term(a)).collect();
+        let op = op.clone();
+        Box::new(move |fr| {
+            let vs = args.iter().map(|a| a(fr)).collect::<Result<Vec<_>>>()?;
+            op.eval_args(vs).map_err(at)
+        })
+    }
+
+    /// `sum (map (\x -> e) xs)` and `sum (build n (\i -> e))` as loops adding up the
+    /// elements unboxed, without the intermediate array (the same additions, in the same order,
+    /// as the primitive's fold).
+    fn fused_sum(&mut self, arr: &Term) -> Option<CFn> {
+        use TermKind as K;
+        match &arr.kind {
+            K::Map(f, xs) => {
+                let K::Lam(x, b) = &f.kind else { return None };
+                let xs = self.term(xs);
+                let (s, b) = self.in_loop(|c| (c.bind(x), c.real(b)));
+                Some(Box::new(move |fr| {
+                    let xs = xs(fr)?;
+                    let mut acc = 0.0;
+                    for k in 0..xs.array_len() {
+                        fr[s] = item(&xs, k);
+                        acc += b(fr)?;
                     }
-                })
+                    Ok(Value::Real(acc))
+                }))
             }
-            _ => {
-                let op = op.clone();
-                Box::new(move |fr| {
-                    let vs = args.iter().map(|a| a(fr)).collect::<Result<Vec<_>>>()?;
-                    op.eval_args(vs).map_err(at)
-                })
+            K::Build(n, f) => {
+                let K::Lam(i, b) = &f.kind else { return None };
+                let n = self.int(n);
+                let bspan = arr.span;
+                let (s, b) = self.in_loop(|c| (c.bind(i), c.real(b)));
+                Some(Box::new(move |fr| {
+                    let n = value::check_len("build", n(fr)?).map_err(|e| e.or_span(bspan))?;
+                    let mut acc = 0.0;
+                    for k in 0..n {
+                        fr[s] = Value::Int(k as i64);
+                        acc += b(fr)?;
+                    }
+                    Ok(Value::Real(acc))
+                }))
             }
+            _ => None,
         }
     }
 
@@ -765,23 +1021,188 @@ enum PatCode {
     Pair(Box<PatCode>, Box<PatCode>),
 }
 
+/// The values a pattern binds, with their slots, collected before they are written (when
+/// they are read from the frame itself).
+type Leaves = SmallVec<[(usize, Value); 8]>;
+
 impl PatCode {
     fn bind(&self, v: Value, fr: &mut Frame) {
         match self {
             PatCode::Slot(s) => fr[*s] = v,
             PatCode::Wild => {}
             PatCode::Pair(a, b) => match v {
-                Value::Pair(p) => {
-                    let (x, y) = match Rc::try_unwrap(p) {
-                        Ok(p) => p.into_inner(),
-                        Err(p) => (p.0.clone(), p.1.clone()),
-                    };
-                    a.bind(x, fr);
-                    b.bind(y, fr);
-                }
+                Value::Pair(p) => match Rc::try_unwrap(p) {
+                    Ok(p) => {
+                        let (x, y) = p.into_inner();
+                        a.bind(x, fr);
+                        b.bind(y, fr);
+                    }
+                    Err(p) => {
+                        // Shared: copy only the leaves, not every inner pair on the way.
+                        let mut out = Leaves::new();
+                        a.leaves(&p.0, &mut out);
+                        b.leaves(&p.1, &mut out);
+                        for (s, v) in out {
+                            fr[s] = v;
+                        }
+                    }
+                },
                 other => panic!("internal error: pair pattern on {other}"),
             },
         }
+    }
+
+    /// The values bound by matching `v`, by reference.
+    fn leaves(&self, v: &Value, out: &mut Leaves) {
+        match self {
+            PatCode::Slot(s) => out.push((*s, v.clone())),
+            PatCode::Wild => {}
+            PatCode::Pair(a, b) => {
+                let (x, y) = v.expect_pair();
+                a.leaves(x, out);
+                b.leaves(y, out);
+            }
+        }
+    }
+}
+
+/// A compiled `let` binding.
+enum Bind {
+    /// Evaluate, then match (moving out of uniquely owned pairs).
+    Value(PatCode, CFn),
+    /// Match a pair pattern against a place, by reference.
+    Place(PatCode, Place),
+}
+
+impl Bind {
+    #[inline]
+    fn run(&self, fr: &mut Frame) -> Result<()> {
+        match self {
+            Bind::Value(p, e) => {
+                let v = e(fr)?;
+                p.bind(v, fr);
+            }
+            Bind::Place(p, place) => {
+                let mut out = Leaves::new();
+                place.read(fr, |g| p.leaves(g.value(), &mut out))?;
+                for (s, v) in out {
+                    fr[s] = v;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One step of a [`Place`].
+enum PStep {
+    Fst,
+    Snd,
+    /// `! i`, with the index's code and the position of the indexing node.
+    Index(IFn, Span),
+}
+
+/// A *place*: a variable followed by projections and indexing (`snd (xs ! i)`), read by
+/// reference through the path, so that only the value at its end is copied (or, for a real,
+/// not even that) instead of every intermediate pair and element.
+struct Place {
+    root: usize,
+    /// From the variable outwards.
+    steps: Vec<PStep>,
+    /// How many steps are `Index`.
+    indices: usize,
+}
+
+/// The value at the end of a place: borrowed from the frame, or an element of an unboxed
+/// real array.
+enum Got<'a> {
+    Ref(&'a Value),
+    Real(f64),
+}
+
+impl Got<'_> {
+    fn to_value(&self) -> Value {
+        match self {
+            Got::Ref(v) => (*v).clone(),
+            Got::Real(x) => Value::Real(*x),
+        }
+    }
+
+    fn real(&self) -> f64 {
+        match self {
+            Got::Ref(v) => v.expect_real(),
+            Got::Real(x) => *x,
+        }
+    }
+
+    fn value(&self) -> &Value {
+        match self {
+            Got::Ref(v) => v,
+            Got::Real(x) => panic!("internal error: expected a pair or an array, found {x}"),
+        }
+    }
+}
+
+impl Place {
+    /// Reads the place and passes what is there to `k`.
+    ///
+    /// The reference evaluator evaluates `xs ! i` as `xs`, then `i`, then the indexing. Here the
+    /// indices are evaluated first (they need the frame mutably), then the path is walked.
+    /// Walking the path has no effect but its out-of-range errors, so the order is only
+    /// observable when an index's evaluation fails: then the path up to that index is walked
+    /// first, and an out-of-range error there is the one reported, as it would have come first.
+    #[inline]
+    fn read<R>(&self, fr: &mut Frame, k: impl FnOnce(Got<'_>) -> R) -> Result<R> {
+        let mut ix: SmallVec<[i64; 4]> = SmallVec::new();
+        if self.indices > 0 {
+            for (n, st) in self.steps.iter().enumerate() {
+                if let PStep::Index(i, _) = st {
+                    match i(fr) {
+                        Ok(i) => ix.push(i),
+                        Err(e) => {
+                            self.walk(fr, &ix, n)?;
+                            return Err(e);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(k(self.walk(fr, &ix, self.steps.len())?))
+    }
+
+    /// Walks the first `upto` steps, with the given values of their indices.
+    #[inline]
+    fn walk<'a>(&self, fr: &'a Frame, ix: &[i64], upto: usize) -> Result<Got<'a>> {
+        let mut cur = &fr[self.root];
+        let mut ix = ix.iter();
+        for st in &self.steps[..upto] {
+            cur = match st {
+                PStep::Fst => cur.expect_pair().0,
+                PStep::Snd => cur.expect_pair().1,
+                PStep::Index(_, span) => {
+                    let i = *ix.next().expect("an evaluated index");
+                    let at = |e: Error| e.or_span(*span);
+                    match cur {
+                        Value::RealArray(xs) => {
+                            let j = value::check_index(i, xs.len()).map_err(at)?;
+                            return Ok(Got::Real(xs[j]));
+                        }
+                        Value::Array(xs) => &xs[value::check_index(i, xs.len()).map_err(at)?],
+                        other => panic!("internal error: expected an array, found {other}"),
+                    }
+                }
+            };
+        }
+        Ok(Got::Ref(cur))
+    }
+}
+
+/// Whether `t` is a `let` (or a `(\x -> b) a`).
+fn is_let(t: &Term) -> bool {
+    match &t.kind {
+        TermKind::Let(..) => true,
+        TermKind::App(f, _) => matches!(f.kind, TermKind::Lam(..)),
+        _ => false,
     }
 }
 
