@@ -27,7 +27,8 @@
 //! compare the two on random terms, and every AD oracle test runs through the engine).
 
 use super::linear::{Copower, Lin, LinFun, LinearMap};
-use super::term::{LTerm, LTermKind, Pat, Term, TermKind, Var, VarId};
+use super::term::{Child, LTerm, LTermKind, Pat, Term, TermKind, Var, VarId};
+use super::types::{LTy, Ty};
 use crate::deep::deep;
 use crate::error::{Error, Result, Span};
 use crate::prim::{Prim, Scalar};
@@ -47,6 +48,9 @@ type IFn = Box<dyn Fn(&mut Frame) -> Result<i64>>;
 type LFn = Box<dyn Fn(&mut Frame) -> Result<Lin>>;
 /// A compiled term of type Real, giving the number unboxed.
 type RFn = Box<dyn Fn(&mut Frame) -> Result<f64>>;
+/// A compiled linear term of type Real: `None` for zero, so that the arithmetic is exactly
+/// [`Lin::plus`]'s and [`Lin::scale`]'s on the two forms a linear real takes.
+type LRFn = Box<dyn Fn(&mut Frame) -> Result<Option<f64>>>;
 /// A compiled term of type Bool, giving the boolean.
 type BFn = Box<dyn Fn(&mut Frame) -> Result<bool>>;
 
@@ -104,6 +108,8 @@ struct Compiler {
     funs: Vec<Fun>,
     /// How often each variable occurs in the whole term.
     uses: FxHashMap<VarId, u32>,
+    /// Arrays of tuples stored as one array per component (see [`Compiler::unzip`]).
+    unzipped: FxHashMap<VarId, Rc<Shape>>,
 }
 
 impl Compiler {
@@ -113,6 +119,7 @@ impl Compiler {
         Compiler {
             funs: Vec::new(),
             uses,
+            unzipped: FxHashMap::default(),
         }
     }
 
@@ -122,12 +129,16 @@ impl Compiler {
 
     /// A slot for a variable bound in the current function.
     fn bind(&mut self, x: &Var) -> usize {
+        self.bind_id(x.id)
+    }
+
+    fn bind_id(&mut self, id: VarId) -> usize {
         let f = self.top();
         let s = f.size;
         f.size += 1;
-        f.slots.insert(x.id, s);
+        f.slots.insert(id, s);
         let depth = f.loops;
-        f.bound_at.insert(x.id, depth);
+        f.bound_at.insert(id, depth);
         s
     }
 
@@ -152,12 +163,16 @@ impl Compiler {
     /// How to read variable `x` here: its slot, and whether this is its only use, outside any
     /// loop or closure entered since its binding (then the value can be moved out).
     fn read(&mut self, x: &Var) -> (usize, bool) {
+        self.read_id(x.id)
+    }
+
+    fn read_id(&mut self, id: VarId) -> (usize, bool) {
         let depth = self.funs.len() - 1;
-        let local = self.funs[depth].slots.contains_key(&x.id);
-        let s = self.slot_in(x.id, depth);
+        let local = self.funs[depth].slots.contains_key(&id);
+        let s = self.slot_in(id, depth);
         let f = &self.funs[depth];
-        let once = self.uses.get(&x.id).copied() == Some(1);
-        let movable = local && once && f.bound_at.get(&x.id) == Some(&f.loops);
+        let once = self.uses.get(&id).copied() == Some(1);
+        let movable = local && once && f.bound_at.get(&id) == Some(&f.loops);
         (s, movable)
     }
 
@@ -217,6 +232,12 @@ impl Compiler {
                 _ => return None,
             }
         };
+        if self.unzipped.contains_key(&root.id) {
+            return match self.column_chain(t)? {
+                ColChain::Leaf(p) => Some(p),
+                ColChain::Node(_) => None,
+            };
+        }
         if chain.len() < min {
             return None;
         }
@@ -242,8 +263,17 @@ impl Compiler {
         })
     }
 
-    /// A `let` binding of `p` to `e`.
-    fn binding(&mut self, p: &Pat, e: &Term) -> Bind {
+    /// A `let` binding of `p` to `e`, whose scope is `scope`.
+    fn binding(&mut self, p: &Pat, e: &Term, scope: Child<'_>) -> Bind {
+        if let Pat::Var(x) = p {
+            if let Some(b) = self.unzip(x, e, scope) {
+                return b;
+            }
+        }
+        if let Some(site) = self.column_node(e) {
+            let p = self.pat(p);
+            return Bind::Columns(p, site);
+        }
         if let Pat::Pair(..) = p {
             // A variable bound once can be moved out and its pair taken apart in place;
             // otherwise read the leaves by reference.
@@ -267,13 +297,202 @@ impl Compiler {
             && f.bound_at.get(&x.id) == Some(&f.loops)
     }
 
+    /// `let xs = build n (\i -> .. (a, (b, c)))` (or `map (\x -> ..) ys`) whose every use in
+    /// `scope` takes an element apart (`snd (xs ! i)`, `let (a, b) = xs ! i`), asks for the
+    /// length, or maps a component out (`map (\r -> fst r) xs`): the array is stored
+    /// *unzipped*, one array per leaf of the tuple (a column, in a slot of its own), so the loop
+    /// allocates no pairs and a use reads the leaves it needs from their columns. Every use of
+    /// `xs` is then compiled through [`Compiler::column_chain`] or [`Compiler::column_map`];
+    /// when some other use would need the whole array, it is built as usual.
+    fn unzip(&mut self, x: &Var, e: &Term, scope: Child<'_>) -> Option<Bind> {
+        use TermKind as K;
+        let (src, f) = match &e.kind {
+            K::Build(n, f) => (Ok(n), f),
+            K::Map(f, xs) => (Err(xs), f),
+            _ => return None,
+        };
+        let K::Lam(i, body) = &f.kind else {
+            return None;
+        };
+        let mut tail = body;
+        while is_let(tail) {
+            tail = match &tail.kind {
+                K::Let(_, _, b) => b,
+                K::App(f, _) => match &f.kind {
+                    K::Lam(_, b) => b,
+                    _ => unreachable!("a let"),
+                },
+                _ => unreachable!("a let"),
+            };
+        }
+        if !matches!(tail.kind, K::Pair(..)) {
+            return None;
+        }
+        let mut leaves = Vec::new();
+        let shape = Rc::new(shape_of(tail, &mut leaves));
+        if !columns_suffice(x.id, &shape, scope) {
+            return None;
+        }
+        let src = match src {
+            Ok(n) => UnzipSrc::Build(self.int(n), e.span),
+            Err(xs) => UnzipSrc::Map(self.term(xs)),
+        };
+        let (var, steps, leaves) = self.in_loop(|c| {
+            let var = c.bind(i);
+            let (steps, _) = c.let_chain(body);
+            let leaves: Vec<CFn> = leaves.iter().map(|t| c.term(t)).collect();
+            (var, steps, leaves)
+        });
+        let mut ids = Vec::new();
+        shape.ids(&mut ids);
+        let cols = ids.into_iter().map(|id| self.bind_id(id)).collect();
+        self.unzipped.insert(x.id, shape);
+        Some(Bind::Unzip(Box::new(Unzip {
+            src,
+            var,
+            steps,
+            leaves,
+            cols,
+        })))
+    }
+
+    /// A chain of projections and indexings over `xs ! j` for an unzipped `xs`: a place in
+    /// the column of the leaf it reaches, or the tuple node it stops at.
+    fn column_chain(&mut self, t: &Term) -> Option<ColChain> {
+        let mut chain = Vec::new();
+        let mut cur = t;
+        let root = loop {
+            match &cur.kind {
+                TermKind::Fst(e) | TermKind::Snd(e) | TermKind::Index(e, _) => {
+                    chain.push(cur);
+                    cur = e;
+                }
+                TermKind::Var(x) => break x,
+                _ => return None,
+            }
+        };
+        let shape = self.unzipped.get(&root.id)?.clone();
+        chain.reverse();
+        let (first, rest) = chain.split_first()?;
+        let TermKind::Index(_, j) = &first.kind else {
+            return None;
+        };
+        let mut node = &*shape;
+        let mut used = 0;
+        for step in rest {
+            match (node, &step.kind) {
+                (Shape::Pair(a, _), TermKind::Fst(_)) => node = a,
+                (Shape::Pair(_, b), TermKind::Snd(_)) => node = b,
+                _ => break,
+            }
+            used += 1;
+        }
+        let j = self.int(j);
+        let span = first.span;
+        match node {
+            Shape::Leaf(col) => {
+                let (root, _) = self.read_id(*col);
+                let mut steps = vec![PStep::Index(j, span)];
+                let mut indices = 1;
+                for step in &rest[used..] {
+                    steps.push(match &step.kind {
+                        TermKind::Fst(_) => PStep::Fst,
+                        TermKind::Snd(_) => PStep::Snd,
+                        TermKind::Index(_, i) => {
+                            indices += 1;
+                            PStep::Index(self.int(i), step.span)
+                        }
+                        _ => unreachable!("a place step"),
+                    });
+                }
+                Some(ColChain::Leaf(Place {
+                    root,
+                    steps,
+                    indices,
+                }))
+            }
+            Shape::Pair(..) => {
+                debug_assert_eq!(used, rest.len());
+                let node = self.rt_shape(node);
+                let (len, _) = self.read_id(shape.first());
+                Some(ColChain::Node(ColSite { j, span, len, node }))
+            }
+        }
+    }
+
+    /// [`Compiler::column_chain`] when it stops at a tuple node (the caller builds it, or
+    /// matches a pattern against it).
+    fn column_node(&mut self, t: &Term) -> Option<ColSite> {
+        if !self.reaches_node(t) {
+            return None;
+        }
+        match self.column_chain(t)? {
+            ColChain::Node(site) => Some(site),
+            ColChain::Leaf(_) => unreachable!("checked to reach a node"),
+        }
+    }
+
+    /// Whether `t` is a chain over `xs ! j` for an unzipped `xs` that stops at a tuple node
+    /// (without compiling anything).
+    fn reaches_node(&self, t: &Term) -> bool {
+        let mut chain = Vec::new();
+        let mut cur = t;
+        let root = loop {
+            match &cur.kind {
+                TermKind::Fst(e) | TermKind::Snd(e) | TermKind::Index(e, _) => {
+                    chain.push(cur);
+                    cur = e;
+                }
+                TermKind::Var(x) => break x,
+                _ => return false,
+            }
+        };
+        let Some(shape) = self.unzipped.get(&root.id) else {
+            return false;
+        };
+        let mut node = &**shape;
+        for step in chain.iter().rev().skip(1) {
+            match (node, &step.kind) {
+                (Shape::Pair(a, _), TermKind::Fst(_)) => node = a,
+                (Shape::Pair(_, b), TermKind::Snd(_)) => node = b,
+                _ => return false,
+            }
+        }
+        matches!(node, Shape::Pair(..))
+    }
+
+    /// The column slots of a tuple node, here.
+    fn rt_shape(&mut self, s: &Shape) -> RtShape {
+        match s {
+            Shape::Leaf(id) => RtShape::Leaf(self.read_id(*id).0),
+            Shape::Pair(a, b) => {
+                RtShape::Pair(Box::new(self.rt_shape(a)), Box::new(self.rt_shape(b)))
+            }
+        }
+    }
+
+    /// `map (\r -> fst (snd r)) xs` for an unzipped `xs`, the projections reaching a leaf:
+    /// that leaf's column.
+    fn column_map(&mut self, f: &Term, xs: &Term) -> Option<CFn> {
+        let TermKind::Var(x) = &xs.kind else {
+            return None;
+        };
+        let shape = self.unzipped.get(&x.id)?.clone();
+        let TermKind::Lam(r, body) = &f.kind else {
+            return None;
+        };
+        let col = leaf_of_projection(&shape, r, body)?;
+        let (s, _) = self.read_id(col);
+        Some(Box::new(move |fr| Ok(fr[s].clone())))
+    }
+
     /// A let chain: its bindings (compiled in order) and its body (not compiled).
     fn let_chain<'t>(&mut self, mut t: &'t Term) -> (Vec<Bind>, &'t Term) {
         let mut steps = Vec::new();
         loop {
             match &t.kind {
                 TermKind::Let(p, e, b) => {
-                    steps.push(self.binding(p, e));
+                    steps.push(self.binding(p, e, Child::C(b)));
                     t = b;
                 }
                 TermKind::App(f, a) if matches!(f.kind, TermKind::Lam(..)) => {
@@ -281,7 +500,7 @@ impl Compiler {
                     let TermKind::Lam(x, b) = &f.kind else {
                         unreachable!()
                     };
-                    steps.push(self.binding(&Pat::Var(x.clone()), a));
+                    steps.push(self.binding(&Pat::Var(x.clone()), a, Child::C(b)));
                     t = b;
                 }
                 _ => return (steps, t),
@@ -395,13 +614,115 @@ impl Compiler {
     }
 
     fn linear(&mut self, l: &LTerm) -> LFn {
+        if matches!(lty(l, 32), Some(LTy::Real)) {
+            let r = self.lin_real(l);
+            return Box::new(move |fr| Ok(opt_lin(r(fr)?)));
+        }
         deep(|| self.linear_node(l))
+    }
+
+    /// A linear term of type Real, compiled to give the number unboxed (`None` for zero):
+    /// variables, zero, sums, scaling, indexing and `lsum (lbuild ..)` loops build no [`Lin`].
+    fn lin_real(&mut self, l: &LTerm) -> LRFn {
+        deep(|| self.lin_real_node(l))
+    }
+
+    fn lin_real_node(&mut self, l: &LTerm) -> LRFn {
+        use LTermKind as K;
+        let span = l.span;
+        match &l.kind {
+            K::Var(v) => {
+                let (s, _) = self.read(v);
+                Box::new(move |fr| match &fr[s] {
+                    Value::Lin(x) => Ok(lin_opt(x)),
+                    other => panic!("internal error: expected a linear value, found {other}"),
+                })
+            }
+            K::Zero(_) => Box::new(|_| Ok(None)),
+            K::Plus(a, b) => {
+                let a = self.lin_real(a);
+                let b = self.lin_real(b);
+                Box::new(move |fr| {
+                    let x = a(fr)?;
+                    Ok(plus_opt(x, b(fr)?))
+                })
+            }
+            K::Scale(c, e) => {
+                let c = self.real(c);
+                let e = self.lin_real(e);
+                Box::new(move |fr| {
+                    let c = c(fr)?;
+                    Ok(scale_opt(c, e(fr)?))
+                })
+            }
+            K::Index(e, i) => {
+                let e = self.linear(e);
+                let i = self.int(i);
+                Box::new(move |fr| {
+                    let xs = e(fr)?;
+                    Ok(lin_opt(&xs.index(i(fr)?)))
+                })
+            }
+            K::Sum(e) if matches!(e.kind, K::Build(..)) => {
+                let K::Build(n, i, body) = &e.kind else {
+                    unreachable!()
+                };
+                // lsum (lbuild n (\i -> l)): accumulate, without building the array.
+                let n = self.int(n);
+                let (s, body) = self.in_loop(|c| (c.bind(i), c.lin_real(body)));
+                Box::new(move |fr| {
+                    let n = value::check_len("lbuild", n(fr)?).map_err(|e| e.or_span(span))?;
+                    let mut acc = None;
+                    for k in 0..n {
+                        fr[s] = Value::Int(k as i64);
+                        acc = plus_opt(acc, body(fr)?);
+                    }
+                    Ok(acc)
+                })
+            }
+            K::Let(..) | K::LinLet(..) => {
+                let (steps, body) = self.linear_let_chain(l);
+                let body = self.lin_real(body);
+                Box::new(move |fr| {
+                    run_steps(&steps, fr)?;
+                    body(fr)
+                })
+            }
+            _ => {
+                let e = deep(|| self.linear_node(l));
+                Box::new(move |fr| Ok(lin_opt(&e(fr)?)))
+            }
+        }
+    }
+
+    /// A linear let chain: its steps (compiled in order) and its body (not compiled).
+    fn linear_let_chain<'t>(&mut self, l: &'t LTerm) -> (Vec<Step>, &'t LTerm) {
+        use LTermKind as K;
+        let mut steps = Vec::new();
+        let mut cur = l;
+        loop {
+            match &cur.kind {
+                K::Let(p, t, body) => {
+                    steps.push(Step::Let(self.binding(p, t, Child::L(body))));
+                    cur = body;
+                }
+                K::LinLet(u, l1, body) => {
+                    let l1 = self.linear(l1);
+                    steps.push(Step::LinLet(self.bind(u), l1));
+                    cur = body;
+                }
+                _ => return (steps, cur),
+            }
+        }
     }
 
     fn term_node(&mut self, t: &Term) -> CFn {
         use TermKind as K;
         let span = t.span;
         match &t.kind {
+            K::Var(x) if self.unzipped.contains_key(&x.id) => {
+                panic!("internal error: unzipped array {} used whole", x.name)
+            }
             K::Var(x) => {
                 let (s, movable) = self.read(x);
                 if movable {
@@ -465,6 +786,9 @@ impl Compiler {
                 Box::new(move |fr| Ok(Value::pair(a(fr)?, b(fr)?)))
             }
             K::Fst(e) | K::Snd(e) => {
+                if let Some(site) = self.column_node(t) {
+                    return Box::new(move |fr| site.build(fr));
+                }
                 if let Some(p) = self.place(t, 1) {
                     return Box::new(move |fr| p.read(fr, |g| g.to_value()));
                 }
@@ -517,6 +841,9 @@ impl Compiler {
                 })
             }
             K::Map(f, xs) => {
+                if let Some(col) = self.column_map(f, xs) {
+                    return col;
+                }
                 let xs = self.term(xs);
                 if let K::Lam(x, b) = &f.kind {
                     let (s, b) = self.in_loop(|c| (c.bind(x), c.term(b)));
@@ -593,6 +920,9 @@ impl Compiler {
                 })
             }
             K::Index(xs, i) => {
+                if let Some(site) = self.column_node(t) {
+                    return Box::new(move |fr| site.build(fr));
+                }
                 if let Some(p) = self.place(t, 1) {
                     return Box::new(move |fr| p.read(fr, |g| g.to_value()));
                 }
@@ -683,6 +1013,12 @@ impl Compiler {
                 }
             }
             K::Length(xs) => {
+                if let K::Var(x) = &xs.kind {
+                    if let Some(shape) = self.unzipped.get(&x.id) {
+                        let (s, _) = self.read_id(shape.first());
+                        return Box::new(move |fr| Ok(fr[s].array_len() as i64));
+                    }
+                }
                 if let Some(p) = self.place(xs, 0) {
                     return Box::new(move |fr| p.read(fr, |g| g.value().array_len() as i64));
                 }
@@ -756,6 +1092,13 @@ impl Compiler {
         use TermKind as K;
         match &arr.kind {
             K::Map(f, xs) => {
+                if let Some(col) = self.column_map(f, xs) {
+                    return Some(Box::new(move |fr| {
+                        let xs = col(fr)?;
+                        let sum = xs.expect_reals().iter().fold(0.0, |a, b| a + b);
+                        Ok(Value::Real(sum))
+                    }));
+                }
                 let K::Lam(x, b) = &f.kind else { return None };
                 let xs = self.term(xs);
                 let (s, b) = self.in_loop(|c| (c.bind(x), c.real(b)));
@@ -798,7 +1141,10 @@ impl Compiler {
                 if movable {
                     Box::new(move |fr| Ok(expect_lin(std::mem::replace(&mut fr[s], Value::Unit))))
                 } else {
-                    Box::new(move |fr| Ok(expect_lin(fr[s].clone())))
+                    Box::new(move |fr| match &fr[s] {
+                        Value::Lin(x) => Ok(x.clone()),
+                        other => panic!("internal error: expected a linear value, found {other}"),
+                    })
                 }
             }
             K::Zero(_) => Box::new(|_| Ok(Lin::zero())),
@@ -829,34 +1175,10 @@ impl Compiler {
                 })
             }
             K::Let(..) | K::LinLet(..) => {
-                let mut steps = Vec::new();
-                let mut cur = l;
-                loop {
-                    match &cur.kind {
-                        K::Let(p, t, body) => {
-                            let t = self.term(t);
-                            steps.push(Step::Let(self.pat(p), t));
-                            cur = body;
-                        }
-                        K::LinLet(u, l1, body) => {
-                            let l1 = self.linear(l1);
-                            steps.push(Step::LinLet(self.bind(u), l1));
-                            cur = body;
-                        }
-                        _ => break,
-                    }
-                }
-                let body = self.linear(cur);
+                let (steps, body) = self.linear_let_chain(l);
+                let body = self.linear(body);
                 Box::new(move |fr| {
-                    for step in &steps {
-                        match step {
-                            Step::Let(p, t) => {
-                                let v = t(fr)?;
-                                p.bind(v, fr);
-                            }
-                            Step::LinLet(s, l) => fr[*s] = Value::Lin(l(fr)?),
-                        }
-                    }
+                    run_steps(&steps, fr)?;
                     body(fr)
                 })
             }
@@ -997,10 +1319,10 @@ impl Compiler {
                 })
             }
             K::Scale(c, e) => {
-                let c = self.term(c);
+                let c = self.real(c);
                 let e = self.linear(e);
                 Box::new(move |fr| {
-                    let c = c(fr)?.expect_real();
+                    let c = c(fr)?;
                     Ok(Lin::scale(c, &e(fr)?))
                 })
             }
@@ -1008,9 +1330,88 @@ impl Compiler {
     }
 }
 
+/// Runs the steps of a linear let chain.
+fn run_steps(steps: &[Step], fr: &mut Frame) -> Result<()> {
+    for step in steps {
+        match step {
+            Step::Let(b) => b.run(fr)?,
+            Step::LinLet(s, l) => fr[*s] = Value::Lin(l(fr)?),
+        }
+    }
+    Ok(())
+}
+
+/// A linear real as `None` (zero) or its number.
+fn lin_opt(x: &Lin) -> Option<f64> {
+    if x.is_zero() { None } else { Some(x.to_real()) }
+}
+
+fn opt_lin(x: Option<f64>) -> Lin {
+    x.map_or_else(Lin::zero, Lin::real)
+}
+
+/// [`Lin::plus`] on linear reals.
+#[inline]
+fn plus_opt(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (None, y) => y,
+        (x, None) => x,
+        (Some(x), Some(y)) => Some(x + y),
+    }
+}
+
+/// [`Lin::scale`] on linear reals (zero is strong: `0 · x` and `c · 0` are exactly zero).
+#[inline]
+fn scale_opt(c: f64, x: Option<f64>) -> Option<f64> {
+    if c == 0.0 {
+        return None;
+    }
+    x.map(|y| if y == 0.0 { 0.0 } else { c * y })
+}
+
+/// The linear type of `l` where the types of its variables tell it cheaply (within `budget`
+/// nested nodes; let chains are followed to their bodies), else `None`.
+fn lty(l: &LTerm, budget: u32) -> Option<LTy> {
+    use LTermKind as K;
+    if budget == 0 {
+        return None;
+    }
+    let b = budget - 1;
+    let mut l = l;
+    while let K::Let(_, _, body) | K::LinLet(_, _, body) = &l.kind {
+        l = body;
+    }
+    let prod = |t: LTy, first: bool| match t {
+        LTy::Prod(p) | LTy::Sum(p) => Some(if first { p.0.clone() } else { p.1.clone() }),
+        _ => None,
+    };
+    let elem = |t: LTy| match t {
+        LTy::Array(e) => Some((**e).clone()),
+        _ => None,
+    };
+    match &l.kind {
+        K::Var(v) => v.lin_ty().cloned(),
+        K::Zero(t) => Some(t.clone()),
+        K::Plus(x, y) => lty(x, b).or_else(|| lty(y, b)),
+        K::Scale(_, e) => lty(e, b),
+        K::Fst(e) | K::FromLeft(e) => prod(lty(e, b)?, true),
+        K::Snd(e) | K::FromRight(e) => prod(lty(e, b)?, false),
+        K::Index(e, _) | K::Sum(e) => elem(lty(e, b)?),
+        K::Build(_, _, e) | K::OneHot(_, _, e) | K::Replicate(_, e) => Some(LTy::array(lty(e, b)?)),
+        K::App(f, _) => match &f.kind {
+            TermKind::Var(x) => match &x.ty {
+                Ty::LinFun(p) => Some(p.1.clone()),
+                _ => None,
+            },
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// A step of a linear let chain.
 enum Step {
-    Let(PatCode, CFn),
+    Let(Bind),
     LinLet(usize, LFn),
 }
 
@@ -1072,6 +1473,10 @@ enum Bind {
     Value(PatCode, CFn),
     /// Match a pair pattern against a place, by reference.
     Place(PatCode, Place),
+    /// Match a pattern against a tuple node of an unzipped array's element.
+    Columns(PatCode, ColSite),
+    /// Build an array of tuples unzipped.
+    Unzip(Box<Unzip>),
 }
 
 impl Bind {
@@ -1089,6 +1494,15 @@ impl Bind {
                     fr[s] = v;
                 }
             }
+            Bind::Columns(p, site) => {
+                let j = site.index(fr)?;
+                let mut out = Leaves::new();
+                column_leaves(p, &site.node, fr, j, &mut out);
+                for (s, v) in out {
+                    fr[s] = v;
+                }
+            }
+            Bind::Unzip(u) => u.run(fr)?,
         }
         Ok(())
     }
@@ -1194,6 +1608,284 @@ impl Place {
             };
         }
         Ok(Got::Ref(cur))
+    }
+}
+
+/// The tuple shape of an unzipped array's elements: a leaf is a column, named by a fresh
+/// variable identity (bound in the frame like any variable, so closures capture it).
+enum Shape {
+    Leaf(VarId),
+    Pair(Box<Shape>, Box<Shape>),
+}
+
+impl Shape {
+    fn ids(&self, out: &mut Vec<VarId>) {
+        match self {
+            Shape::Leaf(id) => out.push(*id),
+            Shape::Pair(a, b) => {
+                a.ids(out);
+                b.ids(out);
+            }
+        }
+    }
+
+    /// Some column (they all have the array's length).
+    fn first(&self) -> VarId {
+        match self {
+            Shape::Leaf(id) => *id,
+            Shape::Pair(a, _) => a.first(),
+        }
+    }
+}
+
+/// The shape of a tuple expression (nested pairs), with its leaves in evaluation order.
+fn shape_of<'t>(t: &'t Term, leaves: &mut Vec<&'t Term>) -> Shape {
+    match &t.kind {
+        TermKind::Pair(a, b) => {
+            Shape::Pair(Box::new(shape_of(a, leaves)), Box::new(shape_of(b, leaves)))
+        }
+        _ => {
+            leaves.push(t);
+            Shape::Leaf(VarId::fresh())
+        }
+    }
+}
+
+/// For `\r -> body`: the column `body` reads if it is projections of `r` reaching a leaf.
+fn leaf_of_projection(shape: &Shape, r: &Var, body: &Term) -> Option<VarId> {
+    let mut path = Vec::new();
+    let mut cur = body;
+    loop {
+        cur = match &cur.kind {
+            TermKind::Fst(e) => {
+                path.push(true);
+                e
+            }
+            TermKind::Snd(e) => {
+                path.push(false);
+                e
+            }
+            TermKind::Var(x) if x.id == r.id => break,
+            _ => return None,
+        };
+    }
+    let mut node = shape;
+    for first in path.into_iter().rev() {
+        node = match node {
+            Shape::Pair(a, b) => {
+                if first {
+                    a
+                } else {
+                    b
+                }
+            }
+            Shape::Leaf(_) => return None,
+        };
+    }
+    match node {
+        Shape::Leaf(id) => Some(*id),
+        Shape::Pair(..) => None,
+    }
+}
+
+/// Whether every use of `x` in `scope` can be served from the columns of `shape`: `length x`,
+/// projections and indexing over `x ! j`, and `map` of a projection reaching a leaf.
+fn columns_suffice(x: VarId, shape: &Shape, scope: Child<'_>) -> bool {
+    use TermKind as K;
+    let is_x = |e: &Term| matches!(&e.kind, K::Var(y) if y.id == x);
+    let mut stack = vec![scope];
+    while let Some(c) = stack.pop() {
+        let t = match c {
+            Child::C(t) => t,
+            Child::L(l) => {
+                stack.extend(l.children());
+                continue;
+            }
+        };
+        match &t.kind {
+            K::Var(y) if y.id == x => return false,
+            K::Length(e) if is_x(e) => continue,
+            K::Map(f, e) if is_x(e) => match &f.kind {
+                K::Lam(r, b) if leaf_of_projection(shape, r, b).is_some() => continue,
+                _ => return false,
+            },
+            K::Fst(_) | K::Snd(_) | K::Index(..) => {
+                // A chain over `x ! j`: only the indices are left to check.
+                let mut cur = t;
+                let mut indices = SmallVec::<[&Term; 4]>::new();
+                let mut last_index = false;
+                let over_x = loop {
+                    match &cur.kind {
+                        K::Fst(e) | K::Snd(e) => {
+                            last_index = false;
+                            cur = e;
+                        }
+                        K::Index(e, i) => {
+                            indices.push(i);
+                            last_index = true;
+                            cur = e;
+                        }
+                        K::Var(y) => break y.id == x,
+                        _ => break false,
+                    }
+                };
+                if over_x {
+                    if !last_index {
+                        return false;
+                    }
+                    stack.extend(indices.into_iter().map(Child::C));
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        stack.extend(t.children());
+    }
+    true
+}
+
+/// The column slots of a tuple node of an unzipped array's element, in the current frame.
+enum RtShape {
+    Leaf(usize),
+    Pair(Box<RtShape>, Box<RtShape>),
+}
+
+impl RtShape {
+    /// The element's tuple node at `j` (in range), as a value.
+    fn build(&self, fr: &Frame, j: usize) -> Value {
+        match self {
+            RtShape::Leaf(s) => item(&fr[*s], j),
+            RtShape::Pair(a, b) => Value::pair(a.build(fr, j), b.build(fr, j)),
+        }
+    }
+}
+
+/// What a chain over an unzipped array's element reaches.
+enum ColChain {
+    /// A leaf: a place in its column (which starts by indexing it).
+    Leaf(Place),
+    /// A tuple node.
+    Node(ColSite),
+}
+
+/// A tuple node of element `j` of an unzipped array.
+struct ColSite {
+    j: IFn,
+    /// The indexing node's position.
+    span: Span,
+    /// A column's slot, for the length.
+    len: usize,
+    node: RtShape,
+}
+
+impl ColSite {
+    /// The index, checked against the array's length.
+    fn index(&self, fr: &mut Frame) -> Result<usize> {
+        let j = (self.j)(fr)?;
+        value::check_index(j, fr[self.len].array_len()).map_err(|e| e.or_span(self.span))
+    }
+
+    fn build(&self, fr: &mut Frame) -> Result<Value> {
+        let j = self.index(fr)?;
+        Ok(self.node.build(fr, j))
+    }
+}
+
+/// The values a pattern binds when matched against a tuple node of element `j`.
+fn column_leaves(p: &PatCode, node: &RtShape, fr: &Frame, j: usize, out: &mut Leaves) {
+    match (p, node) {
+        (PatCode::Wild, _) => {}
+        (PatCode::Pair(a, b), RtShape::Pair(l, r)) => {
+            column_leaves(a, l, fr, j, out);
+            column_leaves(b, r, fr, j, out);
+        }
+        (PatCode::Slot(s), node) => out.push((*s, node.build(fr, j))),
+        (PatCode::Pair(..), RtShape::Leaf(c)) => p.leaves(&item(&fr[*c], j), out),
+    }
+}
+
+/// Where an unzipped array's elements come from.
+enum UnzipSrc {
+    /// `build n`, with the position of the `build`.
+    Build(IFn, Span),
+    /// `map` over an array.
+    Map(CFn),
+}
+
+/// `build n (\i -> body)` or `map (\x -> body) xs` whose body ends in a tuple, built as one
+/// array per leaf of the tuple.
+struct Unzip {
+    src: UnzipSrc,
+    /// The loop variable's slot.
+    var: usize,
+    /// The body's let chain, and the tuple's leaves.
+    steps: Vec<Bind>,
+    leaves: Vec<CFn>,
+    /// The columns' slots, one per leaf.
+    cols: Vec<usize>,
+}
+
+impl Unzip {
+    fn run(&self, fr: &mut Frame) -> Result<()> {
+        let mut cols: Vec<Column> = self.leaves.iter().map(|_| Column::Empty).collect();
+        let mut body = |fr: &mut Frame| -> Result<()> {
+            for b in &self.steps {
+                b.run(fr)?;
+            }
+            for (c, leaf) in cols.iter_mut().zip(&self.leaves) {
+                c.push(leaf(fr)?);
+            }
+            Ok(())
+        };
+        match &self.src {
+            UnzipSrc::Build(n, span) => {
+                let n = value::check_len("build", n(fr)?).map_err(|e| e.or_span(*span))?;
+                for k in 0..n {
+                    fr[self.var] = Value::Int(k as i64);
+                    body(fr)?;
+                }
+            }
+            UnzipSrc::Map(xs) => {
+                let xs = xs(fr)?;
+                for k in 0..xs.array_len() {
+                    fr[self.var] = item(&xs, k);
+                    body(fr)?;
+                }
+            }
+        }
+        for (c, &s) in cols.into_iter().zip(&self.cols) {
+            fr[s] = c.finish();
+        }
+        Ok(())
+    }
+}
+
+/// A column being built: unboxed when its first element is a real (as [`collect`] does).
+enum Column {
+    Empty,
+    Reals(Vec<f64>),
+    Values(Vec<Value>),
+}
+
+impl Column {
+    fn push(&mut self, v: Value) {
+        match (&mut *self, v) {
+            (Column::Reals(xs), Value::Real(x)) => xs.push(x),
+            (Column::Values(xs), v) => xs.push(v),
+            (Column::Empty, Value::Real(x)) => *self = Column::Reals(vec![x]),
+            (Column::Empty, v) => *self = Column::Values(vec![v]),
+            (Column::Reals(_), other) => {
+                panic!("internal error: mixed array elements (Real and {other})")
+            }
+        }
+    }
+
+    fn finish(self) -> Value {
+        match self {
+            Column::Empty => Value::reals(Vec::new()),
+            Column::Reals(xs) => Value::reals(xs),
+            Column::Values(xs) => Value::Array(Rc::new(xs)),
+        }
     }
 }
 
