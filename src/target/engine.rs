@@ -15,7 +15,25 @@
 //! * **Array loops are inlined**: `map (\x -> e) xs`, `map2 (\x y -> e) xs ys`,
 //!   `build n (\i -> e)` and the linear `lbuild n (\i -> l)` bind the element in the current
 //!   frame and run the body in a loop, with no closure allocated or called per element.
-//! * **Scalar primitives** with a [`Scalar`] form run on unboxed operands (no argument tuple).
+//! * **Unboxed scalars.** Terms of type Real, Int or Bool in positions that need the number
+//!   (a [`Scalar`] primitive's operands, a scale factor, an index, a condition, the body of a
+//!   fused sum) are compiled to closures returning `f64`/`i64`/`bool`: literals, variables,
+//!   places and scalar primitives build no [`Value`]. Linear terms of type Real (known from the
+//!   linear variables' types) run as `Option<f64>` (`None` is zero), whose `+` and scaling are
+//!   exactly [`Lin::plus`] and [`Lin::scale`] on the two forms a linear real takes.
+//! * **Places.** A variable under projections and indexing (`snd (rs ! i)`, `snd x ! i`) is
+//!   read by reference along the path: only the value at the end is copied, and a pattern
+//!   `let (a, b) = place` copies only the leaves it binds. Indices are evaluated before the
+//!   walk; if one fails, the path before it is walked first so that an earlier out-of-range
+//!   error wins, as in the reference evaluator's order.
+//! * **Fused sums.** `sum (map (\x -> e) xs)` and `sum (build n (\i -> e))` add the elements
+//!   as they are computed (the primitive's fold: from `0.0`, in order), with no array.
+//! * **Unzipped arrays of tuples.** `let rs = build n (\i -> .. (a, (b, c)))` (or a `map`)
+//!   whose every use in its scope takes an element apart, asks for the length or maps a leaf
+//!   out (`map (\r -> fst r) rs`) is stored as one array per leaf of the tuple (a *column*,
+//!   with a slot of its own, captured by closures like any variable): the loop allocates no
+//!   pairs, `snd (rs ! i)` reads leaves from columns, and a tuple node is rebuilt only where a
+//!   use needs it as a value. Any other use keeps the array zipped.
 //! * **Moves.** A variable used exactly once, not inside a loop or closure body relative to its
 //!   binding, is moved out of its slot rather than copied, so a uniquely owned linear value
 //!   (a sparse cotangent accumulator) stays uniquely owned and [`Lin::plus`] can update it in
