@@ -303,3 +303,240 @@ fn a_term_with_an_unbound_variable_is_an_internal_error() {
     let msg = common::panic_message(&e);
     assert!(msg.contains("internal error"), "{msg}");
 }
+
+// ----- places, unzipped arrays of tuples, unboxed scalar code -----
+
+/// `xs ! i` with a position of its own (so that an out-of-range error names it).
+fn idx(xs: Term, i: Term, pos: u32) -> Term {
+    let span = chad::error::Span {
+        start: pos,
+        end: pos + 1,
+    };
+    Term::new(K::Index(xs, i), span)
+}
+
+fn call(name: &str, args: Vec<Term>) -> Term {
+    let reg = chad::prim::Registry::builtin();
+    Term::prim(reg.get(name).expect("a builtin"), args)
+}
+
+fn length(xs: Term) -> Term {
+    Term::mk(K::Length(xs))
+}
+
+/// Use `u` of an array of tuples `rs` bound by `let rs = e`: the shapes the engine compiles
+/// specially (reading leaves from columns, rebuilding a tuple node, binding a pattern against
+/// one, a column mapped out and summed, a closure or a linear map capturing the columns,
+/// unboxed linear reals) and, last, a use of the whole array (which keeps it zipped).
+/// Element shape: `(a, (sin a, (xs, (a, c))))`, the last leaf a pair-valued variable.
+fn tuple_use(u: usize, rs: &Var, xs: &Var, j: &Var, k: &Var) -> Term {
+    use chad::target::term::{LTerm, LTermKind as L, Pat};
+    let r = || Term::var(rs);
+    let at = |i: &Var, pos| idx(r(), Term::var(i), pos);
+    let fresh = |name: &str, ty: Ty| Var::fresh(name, ty);
+    match u {
+        0 => {
+            let x = fresh("r", Ty::Unit);
+            call(
+                "sum",
+                vec![Term::mk(K::Map(
+                    Term::lam(&x, Term::fst(Term::snd(Term::var(&x)))),
+                    r(),
+                ))],
+            )
+        }
+        1 => {
+            let (a, w) = (fresh("u", Ty::Real), fresh("w", Ty::Real));
+            let p = Pat::Pair(
+                Box::new(Pat::Var(a.clone())),
+                Box::new(Pat::Pair(
+                    Box::new(Pat::Var(w.clone())),
+                    Box::new(Pat::Wild(Ty::Unit)),
+                )),
+            );
+            Term::let_pat(
+                p,
+                at(j, 10),
+                call("mul", vec![Term::var(&a), Term::var(&w)]),
+            )
+        }
+        2 => Term::fst(Term::snd(Term::snd(Term::snd(at(j, 20))))),
+        3 => Term::snd(Term::snd(at(k, 30))),
+        4 => length(r()),
+        5 => idx(Term::fst(Term::snd(Term::snd(at(j, 40)))), Term::var(k), 41),
+        6 => {
+            let (f, y) = (fresh("f", Ty::Unit), fresh("y", Ty::Int));
+            let g = Term::lam(&y, Term::fst(at(&y, 50)));
+            let apply = |i: &Var| Term::app(Term::var(&f), Term::var(i));
+            Term::let_(&f, g, call("add", vec![apply(j), apply(k)]))
+        }
+        7 => {
+            // \v ⊸ lsum (lbuild (length rs) (\i -> let (u, (w, _)) = rs ! i in
+            //                                  u * v + (w * v + 0)))
+            let v = Var::linear("v", LTy::Real);
+            let i = fresh("i", Ty::Int);
+            let (a, w) = (fresh("u", Ty::Real), fresh("w", Ty::Real));
+            let p = Pat::Pair(
+                Box::new(Pat::Var(a.clone())),
+                Box::new(Pat::Pair(
+                    Box::new(Pat::Var(w.clone())),
+                    Box::new(Pat::Wild(Ty::Unit)),
+                )),
+            );
+            let body = LTerm::mk(L::Let(
+                p,
+                at(&i, 60),
+                LTerm::plus(
+                    LTerm::scale(Term::var(&a), LTerm::var(&v)),
+                    LTerm::plus(
+                        LTerm::scale(Term::var(&w), LTerm::var(&v)),
+                        LTerm::zero(LTy::Real),
+                    ),
+                ),
+            ));
+            let n = length(r());
+            Term::lin_lam(&v, LTerm::mk(L::Sum(LTerm::mk(L::Build(n, i, body)))))
+        }
+        8 => {
+            let q = fresh("q", Ty::Real);
+            let p = Pat::Pair(Box::new(Pat::Var(q.clone())), Box::new(Pat::Wild(Ty::Real)));
+            Term::let_pat(p, Term::snd(Term::snd(Term::snd(at(k, 70)))), Term::var(&q))
+        }
+        9 => {
+            let x = fresh("r", Ty::Unit);
+            Term::mk(K::Map(Term::lam(&x, Term::fst(Term::var(&x))), r()))
+        }
+        10 => {
+            // \v ⊸ let lin d = replicate (length xs - 1) v in
+            //      lsum (lbuild (length xs) (\i -> (xs ! i) * (d ! i) + fst (rs ! j) * 0))
+            let v = Var::linear("v", LTy::Real);
+            let d = Var::linear("d", LTy::array(LTy::Real));
+            let i = fresh("i", Ty::Int);
+            let one = Term::lit(chad::target::term::Lit::Int(1));
+            let n1 = call("isub", vec![length(Term::var(xs)), one]);
+            let body = LTerm::plus(
+                LTerm::scale(
+                    idx(Term::var(xs), Term::var(&i), 80),
+                    LTerm::mk(L::Index(LTerm::var(&d), Term::var(&i))),
+                ),
+                LTerm::scale(Term::fst(at(j, 81)), LTerm::zero(LTy::Real)),
+            );
+            let n = length(Term::var(xs));
+            let sum = LTerm::mk(L::Sum(LTerm::mk(L::Build(n, i, body))));
+            let rep = LTerm::mk(L::Replicate(n1, LTerm::var(&v)));
+            Term::lin_lam(&v, LTerm::mk(L::LinLet(d, rep, sum)))
+        }
+        _ => Term::pair(r(), Term::fst(at(j, 90))),
+    }
+}
+
+const TUPLE_USES: usize = 12;
+
+/// `let rs = build (length xs) (\i -> ..)` (or `map (\x -> ..) xs`) producing
+/// `(a, (sin a, (xs, (a, c))))` with `a = x * c`, then `uses` of `rs` in a tuple.
+fn tuple_program(by_map: bool, uses: &[usize]) -> (Vec<Var>, Term) {
+    let xs = Var::fresh("xs", Ty::array(Ty::Real));
+    let c = Var::fresh("c", Ty::Real);
+    let (j, k) = (Var::fresh("j", Ty::Int), Var::fresh("k", Ty::Int));
+    let rs = Var::fresh("rs", Ty::Unit);
+    let (a, p) = (Var::fresh("a", Ty::Real), Var::fresh("p", Ty::Unit));
+    let elem = |x: Term| {
+        Term::let_(
+            &a,
+            call("mul", vec![x, Term::var(&c)]),
+            Term::let_(
+                &p,
+                Term::pair(Term::var(&a), Term::var(&c)),
+                Term::pair(
+                    Term::var(&a),
+                    Term::pair(
+                        call("sin", vec![Term::var(&a)]),
+                        Term::pair(Term::var(&xs), Term::var(&p)),
+                    ),
+                ),
+            ),
+        )
+    };
+    let e = if by_map {
+        let x = Var::fresh("x", Ty::Real);
+        Term::mk(K::Map(Term::lam(&x, elem(Term::var(&x))), Term::var(&xs)))
+    } else {
+        let i = Var::fresh("i", Ty::Int);
+        let body = elem(idx(Term::var(&xs), Term::var(&i), 1));
+        Term::mk(K::Build(length(Term::var(&xs)), Term::lam(&i, body)))
+    };
+    let body = uses
+        .iter()
+        .map(|&u| tuple_use(u, &rs, &xs, &j, &k))
+        .reduce(|acc, t| Term::pair(t, acc))
+        .unwrap_or_else(Term::unit);
+    (vec![xs, c, j, k], Term::let_(&rs, e, body))
+}
+
+/// Engine and reference evaluator agree exactly: equal values (linear maps compared by
+/// applying them to the same arguments, results compared by their rendering), or the same
+/// error at the same position.
+fn same_exactly(
+    a: &chad::Result<Value>,
+    b: &chad::Result<Value>,
+    probes: &[Lin],
+) -> Result<(), String> {
+    fn agree(x: &Value, y: &Value, probes: &[Lin]) -> Result<(), String> {
+        match (x, y) {
+            (Value::Pair(p), Value::Pair(q)) => {
+                agree(&p.0, &q.0, probes)?;
+                agree(&p.1, &q.1, probes)
+            }
+            (Value::LinFun(f), Value::LinFun(g)) => {
+                for l in probes {
+                    let (fx, gx) = (f.apply(l), g.apply(l));
+                    let show = |r: &chad::Result<Lin>| match r {
+                        Ok(v) => format!("{v:?}"),
+                        Err(e) => format!("error {} at {:?}", e.message(), e.span()),
+                    };
+                    if show(&fx) != show(&gx) {
+                        return Err(format!("at {l:?}: {} vs {}", show(&fx), show(&gx)));
+                    }
+                }
+                Ok(())
+            }
+            _ if x.same(y) == Some(true) => Ok(()),
+            _ => Err(format!("{x} vs {y}")),
+        }
+    }
+    match (a, b) {
+        (Ok(x), Ok(y)) => agree(x, y, probes),
+        (Err(x), Err(y)) if x.message() == y.message() && x.span() == y.span() => Ok(()),
+        (x, y) => Err(format!(
+            "reference {:?}, engine {:?}",
+            x.as_ref().map(|v| v.to_string()).map_err(|e| e.to_string()),
+            y.as_ref().map(|v| v.to_string()).map_err(|e| e.to_string())
+        )),
+    }
+}
+
+#[test]
+fn unzipped_arrays_places_and_unboxed_code_agree_with_the_reference_evaluator() {
+    let strategy = (
+        any::<bool>(),
+        proptest::collection::vec(0..TUPLE_USES, 1..4),
+        proptest::collection::vec(-2.0..2.0f64, 0..4),
+        -2.0..2.0f64,
+        -1i64..5,
+        -1i64..5,
+    );
+    common::runner(common::cases(600))
+        .run(&strategy, |(by_map, uses, xs, c, j, k)| {
+            let (params, t) = tuple_program(by_map, &uses);
+            let args = [reals(&xs), Value::Real(c), Value::Int(j), Value::Int(k)];
+            let mut env = Env::new();
+            for (p, a) in params.iter().zip(&args) {
+                env = env.update(p.id, a.clone());
+            }
+            let reference = eval(&t, &env);
+            let engine = Code::compile(&params, &t).run(&args);
+            let probes = [Lin::zero(), Lin::real(1.5), Lin::real(0.0), Lin::real(c)];
+            same_exactly(&reference, &engine, &probes).map_err(TestCaseError::fail)
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+}

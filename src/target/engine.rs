@@ -15,7 +15,25 @@
 //! * **Array loops are inlined**: `map (\x -> e) xs`, `map2 (\x y -> e) xs ys`,
 //!   `build n (\i -> e)` and the linear `lbuild n (\i -> l)` bind the element in the current
 //!   frame and run the body in a loop, with no closure allocated or called per element.
-//! * **Scalar primitives** with a [`Scalar`] form run on unboxed operands (no argument tuple).
+//! * **Unboxed scalars.** Terms of type Real, Int or Bool in positions that need the number
+//!   (a [`Scalar`] primitive's operands, a scale factor, an index, a condition, the body of a
+//!   fused sum) are compiled to closures returning `f64`/`i64`/`bool`: literals, variables,
+//!   places and scalar primitives build no [`Value`]. Linear terms of type Real (known from the
+//!   linear variables' types) run as `Option<f64>` (`None` is zero), whose `+` and scaling are
+//!   exactly [`Lin::plus`] and [`Lin::scale`] on the two forms a linear real takes.
+//! * **Places.** A variable under projections and indexing (`snd (rs ! i)`, `snd x ! i`) is
+//!   read by reference along the path: only the value at the end is copied, and a pattern
+//!   `let (a, b) = place` copies only the leaves it binds. Indices are evaluated before the
+//!   walk; if one fails, the path before it is walked first so that an earlier out-of-range
+//!   error wins, as in the reference evaluator's order.
+//! * **Fused sums.** `sum (map (\x -> e) xs)` and `sum (build n (\i -> e))` add the elements
+//!   as they are computed (the primitive's fold: from `0.0`, in order), with no array.
+//! * **Unzipped arrays of tuples.** `let rs = build n (\i -> .. (a, (b, c)))` (or a `map`)
+//!   whose every use in its scope takes an element apart, asks for the length or maps a leaf
+//!   out (`map (\r -> fst r) rs`) is stored as one array per leaf of the tuple (a *column*,
+//!   with a slot of its own, captured by closures like any variable): the loop allocates no
+//!   pairs, `snd (rs ! i)` reads leaves from columns, and a tuple node is rebuilt only where a
+//!   use needs it as a value. Any other use keeps the array zipped.
 //! * **Moves.** A variable used exactly once, not inside a loop or closure body relative to its
 //!   binding, is moved out of its slot rather than copied, so a uniquely owned linear value
 //!   (a sparse cotangent accumulator) stays uniquely owned and [`Lin::plus`] can update it in
@@ -27,7 +45,8 @@
 //! compare the two on random terms, and every AD oracle test runs through the engine).
 
 use super::linear::{Copower, Lin, LinFun, LinearMap};
-use super::term::{LTerm, LTermKind, Pat, Term, TermKind, Var, VarId};
+use super::term::{Child, LTerm, LTermKind, Pat, Term, TermKind, Var, VarId};
+use super::types::{LTy, Ty};
 use crate::deep::deep;
 use crate::error::{Error, Result, Span};
 use crate::prim::{Prim, Scalar};
@@ -45,6 +64,13 @@ type CFn = Box<dyn Fn(&mut Frame) -> Result<Value>>;
 type IFn = Box<dyn Fn(&mut Frame) -> Result<i64>>;
 /// A compiled linear term.
 type LFn = Box<dyn Fn(&mut Frame) -> Result<Lin>>;
+/// A compiled term of type Real, giving the number unboxed.
+type RFn = Box<dyn Fn(&mut Frame) -> Result<f64>>;
+/// A compiled linear term of type Real: `None` for zero, so that the arithmetic is exactly
+/// [`Lin::plus`]'s and [`Lin::scale`]'s on the two forms a linear real takes.
+type LRFn = Box<dyn Fn(&mut Frame) -> Result<Option<f64>>>;
+/// A compiled term of type Bool, giving the boolean.
+type BFn = Box<dyn Fn(&mut Frame) -> Result<bool>>;
 
 /// A compiled term with parameters: run it with [`Code::run`].
 pub struct Code {
@@ -100,6 +126,8 @@ struct Compiler {
     funs: Vec<Fun>,
     /// How often each variable occurs in the whole term.
     uses: FxHashMap<VarId, u32>,
+    /// Arrays of tuples stored as one array per component (see [`Compiler::unzip`]).
+    unzipped: FxHashMap<VarId, Rc<Shape>>,
 }
 
 impl Compiler {
@@ -109,6 +137,7 @@ impl Compiler {
         Compiler {
             funs: Vec::new(),
             uses,
+            unzipped: FxHashMap::default(),
         }
     }
 
@@ -118,12 +147,16 @@ impl Compiler {
 
     /// A slot for a variable bound in the current function.
     fn bind(&mut self, x: &Var) -> usize {
+        self.bind_id(x.id)
+    }
+
+    fn bind_id(&mut self, id: VarId) -> usize {
         let f = self.top();
         let s = f.size;
         f.size += 1;
-        f.slots.insert(x.id, s);
+        f.slots.insert(id, s);
         let depth = f.loops;
-        f.bound_at.insert(x.id, depth);
+        f.bound_at.insert(id, depth);
         s
     }
 
@@ -148,12 +181,16 @@ impl Compiler {
     /// How to read variable `x` here: its slot, and whether this is its only use, outside any
     /// loop or closure entered since its binding (then the value can be moved out).
     fn read(&mut self, x: &Var) -> (usize, bool) {
+        self.read_id(x.id)
+    }
+
+    fn read_id(&mut self, id: VarId) -> (usize, bool) {
         let depth = self.funs.len() - 1;
-        let local = self.funs[depth].slots.contains_key(&x.id);
-        let s = self.slot_in(x.id, depth);
+        let local = self.funs[depth].slots.contains_key(&id);
+        let s = self.slot_in(id, depth);
         let f = &self.funs[depth];
-        let once = self.uses.get(&x.id).copied() == Some(1);
-        let movable = local && once && f.bound_at.get(&x.id) == Some(&f.loops);
+        let once = self.uses.get(&id).copied() == Some(1);
+        let movable = local && once && f.bound_at.get(&id) == Some(&f.loops);
         (s, movable)
     }
 
@@ -198,14 +235,512 @@ impl Compiler {
         deep(|| self.term_node(t))
     }
 
+    /// Compiles `t` as a [`Place`] if it is a variable under at least `min` projections and
+    /// indexings.
+    fn place(&mut self, t: &Term, min: usize) -> Option<Place> {
+        let mut chain = Vec::new();
+        let mut cur = t;
+        let root = loop {
+            match &cur.kind {
+                TermKind::Fst(e) | TermKind::Snd(e) | TermKind::Index(e, _) => {
+                    chain.push(cur);
+                    cur = e;
+                }
+                TermKind::Var(x) => break x,
+                _ => return None,
+            }
+        };
+        if self.unzipped.contains_key(&root.id) {
+            return match self.column_chain(t)? {
+                ColChain::Leaf(p) => Some(p),
+                ColChain::Node(_) => None,
+            };
+        }
+        if chain.len() < min {
+            return None;
+        }
+        // Never moved out: the value stays in its slot.
+        let (root, _) = self.read(root);
+        let mut steps = Vec::with_capacity(chain.len());
+        let mut indices = 0;
+        for node in chain.into_iter().rev() {
+            steps.push(match &node.kind {
+                TermKind::Fst(_) => PStep::Fst,
+                TermKind::Snd(_) => PStep::Snd,
+                TermKind::Index(_, i) => {
+                    indices += 1;
+                    PStep::Index(self.int(i), node.span)
+                }
+                _ => unreachable!("a place step"),
+            });
+        }
+        Some(Place {
+            root,
+            steps,
+            indices,
+        })
+    }
+
+    /// A `let` binding of `p` to `e`, whose scope is `scope`.
+    fn binding(&mut self, p: &Pat, e: &Term, scope: Child<'_>) -> Bind {
+        if let Pat::Var(x) = p {
+            if let Some(b) = self.unzip(x, e, scope) {
+                return b;
+            }
+        }
+        if let Some(site) = self.column_node(e) {
+            let p = self.pat(p);
+            return Bind::Columns(p, site);
+        }
+        if let Pat::Pair(..) = p {
+            // A variable bound once can be moved out and its pair taken apart in place;
+            // otherwise read the leaves by reference.
+            let movable = matches!(&e.kind, TermKind::Var(x) if self.movable(x));
+            if !movable {
+                if let Some(place) = self.place(e, 0) {
+                    return Bind::Place(self.pat(p), place);
+                }
+            }
+        }
+        let e = self.term(e);
+        Bind::Value(self.pat(p), e)
+    }
+
+    /// Whether reading `x` here would move it out of its slot (see [`Compiler::read`]),
+    /// without registering the read.
+    fn movable(&self, x: &Var) -> bool {
+        let f = self.funs.last().expect("a function scope");
+        f.slots.contains_key(&x.id)
+            && self.uses.get(&x.id).copied() == Some(1)
+            && f.bound_at.get(&x.id) == Some(&f.loops)
+    }
+
+    /// `let xs = build n (\i -> .. (a, (b, c)))` (or `map (\x -> ..) ys`) whose every use in
+    /// `scope` takes an element apart (`snd (xs ! i)`, `let (a, b) = xs ! i`), asks for the
+    /// length, or maps a component out (`map (\r -> fst r) xs`): the array is stored
+    /// *unzipped*, one array per leaf of the tuple (a column, in a slot of its own), so the loop
+    /// allocates no pairs and a use reads the leaves it needs from their columns. Every use of
+    /// `xs` is then compiled through [`Compiler::column_chain`] or [`Compiler::column_map`];
+    /// when some other use would need the whole array, it is built as usual.
+    fn unzip(&mut self, x: &Var, e: &Term, scope: Child<'_>) -> Option<Bind> {
+        use TermKind as K;
+        let (src, f) = match &e.kind {
+            K::Build(n, f) => (Ok(n), f),
+            K::Map(f, xs) => (Err(xs), f),
+            _ => return None,
+        };
+        let K::Lam(i, body) = &f.kind else {
+            return None;
+        };
+        let mut tail = body;
+        while is_let(tail) {
+            tail = match &tail.kind {
+                K::Let(_, _, b) => b,
+                K::App(f, _) => match &f.kind {
+                    K::Lam(_, b) => b,
+                    _ => unreachable!("a let"),
+                },
+                _ => unreachable!("a let"),
+            };
+        }
+        if !matches!(tail.kind, K::Pair(..)) {
+            return None;
+        }
+        let mut leaves = Vec::new();
+        let shape = Rc::new(shape_of(tail, &mut leaves));
+        if !columns_suffice(x.id, &shape, scope) {
+            return None;
+        }
+        let src = match src {
+            Ok(n) => UnzipSrc::Build(self.int(n), e.span),
+            Err(xs) => UnzipSrc::Map(self.term(xs)),
+        };
+        let (var, steps, leaves) = self.in_loop(|c| {
+            let var = c.bind(i);
+            let (steps, _) = c.let_chain(body);
+            let leaves: Vec<CFn> = leaves.iter().map(|t| c.term(t)).collect();
+            (var, steps, leaves)
+        });
+        let mut ids = Vec::new();
+        shape.ids(&mut ids);
+        let cols = ids.into_iter().map(|id| self.bind_id(id)).collect();
+        self.unzipped.insert(x.id, shape);
+        Some(Bind::Unzip(Box::new(Unzip {
+            src,
+            var,
+            steps,
+            leaves,
+            cols,
+        })))
+    }
+
+    /// A chain of projections and indexings over `xs ! j` for an unzipped `xs`: a place in
+    /// the column of the leaf it reaches, or the tuple node it stops at.
+    fn column_chain(&mut self, t: &Term) -> Option<ColChain> {
+        let mut chain = Vec::new();
+        let mut cur = t;
+        let root = loop {
+            match &cur.kind {
+                TermKind::Fst(e) | TermKind::Snd(e) | TermKind::Index(e, _) => {
+                    chain.push(cur);
+                    cur = e;
+                }
+                TermKind::Var(x) => break x,
+                _ => return None,
+            }
+        };
+        let shape = self.unzipped.get(&root.id)?.clone();
+        chain.reverse();
+        let (first, rest) = chain.split_first()?;
+        let TermKind::Index(_, j) = &first.kind else {
+            return None;
+        };
+        let mut node = &*shape;
+        let mut used = 0;
+        for step in rest {
+            match (node, &step.kind) {
+                (Shape::Pair(a, _), TermKind::Fst(_)) => node = a,
+                (Shape::Pair(_, b), TermKind::Snd(_)) => node = b,
+                _ => break,
+            }
+            used += 1;
+        }
+        let j = self.int(j);
+        let span = first.span;
+        match node {
+            Shape::Leaf(col) => {
+                let (root, _) = self.read_id(*col);
+                let mut steps = vec![PStep::Index(j, span)];
+                let mut indices = 1;
+                for step in &rest[used..] {
+                    steps.push(match &step.kind {
+                        TermKind::Fst(_) => PStep::Fst,
+                        TermKind::Snd(_) => PStep::Snd,
+                        TermKind::Index(_, i) => {
+                            indices += 1;
+                            PStep::Index(self.int(i), step.span)
+                        }
+                        _ => unreachable!("a place step"),
+                    });
+                }
+                Some(ColChain::Leaf(Place {
+                    root,
+                    steps,
+                    indices,
+                }))
+            }
+            Shape::Pair(..) => {
+                debug_assert_eq!(used, rest.len());
+                let node = self.rt_shape(node);
+                let (len, _) = self.read_id(shape.first());
+                Some(ColChain::Node(ColSite { j, span, len, node }))
+            }
+        }
+    }
+
+    /// [`Compiler::column_chain`] when it stops at a tuple node (the caller builds it, or
+    /// matches a pattern against it).
+    fn column_node(&mut self, t: &Term) -> Option<ColSite> {
+        if !self.reaches_node(t) {
+            return None;
+        }
+        match self.column_chain(t)? {
+            ColChain::Node(site) => Some(site),
+            ColChain::Leaf(_) => unreachable!("checked to reach a node"),
+        }
+    }
+
+    /// Whether `t` is a chain over `xs ! j` for an unzipped `xs` that stops at a tuple node
+    /// (without compiling anything).
+    fn reaches_node(&self, t: &Term) -> bool {
+        let mut chain = Vec::new();
+        let mut cur = t;
+        let root = loop {
+            match &cur.kind {
+                TermKind::Fst(e) | TermKind::Snd(e) | TermKind::Index(e, _) => {
+                    chain.push(cur);
+                    cur = e;
+                }
+                TermKind::Var(x) => break x,
+                _ => return false,
+            }
+        };
+        let Some(shape) = self.unzipped.get(&root.id) else {
+            return false;
+        };
+        let mut node = &**shape;
+        for step in chain.iter().rev().skip(1) {
+            match (node, &step.kind) {
+                (Shape::Pair(a, _), TermKind::Fst(_)) => node = a,
+                (Shape::Pair(_, b), TermKind::Snd(_)) => node = b,
+                _ => return false,
+            }
+        }
+        matches!(node, Shape::Pair(..))
+    }
+
+    /// The column slots of a tuple node, here.
+    fn rt_shape(&mut self, s: &Shape) -> RtShape {
+        match s {
+            Shape::Leaf(id) => RtShape::Leaf(self.read_id(*id).0),
+            Shape::Pair(a, b) => {
+                RtShape::Pair(Box::new(self.rt_shape(a)), Box::new(self.rt_shape(b)))
+            }
+        }
+    }
+
+    /// `map (\r -> fst (snd r)) xs` for an unzipped `xs`, the projections reaching a leaf:
+    /// that leaf's column.
+    fn column_map(&mut self, f: &Term, xs: &Term) -> Option<CFn> {
+        let TermKind::Var(x) = &xs.kind else {
+            return None;
+        };
+        let shape = self.unzipped.get(&x.id)?.clone();
+        let TermKind::Lam(r, body) = &f.kind else {
+            return None;
+        };
+        let col = leaf_of_projection(&shape, r, body)?;
+        let (s, _) = self.read_id(col);
+        Some(Box::new(move |fr| Ok(fr[s].clone())))
+    }
+
+    /// A let chain: its bindings (compiled in order) and its body (not compiled).
+    fn let_chain<'t>(&mut self, mut t: &'t Term) -> (Vec<Bind>, &'t Term) {
+        let mut steps = Vec::new();
+        loop {
+            match &t.kind {
+                TermKind::Let(p, e, b) => {
+                    steps.push(self.binding(p, e, Child::C(b)));
+                    t = b;
+                }
+                TermKind::App(f, a) if matches!(f.kind, TermKind::Lam(..)) => {
+                    // (\x -> b) a: a let.
+                    let TermKind::Lam(x, b) = &f.kind else {
+                        unreachable!()
+                    };
+                    steps.push(self.binding(&Pat::Var(x.clone()), a, Child::C(b)));
+                    t = b;
+                }
+                _ => return (steps, t),
+            }
+        }
+    }
+
+    /// A term of type Real, compiled to give the number unboxed: literals, variables, places
+    /// and scalar primitives (and lets and conditionals around them) build no [`Value`].
+    fn real(&mut self, t: &Term) -> RFn {
+        deep(|| self.real_node(t))
+    }
+
+    fn real_node(&mut self, t: &Term) -> RFn {
+        use TermKind as K;
+        match &t.kind {
+            K::Lit(l) => {
+                if let Value::Real(x) = l.value() {
+                    return Box::new(move |_| Ok(x));
+                }
+            }
+            K::Var(x) => {
+                let (s, _) = self.read(x);
+                return Box::new(move |fr| Ok(fr[s].expect_real()));
+            }
+            K::Fst(_) | K::Snd(_) | K::Index(..) => {
+                if let Some(p) = self.place(t, 1) {
+                    return Box::new(move |fr| p.read(fr, |g| g.real()));
+                }
+            }
+            K::Prim(op, args) => {
+                if let Some(r) = self.real_prim(op, args) {
+                    return r;
+                }
+            }
+            K::Let(..) | K::App(..) if is_let(t) => {
+                let (steps, body) = self.let_chain(t);
+                let body = self.real(body);
+                return Box::new(move |fr| {
+                    for b in &steps {
+                        b.run(fr)?;
+                    }
+                    body(fr)
+                });
+            }
+            K::If(c, a, b) => {
+                let c = self.boolean(c);
+                let a = self.real(a);
+                let b = self.real(b);
+                return Box::new(move |fr| if c(fr)? { a(fr) } else { b(fr) });
+            }
+            _ => {}
+        }
+        let t = self.term(t);
+        Box::new(move |fr| Ok(t(fr)?.expect_real()))
+    }
+
+    /// A scalar primitive on reals, unboxed.
+    fn real_prim(&mut self, op: &Prim, args: &[Term]) -> Option<RFn> {
+        match (op.scalar(), args.len()) {
+            (Some(Scalar::Real1(f)), 1) => {
+                let a = self.real(&args[0]);
+                Some(Box::new(move |fr| Ok(f(a(fr)?))))
+            }
+            (Some(Scalar::Real2(f)), 2) => {
+                let a = self.real(&args[0]);
+                let b = self.real(&args[1]);
+                Some(Box::new(move |fr| {
+                    let x = a(fr)?;
+                    Ok(f(x, b(fr)?))
+                }))
+            }
+            _ => None,
+        }
+    }
+
+    /// A term of type Bool, compiled to give the boolean.
+    fn boolean(&mut self, t: &Term) -> BFn {
+        if let TermKind::Prim(op, args) = &t.kind {
+            if let Some(b) = self.bool_prim(op, args) {
+                return b;
+            }
+        }
+        let t = self.term(t);
+        Box::new(move |fr| Ok(t(fr)?.expect_bool()))
+    }
+
+    /// A comparison, on unboxed operands.
+    fn bool_prim(&mut self, op: &Prim, args: &[Term]) -> Option<BFn> {
+        {
+            match (op.scalar(), args.len()) {
+                (Some(Scalar::RealCmp(f)), 2) => {
+                    let a = self.real(&args[0]);
+                    let b = self.real(&args[1]);
+                    Some(Box::new(move |fr| {
+                        let x = a(fr)?;
+                        Ok(f(&x, &b(fr)?))
+                    }))
+                }
+                (Some(Scalar::IntCmp(f)), 2) => {
+                    let a = self.int(&args[0]);
+                    let b = self.int(&args[1]);
+                    Some(Box::new(move |fr| {
+                        let x = a(fr)?;
+                        Ok(f(&x, &b(fr)?))
+                    }))
+                }
+                _ => None,
+            }
+        }
+    }
+
     fn linear(&mut self, l: &LTerm) -> LFn {
+        if matches!(lty(l, 32), Some(LTy::Real)) {
+            let r = self.lin_real(l);
+            return Box::new(move |fr| Ok(opt_lin(r(fr)?)));
+        }
         deep(|| self.linear_node(l))
+    }
+
+    /// A linear term of type Real, compiled to give the number unboxed (`None` for zero):
+    /// variables, zero, sums, scaling, indexing and `lsum (lbuild ..)` loops build no [`Lin`].
+    fn lin_real(&mut self, l: &LTerm) -> LRFn {
+        deep(|| self.lin_real_node(l))
+    }
+
+    fn lin_real_node(&mut self, l: &LTerm) -> LRFn {
+        use LTermKind as K;
+        let span = l.span;
+        match &l.kind {
+            K::Var(v) => {
+                let (s, _) = self.read(v);
+                Box::new(move |fr| match &fr[s] {
+                    Value::Lin(x) => Ok(lin_opt(x)),
+                    other => panic!("internal error: expected a linear value, found {other}"),
+                })
+            }
+            K::Zero(_) => Box::new(|_| Ok(None)),
+            K::Plus(a, b) => {
+                let a = self.lin_real(a);
+                let b = self.lin_real(b);
+                Box::new(move |fr| {
+                    let x = a(fr)?;
+                    Ok(plus_opt(x, b(fr)?))
+                })
+            }
+            K::Scale(c, e) => {
+                let c = self.real(c);
+                let e = self.lin_real(e);
+                Box::new(move |fr| {
+                    let c = c(fr)?;
+                    Ok(scale_opt(c, e(fr)?))
+                })
+            }
+            K::Index(e, i) => {
+                let e = self.linear(e);
+                let i = self.int(i);
+                Box::new(move |fr| {
+                    let xs = e(fr)?;
+                    Ok(lin_opt(&xs.index(i(fr)?)))
+                })
+            }
+            K::Sum(e) if matches!(e.kind, K::Build(..)) => {
+                let K::Build(n, i, body) = &e.kind else {
+                    unreachable!()
+                };
+                // lsum (lbuild n (\i -> l)): accumulate, without building the array.
+                let n = self.int(n);
+                let (s, body) = self.in_loop(|c| (c.bind(i), c.lin_real(body)));
+                Box::new(move |fr| {
+                    let n = value::check_len("lbuild", n(fr)?).map_err(|e| e.or_span(span))?;
+                    let mut acc = None;
+                    for k in 0..n {
+                        fr[s] = Value::Int(k as i64);
+                        acc = plus_opt(acc, body(fr)?);
+                    }
+                    Ok(acc)
+                })
+            }
+            K::Let(..) | K::LinLet(..) => {
+                let (steps, body) = self.linear_let_chain(l);
+                let body = self.lin_real(body);
+                Box::new(move |fr| {
+                    run_steps(&steps, fr)?;
+                    body(fr)
+                })
+            }
+            _ => {
+                let e = deep(|| self.linear_node(l));
+                Box::new(move |fr| Ok(lin_opt(&e(fr)?)))
+            }
+        }
+    }
+
+    /// A linear let chain: its steps (compiled in order) and its body (not compiled).
+    fn linear_let_chain<'t>(&mut self, l: &'t LTerm) -> (Vec<Step>, &'t LTerm) {
+        use LTermKind as K;
+        let mut steps = Vec::new();
+        let mut cur = l;
+        loop {
+            match &cur.kind {
+                K::Let(p, t, body) => {
+                    steps.push(Step::Let(self.binding(p, t, Child::L(body))));
+                    cur = body;
+                }
+                K::LinLet(u, l1, body) => {
+                    let l1 = self.linear(l1);
+                    steps.push(Step::LinLet(self.bind(u), l1));
+                    cur = body;
+                }
+                _ => return (steps, cur),
+            }
+        }
     }
 
     fn term_node(&mut self, t: &Term) -> CFn {
         use TermKind as K;
         let span = t.span;
         match &t.kind {
+            K::Var(x) if self.unzipped.contains_key(&x.id) => {
+                panic!("internal error: unzipped array {} used whole", x.name)
+            }
             K::Var(x) => {
                 let (s, movable) = self.read(x);
                 if movable {
@@ -219,18 +754,11 @@ impl Compiler {
                 Box::new(move |_| Ok(v.clone()))
             }
             K::Let(..) => {
-                let mut steps = Vec::new();
-                let mut cur = t;
-                while let K::Let(p, e, b) = &cur.kind {
-                    let e = self.term(e);
-                    steps.push((self.pat(p), e));
-                    cur = b;
-                }
-                let body = self.term(cur);
+                let (steps, body) = self.let_chain(t);
+                let body = self.term(body);
                 Box::new(move |fr| {
-                    for (p, e) in &steps {
-                        let v = e(fr)?;
-                        p.bind(v, fr);
+                    for b in &steps {
+                        b.run(fr)?;
                     }
                     body(fr)
                 })
@@ -251,17 +779,17 @@ impl Compiler {
                     })))
                 })
             }
+            K::App(..) if is_let(t) => {
+                let (steps, body) = self.let_chain(t);
+                let body = self.term(body);
+                Box::new(move |fr| {
+                    for b in &steps {
+                        b.run(fr)?;
+                    }
+                    body(fr)
+                })
+            }
             K::App(f, a) => {
-                if let K::Lam(x, b) = &f.kind {
-                    // (\x -> b) a: a let.
-                    let a = self.term(a);
-                    let s = self.bind(x);
-                    let b = self.term(b);
-                    return Box::new(move |fr| {
-                        fr[s] = a(fr)?;
-                        b(fr)
-                    });
-                }
                 let f = self.term(f);
                 let a = self.term(a);
                 Box::new(move |fr| {
@@ -276,23 +804,25 @@ impl Compiler {
                 Box::new(move |fr| Ok(Value::pair(a(fr)?, b(fr)?)))
             }
             K::Fst(e) | K::Snd(e) => {
+                if let Some(site) = self.column_node(t) {
+                    return Box::new(move |fr| site.build(fr));
+                }
+                if let Some(p) = self.place(t, 1) {
+                    return Box::new(move |fr| p.read(fr, |g| g.to_value()));
+                }
                 let first = matches!(t.kind, K::Fst(_));
                 let pick = move |v: &Value| {
                     let (a, b) = v.expect_pair();
                     if first { a.clone() } else { b.clone() }
                 };
-                if let K::Var(x) = &e.kind {
-                    let (s, _) = self.read(x);
-                    return Box::new(move |fr| Ok(pick(&fr[s])));
-                }
                 let e = self.term(e);
                 Box::new(move |fr| Ok(pick(&e(fr)?)))
             }
             K::If(c, a, b) => {
-                let c = self.term(c);
+                let c = self.boolean(c);
                 let a = self.term(a);
                 let b = self.term(b);
-                Box::new(move |fr| if c(fr)?.expect_bool() { a(fr) } else { b(fr) })
+                Box::new(move |fr| if c(fr)? { a(fr) } else { b(fr) })
             }
             K::Inl(e, _) => {
                 let e = self.term(e);
@@ -329,6 +859,9 @@ impl Compiler {
                 })
             }
             K::Map(f, xs) => {
+                if let Some(col) = self.column_map(f, xs) {
+                    return col;
+                }
                 let xs = self.term(xs);
                 if let K::Lam(x, b) = &f.kind {
                     let (s, b) = self.in_loop(|c| (c.bind(x), c.term(b)));
@@ -405,24 +938,23 @@ impl Compiler {
                 })
             }
             K::Index(xs, i) => {
+                if let Some(site) = self.column_node(t) {
+                    return Box::new(move |fr| site.build(fr));
+                }
+                if let Some(p) = self.place(t, 1) {
+                    return Box::new(move |fr| p.read(fr, |g| g.to_value()));
+                }
                 let i = self.int(i);
                 let at = move |xs: &Value, i: i64| xs.index(i).map_err(|e| e.or_span(span));
-                if let K::Var(x) = &xs.kind {
-                    let (s, _) = self.read(x);
-                    return Box::new(move |fr| {
-                        let i = i(fr)?;
-                        at(&fr[s], i)
-                    });
-                }
                 let xs = self.term(xs);
                 Box::new(move |fr| {
                     let xs = xs(fr)?;
                     at(&xs, i(fr)?)
                 })
             }
-            K::Length(xs) => {
-                let xs = self.term(xs);
-                Box::new(move |fr| Ok(Value::Int(xs(fr)?.array_len() as i64)))
+            K::Length(_) => {
+                let n = self.int(t);
+                Box::new(move |fr| Ok(Value::Int(n(fr)?)))
             }
             K::Replicate(n, x) => {
                 let n = self.int(n);
@@ -475,60 +1007,145 @@ impl Compiler {
         }
     }
 
-    /// A term of type Int, compiled to give the integer.
+    /// A term of type Int, compiled to give the integer (variables, literals, lengths and
+    /// integer arithmetic build no [`Value`]).
     fn int(&mut self, t: &Term) -> IFn {
+        deep(|| self.int_node(t))
+    }
+
+    fn int_node(&mut self, t: &Term) -> IFn {
+        use TermKind as K;
+        match &t.kind {
+            K::Lit(l) => {
+                if let Value::Int(x) = l.value() {
+                    return Box::new(move |_| Ok(x));
+                }
+            }
+            K::Var(x) => {
+                let (s, _) = self.read(x);
+                return Box::new(move |fr| Ok(fr[s].expect_int()));
+            }
+            K::Fst(_) | K::Snd(_) | K::Index(..) => {
+                if let Some(p) = self.place(t, 1) {
+                    return Box::new(move |fr| p.read(fr, |g| g.value().expect_int()));
+                }
+            }
+            K::Length(xs) => {
+                if let K::Var(x) = &xs.kind {
+                    if let Some(shape) = self.unzipped.get(&x.id) {
+                        let (s, _) = self.read_id(shape.first());
+                        return Box::new(move |fr| Ok(fr[s].array_len() as i64));
+                    }
+                }
+                if let Some(p) = self.place(xs, 0) {
+                    return Box::new(move |fr| p.read(fr, |g| g.value().array_len() as i64));
+                }
+                let xs = self.term(xs);
+                return Box::new(move |fr| Ok(xs(fr)?.array_len() as i64));
+            }
+            K::Prim(op, args) => {
+                if let Some(n) = self.int_prim(op, args, t.span) {
+                    return n;
+                }
+            }
+            _ => {}
+        }
         let t = self.term(t);
         Box::new(move |fr| Ok(t(fr)?.expect_int()))
     }
 
+    /// Integer arithmetic on unboxed operands (the primitive itself reports a failure).
+    fn int_prim(&mut self, op: &Prim, args: &[Term], span: Span) -> Option<IFn> {
+        {
+            {
+                if let (Some(Scalar::Int2(f)), 2) = (op.scalar(), args.len()) {
+                    let a = self.int(&args[0]);
+                    let b = self.int(&args[1]);
+                    let op = op.clone();
+                    return Some(Box::new(move |fr| {
+                        let x = a(fr)?;
+                        let y = b(fr)?;
+                        match f(x, y) {
+                            Some(z) => Ok(z),
+                            None => Ok(op
+                                .eval_args(vec![Value::Int(x), Value::Int(y)])
+                                .map_err(|e| e.or_span(span))?
+                                .expect_int()),
+                        }
+                    }));
+                }
+            }
+        }
+        None
+    }
+
     fn prim(&mut self, op: &Prim, args: &[Term], span: Span) -> CFn {
-        let mut args: Vec<CFn> = args.iter().map(|a| self.term(a)).collect();
         let at = move |e: Error| e.or_span(span);
-        match (op.scalar(), args.len()) {
-            (Some(Scalar::Real1(f)), 1) => {
-                let a = args.pop().expect("one argument");
-                Box::new(move |fr| Ok(Value::Real(f(a(fr)?.expect_real()))))
+        if let Some(r) = self.real_prim(op, args) {
+            return Box::new(move |fr| Ok(Value::Real(r(fr)?)));
+        }
+        if let Some(b) = self.bool_prim(op, args) {
+            return Box::new(move |fr| Ok(Value::Bool(b(fr)?)));
+        }
+        if let Some(n) = self.int_prim(op, args, span) {
+            return Box::new(move |fr| Ok(Value::Int(n(fr)?)));
+        }
+        if op.scalar().is_none() && args.len() == 1 && op.name() == "sum" {
+            if let Some(code) = self.fused_sum(&args[0]) {
+                return code;
             }
-            (Some(Scalar::Real2(f)), 2) => {
-                let (b, a) = (args.pop().expect("two"), args.pop().expect("two"));
-                Box::new(move |fr| {
-                    let x = a(fr)?.expect_real();
-                    Ok(Value::Real(f(x, b(fr)?.expect_real())))
-                })
-            }
-            (Some(Scalar::RealCmp(f)), 2) => {
-                let (b, a) = (args.pop().expect("two"), args.pop().expect("two"));
-                Box::new(move |fr| {
-                    let x = a(fr)?.expect_real();
-                    Ok(Value::Bool(f(&x, &b(fr)?.expect_real())))
-                })
-            }
-            (Some(Scalar::IntCmp(f)), 2) => {
-                let (b, a) = (args.pop().expect("two"), args.pop().expect("two"));
-                Box::new(move |fr| {
-                    let x = a(fr)?.expect_int();
-                    Ok(Value::Bool(f(&x, &b(fr)?.expect_int())))
-                })
-            }
-            (Some(Scalar::Int2(f)), 2) => {
-                let (b, a) = (args.pop().expect("two"), args.pop().expect("two"));
-                let op = op.clone();
-                Box::new(move |fr| {
-                    let x = a(fr)?.expect_int();
-                    let y = b(fr)?.expect_int();
-                    match f(x, y) {
-                        Some(z) => Ok(Value::Int(z)),
-                        None => op.eval_args(vec![Value::Int(x), Value::Int(y)]).map_err(at),
+        }
+        let args: Vec<CFn> = args.iter().map(|a| self.term(a)).collect();
+        let op = op.clone();
+        Box::new(move |fr| {
+            let vs = args.iter().map(|a| a(fr)).collect::<Result<Vec<_>>>()?;
+            op.eval_args(vs).map_err(at)
+        })
+    }
+
+    /// `sum (map (\x -> e) xs)` and `sum (build n (\i -> e))` as loops adding up the
+    /// elements unboxed, without the intermediate array (the same additions, in the same order,
+    /// as the primitive's fold).
+    fn fused_sum(&mut self, arr: &Term) -> Option<CFn> {
+        use TermKind as K;
+        match &arr.kind {
+            K::Map(f, xs) => {
+                if let Some(col) = self.column_map(f, xs) {
+                    return Some(Box::new(move |fr| {
+                        let xs = col(fr)?;
+                        let sum = xs.expect_reals().iter().fold(0.0, |a, b| a + b);
+                        Ok(Value::Real(sum))
+                    }));
+                }
+                let K::Lam(x, b) = &f.kind else { return None };
+                let xs = self.term(xs);
+                let (s, b) = self.in_loop(|c| (c.bind(x), c.real(b)));
+                Some(Box::new(move |fr| {
+                    let xs = xs(fr)?;
+                    let mut acc = 0.0;
+                    for k in 0..xs.array_len() {
+                        fr[s] = item(&xs, k);
+                        acc += b(fr)?;
                     }
-                })
+                    Ok(Value::Real(acc))
+                }))
             }
-            _ => {
-                let op = op.clone();
-                Box::new(move |fr| {
-                    let vs = args.iter().map(|a| a(fr)).collect::<Result<Vec<_>>>()?;
-                    op.eval_args(vs).map_err(at)
-                })
+            K::Build(n, f) => {
+                let K::Lam(i, b) = &f.kind else { return None };
+                let n = self.int(n);
+                let bspan = arr.span;
+                let (s, b) = self.in_loop(|c| (c.bind(i), c.real(b)));
+                Some(Box::new(move |fr| {
+                    let n = value::check_len("build", n(fr)?).map_err(|e| e.or_span(bspan))?;
+                    let mut acc = 0.0;
+                    for k in 0..n {
+                        fr[s] = Value::Int(k as i64);
+                        acc += b(fr)?;
+                    }
+                    Ok(Value::Real(acc))
+                }))
             }
+            _ => None,
         }
     }
 
@@ -542,7 +1159,10 @@ impl Compiler {
                 if movable {
                     Box::new(move |fr| Ok(expect_lin(std::mem::replace(&mut fr[s], Value::Unit))))
                 } else {
-                    Box::new(move |fr| Ok(expect_lin(fr[s].clone())))
+                    Box::new(move |fr| match &fr[s] {
+                        Value::Lin(x) => Ok(x.clone()),
+                        other => panic!("internal error: expected a linear value, found {other}"),
+                    })
                 }
             }
             K::Zero(_) => Box::new(|_| Ok(Lin::zero())),
@@ -573,34 +1193,10 @@ impl Compiler {
                 })
             }
             K::Let(..) | K::LinLet(..) => {
-                let mut steps = Vec::new();
-                let mut cur = l;
-                loop {
-                    match &cur.kind {
-                        K::Let(p, t, body) => {
-                            let t = self.term(t);
-                            steps.push(Step::Let(self.pat(p), t));
-                            cur = body;
-                        }
-                        K::LinLet(u, l1, body) => {
-                            let l1 = self.linear(l1);
-                            steps.push(Step::LinLet(self.bind(u), l1));
-                            cur = body;
-                        }
-                        _ => break,
-                    }
-                }
-                let body = self.linear(cur);
+                let (steps, body) = self.linear_let_chain(l);
+                let body = self.linear(body);
                 Box::new(move |fr| {
-                    for step in &steps {
-                        match step {
-                            Step::Let(p, t) => {
-                                let v = t(fr)?;
-                                p.bind(v, fr);
-                            }
-                            Step::LinLet(s, l) => fr[*s] = Value::Lin(l(fr)?),
-                        }
-                    }
+                    run_steps(&steps, fr)?;
                     body(fr)
                 })
             }
@@ -741,10 +1337,10 @@ impl Compiler {
                 })
             }
             K::Scale(c, e) => {
-                let c = self.term(c);
+                let c = self.real(c);
                 let e = self.linear(e);
                 Box::new(move |fr| {
-                    let c = c(fr)?.expect_real();
+                    let c = c(fr)?;
                     Ok(Lin::scale(c, &e(fr)?))
                 })
             }
@@ -752,9 +1348,88 @@ impl Compiler {
     }
 }
 
+/// Runs the steps of a linear let chain.
+fn run_steps(steps: &[Step], fr: &mut Frame) -> Result<()> {
+    for step in steps {
+        match step {
+            Step::Let(b) => b.run(fr)?,
+            Step::LinLet(s, l) => fr[*s] = Value::Lin(l(fr)?),
+        }
+    }
+    Ok(())
+}
+
+/// A linear real as `None` (zero) or its number.
+fn lin_opt(x: &Lin) -> Option<f64> {
+    if x.is_zero() { None } else { Some(x.to_real()) }
+}
+
+fn opt_lin(x: Option<f64>) -> Lin {
+    x.map_or_else(Lin::zero, Lin::real)
+}
+
+/// [`Lin::plus`] on linear reals.
+#[inline]
+fn plus_opt(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (None, y) => y,
+        (x, None) => x,
+        (Some(x), Some(y)) => Some(x + y),
+    }
+}
+
+/// [`Lin::scale`] on linear reals (zero is strong: `0 · x` and `c · 0` are exactly zero).
+#[inline]
+fn scale_opt(c: f64, x: Option<f64>) -> Option<f64> {
+    if c == 0.0 {
+        return None;
+    }
+    x.map(|y| if y == 0.0 { 0.0 } else { c * y })
+}
+
+/// The linear type of `l` where the types of its variables tell it cheaply (within `budget`
+/// nested nodes; let chains are followed to their bodies), else `None`.
+fn lty(l: &LTerm, budget: u32) -> Option<LTy> {
+    use LTermKind as K;
+    if budget == 0 {
+        return None;
+    }
+    let b = budget - 1;
+    let mut l = l;
+    while let K::Let(_, _, body) | K::LinLet(_, _, body) = &l.kind {
+        l = body;
+    }
+    let prod = |t: LTy, first: bool| match t {
+        LTy::Prod(p) | LTy::Sum(p) => Some(if first { p.0.clone() } else { p.1.clone() }),
+        _ => None,
+    };
+    let elem = |t: LTy| match t {
+        LTy::Array(e) => Some((**e).clone()),
+        _ => None,
+    };
+    match &l.kind {
+        K::Var(v) => v.lin_ty().cloned(),
+        K::Zero(t) => Some(t.clone()),
+        K::Plus(x, y) => lty(x, b).or_else(|| lty(y, b)),
+        K::Scale(_, e) => lty(e, b),
+        K::Fst(e) | K::FromLeft(e) => prod(lty(e, b)?, true),
+        K::Snd(e) | K::FromRight(e) => prod(lty(e, b)?, false),
+        K::Index(e, _) | K::Sum(e) => elem(lty(e, b)?),
+        K::Build(_, _, e) | K::OneHot(_, _, e) | K::Replicate(_, e) => Some(LTy::array(lty(e, b)?)),
+        K::App(f, _) => match &f.kind {
+            TermKind::Var(x) => match &x.ty {
+                Ty::LinFun(p) => Some(p.1.clone()),
+                _ => None,
+            },
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// A step of a linear let chain.
 enum Step {
-    Let(PatCode, CFn),
+    Let(Bind),
     LinLet(usize, LFn),
 }
 
@@ -765,23 +1440,479 @@ enum PatCode {
     Pair(Box<PatCode>, Box<PatCode>),
 }
 
+/// The values a pattern binds, with their slots, collected before they are written (when
+/// they are read from the frame itself).
+type Leaves = SmallVec<[(usize, Value); 8]>;
+
 impl PatCode {
     fn bind(&self, v: Value, fr: &mut Frame) {
         match self {
             PatCode::Slot(s) => fr[*s] = v,
             PatCode::Wild => {}
             PatCode::Pair(a, b) => match v {
-                Value::Pair(p) => {
-                    let (x, y) = match Rc::try_unwrap(p) {
-                        Ok(p) => p.into_inner(),
-                        Err(p) => (p.0.clone(), p.1.clone()),
-                    };
-                    a.bind(x, fr);
-                    b.bind(y, fr);
-                }
+                Value::Pair(p) => match Rc::try_unwrap(p) {
+                    Ok(p) => {
+                        let (x, y) = p.into_inner();
+                        a.bind(x, fr);
+                        b.bind(y, fr);
+                    }
+                    Err(p) => {
+                        // Shared: copy only the leaves, not every inner pair on the way.
+                        let mut out = Leaves::new();
+                        a.leaves(&p.0, &mut out);
+                        b.leaves(&p.1, &mut out);
+                        for (s, v) in out {
+                            fr[s] = v;
+                        }
+                    }
+                },
                 other => panic!("internal error: pair pattern on {other}"),
             },
         }
+    }
+
+    /// The values bound by matching `v`, by reference.
+    fn leaves(&self, v: &Value, out: &mut Leaves) {
+        match self {
+            PatCode::Slot(s) => out.push((*s, v.clone())),
+            PatCode::Wild => {}
+            PatCode::Pair(a, b) => {
+                let (x, y) = v.expect_pair();
+                a.leaves(x, out);
+                b.leaves(y, out);
+            }
+        }
+    }
+}
+
+/// A compiled `let` binding.
+enum Bind {
+    /// Evaluate, then match (moving out of uniquely owned pairs).
+    Value(PatCode, CFn),
+    /// Match a pair pattern against a place, by reference.
+    Place(PatCode, Place),
+    /// Match a pattern against a tuple node of an unzipped array's element.
+    Columns(PatCode, ColSite),
+    /// Build an array of tuples unzipped.
+    Unzip(Box<Unzip>),
+}
+
+impl Bind {
+    #[inline]
+    fn run(&self, fr: &mut Frame) -> Result<()> {
+        match self {
+            Bind::Value(p, e) => {
+                let v = e(fr)?;
+                p.bind(v, fr);
+            }
+            Bind::Place(p, place) => {
+                let mut out = Leaves::new();
+                place.read(fr, |g| p.leaves(g.value(), &mut out))?;
+                for (s, v) in out {
+                    fr[s] = v;
+                }
+            }
+            Bind::Columns(p, site) => {
+                let j = site.index(fr)?;
+                let mut out = Leaves::new();
+                column_leaves(p, &site.node, fr, j, &mut out);
+                for (s, v) in out {
+                    fr[s] = v;
+                }
+            }
+            Bind::Unzip(u) => u.run(fr)?,
+        }
+        Ok(())
+    }
+}
+
+/// One step of a [`Place`].
+enum PStep {
+    Fst,
+    Snd,
+    /// `! i`, with the index's code and the position of the indexing node.
+    Index(IFn, Span),
+}
+
+/// A *place*: a variable followed by projections and indexing (`snd (xs ! i)`), read by
+/// reference through the path, so that only the value at its end is copied (or, for a real,
+/// not even that) instead of every intermediate pair and element.
+struct Place {
+    root: usize,
+    /// From the variable outwards.
+    steps: Vec<PStep>,
+    /// How many steps are `Index`.
+    indices: usize,
+}
+
+/// The value at the end of a place: borrowed from the frame, or an element of an unboxed
+/// real array.
+enum Got<'a> {
+    Ref(&'a Value),
+    Real(f64),
+}
+
+impl Got<'_> {
+    fn to_value(&self) -> Value {
+        match self {
+            Got::Ref(v) => (*v).clone(),
+            Got::Real(x) => Value::Real(*x),
+        }
+    }
+
+    fn real(&self) -> f64 {
+        match self {
+            Got::Ref(v) => v.expect_real(),
+            Got::Real(x) => *x,
+        }
+    }
+
+    fn value(&self) -> &Value {
+        match self {
+            Got::Ref(v) => v,
+            Got::Real(x) => panic!("internal error: expected a pair or an array, found {x}"),
+        }
+    }
+}
+
+impl Place {
+    /// Reads the place and passes what is there to `k`.
+    ///
+    /// The reference evaluator evaluates `xs ! i` as `xs`, then `i`, then the indexing. Here the
+    /// indices are evaluated first (they need the frame mutably), then the path is walked.
+    /// Walking the path has no effect but its out-of-range errors, so the order is only
+    /// observable when an index's evaluation fails: then the path up to that index is walked
+    /// first, and an out-of-range error there is the one reported, as it would have come first.
+    #[inline]
+    fn read<R>(&self, fr: &mut Frame, k: impl FnOnce(Got<'_>) -> R) -> Result<R> {
+        let mut ix: SmallVec<[i64; 4]> = SmallVec::new();
+        if self.indices > 0 {
+            for (n, st) in self.steps.iter().enumerate() {
+                if let PStep::Index(i, _) = st {
+                    match i(fr) {
+                        Ok(i) => ix.push(i),
+                        Err(e) => {
+                            self.walk(fr, &ix, n)?;
+                            return Err(e);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(k(self.walk(fr, &ix, self.steps.len())?))
+    }
+
+    /// Walks the first `upto` steps, with the given values of their indices.
+    #[inline]
+    fn walk<'a>(&self, fr: &'a Frame, ix: &[i64], upto: usize) -> Result<Got<'a>> {
+        let mut cur = &fr[self.root];
+        let mut ix = ix.iter();
+        for st in &self.steps[..upto] {
+            cur = match st {
+                PStep::Fst => cur.expect_pair().0,
+                PStep::Snd => cur.expect_pair().1,
+                PStep::Index(_, span) => {
+                    let i = *ix.next().expect("an evaluated index");
+                    let at = |e: Error| e.or_span(*span);
+                    match cur {
+                        Value::RealArray(xs) => {
+                            let j = value::check_index(i, xs.len()).map_err(at)?;
+                            return Ok(Got::Real(xs[j]));
+                        }
+                        Value::Array(xs) => &xs[value::check_index(i, xs.len()).map_err(at)?],
+                        other => panic!("internal error: expected an array, found {other}"),
+                    }
+                }
+            };
+        }
+        Ok(Got::Ref(cur))
+    }
+}
+
+/// The tuple shape of an unzipped array's elements: a leaf is a column, named by a fresh
+/// variable identity (bound in the frame like any variable, so closures capture it).
+enum Shape {
+    Leaf(VarId),
+    Pair(Box<Shape>, Box<Shape>),
+}
+
+impl Shape {
+    fn ids(&self, out: &mut Vec<VarId>) {
+        match self {
+            Shape::Leaf(id) => out.push(*id),
+            Shape::Pair(a, b) => {
+                a.ids(out);
+                b.ids(out);
+            }
+        }
+    }
+
+    /// Some column (they all have the array's length).
+    fn first(&self) -> VarId {
+        match self {
+            Shape::Leaf(id) => *id,
+            Shape::Pair(a, _) => a.first(),
+        }
+    }
+}
+
+/// The shape of a tuple expression (nested pairs), with its leaves in evaluation order.
+fn shape_of<'t>(t: &'t Term, leaves: &mut Vec<&'t Term>) -> Shape {
+    match &t.kind {
+        TermKind::Pair(a, b) => {
+            Shape::Pair(Box::new(shape_of(a, leaves)), Box::new(shape_of(b, leaves)))
+        }
+        _ => {
+            leaves.push(t);
+            Shape::Leaf(VarId::fresh())
+        }
+    }
+}
+
+/// For `\r -> body`: the column `body` reads if it is projections of `r` reaching a leaf.
+fn leaf_of_projection(shape: &Shape, r: &Var, body: &Term) -> Option<VarId> {
+    let mut path = Vec::new();
+    let mut cur = body;
+    loop {
+        cur = match &cur.kind {
+            TermKind::Fst(e) => {
+                path.push(true);
+                e
+            }
+            TermKind::Snd(e) => {
+                path.push(false);
+                e
+            }
+            TermKind::Var(x) if x.id == r.id => break,
+            _ => return None,
+        };
+    }
+    let mut node = shape;
+    for first in path.into_iter().rev() {
+        node = match node {
+            Shape::Pair(a, b) => {
+                if first {
+                    a
+                } else {
+                    b
+                }
+            }
+            Shape::Leaf(_) => return None,
+        };
+    }
+    match node {
+        Shape::Leaf(id) => Some(*id),
+        Shape::Pair(..) => None,
+    }
+}
+
+/// Whether every use of `x` in `scope` can be served from the columns of `shape`: `length x`,
+/// projections and indexing over `x ! j`, and `map` of a projection reaching a leaf.
+fn columns_suffice(x: VarId, shape: &Shape, scope: Child<'_>) -> bool {
+    use TermKind as K;
+    let is_x = |e: &Term| matches!(&e.kind, K::Var(y) if y.id == x);
+    let mut stack = vec![scope];
+    while let Some(c) = stack.pop() {
+        let t = match c {
+            Child::C(t) => t,
+            Child::L(l) => {
+                stack.extend(l.children());
+                continue;
+            }
+        };
+        match &t.kind {
+            K::Var(y) if y.id == x => return false,
+            K::Length(e) if is_x(e) => continue,
+            K::Map(f, e) if is_x(e) => match &f.kind {
+                K::Lam(r, b) if leaf_of_projection(shape, r, b).is_some() => continue,
+                _ => return false,
+            },
+            K::Fst(_) | K::Snd(_) | K::Index(..) => {
+                // A chain over `x ! j`: only the indices are left to check.
+                let mut cur = t;
+                let mut indices = SmallVec::<[&Term; 4]>::new();
+                let mut last_index = false;
+                let over_x = loop {
+                    match &cur.kind {
+                        K::Fst(e) | K::Snd(e) => {
+                            last_index = false;
+                            cur = e;
+                        }
+                        K::Index(e, i) => {
+                            indices.push(i);
+                            last_index = true;
+                            cur = e;
+                        }
+                        K::Var(y) => break y.id == x,
+                        _ => break false,
+                    }
+                };
+                if over_x {
+                    if !last_index {
+                        return false;
+                    }
+                    stack.extend(indices.into_iter().map(Child::C));
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        stack.extend(t.children());
+    }
+    true
+}
+
+/// The column slots of a tuple node of an unzipped array's element, in the current frame.
+enum RtShape {
+    Leaf(usize),
+    Pair(Box<RtShape>, Box<RtShape>),
+}
+
+impl RtShape {
+    /// The element's tuple node at `j` (in range), as a value.
+    fn build(&self, fr: &Frame, j: usize) -> Value {
+        match self {
+            RtShape::Leaf(s) => item(&fr[*s], j),
+            RtShape::Pair(a, b) => Value::pair(a.build(fr, j), b.build(fr, j)),
+        }
+    }
+}
+
+/// What a chain over an unzipped array's element reaches.
+enum ColChain {
+    /// A leaf: a place in its column (which starts by indexing it).
+    Leaf(Place),
+    /// A tuple node.
+    Node(ColSite),
+}
+
+/// A tuple node of element `j` of an unzipped array.
+struct ColSite {
+    j: IFn,
+    /// The indexing node's position.
+    span: Span,
+    /// A column's slot, for the length.
+    len: usize,
+    node: RtShape,
+}
+
+impl ColSite {
+    /// The index, checked against the array's length.
+    fn index(&self, fr: &mut Frame) -> Result<usize> {
+        let j = (self.j)(fr)?;
+        value::check_index(j, fr[self.len].array_len()).map_err(|e| e.or_span(self.span))
+    }
+
+    fn build(&self, fr: &mut Frame) -> Result<Value> {
+        let j = self.index(fr)?;
+        Ok(self.node.build(fr, j))
+    }
+}
+
+/// The values a pattern binds when matched against a tuple node of element `j`.
+fn column_leaves(p: &PatCode, node: &RtShape, fr: &Frame, j: usize, out: &mut Leaves) {
+    match (p, node) {
+        (PatCode::Wild, _) => {}
+        (PatCode::Pair(a, b), RtShape::Pair(l, r)) => {
+            column_leaves(a, l, fr, j, out);
+            column_leaves(b, r, fr, j, out);
+        }
+        (PatCode::Slot(s), node) => out.push((*s, node.build(fr, j))),
+        (PatCode::Pair(..), RtShape::Leaf(c)) => p.leaves(&item(&fr[*c], j), out),
+    }
+}
+
+/// Where an unzipped array's elements come from.
+enum UnzipSrc {
+    /// `build n`, with the position of the `build`.
+    Build(IFn, Span),
+    /// `map` over an array.
+    Map(CFn),
+}
+
+/// `build n (\i -> body)` or `map (\x -> body) xs` whose body ends in a tuple, built as one
+/// array per leaf of the tuple.
+struct Unzip {
+    src: UnzipSrc,
+    /// The loop variable's slot.
+    var: usize,
+    /// The body's let chain, and the tuple's leaves.
+    steps: Vec<Bind>,
+    leaves: Vec<CFn>,
+    /// The columns' slots, one per leaf.
+    cols: Vec<usize>,
+}
+
+impl Unzip {
+    fn run(&self, fr: &mut Frame) -> Result<()> {
+        let mut cols: Vec<Column> = self.leaves.iter().map(|_| Column::Empty).collect();
+        let mut body = |fr: &mut Frame| -> Result<()> {
+            for b in &self.steps {
+                b.run(fr)?;
+            }
+            for (c, leaf) in cols.iter_mut().zip(&self.leaves) {
+                c.push(leaf(fr)?);
+            }
+            Ok(())
+        };
+        match &self.src {
+            UnzipSrc::Build(n, span) => {
+                let n = value::check_len("build", n(fr)?).map_err(|e| e.or_span(*span))?;
+                for k in 0..n {
+                    fr[self.var] = Value::Int(k as i64);
+                    body(fr)?;
+                }
+            }
+            UnzipSrc::Map(xs) => {
+                let xs = xs(fr)?;
+                for k in 0..xs.array_len() {
+                    fr[self.var] = item(&xs, k);
+                    body(fr)?;
+                }
+            }
+        }
+        for (c, &s) in cols.into_iter().zip(&self.cols) {
+            fr[s] = c.finish();
+        }
+        Ok(())
+    }
+}
+
+/// A column being built: unboxed when its first element is a real (as [`collect`] does).
+enum Column {
+    Empty,
+    Reals(Vec<f64>),
+    Values(Vec<Value>),
+}
+
+impl Column {
+    fn push(&mut self, v: Value) {
+        match (&mut *self, v) {
+            (Column::Reals(xs), Value::Real(x)) => xs.push(x),
+            (Column::Values(xs), v) => xs.push(v),
+            (Column::Empty, Value::Real(x)) => *self = Column::Reals(vec![x]),
+            (Column::Empty, v) => *self = Column::Values(vec![v]),
+            (Column::Reals(_), other) => {
+                panic!("internal error: mixed array elements (Real and {other})")
+            }
+        }
+    }
+
+    fn finish(self) -> Value {
+        match self {
+            Column::Empty => Value::reals(Vec::new()),
+            Column::Reals(xs) => Value::reals(xs),
+            Column::Values(xs) => Value::Array(Rc::new(xs)),
+        }
+    }
+}
+
+/// Whether `t` is a `let` (or a `(\x -> b) a`).
+fn is_let(t: &Term) -> bool {
+    match &t.kind {
+        TermKind::Let(..) => true,
+        TermKind::App(f, _) => matches!(f.kind, TermKind::Lam(..)),
+        _ => false,
     }
 }
 
