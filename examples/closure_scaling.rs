@@ -18,7 +18,13 @@
 //! Each time is the median of `--repeat` runs (default 5) after a warm-up. The ratios are what
 //! matters: the engine behind `Code` changes, the *growth* of a ratio with size or depth does not.
 //!
-//! Run: `cargo run --release --example closure_scaling [-- --repeat 5 --only chain,map]`.
+//! Every program is first optimised ([`chad::optimize`]: simplified, its called helper functions
+//! inlined), as `chad bench` does, and all three phases run the optimised program; with
+//! `--as-written`, AD differentiates the program as written (its closures included) and the
+//! primal is the simplified embedding of it, as before the optimisation existed.
+//!
+//! Run: `cargo run --release --example closure_scaling [-- --repeat 5 --only chain,map]
+//! [--as-written]`.
 
 use chad::ad::{Jvp, Vjp};
 use chad::prim::Registry;
@@ -180,6 +186,11 @@ fn ones_like(ty: &Type, v: &Value) -> Value {
 fn measure(family: &str, size: usize, text: &str, args: &[Value], repeat: usize) {
     let prog = chad::source::load(text, &Registry::builtin()).expect("the program checks");
     let entry: Entry = prog.entry(prog.defs.len() - 1);
+    let entry = if std::env::args().any(|a| a == "--as-written") {
+        entry
+    } else {
+        chad::optimize::optimize(&entry)
+    };
     let simplify = chad::simplify::simplify;
     let jvp = Jvp::new(&entry).expect("differentiable").map_body(simplify);
     let vjp = Vjp::new(&entry).expect("differentiable").map_body(simplify);

@@ -4,10 +4,18 @@
 //! A [`Bench`] prepares, once, the three pieces of code the cheap-gradient principle compares
 //! (DESIGN.md §7):
 //!
-//! * the *primal*: the source program embedded in the target language ([`embed::entry`]) and
-//!   simplified, compiled with [`Code::compile`];
-//! * the *forward* derivative: [`Jvp`] with simplified code, run along a fixed tangent;
-//! * the *reverse* derivative: [`Vjp`] with simplified code, run with a fixed output cotangent.
+//! * the *primal*: the source program optimised ([`optimize`]: simplified, its called helper
+//!   functions inlined), embedded in the target language ([`embed::entry`]) and simplified,
+//!   compiled with [`Code::compile`];
+//! * the *forward* derivative: [`Jvp`] of the optimised program with simplified code, run along
+//!   a fixed tangent;
+//! * the *reverse* derivative: [`Vjp`] of the optimised program with simplified code, run with
+//!   a fixed output cotangent.
+//!
+//! Differentiating the optimised program rather than the program as written matters for
+//! higher-order programs: the primal runs first-order once the simplifier has β-reduced its
+//! closures, and so does the derivative of the optimised program, while the derivative of the
+//! program as written carries the closures' tapes (see [`crate::optimize`]).
 //!
 //! All three run on the same engine, so their times are comparable. The tangents and the
 //! cotangent are deterministic pseudo-random values ([`Rng`]) shaped like the arguments and the
@@ -44,6 +52,7 @@ pub mod suite;
 
 use crate::ad::{Jvp, Vjp};
 use crate::error::{Error, ErrorKind, Result};
+use crate::optimize::optimize;
 use crate::simplify::simplify;
 use crate::source::term::Entry;
 use crate::target::embed;
@@ -65,19 +74,24 @@ pub struct Bench {
 }
 
 impl Bench {
-    /// Prepares `entry` at `args`: checks the arguments, builds the primal code (the simplified
-    /// embedding of the source program) and the simplified forward and reverse derivatives (the
-    /// time this takes is [`Bench::compile_s`]), fixes the tangents and runs the primal once to
+    /// Prepares `entry` at `args`: checks the arguments, optimises the program ([`optimize`]),
+    /// builds the primal code (the simplified embedding of the optimised program) and the
+    /// simplified forward and reverse derivatives of the optimised program (the time this takes
+    /// is [`Bench::compile_s`]), fixes the tangents and runs the primal once to
     /// fix an output cotangent of the result's shape. Fails on bad arguments, on entries AD does
     /// not support (higher-order parameters or results, primitives without derivatives) and on
     /// runtime errors of the primal.
     pub fn new(entry: &Entry, args: Vec<Value>) -> Result<Bench> {
         crate::eval::check_args(entry, &args)?;
         let start = Instant::now();
-        let (params, body) = embed::entry(entry);
+        // All three phases run the optimised program (simplified, its called helper functions
+        // inlined: see `crate::optimize`), so the ratios compare derivatives to the primal
+        // they differentiate.
+        let optimized = optimize(entry);
+        let (params, body) = embed::entry(&optimized);
         let primal = Code::compile(&params, &simplify(&body));
-        let jvp = Jvp::new(entry)?.map_body(simplify);
-        let vjp = Vjp::new(entry)?.map_body(simplify);
+        let jvp = Jvp::new(&optimized)?.map_body(simplify);
+        let vjp = Vjp::new(&optimized)?.map_body(simplify);
         jvp.code();
         vjp.code();
         let compile_s = start.elapsed().as_secs_f64();
@@ -105,8 +119,8 @@ impl Bench {
         })
     }
 
-    /// Seconds spent building the primal, forward and reverse code (embedding, AD,
-    /// simplification and compilation).
+    /// Seconds spent building the primal, forward and reverse code (optimisation, embedding,
+    /// AD, simplification and compilation).
     pub fn compile_s(&self) -> f64 {
         self.compile_s
     }

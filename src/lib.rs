@@ -66,6 +66,9 @@
 //! * [`target`]: the target language derivatives are written in: linear types, linear terms, a
 //!   checker enforcing linearity, an evaluator, a printer, the embedding of source terms, and
 //!   [`target::linear`], where linear maps and copowers are abstract types.
+//! * [`optimize`]: the source-to-source pass run before AD: the program simplified and its
+//!   called helper functions inlined, so that AD differentiates the first-order program the
+//!   primal runs.
 //! * [`oracle`]: derivative oracles independent of CHAD, for testing it: a dual-number
 //!   forward-mode evaluator of source terms and central finite differences.
 //! * [`bench`](mod@bench): measuring primal, forward and reverse time on the execution engine (`chad
@@ -82,6 +85,7 @@ pub mod ccc;
 pub mod deep;
 pub mod error;
 pub mod eval;
+pub mod optimize;
 pub mod oracle;
 pub mod prim;
 pub mod random;

@@ -7,6 +7,7 @@ use chad::ad::{self, TypeMaps};
 use chad::bench::Bench;
 use chad::ccc;
 use chad::error::{Error, ErrorKind, Result, Source};
+use chad::optimize::optimize;
 use chad::prim::Registry;
 use chad::simplify::simplify;
 use chad::source::{self, term::Entry, term::Program};
@@ -93,7 +94,8 @@ enum Command {
     },
     /// Time the primal, forward mode and reverse mode of a definition at the given arguments.
     ///
-    /// Each phase runs on the execution engine: the primal is the simplified source program,
+    /// Each phase runs on the execution engine: the primal is the optimised source program
+    /// (simplified, helper functions inlined), forward and reverse mode its derivatives;
     /// forward mode runs one JVP along a fixed pseudo-random tangent, reverse mode one VJP of a
     /// fixed pseudo-random cotangent (1 for a Real result: the gradient). Times are medians of
     /// `--repeat` interleaved rounds after a warm-up.
@@ -121,7 +123,9 @@ enum Command {
         /// Line width for printing.
         #[arg(long, default_value_t = 100)]
         width: usize,
-        /// Show derivative code exactly as the AD functors produce it, without simplification.
+        /// Show derivative code exactly as the AD functors produce it from the program as
+        /// written, without simplification. (By default, derivative code is that of the
+        /// optimised program, simplified, as `grad`, `jvp`, `vjp` and `bench` run it.)
         #[arg(long)]
         no_simplify: bool,
     },
@@ -455,7 +459,7 @@ fn run(cli: Cli) -> CliResult<String> {
         }
         Command::Grad { run, json } => {
             let (src, entry, args) = prepare(&run)?;
-            let vjp = with_source(ad::Vjp::new(&entry), &src)?.map_body(simplify);
+            let vjp = with_source(ad::Vjp::new(&optimize(&entry)), &src)?.map_body(simplify);
             let (value, grads) = with_source(vjp.grad(&args), &src)?;
             Ok(gradient_output(&entry, &value, &grads, json))
         }
@@ -466,7 +470,7 @@ fn run(cli: Cli) -> CliResult<String> {
             json,
         } => {
             let (src, entry, args) = prepare(&run)?;
-            let jvp = with_source(ad::Jvp::new(&entry), &src)?.map_body(simplify);
+            let jvp = with_source(ad::Jvp::new(&optimize(&entry)), &src)?.map_body(simplify);
             let ts = values(
                 &tangents,
                 tangents_file.as_ref(),
@@ -489,7 +493,7 @@ fn run(cli: Cli) -> CliResult<String> {
             json,
         } => {
             let (src, entry, args) = prepare(&run)?;
-            let vjp = with_source(ad::Vjp::new(&entry), &src)?.map_body(simplify);
+            let vjp = with_source(ad::Vjp::new(&optimize(&entry)), &src)?.map_body(simplify);
             let ct_ty = entry.body.ty.tangent().unwrap_or(chad::types::Type::Unit);
             let ct = literal(&cotangent, &ct_ty, "cotangent")?;
             let (value, grads) = with_source(vjp.vjp(&args, &ct), &src)?;
@@ -531,6 +535,10 @@ fn run(cli: Cli) -> CliResult<String> {
                 Stage::Forward | Stage::Reverse => {
                     let entry = prog.entry(index);
                     with_source(ad::check_supported(&entry.body), &src)?;
+                    // Simplified derivative code is the derivative of the optimised program
+                    // (as `grad`, `jvp`, `vjp` and `bench` run it); `--no-simplify` shows the
+                    // raw AD of the program as written.
+                    let entry = if no_simplify { entry } else { optimize(&entry) };
                     let comb = ccc::compile_entry(&entry);
                     let (m, image) = if matches!(stage, Stage::Forward) {
                         let maps = ad::forward::Forward::new();

@@ -51,6 +51,7 @@
 //! ```
 
 mod fuse;
+pub mod inline;
 pub mod occur;
 mod pass;
 mod table;

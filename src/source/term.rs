@@ -306,10 +306,17 @@ impl Term {
     /// A node, typed by the local rule. Panics if the node is ill-typed: callers (the checker,
     /// the generators) only build well-typed terms, so this is an internal invariant.
     pub fn new(kind: TermKind, span: Span) -> Term {
-        match type_of(&kind) {
-            Ok(ty) => Term(Rc::new(Deep::new(Node { kind, ty, span }))),
+        match Term::try_new(kind, span) {
+            Ok(t) => t,
             Err(e) => panic!("internal error: ill-typed core term: {e}"),
         }
+    }
+
+    /// A node, typed by the local rule, or why it is ill-typed (for building terms from
+    /// untrusted input, such as [`crate::target::unembed`] does from target terms).
+    pub fn try_new(kind: TermKind, span: Span) -> Result<Term, String> {
+        let ty = type_of(&kind)?;
+        Ok(Term(Rc::new(Deep::new(Node { kind, ty, span }))))
     }
 
     /// A variable occurrence.

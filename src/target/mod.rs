@@ -11,7 +11,8 @@
 //! * [`eval`]: the reference evaluator (a tree-walking interpreter).
 //! * [`engine`]: the execution engine: terms compiled once, run many times.
 //! * [`mod@print`]: the pretty printer.
-//! * [`embed`]: the embedding of source terms.
+//! * [`embed`]: the embedding of source terms; [`unembed`], its inverse on the Cartesian
+//!   fragment.
 //! * [`testing`]: random linear types, values and maps, and observations of linear values, for
 //!   property tests.
 //! * [`random`]: random well-typed linear terms, for property tests.
@@ -26,6 +27,7 @@ pub mod random;
 pub mod term;
 pub mod testing;
 pub mod types;
+pub mod unembed;
 
 pub use term::{LTerm, Term};
 pub use types::{LTy, Ty};
