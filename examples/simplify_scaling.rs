@@ -6,8 +6,10 @@
 //! times to transform (compile + AD) and to simplify, for reverse and forward mode.
 //!
 //! Run: `cargo run --release --example simplify_scaling [-- --far-back] [--sizes 1000,3000]
-//! [--mode reverse|forward] [--cpu]`. With `--far-back`,
-//! one operand in ten is a variable from anywhere earlier in the program.
+//! [--mode reverse|forward] [--cpu] [--suite]`. With `--far-back`,
+//! one operand in ten is a variable from anywhere earlier in the program. With `--suite`, the
+//! programs are the benchmark suite's `straight_line` family (`bench::programs::straight_line`:
+//! one operand in four is a parameter, so a variable up to n binders back).
 
 use chad::prim::Registry;
 use chad::random::straight_line_ad_source;
@@ -18,6 +20,7 @@ fn main() {
     let far_back = std::env::args().any(|a| a == "--far-back");
     let maps = std::env::args().any(|a| a == "--maps");
     let cpu = std::env::args().any(|a| a == "--cpu");
+    let suite = std::env::args().any(|a| a == "--suite");
     println!(
         "{:<8} {:>5} {:>10} {:>10} {:>8} {:>6} {:>10} {:>10} {:>10}",
         "mode", "n", "raw", "simplified", "simp/n", "passes", "AD ms", "simp ms", "total ms"
@@ -29,7 +32,11 @@ fn main() {
     };
     for &reverse in modes {
         for n in sizes(&[100, 1_000, 10_000]) {
-            let text = straight_line_ad_source(n, 7, far_back, maps);
+            let text = if suite {
+                chad::bench::programs::straight_line(n)
+            } else {
+                straight_line_ad_source(n, 7, far_back, maps)
+            };
             let prog =
                 chad::source::load(&text, &Registry::builtin()).expect("generated programs check");
             let entry = prog.entry(prog.defs.len() - 1);

@@ -28,6 +28,7 @@
 //! F(bang)      = ((), λ̲d. 0)
 //! F(fst)       = (fst x, λ̲d. fst d)                 F(snd) = (snd x, λ̲d. snd d)
 //! F(π)         = (π x, λ̲d. π d)                      (a chain of projections)
+//! F(τ)         = (τ x, λ̲d. τ d)                      (a tuple of chains of projections)
 //! F(⟨f, g⟩)    = let (y, f') = F(f)[x] in let (z, g') = F(g)[x] in ((y, z), λ̲d. (f' • d, g' • d))
 //! F(curry f)   = let h = λb. F(f)[(x, b)] in
 //!                ( λb. let (c, f') = h b in (c, λ̲db. f' • (0, db)),     -- closureTan (h, f')
@@ -66,19 +67,20 @@
 //!
 //! `F(f)[x]` is `f`'s term with its input bound to `x` by a `let` (or directly by the pattern
 //! that receives it), so every subterm is computed once: the output is linear in the size of the
-//! combinator, counting a projection chain `π` by its length (a variable `k` binders away is
-//! `k` nested `fst`s, so a program that keeps using an early variable gets quadratic
-//! derivative code; the simplifier removes this). `if` is `[f, g] ∘ dist ∘ ⟨id, decide c⟩` with
+//! combinator, counting a projection chain `π` by its length (the compiler keeps a variable `k`
+//! binders away O(log k) projections deep, [`crate::ccc::compile`]; `τ`, a tuple of chains,
+//! counts by its chains' total length). `if` is `[f, g] ∘ dist ∘ ⟨id, decide c⟩` with
 //! `Bool = 1 + 1`; `decide`, comparisons and the other discrete primitives have zero
 //! derivatives. The tangent of a sum is on the same side as its primal (`F2(A + B) = F2 A ⊕ F2 B`,
 //! whose `fromLeft` of a right injection is zero).
 
 use super::{
     Lets, Memo, Mor, TypeMaps, apply, case_split, lin_lam, map_proj, map2_images, new_mor,
-    per_element, results, split_args, split_linear, take_branch,
+    path_lterm, path_term, per_element, projs_lterm, projs_term, results, split_args, split_linear,
+    take_branch,
 };
 use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
-use crate::ccc::{Comb, Path, Step, interpret};
+use crate::ccc::{Comb, Path, Projs, interpret};
 use crate::deep::deep;
 use crate::error::{Error, Result, Span};
 use crate::prim::{Derivative, Prim};
@@ -247,21 +249,16 @@ impl Cartesian for Forward {
         // (π x, λ̲d. π d): the same chain of projections on primals and on tangents.
         let cod = path.target(dom).expect("typed combinator");
         new_mor(self, dom, &cod, |x| {
-            let mut p = Term::var(x);
-            for s in path.expanded() {
-                p = match s {
-                    Step::Fst => Term::fst(p),
-                    Step::Snd => Term::snd(p),
-                };
-            }
-            self.combined(dom, p, |mut d| {
-                for s in path.expanded() {
-                    d = match s {
-                        Step::Fst => LTerm::fst(d),
-                        Step::Snd => LTerm::snd(d),
-                    };
-                }
-                d
+            self.combined(dom, path_term(path, Term::var(x)), |d| path_lterm(path, d))
+        })
+    }
+
+    fn tuple(&self, dom: &Type, projs: &Projs) -> Result<Mor> {
+        // (τ x, λ̲d. τ d): the same tuple of projection chains on primals and on tangents.
+        let cod = projs.target(dom).expect("typed combinator");
+        new_mor(self, dom, &cod, |x| {
+            self.combined(dom, projs_term(projs, &Term::var(x)), |d| {
+                projs_lterm(projs, &d)
             })
         })
     }

@@ -29,6 +29,7 @@ pub use check::{check_kernels, check_primitive};
 pub use tangent::{from_tangent, to_tangent};
 
 use crate::ccc;
+use crate::deep::deep;
 use crate::error::{Error, ErrorKind, Result, Span};
 use crate::prim::{Derivative, Prim};
 use crate::source::term::{Entry, Term as STerm, TermKind as SKind};
@@ -263,6 +264,44 @@ fn respan(t: &Term, at: Span) -> Term {
         _ => return t.clone(),
     };
     Term::new(kind, at)
+}
+
+/// `π t`: a chain of projections of a primal.
+pub(crate) fn path_term(path: &ccc::Path, mut t: Term) -> Term {
+    for s in path.expanded() {
+        t = match s {
+            ccc::Step::Fst => Term::fst(t),
+            ccc::Step::Snd => Term::snd(t),
+        };
+    }
+    t
+}
+
+/// `π l`: a chain of projections of a (co)tangent.
+pub(crate) fn path_lterm(path: &ccc::Path, mut l: LTerm) -> LTerm {
+    for s in path.expanded() {
+        l = match s {
+            ccc::Step::Fst => LTerm::fst(l),
+            ccc::Step::Snd => LTerm::snd(l),
+        };
+    }
+    l
+}
+
+/// `τ t` for a tuple of projection chains `τ` (the primal of [`ccc::CombKind::Tuple`]).
+pub(crate) fn projs_term(projs: &ccc::Projs, t: &Term) -> Term {
+    deep(|| match projs {
+        ccc::Projs::Leaf(p) => path_term(p, t.clone()),
+        ccc::Projs::Pair(a, b) => Term::pair(projs_term(a, t), projs_term(b, t)),
+    })
+}
+
+/// `τ l` for a tuple of projection chains `τ`, on (co)tangents.
+pub(crate) fn projs_lterm(projs: &ccc::Projs, l: &LTerm) -> LTerm {
+    deep(|| match projs {
+        ccc::Projs::Leaf(p) => path_lterm(p, l.clone()),
+        ccc::Projs::Pair(a, b) => LTerm::pair(projs_lterm(a, l), projs_lterm(b, l)),
+    })
 }
 
 /// `λa. F(f)[(γ, a)]` (or `R(f)`): the body of a morphism `Γ × A → B` as a function of its

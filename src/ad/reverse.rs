@@ -36,6 +36,8 @@
 //! R(bang)      = ((), λ̲v. 0)
 //! R(fst)       = (fst x, λ̲v. (v, 0))                R(snd) = (snd x, λ̲v. (0, v))
 //! R(π)         = (π x, λ̲v. ι v)                      (ι: the cotangent injected along π)
+//! R(τ)         = (τ x, λ̲v. τᵀ v)       (τ a tuple of chains πᵢ; τᵀ v = Σᵢ ιᵢ (vᵢ), summands
+//!                                        of disjoint chains paired, not added)
 //! R(⟨f, g⟩)    = let (y, f') = R(f)[x] in let (z, g') = R(g)[x] in
 //!                ((y, z), λ̲v. f' • fst v + g' • snd v)
 //! R(curry f)   = let h = λb. R(f)[(x, b)] in
@@ -68,7 +70,10 @@
 //! ```
 //!
 //! As in forward mode, every subterm is computed once; the output is linear in the size of the
-//! combinator, counting a projection chain by its length (`ι v` is as deep as `π`).
+//! combinator, counting a projection chain by its length (`ι v` is as deep as `π`; the
+//! compiler keeps a variable `k` binders away O(log k) projections deep,
+//! [`crate::ccc::compile`]), and a tuple of chains `τ` by their total length (`τᵀ v` is a tree
+//! with one leaf per chain).
 //!
 //! **Sparse cotangents.** Array cotangents are where reverse mode can lose its complexity
 //! (DESIGN.md §7). `onehot n i v` is O(1) (a sparse array, [`crate::target::linear`]), `zipWith`
@@ -79,10 +84,10 @@
 
 use super::{
     Lets, Memo, Mor, TypeMaps, apply, case_split, lin_lam, map_proj, map2_images, new_mor,
-    per_element, results, split_args, take_branch, tuple_linear,
+    per_element, projs_term, results, split_args, take_branch, tuple_linear,
 };
 use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
-use crate::ccc::{Comb, Path, Step, interpret};
+use crate::ccc::{Comb, Path, Projs, Step, interpret};
 use crate::deep::deep;
 use crate::error::{Error, Result, Span};
 use crate::prim::{Derivative, Prim};
@@ -151,6 +156,32 @@ impl Reverse {
         } else {
             LTerm::mk(LTermKind::Inr(self.cotangent(b), l))
         }
+    }
+
+    /// `Σᵢ ιᵢ lᵢ : R2(ty)`: each `lᵢ` injected along its chain of steps `ιᵢ`, zeros beside it.
+    /// Where chains part the sum is a pair of the two sides' sums; only chains that end at the
+    /// same place (or one inside another) are added.
+    fn scatter(&self, ty: &Type, leaves: Vec<(&[Step], LTerm)>) -> LTerm {
+        deep(|| {
+            let mut here: Option<LTerm> = None;
+            let (mut fsts, mut snds) = (Vec::new(), Vec::new());
+            for (path, l) in leaves {
+                match path.split_first() {
+                    None => here = Some(here.map_or(l.clone(), |h| LTerm::plus(h, l))),
+                    Some((Step::Fst, rest)) => fsts.push((rest, l)),
+                    Some((Step::Snd, rest)) => snds.push((rest, l)),
+                }
+            }
+            let inner = (!fsts.is_empty() || !snds.is_empty()).then(|| {
+                let (a, b) = ty.as_prod().expect("typed combinator");
+                LTerm::pair(self.scatter(a, fsts), self.scatter(b, snds))
+            });
+            match (here, inner) {
+                (Some(h), Some(i)) => LTerm::plus(h, i),
+                (Some(l), None) | (None, Some(l)) => l,
+                (None, None) => LTerm::zero(self.cotangent(ty)),
+            }
+        })
     }
 
     /// `(y, λ̲v. lin(v))` with `v : R2(b)`.
@@ -300,6 +331,32 @@ impl Cartesian for Reverse {
             })
         })
     }
+
+    fn tuple(&self, dom: &Type, projs: &Projs) -> Result<Mor> {
+        // (τ x, λ̲v. τᵀ v): each chain's component of v goes where the chain looks.
+        let cod = projs.target(dom).expect("typed combinator");
+        new_mor(self, dom, &cod, |x| {
+            self.combined(&cod, projs_term(projs, &Term::var(x)), |v| {
+                let mut leaves = Vec::new();
+                transpose_leaves(projs, v, &mut leaves);
+                self.scatter(
+                    dom,
+                    leaves.iter().map(|(p, l)| (&p[..], l.clone())).collect(),
+                )
+            })
+        })
+    }
+}
+
+/// The chains of `projs` (expanded) with the component of `v` each one produced.
+fn transpose_leaves(projs: &Projs, v: LTerm, out: &mut Vec<(Vec<Step>, LTerm)>) {
+    deep(|| match projs {
+        Projs::Leaf(p) => out.push((p.expanded().collect(), v)),
+        Projs::Pair(a, b) => {
+            transpose_leaves(a, LTerm::fst(v.clone()), out);
+            transpose_leaves(b, LTerm::snd(v), out);
+        }
+    })
 }
 
 impl Closed for Reverse {

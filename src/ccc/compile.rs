@@ -1,32 +1,48 @@
 //! Compilation of typed terms into combinators (Curien's categorical abstract machine
 //! translation). See `theory-notes/01-free-ccc.md` for a worked example.
 //!
-//! A term `Γ ⊢ t : τ` becomes `⟦t⟧ : ⟦Γ⟧ → τ`, where a context `x1 : A1, ..., xn : An` is the
-//! snoc-list product `⟦Γ⟧ = ((1 × A1) × A2) × ... × An`. A binder that binds a pattern (a tuple
-//! `let`) adds one component holding the whole value; its variables are projection paths into
-//! that component.
+//! A term `Γ ⊢ t : τ` becomes `⟦t⟧ : ⟦Γ⟧ → τ`, where `⟦Γ⟧` is a nested product holding the
+//! values of the binders in scope. The entry point's parameters `x1 : A1, ..., xn : An` are the
+//! snoc-list product `((1 × A1) × A2) × ... × An`. A binder that binds a pattern (a tuple `let`)
+//! adds one component holding the whole value; its variables are projection paths into that
+//! component.
+//!
+//! **Contexts are skew-binary random-access lists** (Okasaki), so that a variable `k` binders
+//! back is a chain of O(log k) projections, not `k` (a snoc-list made the derivative code of a
+//! long program whose lines mention an early variable quadratic: the chain and, in reverse
+//! mode, a `k`-deep tuple of zeros for its cotangent; `theory-notes/06-performance.md`). The
+//! context is a *spine* `(..((1 × t₁) × t₂) .. × tₘ)` of trees, newest outermost; a tree is a
+//! leaf (one binder's value) or `((older, newer), root)` with two trees of equal size. A new
+//! binder is always a leaf, `Γ × A`, so a combinator that receives its context and argument as
+//! a pair (`curry`, `dist`, `map`, `build`) fits as in the snoc-list. Before that, if
+//! `Γ = ((ρ × t₁) × t₂) × a` with `t₁`, `t₂` of equal size and `a` a leaf, the three are merged:
+//! `σ : Γ → ρ × ((t₁ × t₂) × a)`, the tuple of projections `⟨fst³, ⟨⟨snd ∘ fst², snd ∘ fst⟩,
+//! snd⟩⟩` (one [`CombKind::Tuple`] node). Trees therefore have `2ʰ - 1` binders, at most two
+//! trees of the spine have the same size, and the spine has O(log n) trees. The parameters of
+//! the entry point are never merged, so its domain stays the snoc-list ([`context_type`]).
 //!
 //! ```text
-//! ⟦x⟧                   = snd ∘ fstᵏ (then the pattern path)    k = binders after x
+//! ⟦x⟧                   = π_x (the chain to x's binder, then the pattern path)
 //! ⟦c⟧                   = c ∘ bang                                 (literals)
-//! ⟦let p = s in t⟧      = ⟦t⟧ ∘ ⟨id, ⟦s⟧⟩
-//! ⟦\x. t⟧               = curry ⟦t⟧
+//! ⟦let p = s in t⟧      = ⟦t⟧ ∘ ⟨σ, ⟦s⟧⟩                     (σ = id when nothing merges)
+//! ⟦\x. t⟧               = curry (⟦t⟧ ∘ ⟨σ ∘ fst, snd⟩)       (the rearrangement omitted when
+//!                                                            σ = id, here and below)
 //! ⟦f a⟧                 = eval ∘ ⟨⟦f⟧, ⟦a⟧⟩
 //! ⟦(a, b)⟧ / fst / snd  = ⟨⟦a⟧, ⟦b⟧⟩ / fst ∘ ⟦e⟧ / snd ∘ ⟦e⟧
 //! ⟦op(a1, ..., an)⟧     = op ∘ ⟨⟦a1⟧, ⟨..., ⟦an⟧⟩⟩
 //! ⟦inl e⟧               = inl ∘ ⟦e⟧
-//! ⟦case s of inl p → a | inr q → b⟧ = [⟦a⟧, ⟦b⟧] ∘ dist ∘ ⟨id, ⟦s⟧⟩
+//! ⟦case s of inl p → a | inr q → b⟧ = [⟦a⟧ ∘ ⟨σ ∘ fst, snd⟩, ⟦b⟧ ∘ ..] ∘ dist ∘ ⟨id, ⟦s⟧⟩
 //! ⟦if c then a else b⟧  = [⟦a⟧ ∘ fst, ⟦b⟧ ∘ fst] ∘ dist ∘ ⟨id, decide ∘ ⟦c⟧⟩
-//! ⟦map (\x. t) xs⟧      = map(⟦t⟧) ∘ ⟨id, ⟦xs⟧⟩            (the body sees the context)
+//! ⟦map (\x. t) xs⟧      = map(⟦t⟧ ∘ ⟨σ ∘ fst, snd⟩) ∘ ⟨id, ⟦xs⟧⟩   (the body sees the context)
 //! ⟦map f xs⟧            = map(eval) ∘ ⟨⟦f⟧, ⟦xs⟧⟩          (any other function value)
-//! ⟦map2 (\a b. t) xs ys⟧= map2(⟦t⟧ ∘ ⟨⟨fst, fst ∘ snd⟩, snd ∘ snd⟩) ∘ ⟨id, ⟨⟦xs⟧, ⟦ys⟧⟩⟩
-//! ⟦build n (\i. t)⟧     = build(⟦t⟧) ∘ ⟨id, ⟦n⟧⟩
+//! ⟦map2 (\a b. t) xs ys⟧= map2(⟦t⟧' ∘ ⟨⟨σ ∘ fst, fst ∘ snd⟩, snd ∘ snd⟩) ∘ ⟨id, ⟨⟦xs⟧, ⟦ys⟧⟩⟩
+//! ⟦build n (\i. t)⟧     = build(⟦t⟧ ∘ ⟨σ ∘ fst, snd⟩) ∘ ⟨id, ⟦n⟧⟩
 //! ⟦xs ! i⟧ / length / replicate / [e1..en] = index ∘ ⟨⟦xs⟧, ⟦i⟧⟩ / length ∘ ⟦xs⟧ / ...
 //! ```
 //!
 //! A function value passed to `map`, `map2` or `build` is evaluated once, not per element.
 
-use super::{Comb, Path, Step};
+use super::{Comb, CombKind, Path, Projs, Step};
 use crate::deep::deep;
 use crate::error::Span;
 use crate::prim;
@@ -34,6 +50,7 @@ use crate::source::term::{Entry, Lit, Pat, Term, TermKind, Var, VarId};
 use crate::types::Type;
 use smallvec::SmallVec;
 use std::collections::HashMap;
+use std::rc::Rc;
 
 /// The context object `((1 × A1) × A2) × ... × An` of the given variables.
 pub fn context_type(vars: &[Var]) -> Type {
@@ -49,28 +66,82 @@ pub fn compile_entry(entry: &Entry) -> Comb {
 /// Compiles `x1 : A1, ..., xn : An ⊢ t : τ` into `((1 × A1) × ... × An) → τ`.
 pub fn compile(params: &[Var], t: &Term) -> Comb {
     let mut c = Compiler {
-        levels: vec![Type::Unit],
+        levels: vec![Level {
+            ty: Type::Unit,
+            spine: None,
+        }],
         vars: HashMap::new(),
     };
     for p in params {
-        c.push(&Pat::Var(p.clone()));
+        let ext = c.bind(&Pat::Var(p.clone()), true);
+        debug_assert!(ext.is_none(), "parameters are never merged");
     }
     c.term(t)
 }
 
+/// One tree of a context's spine: the values of `size` consecutive binders (`2ʰ - 1` of them),
+/// the newest, binder number `last`, at the root. A leaf is the bound value itself; a node is
+/// `((older, newer), root)` with two trees of equal size.
+struct Tree {
+    size: usize,
+    last: usize,
+    /// A parameter of the entry point: never merged, so the entry's domain is the snoc-list.
+    frozen: bool,
+    ty: Type,
+}
+
+/// A context with at least one binder: `rest × tree` (`ty`), newest tree outermost.
+struct Spine {
+    tree: Tree,
+    ty: Type,
+    rest: Option<Rc<Spine>>,
+}
+
+/// The context after some binders: its object and its spine (`None`: the empty context `1`).
+#[derive(Clone)]
+struct Level {
+    ty: Type,
+    spine: Option<Rc<Spine>>,
+}
+
 struct Compiler {
-    /// `levels[k]` is the context object with `k` binders.
-    levels: Vec<Type>,
-    /// Where each variable lives: its binder's level and its path inside the bound value.
+    /// `levels[k]` is the context with `k` binders.
+    levels: Vec<Level>,
+    /// Where each variable lives: its binder's number and its path inside the bound value.
     vars: HashMap<VarId, (usize, SmallVec<[Step; 4]>)>,
+}
+
+/// The steps from the root of a tree (`size`, newest binder `last`) to binder `b`'s value.
+fn tree_path(mut size: usize, mut last: usize, b: usize, steps: &mut SmallVec<[Step; 4]>) {
+    while size > 1 && b != last {
+        let half = (size - 1) / 2;
+        steps.push(Step::Fst);
+        if b + half < last {
+            // The older subtree: binders `last - size + 1 ..= last - 1 - half`.
+            steps.push(Step::Fst);
+            last -= 1 + half;
+        } else {
+            steps.push(Step::Snd);
+            last -= 1;
+        }
+        size = half;
+    }
+    if size > 1 {
+        steps.push(Step::Snd);
+    }
+    debug_assert_eq!(b, last, "internal error: binder outside its tree");
 }
 
 impl Compiler {
     fn ctx(&self) -> &Type {
-        self.levels.last().expect("at least the empty context")
+        &self.levels.last().expect("at least the empty context").ty
     }
 
-    fn push(&mut self, p: &Pat) {
+    /// Binds the value of pattern `p` as the next binder, a leaf: the context `Γ` becomes
+    /// `Γ' × A`, where `Γ'` is `Γ` or, when `Γ = ((ρ × t₁) × t₂) × a` with `t₁`, `t₂` trees of
+    /// the same size and `a` a leaf, the merged `ρ × ((t₁ × t₂) × a)` (skew-binary merge).
+    /// Returns the rearrangement `σ : Γ → Γ'` (a [`Projs`] tuple), or `None` if `Γ' = Γ`.
+    fn bind(&mut self, p: &Pat, frozen: bool) -> Option<Comb> {
         let level = self.levels.len() - 1;
         fn walk(
             p: &Pat,
@@ -94,8 +165,79 @@ impl Compiler {
             }
         }
         walk(p, &mut SmallVec::new(), level, &mut self.vars);
-        let next = Type::prod(self.ctx().clone(), p.ty());
-        self.levels.push(next);
+        let top = self
+            .levels
+            .last()
+            .expect("at least the empty context")
+            .clone();
+        let mergeable = |n: &Rc<Spine>| !n.tree.frozen;
+        let merge = match &top.spine {
+            Some(a) if !frozen && mergeable(a) => match &a.rest {
+                Some(t2) if mergeable(t2) => match &t2.rest {
+                    Some(t1) if mergeable(t1) && t1.tree.size == t2.tree.size => {
+                        Some((t1.clone(), t2.clone(), a.clone()))
+                    }
+                    _ => None,
+                },
+                _ => None,
+            },
+            _ => None,
+        };
+        let (below, sigma) = match merge {
+            None => (top.clone(), None),
+            Some((t1, t2, a)) => {
+                let rest = t1.rest.clone();
+                let rest_ty = rest.as_ref().map_or(Type::Unit, |r| r.ty.clone());
+                let tree_ty = Type::prod(
+                    Type::prod(t1.tree.ty.clone(), t2.tree.ty.clone()),
+                    a.tree.ty.clone(),
+                );
+                let ty = Type::prod(rest_ty, tree_ty.clone());
+                // ⟨fst³, ⟨⟨snd ∘ fst², snd ∘ fst⟩, snd⟩⟩
+                let projs = Projs::pair(
+                    Projs::leaf(3, &[]),
+                    Projs::pair(
+                        Projs::pair(Projs::leaf(2, &[Step::Snd]), Projs::leaf(1, &[Step::Snd])),
+                        Projs::leaf(0, &[Step::Snd]),
+                    ),
+                );
+                let sigma = Comb::tuple_to(&top.ty, projs, ty.clone());
+                let tree = Tree {
+                    size: 2 * t1.tree.size + 1,
+                    last: a.tree.last,
+                    frozen: false,
+                    ty: tree_ty,
+                };
+                let merged = Rc::new(Spine {
+                    tree,
+                    ty: ty.clone(),
+                    rest,
+                });
+                let below = Level {
+                    ty,
+                    spine: Some(merged),
+                };
+                (below, Some(sigma))
+            }
+        };
+        let a = p.ty();
+        let ty = Type::prod(below.ty.clone(), a.clone());
+        let tree = Tree {
+            size: 1,
+            last: level,
+            frozen,
+            ty: a,
+        };
+        let spine = Rc::new(Spine {
+            tree,
+            ty: ty.clone(),
+            rest: below.spine,
+        });
+        self.levels.push(Level {
+            ty,
+            spine: Some(spine),
+        });
+        sigma
     }
 
     fn pop(&mut self, p: &Pat) {
@@ -105,12 +247,24 @@ impl Compiler {
         self.levels.pop();
     }
 
-    /// Compiles `t` in the context extended by `p`.
+    /// Compiles `t` in the context extended by `p`: a combinator `Γ × A → τ`.
     fn under(&mut self, p: &Pat, t: &Term) -> Comb {
-        self.push(p);
+        let outer = self.ctx().clone();
+        let sigma = self.bind(p, false);
         let c = self.term(t);
         self.pop(p);
-        c
+        match sigma {
+            // ⟨σ ∘ fst, snd⟩ : Γ × A → Γ' × A
+            Some(sigma) => {
+                let CombKind::Tuple(projs) = &sigma.kind else {
+                    unreachable!("a rearrangement is a tuple of projections")
+                };
+                let projs = Projs::pair(projs.after_fst(), Projs::leaf(0, &[Step::Snd]));
+                let (dom, cod) = (Type::prod(outer, p.ty()), c.dom.clone());
+                Comb::compose(c, Comb::tuple_to(&dom, projs, cod))
+            }
+            None => c,
+        }
     }
 
     fn var(&self, v: &Var) -> Comb {
@@ -118,15 +272,23 @@ impl Compiler {
             .vars
             .get(&v.id)
             .unwrap_or_else(|| panic!("internal error: unbound variable {v:?} in compile"));
-        let depth = self.levels.len() - 1;
+        let top = self.levels.last().expect("at least the empty context");
+        // Out along the spine to the tree holding the binder, then down that tree.
+        let mut skip = 0;
+        let mut node = top.spine.as_ref();
+        let tree = loop {
+            let n = node.unwrap_or_else(|| panic!("internal error: {v:?} is not in context"));
+            if n.tree.last + 1 - n.tree.size <= *level {
+                break &n.tree;
+            }
+            skip += 1;
+            node = n.rest.as_ref();
+        };
         let mut steps: SmallVec<[Step; 4]> = SmallVec::new();
         steps.push(Step::Snd);
+        tree_path(tree.size, tree.last, *level, &mut steps);
         steps.extend(inner.iter().copied());
-        let path = Path {
-            skip: depth - 1 - level,
-            steps,
-        };
-        Comb::proj_to(self.ctx(), path, v.ty.clone())
+        Comb::proj_to(self.ctx(), Path { skip, steps }, v.ty.clone())
     }
 
     /// `⟨c1, ⟨c2, ... cn⟩⟩`, or `bang` for none.
@@ -142,7 +304,8 @@ impl Compiler {
         }
     }
 
-    /// `⟨id, c⟩`: extends the context by the value of `c`.
+    /// `⟨id, c⟩`: pairs the context with the value of `c` (for `dist`, `map`, `build`, whose
+    /// combinators take `Γ × A`).
     fn extend(&self, c: Comb) -> Comb {
         Comb::pair(Comb::id(self.ctx()), c)
     }
@@ -179,8 +342,12 @@ impl Compiler {
             }
             K::Let(p, e, b) => {
                 let ec = self.term(e);
-                let ext = self.extend(ec);
-                let bc = self.under(p, b);
+                let g = self.ctx().clone();
+                // ⟨id, s⟩, or ⟨σ, s⟩ when binding rearranges the context.
+                let keep = self.bind(p, false).unwrap_or_else(|| Comb::id(&g));
+                let ext = Comb::pair(keep, ec);
+                let bc = self.term(b);
+                self.pop(p);
                 Comb::compose(bc, ext)
             }
             K::Pair(a, b) => {
@@ -314,10 +481,15 @@ impl Compiler {
                 let px = Pat::Var(x.clone());
                 let h = match &inner.kind {
                     K::Lam(y, body) => {
-                        self.push(&px);
+                        let sigma = self.bind(&px, false);
                         let bodyc = self.under(&Pat::Var(y.clone()), body);
                         self.pop(&px);
-                        Comb::compose(bodyc, Comb::pair(Comb::pair(gf, xa), yb))
+                        let gf = match sigma {
+                            Some(sigma) => Comb::compose(sigma, gf),
+                            None => gf,
+                        };
+                        let gx = Comb::pair(gf, xa);
+                        Comb::compose(bodyc, Comb::pair(gx, yb))
                     }
                     _ => {
                         let gc = self.under(&px, inner);

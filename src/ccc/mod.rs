@@ -19,10 +19,13 @@
 //! array_n : A × (... × A) → Array A              (an array literal of n elements)
 //! ```
 //!
-//! plus one *derived* form, [`CombKind::Proj`]: a chain of projections `π = sₖ ∘ ... ∘ s₁`
+//! plus two *derived* forms: [`CombKind::Proj`], a chain of projections `π = sₖ ∘ ... ∘ s₁`
 //! (each `sᵢ` a `fst` or `snd`) stored as one node, so that a variable deep in a context costs
-//! O(1) space instead of one node per enclosing binder. [`model::Cartesian::proj`] has a default
-//! implementation in terms of `fst`, `snd` and `∘`, so models need not know about it.
+//! O(1) space instead of one node per enclosing binder; and [`CombKind::Tuple`], a tuple of
+//! projection chains `⟨π₁, ⟨π₂, π₃⟩⟩` (any nesting) stored as one node, which is how the
+//! compiler rearranges a context ([`compile`]). [`model::Cartesian::proj`] and
+//! [`model::Cartesian::tuple`] have default implementations in terms of `fst`, `snd`, `⟨-, -⟩`
+//! and `∘`, so models need not know about them.
 //!
 //! Every node stores its domain and codomain. The smart constructors check that the pieces fit
 //! (equality on shared types is O(1)) and panic otherwise: a mis-typed combinator is a bug in
@@ -92,6 +95,50 @@ impl Path {
     }
 }
 
+/// A tuple of projection chains, `⟨π₁, ⟨π₂, π₃⟩⟩` in any nesting: the body of
+/// [`CombKind::Tuple`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Projs {
+    /// One chain.
+    Leaf(Path),
+    /// A pair of tuples.
+    Pair(Box<Projs>, Box<Projs>),
+}
+
+impl Projs {
+    /// `⟨a, b⟩`.
+    pub fn pair(a: Projs, b: Projs) -> Projs {
+        Projs::Pair(Box::new(a), Box::new(b))
+    }
+
+    /// The chain `skip` `fst`s, then `steps`.
+    pub fn leaf(skip: usize, steps: &[Step]) -> Projs {
+        Projs::Leaf(Path {
+            skip,
+            steps: steps.iter().copied().collect(),
+        })
+    }
+
+    /// The same tuple after one more `fst` first (each chain gets a leading `fst`).
+    pub fn after_fst(&self) -> Projs {
+        match self {
+            Projs::Leaf(p) => Projs::Leaf(Path {
+                skip: p.skip + 1,
+                steps: p.steps.clone(),
+            }),
+            Projs::Pair(a, b) => Projs::pair(a.after_fst(), b.after_fst()),
+        }
+    }
+
+    /// The type reached from `dom`, or `None` if a chain does not fit it.
+    pub fn target(&self, dom: &Type) -> Option<Type> {
+        match self {
+            Projs::Leaf(p) => p.target(dom),
+            Projs::Pair(a, b) => Some(Type::prod(a.target(dom)?, b.target(dom)?)),
+        }
+    }
+}
+
 /// The forms of combinators.
 #[derive(Clone)]
 pub enum CombKind {
@@ -109,6 +156,8 @@ pub enum CombKind {
     Pair(Comb, Comb),
     /// A chain of projections (derived form).
     Proj(Path),
+    /// A tuple of chains of projections (derived form).
+    Tuple(Projs),
     /// `curry(f)`
     Curry(Comb),
     /// `eval : (B ⇒ C) × B → C`
@@ -242,6 +291,19 @@ impl Comb {
     pub(crate) fn proj_to(dom: &Type, path: Path, cod: Type) -> Comb {
         debug_assert_eq!(path.target(dom).as_ref(), Some(&cod));
         Comb::node(CombKind::Proj(path), dom.clone(), cod)
+    }
+
+    /// A tuple of projection chains from `dom`. Returns `None` if a chain does not fit.
+    pub fn tuple(dom: &Type, projs: Projs) -> Option<Comb> {
+        let cod = projs.target(dom)?;
+        Some(Comb::node(CombKind::Tuple(projs), dom.clone(), cod))
+    }
+
+    /// A tuple of projection chains whose target type the caller knows (the compiler's
+    /// rearrangements of contexts).
+    pub(crate) fn tuple_to(dom: &Type, projs: Projs, cod: Type) -> Comb {
+        debug_assert_eq!(projs.target(dom).as_ref(), Some(&cod));
+        Comb::node(CombKind::Tuple(projs), dom.clone(), cod)
     }
 
     /// `curry(f) : A → (B ⇒ C)` for `f : A × B → C`.

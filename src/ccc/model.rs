@@ -16,7 +16,7 @@
 //! category); a model applies its own object map where it needs one. Each operation receives
 //! exactly the objects that determine the morphism, e.g. `fst(A, B) : A × B → A`.
 
-use super::{Comb, CombKind, Path, Step};
+use super::{Comb, CombKind, Path, Projs, Step};
 use crate::deep::deep;
 use crate::error::Span;
 use crate::prim::Prim;
@@ -74,6 +74,18 @@ pub trait Cartesian: Category {
             cur = next;
         }
         Ok(acc)
+    }
+
+    /// A tuple of projection chains from `dom`. The default pairs [`Cartesian::proj`]s.
+    fn tuple(&self, dom: &Type, projs: &Projs) -> Result<Self::Mor, Self::Error> {
+        deep(|| match projs {
+            Projs::Leaf(p) => self.proj(dom, p),
+            Projs::Pair(a, b) => {
+                let a = self.tuple(dom, a)?;
+                let b = self.tuple(dom, b)?;
+                self.pair(a, b)
+            }
+        })
     }
 }
 
@@ -231,6 +243,7 @@ pub fn interpret<M: Model>(c: &Comb, m: &M) -> Result<M::Mor, M::Error> {
                 (m.pair(f, g)?, None)
             }
             CombKind::Proj(path) => (m.proj(&c.dom, path)?, None),
+            CombKind::Tuple(projs) => (m.tuple(&c.dom, projs)?, None),
             CombKind::Curry(f) => {
                 let (a, b) = prod(&f.dom);
                 let fm = interpret(f, m)?;

@@ -1100,8 +1100,13 @@ impl Pass<'_> {
         Some((Term::lam(y, body_a), Term::lam(&y2, body_b)))
     }
 
-    /// The term itself if it is an atom; otherwise a fresh variable bound to it.
+    /// The term itself if it is an atom; otherwise a fresh variable bound to it. (Under
+    /// [`deep`]: binding a nested pair recurses through `bind_var` as deep as the pair.)
     fn atomize(&mut self, t: &Term, name: &Rc<str>, ty: &Ty, span: Span) -> Term {
+        deep(|| self.atomize_(t, name, ty, span))
+    }
+
+    fn atomize_(&mut self, t: &Term, name: &Rc<str>, ty: &Ty, span: Span) -> Term {
         if is_atom(t) {
             return t.clone();
         }
@@ -1121,7 +1126,12 @@ impl Pass<'_> {
         self.var(&v, span)
     }
 
+    /// [`Pass::atomize`] for linear terms (under [`deep`]: `bind_lin` recurses through it).
     fn latomize(&mut self, l: &LTerm, name: &Rc<str>, ty: &LTy, span: Span) -> LTerm {
+        deep(|| self.latomize_(l, name, ty, span))
+    }
+
+    fn latomize_(&mut self, l: &LTerm, name: &Rc<str>, ty: &LTy, span: Span) -> LTerm {
         if is_latom(l) {
             return l.clone();
         }

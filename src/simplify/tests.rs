@@ -899,3 +899,43 @@ fn fusion_removes_the_closures_from_ad_output_of_array_programs() {
         assert_eq!(format!("{g0:?}"), format!("{g1:?}"), "{text}");
     }
 }
+
+#[test]
+fn binding_deeply_nested_pairs_does_not_overflow_the_stack() {
+    // `let y = ((..(sin x, sin x)..), sin x) in (y, y)` and, linearly,
+    // `\v ⊸ let lin u = ((..(x * v, x * v)..), x * v) in u + u`: binding a pair whose
+    // components are not atoms gives each component a variable, recursively (atomize and
+    // bind_var, latomize and bind_lin), as deep as the pair. A context cotangent of a long
+    // let chain is such a pair. On a 256 KiB thread.
+    const DEPTH: usize = 20_000;
+    std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(|| {
+            let x = real("x");
+            let (mut e, mut ty) = (prim("sin", vec![v(&x)]), Ty::Real);
+            let d = lin("v");
+            let (mut l, mut lty) = (LTerm::scale(v(&x), lv(&d)), LTy::Real);
+            for _ in 0..DEPTH {
+                e = Term::pair(e, prim("sin", vec![v(&x)]));
+                ty = Ty::prod(ty, Ty::Real);
+                l = LTerm::pair(l, LTerm::scale(v(&x), lv(&d)));
+                lty = LTy::prod(lty, LTy::Real);
+            }
+            let y = Var::fresh("y", ty);
+            let u = Var::linear("u", lty);
+            let t = Term::pair(
+                Term::let_(&y, e, Term::pair(v(&y), v(&y))),
+                Term::lin_lam(&d, LTerm::lin_let(&u, l, LTerm::plus(lv(&u), lv(&u)))),
+            );
+            let size = t.size();
+            let s = simplify(&t);
+            assert!(
+                s.size() > size / 2,
+                "nothing was lost: {} of {size}",
+                s.size()
+            );
+        })
+        .expect("a thread")
+        .join()
+        .expect("no overflow");
+}
