@@ -278,6 +278,11 @@ fn optimised_derivatives_agree_with_raw_derivatives_and_the_dual_number_oracle()
                     .1
             };
             let (g_raw, g_opt) = (vjp(&p.entry), vjp(&opt));
+            // At a singular point (`sqrt 0`, say) reverse mode meets 0 · ∞ where forward mode
+            // may not: the derivative does not exist there, as with non-finite tangents above.
+            if !(g_raw.iter().all(finite) && g_opt.iter().all(finite)) {
+                continue;
+            }
             for (a, b) in g_raw.iter().zip(&g_opt) {
                 assert!(close(a, b, 1e-8), "cotangents {a} {b}\n{}", ctx());
             }
