@@ -23,6 +23,19 @@
 //!   `l`'s only linear variable is `v`. Building a tuple of variables cannot fail, and the
 //!   language is pure. Cost: per element a tuple instead of a closure; per use the closure's
 //!   body, as before.
+//!   Bindings of the element that are cheap to evaluate again (an index of an atom, up to three
+//!   additions, subtractions, multiplications or negations of atoms and such indices; a map's
+//!   parameter, as `xs ! j`) are recomputed at the use instead of stored, when their inputs are
+//!   outside the element, recomputed themselves, or stored anyway: the residual tuple of
+//!   Rosenbrock's derivative shrinks from five reals to none.
+//! * `sndUnused`: an array of pairs whose second components nobody reads keeps only the first
+//!   (`map (\r -> fst r) (build n (\i -> let bs in (a, b))) ~> build n (\i -> let bs in a)`,
+//!   and a let-bound array used only through `map fst`, `fst (rs ! j)` and `length`). What
+//!   closure conversion leaves is often `(a, ())`.
+//! * `caseProj`: `fst (case e of inl p -> a | inr q -> b) ~> case e of inl p -> fst a | inr q ->
+//!   fst b` (and `snd`, `if`, and `let (x, _) = case ..`): a projection commutes with a
+//!   branch. The derivative of a branch is a pair of the value and a linear closure; when only
+//!   the value is used (comparisons inside a loop), no closure is built per evaluation.
 //! * `sumBuildProj`: `fst (lsum (lbuild n (\j -> l))) ~> lsum (lbuild n (\j -> fst l))` (and
 //!   `snd`): `fst` is linear, so it commutes with a sum.
 //! * `sumBuildSplit`: `lsum (lbuild n (\j -> let bs in (l1, l2))) ~> (lsum (lbuild n (\j -> let
@@ -63,6 +76,7 @@ pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usiz
     let mut fired = BTreeMap::new();
     if !(rules.closure_convert
         || rules.snd_unused
+        || rules.case_proj
         || rules.sum_build_proj
         || rules.sum_build_split
         || rules.sum_build_one_hot
@@ -163,6 +177,19 @@ impl Rewrite for Fuse<'_> {
                     let body2 = self.term(&body2);
                     return Term::new(TermKind::Let(Pat::Var(rs2), e3, body2), t.span);
                 }
+                if self.rules.case_proj
+                    && let Pat::Pair(p1, p2) = p
+                    && let Some((first, keep)) = match (&**p1, &**p2) {
+                        (_, Pat::Wild(_)) => Some((true, p1)),
+                        (Pat::Wild(_), _) => Some((false, p2)),
+                        _ => None,
+                    }
+                    && let Some(e3) = project_branches(&e2, first)
+                {
+                    self.fire("caseProj");
+                    let body2 = self.term(body);
+                    return Term::new(TermKind::Let((**keep).clone(), e3, body2), t.span);
+                }
                 let body2 = self.term(body);
                 super::pass::reuse(t, TermKind::Let(p.clone(), e2, body2))
             }
@@ -174,6 +201,27 @@ impl Rewrite for Fuse<'_> {
                         r
                     }
                     None => Term::new(TermKind::Map(f.clone(), xs2), t.span),
+                }
+            }
+            TermKind::Fst(e) | TermKind::Snd(e)
+                if self.rules.case_proj
+                    && matches!(e.kind, TermKind::Case(..) | TermKind::If(..)) =>
+            {
+                let e2 = self.term(e);
+                let first = matches!(t.kind, TermKind::Fst(_));
+                match project_branches(&e2, first) {
+                    Some(r) => {
+                        self.fire("caseProj");
+                        r
+                    }
+                    None => Term::new(
+                        if first {
+                            TermKind::Fst(e2)
+                        } else {
+                            TermKind::Snd(e2)
+                        },
+                        t.span,
+                    ),
                 }
             }
             TermKind::Fst(e) if self.rules.snd_unused && matches!(e.kind, TermKind::Index(..)) => {
@@ -1179,4 +1227,29 @@ impl Rewrite for FstOnly {
     fn linear(&mut self, l: &LTerm) -> LTerm {
         deep(|| l.map_children(self))
     }
+}
+
+// ----- projections of branches -----
+
+/// `caseProj`: `fst (case e of inl p -> a | inr q -> b) ~> case e of inl p -> fst a | inr q ->
+/// fst b` (and `snd`, and `if`); `None` unless `t` is a `case` or an `if`.
+fn project_branches(t: &Term, first: bool) -> Option<Term> {
+    let proj = |x: &Term| {
+        Term::new(
+            if first {
+                TermKind::Fst(x.clone())
+            } else {
+                TermKind::Snd(x.clone())
+            },
+            x.span,
+        )
+    };
+    let kind = match &t.kind {
+        TermKind::Case(e, p, a, q, b) => {
+            TermKind::Case(e.clone(), p.clone(), proj(a), q.clone(), proj(b))
+        }
+        TermKind::If(c, a, b) => TermKind::If(c.clone(), proj(a), proj(b)),
+        _ => return None,
+    };
+    Some(Term::new(kind, t.span))
 }

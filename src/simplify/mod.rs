@@ -195,6 +195,12 @@ rules! {
     /// `fst (rs ! j)` or `length rs`, those become `rs'`, `rs' ! j` and `length rs'` (also for
     /// `map` and `map2`; see [`fuse`]).
     snd_unused = "sndUnused",
+    /// `caseProj`: a projection of a `case` (or `if`) moves into its branches, where `pairProj`
+    /// can resolve it: `fst (case e of inl p -> a | inr q -> b) ~> case e of inl p -> fst a |
+    /// inr q -> fst b`, and `let (x, _) = case .. in e ~> let x = fst (case ..) in e` first
+    /// (see [`fuse`]). The derivative of an `if` pairs each branch's value with its derivative;
+    /// when only the value is used, no linear closure is built per evaluation.
+    case_proj = "caseProj",
     /// `sumBuildProj`: `fst (lsum (lbuild n (\j -> l))) ~> lsum (lbuild n (\j -> fst l))` (and
     /// `snd`).
     sum_build_proj = "sumBuildProj",

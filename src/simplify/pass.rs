@@ -52,8 +52,9 @@ pub(super) struct Outcome {
     pub(super) fired: BTreeMap<&'static str, usize>,
     /// Whether another pass might fire a rule on the output (if not, it is a fixed point).
     pub(super) dirty: bool,
-    /// Whether the output may hold the array forms the fusion rules rewrite (`build`, `map`,
-    /// `map2`, `lsum`, `lbuild`, `onehot`): if not, [`super::fuse`] has nothing to do.
+    /// Whether the output may hold the forms the fusion rules rewrite (`build`, `map`, `map2`,
+    /// `lsum`, `lbuild`, `onehot`, and `case`/`if` for `caseProj`): if not, [`super::fuse`] has
+    /// nothing to do.
     pub(super) arrays: bool,
 }
 
@@ -1287,6 +1288,7 @@ impl Pass<'_> {
                 self.snd(e2, span)
             }
             K::If(c, a, b) => {
+                self.arrays = true;
                 let c2 = self.c(c);
                 if self.rules.case_known
                     && let K::Lit(Lit::Bool(v)) = c2.kind
@@ -1300,6 +1302,7 @@ impl Pass<'_> {
             K::Inl(e, ty) => mk(K::Inl(self.c(e), ty.clone())),
             K::Inr(ty, e) => mk(K::Inr(ty.clone(), self.c(e))),
             K::Case(e, p, a, q, b) => {
+                self.arrays = true;
                 let e2 = self.c(e);
                 if self.rules.case_known {
                     let known = match &e2.kind {

@@ -342,6 +342,61 @@ fn dead_let_removes_chains_in_one_pass_and_case_known_picks_a_branch() {
 }
 
 #[test]
+fn case_proj_moves_projections_into_branches() {
+    let x = real("x");
+    let (y, z) = (real("y"), real("z"));
+    let dl = |k: f64| dlam(|d| LTerm::scale(Term::real(k), lv(d)));
+    // let (y, _) = if x > 0 then (x * 2, λ̲v. 2 v) else (0, λ̲v. 0 v) in y + 1: the closures go.
+    let branches = Term::mk(TermKind::If(
+        prim("gt", vec![v(&x), Term::real(0.0)]),
+        Term::pair(prim("mul", vec![v(&x), Term::real(2.0)]), dl(2.0)),
+        Term::pair(Term::real(0.0), dl(0.0)),
+    ));
+    let wild = Pat::Wild(branches_ty());
+    let t = Term::mk(TermKind::Let(
+        Pat::Pair(Box::new(Pat::Var(y.clone())), Box::new(wild)),
+        branches.clone(),
+        prim("add", vec![v(&y), Term::real(1.0)]),
+    ));
+    let (on, off) = both(&t, &x, "caseProj");
+    assert_eq!(on, "(if x > 0.0 then x * 2.0 else 0.0) + 1.0");
+    assert!(off.contains('⊸'), "{off}");
+    // snd (case inr x of inl a -> (a, a) | inr b -> (b, b * 3)): the case stays (caseKnown is
+    // what resolves a known scrutinee; with it off the projection still moves in).
+    let (a, b) = (real("a"), real("b"));
+    let t = Term::snd(Term::mk(TermKind::Case(
+        Term::mk(TermKind::Inr(Ty::Real, v(&x))),
+        Pat::Var(a.clone()),
+        Term::pair(v(&a), v(&a)),
+        Pat::Var(b.clone()),
+        Term::pair(v(&b), prim("mul", vec![v(&b), Term::real(3.0)])),
+    )));
+    let (s, stats) = simplify_with(&t, &Rules::all().without("caseKnown"));
+    assert!(stats.fired.contains_key("caseProj"), "{stats:?}");
+    assert_eq!(
+        flat(&s.to_string()),
+        "case inr x of inl a -> a | inr b -> b * 3.0"
+    );
+    // Both components used: nothing moves.
+    let t = Term::mk(TermKind::Let(
+        Pat::Pair(Box::new(Pat::Var(y.clone())), Box::new(Pat::Var(z.clone()))),
+        Term::mk(TermKind::If(
+            prim("gt", vec![v(&x), Term::real(0.0)]),
+            Term::pair(v(&x), Term::real(1.0)),
+            Term::pair(Term::real(0.0), v(&x)),
+        )),
+        prim("add", vec![v(&y), v(&z)]),
+    ));
+    let (_, stats) = simplify_with(&t, &Rules::all());
+    assert!(!stats.fired.contains_key("caseProj"), "{stats:?}");
+}
+
+/// The type of the branches in [`case_proj_moves_projections_into_branches`]'s second component.
+fn branches_ty() -> Ty {
+    Ty::lin_fun(LTy::Real, LTy::Real)
+}
+
+#[test]
 fn let_lam_pair_split_serves_each_half_separately() {
     let (x, z) = (real("x"), real("z"));
     let fty = Ty::fun(Ty::Real, Ty::prod(Ty::Real, Ty::Real));
