@@ -772,6 +772,14 @@ impl Compiler {
                     body,
                 });
                 let outer: Vec<usize> = caps.iter().map(|c| c.1).collect();
+                if outer.is_empty() {
+                    // A closed λ is one value: made once, shared by every evaluation.
+                    let v = Value::Closure(Rc::new(EngineClosure {
+                        code,
+                        env: Env::new(),
+                    }));
+                    return Box::new(move |_| Ok(v.clone()));
+                }
                 Box::new(move |fr| {
                     Ok(Value::Closure(Rc::new(EngineClosure {
                         code: code.clone(),
@@ -979,6 +987,14 @@ impl Compiler {
                     name: v.name.clone(),
                 });
                 let outer: Vec<usize> = caps.iter().map(|c| c.1).collect();
+                if outer.is_empty() {
+                    // A closed λ̲ (`\v ⊸ 0` in a branch's derivative) is made once.
+                    let v = Value::LinFun(LinFun::new(EngineLinear {
+                        code,
+                        env: Env::new(),
+                    }));
+                    return Box::new(move |_| Ok(v.clone()));
+                }
                 Box::new(move |fr| {
                     Ok(Value::LinFun(LinFun::new(EngineLinear {
                         code: code.clone(),
