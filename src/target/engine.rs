@@ -34,6 +34,19 @@
 //!   with a slot of its own, captured by closures like any variable): the loop allocates no
 //!   pairs, `snd (rs ! i)` reads leaves from columns, and a tuple node is rebuilt only where a
 //!   use needs it as a value. Any other use keeps the array zipped.
+//! * **Linear accumulation.** `lsum (lbuild n (\i -> l))` where `l` is built from pairs or
+//!   one-hots (a tree of `+`, `let`, `let lin` and linear pairs) keeps one accumulator per
+//!   leaf of the pair structure ([`LShape`]): a one-hot `onehot m j x` is added at `j` in
+//!   place ([`Lin::add_one_hot_in_place`]; no array is allocated per element), and a leaf with
+//!   no one-hot gets the leaf's value computed exactly as [`Lin::plus`] on whole values would
+//!   (a `+` over pairs adds leafwise through scratch slots), then added in. Errors come in the
+//!   reference evaluator's order. The only difference is where two one-hots of one element hit
+//!   the same index: their contributions are added into the accumulator one by one, which the
+//!   reference evaluator itself does or not depending on its sparse/dense representation.
+//! * **Unzipped linear arrays.** `let lin cs = lbuild n (\i -> (.., ..))` whose every use
+//!   sums it (`fst (lsum cs)`), indexes it or maps a leaf out (`lmap (\p ⊸ snd p) cs`) is
+//!   stored as one linear array per leaf (no pair per element; a leaf that is always `0`
+//!   stores nothing); `lbuild` of linear reals builds its unboxed array directly.
 //! * **Moves.** A variable used exactly once, not inside a loop or closure body relative to its
 //!   binding, is moved out of its slot rather than copied, so a uniquely owned linear value
 //!   (a sparse cotangent accumulator) stays uniquely owned and [`Lin::plus`] can update it in
