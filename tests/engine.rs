@@ -26,7 +26,7 @@ use chad::target::engine::Code;
 use chad::target::eval::{Env, eval};
 use chad::target::linear::Lin;
 use chad::target::random::{linear_map, small_lty};
-use chad::target::term::{Term, TermKind as K, Var};
+use chad::target::term::{LTerm, LTermKind as L, Term, TermKind as K, Var};
 use chad::target::testing::{approx_eq, lin, observe, probes};
 use chad::target::{LTy, Ty};
 use chad::value::Value;
@@ -330,7 +330,7 @@ fn length(xs: Term) -> Term {
 /// unboxed linear reals) and, last, a use of the whole array (which keeps it zipped).
 /// Element shape: `(a, (sin a, (xs, (a, c))))`, the last leaf a pair-valued variable.
 fn tuple_use(u: usize, rs: &Var, xs: &Var, j: &Var, k: &Var) -> Term {
-    use chad::target::term::{LTerm, LTermKind as L, Pat};
+    use chad::target::term::Pat;
     let r = || Term::var(rs);
     let at = |i: &Var, pos| idx(r(), Term::var(i), pos);
     let fresh = |name: &str, ty: Ty| Var::fresh(name, ty);
@@ -537,6 +537,292 @@ fn unzipped_arrays_places_and_unboxed_code_agree_with_the_reference_evaluator() 
             let engine = Code::compile(&params, &t).run(&args);
             let probes = [Lin::zero(), Lin::real(1.5), Lin::real(0.0), Lin::real(c)];
             same_exactly(&reference, &engine, &probes).map_err(TestCaseError::fail)
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+// ----- linear accumulation: one-hots summed in place, unzipped linear arrays -----
+
+/// Random linear terms of the shapes the engine accumulates in place, read from a list of
+/// choices: `lsum (lbuild n (\i -> body))` whose body is a sum tree (under lets, linear lets
+/// and pairs) of one-hots, reals, zeros, linear variables of pair type and other arrays; and
+/// `let lin cs = lbuild n (\i -> pairs) in uses` with uses that sum, index or map a leaf
+/// out (the unzipped form) or need the whole array (the zipped one). Lengths and indices
+/// come from parameters, so length and range errors occur, at their own positions.
+struct LinGen<'a> {
+    choices: &'a [u8],
+    pos: usize,
+    /// Parameters: `xs : Array Real`, `c : Real`, `j, k, m : Int`; the linear variable `v : Real`.
+    xs: Var,
+    c: Var,
+    j: Var,
+    k: Var,
+    m: Var,
+    v: Var,
+    /// Source positions handed out to nodes that can fail.
+    next_pos: u32,
+}
+
+impl LinGen<'_> {
+    fn pick(&mut self, n: usize) -> usize {
+        // Past the end of the choices, a fixed pseudo-random sequence.
+        let c = self.choices.get(self.pos).map_or_else(
+            || (self.pos as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40,
+            |&c| c as u64,
+        ) as usize;
+        self.pos += 1;
+        c % n
+    }
+
+    fn span(&mut self) -> chad::error::Span {
+        self.next_pos += 2;
+        chad::error::Span {
+            start: self.next_pos,
+            end: self.next_pos + 1,
+        }
+    }
+
+    fn int(&mut self, i: &Var) -> Term {
+        let one = Term::lit(chad::target::term::Lit::Int(1));
+        match self.pick(5) {
+            0 | 1 => Term::var(i),
+            2 => call("iadd", vec![Term::var(i), one]),
+            3 => Term::var(&self.j),
+            _ => Term::var(&self.k),
+        }
+    }
+
+    fn len(&mut self) -> Term {
+        match self.pick(4) {
+            0 => Term::var(&self.m),
+            _ => length(Term::var(&self.xs)),
+        }
+    }
+
+    fn scalar(&mut self, i: &Var) -> Term {
+        match self.pick(4) {
+            0 => Term::var(&self.c),
+            1 => Term::lit(chad::target::term::Lit::Real(0.0)),
+            _ => {
+                let (ix, pos) = (self.int(i), self.span().start);
+                idx(Term::var(&self.xs), ix, pos)
+            }
+        }
+    }
+
+    /// A term of type Real, linear in `v` (and in `w : Real` if given).
+    fn real(&mut self, i: &Var, w: Option<&Var>, depth: u32) -> LTerm {
+        match self.pick(if depth == 0 { 3 } else { 5 }) {
+            0 => LTerm::zero(LTy::Real),
+            1 => {
+                let s = self.scalar(i);
+                LTerm::scale(s, LTerm::var(&self.v))
+            }
+            2 => LTerm::var(w.unwrap_or(&self.v)),
+            3 => LTerm::plus(self.real(i, w, depth - 1), self.real(i, w, depth - 1)),
+            _ => {
+                let s = self.scalar(i);
+                LTerm::scale(s, self.real(i, w, depth - 1))
+            }
+        }
+    }
+
+    /// A term of type `Array Real`.
+    fn array(&mut self, i: &Var, w: Option<&Var>, depth: u32) -> LTerm {
+        match self.pick(if depth == 0 { 3 } else { 7 }) {
+            0 => LTerm::zero(LTy::array(LTy::Real)),
+            1 | 2 => {
+                let (n, ix) = (self.len(), self.int(i));
+                let e = self.real(i, w, 1);
+                let span = self.span();
+                LTerm::new(L::OneHot(n, ix, e), span)
+            }
+            3 | 4 => LTerm::plus(self.array(i, w, depth - 1), self.array(i, w, depth - 1)),
+            5 => {
+                // A dense array among the one-hots.
+                let q = Var::fresh("q", Ty::Int);
+                let s = self.scalar(&q);
+                let n = self.len();
+                let span = self.span();
+                LTerm::new(L::Build(n, q, LTerm::scale(s, LTerm::var(&self.v))), span)
+            }
+            _ => {
+                let s = self.scalar(i);
+                LTerm::scale(s, self.array(i, w, depth - 1))
+            }
+        }
+    }
+
+    /// A body of type `body_ty(kind)`: `Array Real`, `(Array Real, Real)` or
+    /// `((Real, Array Real), Real)`, with lets around it.
+    fn body(&mut self, kind: usize, i: &Var, p: &Var, depth: u32) -> LTerm {
+        let w = Var::linear("w", LTy::Real);
+        let inner = match self.pick(if depth == 0 { 2 } else { 4 }) {
+            0 | 1 => self.literal(kind, i, Some(&w), depth),
+            2 => LTerm::plus(
+                self.body(kind, i, p, depth - 1),
+                self.body(kind, i, p, depth - 1),
+            ),
+            _ if kind > 0 => LTerm::plus(LTerm::var(p), self.body(kind, i, p, depth - 1)),
+            _ => LTerm::zero(body_ty(kind)),
+        };
+        let wv = self.real(i, None, 1);
+        let body = LTerm::lin_let(&w, wv, inner);
+        match self.pick(3) {
+            0 => {
+                let x = Var::fresh("x", Ty::Real);
+                let s = self.scalar(i);
+                LTerm::let_(&x, s, body)
+            }
+            _ => body,
+        }
+    }
+
+    fn literal(&mut self, kind: usize, i: &Var, w: Option<&Var>, depth: u32) -> LTerm {
+        match kind {
+            0 => self.array(i, w, depth),
+            1 => LTerm::pair(self.array(i, w, depth), self.real(i, w, depth)),
+            _ => LTerm::pair(
+                LTerm::pair(self.real(i, w, depth), self.array(i, w, depth)),
+                self.real(i, w, depth),
+            ),
+        }
+    }
+
+    /// `\v ⊸ ..` of type `Real ⊸ body_ty(kind)` or of the uses' type.
+    fn term(&mut self) -> (LTy, Term) {
+        let kind = self.pick(3);
+        let i = Var::fresh("i", Ty::Int);
+        let p = Var::linear("p", body_ty(kind));
+        let pv = if kind == 0 {
+            LTerm::zero(body_ty(kind))
+        } else {
+            let j = self.j.clone();
+            self.literal(kind, &j, None, 1)
+        };
+        // The uses first, so that they do not all fall on the default choices.
+        let cs = Var::linear("cs", LTy::array(body_ty(kind)));
+        let summed = self.pick(2) == 0;
+        let mut uses = Vec::new();
+        if !summed {
+            for _ in 0..1 + self.pick(3) {
+                uses.push(self.array_use(kind, &cs));
+            }
+        }
+        let n = self.len();
+        let body = self.body(kind, &i, &p, 2);
+        let span = self.span();
+        let build = LTerm::new(L::Build(n, i, body), span);
+        let (ty, l) = if summed {
+            (body_ty(kind), LTerm::mk(L::Sum(build)))
+        } else {
+            let (ty, l) = uses
+                .into_iter()
+                .reduce(|(ta, a), (tb, b)| (LTy::prod(ta, tb), LTerm::pair(a, b)))
+                .expect("a use");
+            (ty, LTerm::lin_let(&cs, build, l))
+        };
+        (
+            ty,
+            Term::lin_lam(&self.v, LTerm::lin_let(&p, pv.clone(), l)),
+        )
+    }
+
+    /// A use of the linear array `cs` of elements of type `body_ty(kind)`.
+    fn array_use(&mut self, kind: usize, cs: &Var) -> (LTy, LTerm) {
+        let ty = body_ty(kind);
+        let proj = |ty: &LTy, fst: bool| match ty {
+            LTy::Prod(p) => Some(if fst { p.0.clone() } else { p.1.clone() }),
+            _ => None,
+        };
+        // A projection path into the element type.
+        let mut path = Vec::new();
+        let mut t = ty.clone();
+        while self.pick(3) > 0 {
+            let fst = self.pick(2) == 0;
+            match proj(&t, fst) {
+                Some(u) => {
+                    t = u;
+                    path.push(fst);
+                }
+                None => break,
+            }
+        }
+        let project = |mut l: LTerm| {
+            for &fst in &path {
+                l = if fst { LTerm::fst(l) } else { LTerm::snd(l) };
+            }
+            l
+        };
+        match self.pick(4) {
+            0 => (t, project(LTerm::mk(L::Sum(LTerm::var(cs))))),
+            1 => {
+                let ix = Term::var(&self.k);
+                (t, project(LTerm::mk(L::Index(LTerm::var(cs), ix))))
+            }
+            2 => {
+                let q = Var::linear("q", ty.clone());
+                let f = Term::lin_lam(&q, project(LTerm::var(&q)));
+                (LTy::array(t), LTerm::mk(L::Map(f, LTerm::var(cs))))
+            }
+            _ => (LTy::array(ty), LTerm::var(cs)),
+        }
+    }
+}
+
+fn body_ty(kind: usize) -> LTy {
+    let arr = LTy::array(LTy::Real);
+    match kind {
+        0 => arr,
+        1 => LTy::prod(arr, LTy::Real),
+        _ => LTy::prod(LTy::prod(LTy::Real, arr), LTy::Real),
+    }
+}
+
+#[test]
+fn linear_accumulation_and_unzipped_linear_arrays_agree_with_the_reference_evaluator() {
+    let strategy = (
+        proptest::collection::vec(any::<u8>(), 0..120),
+        proptest::collection::vec(-2.0..2.0f64, 0..5),
+        -2.0..2.0f64,
+        (-1i64..6, -1i64..6, -1i64..7),
+        any::<u64>(),
+    );
+    common::runner(common::cases(1500))
+        .run(&strategy, |(choices, xs, c, (j, k, m), seed)| {
+            let mut g = LinGen {
+                choices: &choices,
+                pos: 0,
+                xs: Var::fresh("xs", Ty::array(Ty::Real)),
+                c: Var::fresh("c", Ty::Real),
+                j: Var::fresh("j", Ty::Int),
+                k: Var::fresh("k", Ty::Int),
+                m: Var::fresh("m", Ty::Int),
+                v: Var::linear("v", LTy::Real),
+                next_pos: 0,
+            };
+            let (ty, t) = g.term();
+            let params = [g.xs, g.c, g.j, g.k, g.m];
+            let args = [
+                reals(&xs),
+                Value::Real(c),
+                Value::Int(j),
+                Value::Int(k),
+                Value::Int(m),
+            ];
+            let mut env = Env::new();
+            for (p, a) in params.iter().zip(&args) {
+                env = env.update(p.id, a.clone());
+            }
+            let reference = eval(&t, &env);
+            let engine = Code::compile(&params, &t).run(&args);
+            for x in [Lin::zero(), Lin::real(1.5), Lin::real(c)] {
+                let apply =
+                    |r: &chad::Result<Value>| r.clone().and_then(|f| f.expect_lin_fun().apply(&x));
+                same_lin(&ty, &apply(&reference), &apply(&engine), seed)
+                    .map_err(|e| TestCaseError::fail(format!("at {x:?}: {e}\nin {t}")))?;
+            }
+            Ok(())
         })
         .unwrap_or_else(|e| panic!("{e}"));
 }

@@ -34,6 +34,19 @@
 //!   with a slot of its own, captured by closures like any variable): the loop allocates no
 //!   pairs, `snd (rs ! i)` reads leaves from columns, and a tuple node is rebuilt only where a
 //!   use needs it as a value. Any other use keeps the array zipped.
+//! * **Linear accumulation.** `lsum (lbuild n (\i -> l))` where `l` is built from pairs or
+//!   one-hots (a tree of `+`, `let`, `let lin` and linear pairs) keeps one accumulator per
+//!   leaf of the pair structure ([`LShape`]): a one-hot `onehot m j x` is added at `j` in
+//!   place ([`Lin::add_one_hot_in_place`]; no array is allocated per element), and a leaf with
+//!   no one-hot gets the leaf's value computed exactly as [`Lin::plus`] on whole values would
+//!   (a `+` over pairs adds leafwise through scratch slots), then added in. Errors come in the
+//!   reference evaluator's order. The only difference is where two one-hots of one element hit
+//!   the same index: their contributions are added into the accumulator one by one, which the
+//!   reference evaluator itself does or not depending on its sparse/dense representation.
+//! * **Unzipped linear arrays.** `let lin cs = lbuild n (\i -> (.., ..))` whose every use
+//!   sums it (`fst (lsum cs)`), indexes it or maps a leaf out (`lmap (\p ⊸ snd p) cs`) is
+//!   stored as one linear array per leaf (no pair per element; a leaf that is always `0`
+//!   stores nothing); `lbuild` of linear reals builds its unboxed array directly.
 //! * **Moves.** A variable used exactly once, not inside a loop or closure body relative to its
 //!   binding, is moved out of its slot rather than copied, so a uniquely owned linear value
 //!   (a sparse cotangent accumulator) stays uniquely owned and [`Lin::plus`] can update it in
@@ -128,6 +141,8 @@ struct Compiler {
     uses: FxHashMap<VarId, u32>,
     /// Arrays of tuples stored as one array per component (see [`Compiler::unzip`]).
     unzipped: FxHashMap<VarId, Rc<Shape>>,
+    /// Linear arrays stored as one linear array per leaf (see [`Compiler::lin_unzip`]).
+    lin_unzipped: FxHashMap<VarId, LinCols>,
 }
 
 impl Compiler {
@@ -138,6 +153,7 @@ impl Compiler {
             funs: Vec::new(),
             uses,
             unzipped: FxHashMap::default(),
+            lin_unzipped: FxHashMap::default(),
         }
     }
 
@@ -632,6 +648,9 @@ impl Compiler {
     }
 
     fn linear(&mut self, l: &LTerm) -> LFn {
+        if let Some(f) = self.lin_column_use(l) {
+            return f;
+        }
         if matches!(lty(l, 32), Some(LTy::Real)) {
             let r = self.lin_real(l);
             return Box::new(move |fr| Ok(opt_lin(r(fr)?)));
@@ -642,12 +661,14 @@ impl Compiler {
     /// A linear term of type Real, compiled to give the number unboxed (`None` for zero):
     /// variables, zero, sums, scaling, indexing and `lsum (lbuild ..)` loops build no [`Lin`].
     fn lin_real(&mut self, l: &LTerm) -> LRFn {
+        if let Some(f) = self.lin_column_use(l) {
+            return Box::new(move |fr| Ok(lin_opt(&f(fr)?)));
+        }
         deep(|| self.lin_real_node(l))
     }
 
     fn lin_real_node(&mut self, l: &LTerm) -> LRFn {
         use LTermKind as K;
-        let span = l.span;
         match &l.kind {
             K::Var(v) => {
                 let (s, _) = self.read(v);
@@ -685,7 +706,9 @@ impl Compiler {
                 let K::Build(n, i, body) = &e.kind else {
                     unreachable!()
                 };
-                // lsum (lbuild n (\i -> l)): accumulate, without building the array.
+                // lsum (lbuild n (\i -> l)): accumulate, without building the array. A length
+                // error is the lbuild's, at its position.
+                let span = e.span;
                 let n = self.int(n);
                 let (s, body) = self.in_loop(|c| (c.bind(i), c.lin_real(body)));
                 Box::new(move |fr| {
@@ -725,6 +748,11 @@ impl Compiler {
                     cur = body;
                 }
                 K::LinLet(u, l1, body) => {
+                    if let Some(step) = self.lin_unzip(u, l1, body) {
+                        steps.push(step);
+                        cur = body;
+                        continue;
+                    }
                     let l1 = self.linear(l1);
                     steps.push(Step::LinLet(self.bind(u), l1));
                     cur = body;
@@ -1289,11 +1317,16 @@ impl Compiler {
             }
             K::Sum(e) => {
                 if let K::Build(n, i, body) = &e.kind {
+                    // A length error is the lbuild's, at its position.
+                    let span = e.span;
+                    if let Some(f) = self.lin_sum_build(n, i, body, span) {
+                        return f;
+                    }
                     // lsum (lbuild n (\i -> l)): accumulate, without building the array.
                     let n = self.int(n);
                     let (s, body) = self.in_loop(|c| (c.bind(i), c.linear(body)));
                     return Box::new(move |fr| {
-                        let n = value::check_len("lbuild", n(fr)?).map_err(at)?;
+                        let n = value::check_len("lbuild", n(fr)?).map_err(|e| e.or_span(span))?;
                         let mut acc = Lin::zero();
                         for k in 0..n {
                             fr[s] = Value::Int(k as i64);
@@ -1341,6 +1374,18 @@ impl Compiler {
                     e(fr)?.map(&f).map_err(at)
                 })
             }
+            K::Build(n, i, body) if matches!(lty(body, 32), Some(LTy::Real)) => {
+                // Elements of type Real: computed unboxed, stored unboxed.
+                let n = self.int(n);
+                let (s, body) = self.in_loop(|c| (c.bind(i), c.lin_real(body)));
+                Box::new(move |fr| {
+                    let n = value::check_len("lbuild", n(fr)?).map_err(at)?;
+                    Lin::build_reals(n, |k| {
+                        fr[s] = Value::Int(k as i64);
+                        body(fr)
+                    })
+                })
+            }
             K::Build(n, i, body) => {
                 let n = self.int(n);
                 let (s, body) = self.in_loop(|c| (c.bind(i), c.linear(body)));
@@ -1370,6 +1415,7 @@ fn run_steps(steps: &[Step], fr: &mut Frame) -> Result<()> {
         match step {
             Step::Let(b) => b.run(fr)?,
             Step::LinLet(s, l) => fr[*s] = Value::Lin(l(fr)?),
+            Step::LinUnzip(u) => u.run(fr)?,
         }
     }
     Ok(())
@@ -1447,6 +1493,7 @@ fn lty(l: &LTerm, budget: u32) -> Option<LTy> {
 enum Step {
     Let(Bind),
     LinLet(usize, LFn),
+    LinUnzip(Box<LinUnzip>),
 }
 
 /// A compiled binding pattern.
@@ -2100,4 +2147,543 @@ fn count_uses(root: super::term::Child<'_>, uses: &mut FxHashMap<VarId, u32>) {
             }
         }
     }
+}
+
+// ----- linear accumulation and unzipped linear arrays -----
+
+/// The pair structure a linear term's value is built with, found from its literal pairs
+/// (through sums and lets): the accumulator of `lsum (lbuild ..)` and the columns of an
+/// unzipped linear array have one leaf per leaf of it.
+#[derive(Clone, Debug)]
+enum LShape {
+    /// Always zero (only `0` reaches this position).
+    Zero,
+    /// Any value; `true` if a one-hot array reaches it (then it is accumulated in place).
+    Leaf(bool),
+    Pair(Box<LShape>, Box<LShape>),
+}
+
+impl LShape {
+    fn of(l: &LTerm) -> LShape {
+        use LTermKind as K;
+        deep(|| match &l.kind {
+            K::Zero(_) => LShape::Zero,
+            K::OneHot(..) => LShape::Leaf(true),
+            K::Plus(a, b) => LShape::of(a).merge(LShape::of(b)),
+            K::Let(_, _, b) | K::LinLet(_, _, b) => LShape::of(b),
+            K::Pair(a, b) => LShape::Pair(Box::new(LShape::of(a)), Box::new(LShape::of(b))),
+            _ => LShape::Leaf(false),
+        })
+    }
+
+    fn merge(self, other: LShape) -> LShape {
+        match (self, other) {
+            (LShape::Zero, x) | (x, LShape::Zero) => x,
+            (LShape::Leaf(a), LShape::Leaf(b)) => LShape::Leaf(a || b),
+            (LShape::Pair(a, b), LShape::Pair(c, d)) => {
+                LShape::Pair(Box::new(a.merge(*c)), Box::new(b.merge(*d)))
+            }
+            // A pair-valued term added into a pair node reaches both components.
+            (LShape::Leaf(_), LShape::Pair(a, b)) | (LShape::Pair(a, b), LShape::Leaf(_)) => {
+                LShape::Pair(
+                    Box::new(LShape::Leaf(false).merge(*a)),
+                    Box::new(LShape::Leaf(false).merge(*b)),
+                )
+            }
+        }
+    }
+
+    fn count(&self) -> usize {
+        match self {
+            LShape::Pair(a, b) => a.count() + b.count(),
+            _ => 1,
+        }
+    }
+
+    /// The leaves, in order.
+    fn leaves<'s>(&'s self, out: &mut Vec<&'s LShape>) {
+        match self {
+            LShape::Pair(a, b) => {
+                a.leaves(out);
+                b.leaves(out);
+            }
+            leaf => out.push(leaf),
+        }
+    }
+
+    /// The node `path` leads to (`true` for `fst`), and the part of the path left over when a
+    /// leaf is reached first.
+    fn walk<'s, 'p>(&'s self, path: &'p [bool]) -> (&'s LShape, usize, &'p [bool]) {
+        let (mut node, mut first) = (self, 0);
+        for (k, &fst) in path.iter().enumerate() {
+            match node {
+                LShape::Pair(a, b) => {
+                    if fst {
+                        node = a;
+                    } else {
+                        first += a.count();
+                        node = b;
+                    }
+                }
+                _ => return (node, first, &path[k..]),
+            }
+        }
+        (node, first, &[])
+    }
+}
+
+/// Where a leaf of a linear term's value goes in an accumulation buffer: added into an
+/// accumulator in place, or stored (the leaf's value).
+#[derive(Clone, Copy)]
+enum Tgt {
+    Add(usize),
+    Set(usize),
+}
+
+/// Adds or stores the leaves of a linear value.
+type AFn = Box<dyn Fn(&mut Frame, &mut [Lin]) -> Result<()>>;
+
+/// Sends `v`'s leaves along `shape` to their targets.
+fn scatter(v: Lin, shape: &LShape, tg: &[Tgt], buf: &mut [Lin]) {
+    match shape {
+        LShape::Pair(a, b) => {
+            let k = a.count();
+            scatter(v.fst(), a, &tg[..k], buf);
+            scatter(v.snd(), b, &tg[k..], buf);
+        }
+        _ => match tg[0] {
+            Tgt::Add(j) => buf[j].add_in_place(v),
+            Tgt::Set(j) => buf[j] = v,
+        },
+    }
+}
+
+/// The value with the given leaves along `shape` (moved out of `buf`).
+fn assemble(shape: &LShape, leaf: &mut impl FnMut() -> Lin) -> Lin {
+    match shape {
+        LShape::Pair(a, b) => {
+            let x = assemble(a, leaf);
+            Lin::pair(x, assemble(b, leaf))
+        }
+        _ => leaf(),
+    }
+}
+
+/// A linear array stored unzipped: its element shape and the slots of its columns (`None`
+/// for a leaf that is always zero).
+struct LinCols {
+    shape: Rc<LShape>,
+    cols: Vec<Option<VarId>>,
+}
+
+/// `let lin xs = lbuild n (\i -> l)` stored as columns.
+struct LinUnzip {
+    n: IFn,
+    var: usize,
+    body: AFn,
+    /// Buffer size; the element's leaves are at `0..cols.len()`.
+    size: usize,
+    cols: Vec<Option<usize>>,
+    span: Span,
+}
+
+impl LinUnzip {
+    fn run(&self, fr: &mut Frame) -> Result<()> {
+        let n = value::check_len("lbuild", (self.n)(fr)?).map_err(|e| e.or_span(self.span))?;
+        let mut cols: Vec<Vec<Lin>> = self
+            .cols
+            .iter()
+            .map(|c| {
+                if c.is_some() {
+                    Vec::with_capacity(n)
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
+        let mut buf = vec![Lin::zero(); self.size];
+        for k in 0..n {
+            fr[self.var] = Value::Int(k as i64);
+            (self.body)(fr, &mut buf)?;
+            for (j, col) in cols.iter_mut().enumerate() {
+                if self.cols[j].is_some() {
+                    col.push(std::mem::replace(&mut buf[j], Lin::zero()));
+                }
+            }
+        }
+        for (col, slot) in cols.into_iter().zip(&self.cols) {
+            if let Some(s) = slot {
+                fr[*s] = Value::Lin(Lin::array(col));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Compiler {
+    /// Compiles `l` to send the leaves of its value (along `shape`) to the targets `tg`:
+    /// `Add` targets accumulate in place (a sum is split and a one-hot added at its index, so
+    /// no array is built), `Set` targets receive the leaf's value. A sum over a node with
+    /// `Set` leaves computes its right operand into fresh buffer slots (`size` counts them)
+    /// and adds leafwise, so every stored leaf is computed exactly as [`Lin::plus`] on the
+    /// whole values would.
+    fn lin_into(&mut self, l: &LTerm, shape: &LShape, tg: &[Tgt], size: &mut usize) -> AFn {
+        deep(|| self.lin_into_node(l, shape, tg, size))
+    }
+
+    fn lin_into_node(&mut self, l: &LTerm, shape: &LShape, tg: &[Tgt], size: &mut usize) -> AFn {
+        use LTermKind as K;
+        let span = l.span;
+        let all_add = tg.iter().all(|t| matches!(t, Tgt::Add(_)));
+        match (&l.kind, shape) {
+            (K::Zero(_), _) => {
+                let sets: Vec<usize> = tg
+                    .iter()
+                    .filter_map(|t| match t {
+                        Tgt::Set(s) => Some(*s),
+                        Tgt::Add(_) => None,
+                    })
+                    .collect();
+                Box::new(move |_, buf| {
+                    for &s in &sets {
+                        buf[s] = Lin::zero();
+                    }
+                    Ok(())
+                })
+            }
+            (K::Let(..) | K::LinLet(..), _) => {
+                let (steps, body) = self.linear_let_chain(l);
+                let body = self.lin_into(body, shape, tg, size);
+                Box::new(move |fr, buf| {
+                    run_steps(&steps, fr)?;
+                    body(fr, buf)
+                })
+            }
+            (K::Pair(a, b), LShape::Pair(sa, sb)) => {
+                let k = sa.count();
+                let a = self.lin_into(a, sa, &tg[..k], size);
+                let b = self.lin_into(b, sb, &tg[k..], size);
+                Box::new(move |fr, buf| {
+                    a(fr, buf)?;
+                    b(fr, buf)
+                })
+            }
+            (K::Plus(a, b), _) if all_add => {
+                let a = self.lin_into(a, shape, tg, size);
+                let b = self.lin_into(b, shape, tg, size);
+                Box::new(move |fr, buf| {
+                    a(fr, buf)?;
+                    b(fr, buf)
+                })
+            }
+            (K::Plus(a, b), LShape::Pair(..)) => {
+                let mut pairs = Vec::new();
+                let tg2: Vec<Tgt> = tg
+                    .iter()
+                    .map(|t| match *t {
+                        Tgt::Add(j) => Tgt::Add(j),
+                        Tgt::Set(s) => {
+                            let s2 = *size;
+                            *size += 1;
+                            pairs.push((s, s2));
+                            Tgt::Set(s2)
+                        }
+                    })
+                    .collect();
+                let a = self.lin_into(a, shape, tg, size);
+                let b = self.lin_into(b, shape, &tg2, size);
+                Box::new(move |fr, buf| {
+                    a(fr, buf)?;
+                    b(fr, buf)?;
+                    for &(s, s2) in &pairs {
+                        let y = std::mem::replace(&mut buf[s2], Lin::zero());
+                        buf[s].add_in_place(y);
+                    }
+                    Ok(())
+                })
+            }
+            (K::OneHot(n, i, e), _) if all_add && tg.len() == 1 => {
+                let Tgt::Add(j) = tg[0] else { unreachable!() };
+                let at = move |e: Error| e.or_span(span);
+                let n = self.int(n);
+                let i = self.int(i);
+                let e = self.linear(e);
+                Box::new(move |fr, buf| {
+                    let n = value::check_len("onehot", n(fr)?).map_err(at)?;
+                    let i = i(fr)?;
+                    let x = e(fr)?;
+                    buf[j].add_one_hot_in_place(n, i, x).map_err(at)
+                })
+            }
+            _ => {
+                let e = self.linear(l);
+                if let [t] = tg {
+                    let t = *t;
+                    return Box::new(move |fr, buf| {
+                        let v = e(fr)?;
+                        match t {
+                            Tgt::Add(j) => buf[j].add_in_place(v),
+                            Tgt::Set(j) => buf[j] = v,
+                        }
+                        Ok(())
+                    });
+                }
+                let (shape, tg) = (shape.clone(), tg.to_vec());
+                Box::new(move |fr, buf| {
+                    scatter(e(fr)?, &shape, &tg, buf);
+                    Ok(())
+                })
+            }
+        }
+    }
+
+    /// `lsum (lbuild n (\i -> l))` where `l` builds pairs or one-hot arrays: one accumulator
+    /// per leaf of the pair structure, updated in place (a one-hot adds at its index, with no
+    /// array built; other leaves add their value, computed as the reference evaluator would).
+    fn lin_sum_build(&mut self, n: &Term, i: &Var, body: &LTerm, span: Span) -> Option<LFn> {
+        let shape = LShape::of(body);
+        if matches!(shape, LShape::Leaf(false) | LShape::Zero) {
+            return None;
+        }
+        let k = shape.count();
+        let mut leaves = Vec::new();
+        shape.leaves(&mut leaves);
+        let mut size = k;
+        let mut stored = Vec::new();
+        let tg: Vec<Tgt> = leaves
+            .iter()
+            .enumerate()
+            .map(|(j, leaf)| {
+                if matches!(leaf, LShape::Leaf(true)) {
+                    Tgt::Add(j)
+                } else {
+                    stored.push((j, size));
+                    size += 1;
+                    Tgt::Set(size - 1)
+                }
+            })
+            .collect();
+        let n = self.int(n);
+        let (s, body) = self.in_loop(|c| (c.bind(i), c.lin_into(body, &shape, &tg, &mut size)));
+        Some(Box::new(move |fr| {
+            let n = value::check_len("lbuild", n(fr)?).map_err(|e| e.or_span(span))?;
+            let mut buf = vec![Lin::zero(); size];
+            for k in 0..n {
+                fr[s] = Value::Int(k as i64);
+                body(fr, &mut buf)?;
+                for &(j, t) in &stored {
+                    let y = std::mem::replace(&mut buf[t], Lin::zero());
+                    buf[j].add_in_place(y);
+                }
+            }
+            let mut leaves = buf.drain(..k);
+            Ok(assemble(&shape, &mut || {
+                leaves.next().expect("a leaf per accumulator")
+            }))
+        }))
+    }
+
+    /// `let lin xs = lbuild n (\i -> (.., ..))` whose every use in `scope` sums it
+    /// (`lsum xs`, under projections), indexes it (`xs ! i`, under projections) or maps a
+    /// leaf out (`lmap (\p ⊸ snd p) xs`): stored as one linear array per leaf of the element
+    /// (no pairs built per element; a leaf that is always `0` costs nothing).
+    fn lin_unzip(&mut self, u: &Var, l1: &LTerm, scope: &LTerm) -> Option<Step> {
+        use LTermKind as K;
+        let K::Build(n, i, body) = &l1.kind else {
+            return None;
+        };
+        let shape = LShape::of(body);
+        if !matches!(shape, LShape::Pair(..)) {
+            return None;
+        }
+        if !lin_columns_suffice(u.id, &shape, scope, self.uses.get(&u.id).copied()) {
+            return None;
+        }
+        let k = shape.count();
+        let mut leaves = Vec::new();
+        shape.leaves(&mut leaves);
+        let ids: Vec<Option<VarId>> = leaves
+            .iter()
+            .map(|l| (!matches!(l, LShape::Zero)).then(VarId::fresh))
+            .collect();
+        let tg: Vec<Tgt> = (0..k).map(Tgt::Set).collect();
+        let mut size = k;
+        let n = self.int(n);
+        let (var, body) = self.in_loop(|c| (c.bind(i), c.lin_into(body, &shape, &tg, &mut size)));
+        let cols = ids.iter().map(|id| id.map(|id| self.bind_id(id))).collect();
+        self.lin_unzipped.insert(
+            u.id,
+            LinCols {
+                shape: Rc::new(shape),
+                cols: ids,
+            },
+        );
+        Some(Step::LinUnzip(Box::new(LinUnzip {
+            n,
+            var,
+            body,
+            size,
+            cols,
+            span: l1.span,
+        })))
+    }
+
+    /// A use of an unzipped linear array (see [`Compiler::lin_unzip`]), if `l` is one.
+    fn lin_column_use(&mut self, l: &LTerm) -> Option<LFn> {
+        use LTermKind as K;
+        let (path, root) = lin_path(l);
+        let (x, kind) = match &root.kind {
+            K::Sum(e) => (lin_var(e)?, ColUse::Sum),
+            K::Index(e, i) => (lin_var(e)?, ColUse::Index(i)),
+            K::Map(f, e) if path.is_empty() => (lin_var(e)?, ColUse::Map(f)),
+            _ => return None,
+        };
+        let info = self.lin_unzipped.get(&x.id)?;
+        let shape = info.shape.clone();
+        let cols = info.cols.clone();
+        // A map reads the leaf its function's projections reach.
+        let path_owned: Vec<bool> = match &kind {
+            ColUse::Map(f) => match &f.kind {
+                TermKind::LinLam(_, body) => lin_path(body).0,
+                _ => unreachable!("checked by lin_columns_suffice"),
+            },
+            _ => path.clone(),
+        };
+        let (node, first, rest) = shape.walk(&path_owned);
+        let node = node.clone();
+        let rest: Vec<bool> = rest.to_vec();
+        let n_leaves = node.count();
+        let slots: Vec<Option<usize>> = cols[first..first + n_leaves]
+            .iter()
+            .map(|c| c.map(|id| self.read_id(id).0))
+            .collect();
+        let project = move |mut v: Lin| {
+            for &fst in &rest {
+                v = if fst { v.fst() } else { v.snd() };
+            }
+            v
+        };
+        let col = |fr: &Frame, s: usize| match &fr[s] {
+            Value::Lin(x) => x.clone(),
+            other => panic!("internal error: expected a linear column, found {other}"),
+        };
+        Some(match kind {
+            ColUse::Sum => Box::new(move |fr| {
+                let mut it = slots.iter();
+                let v = assemble(&node, &mut || match it.next().expect("a column") {
+                    Some(s) => col(fr, *s).sum(),
+                    None => Lin::zero(),
+                });
+                Ok(project(v))
+            }),
+            ColUse::Index(i) => {
+                let i = self.int(i);
+                Box::new(move |fr| {
+                    let i = i(fr)?;
+                    let mut it = slots.iter();
+                    let v = assemble(&node, &mut || match it.next().expect("a column") {
+                        Some(s) => col(fr, *s).index(i),
+                        None => Lin::zero(),
+                    });
+                    Ok(project(v))
+                })
+            }
+            ColUse::Map(_) => {
+                // The checker admitted only maps reaching a leaf exactly.
+                let s = slots[0];
+                Box::new(move |fr| Ok(s.map_or_else(Lin::zero, |s| col(fr, s))))
+            }
+        })
+    }
+}
+
+enum ColUse<'t> {
+    Sum,
+    Index(&'t Term),
+    Map(&'t Term),
+}
+
+/// `l` as projections (outermost first, `true` for `fst`) of a root.
+fn lin_path(l: &LTerm) -> (Vec<bool>, &LTerm) {
+    let mut path = Vec::new();
+    let mut cur = l;
+    loop {
+        match &cur.kind {
+            LTermKind::Fst(e) => {
+                path.push(true);
+                cur = e;
+            }
+            LTermKind::Snd(e) => {
+                path.push(false);
+                cur = e;
+            }
+            _ => {
+                // Innermost projection first, as the shape is walked from the root.
+                path.reverse();
+                return (path, cur);
+            }
+        }
+    }
+}
+
+fn lin_var(l: &LTerm) -> Option<&Var> {
+    match &l.kind {
+        LTermKind::Var(x) => Some(x),
+        _ => None,
+    }
+}
+
+/// For `\p ⊸ body`: whether `body` is projections of `p` reaching a leaf of `shape` exactly.
+fn lin_map_reaches_leaf(shape: &LShape, f: &Term) -> bool {
+    let TermKind::LinLam(p, body) = &f.kind else {
+        return false;
+    };
+    let (path, root) = lin_path(body);
+    if !matches!(&root.kind, LTermKind::Var(y) if y.id == p.id) {
+        return false;
+    }
+    let (node, _, rest) = shape.walk(&path);
+    rest.is_empty() && !matches!(node, LShape::Pair(..))
+}
+
+/// Whether all `uses` occurrences of `x` are in `scope` and served by columns: `lsum x` or
+/// `x ! i` under projections, `lmap` of a projection reaching a leaf.
+fn lin_columns_suffice(x: VarId, shape: &LShape, scope: &LTerm, uses: Option<u32>) -> bool {
+    use LTermKind as K;
+    let is_x = |l: &LTerm| matches!(&l.kind, K::Var(y) if y.id == x);
+    let mut served = 0;
+    let mut stack = vec![Child::L(scope)];
+    while let Some(c) = stack.pop() {
+        let l = match c {
+            Child::C(t) => {
+                stack.extend(t.children());
+                continue;
+            }
+            Child::L(l) => l,
+        };
+        let (path, root) = lin_path(l);
+        match &root.kind {
+            K::Sum(e) if is_x(e) => {
+                served += 1;
+                continue;
+            }
+            K::Index(e, i) if is_x(e) => {
+                served += 1;
+                stack.push(Child::C(i));
+                continue;
+            }
+            K::Map(f, e) if is_x(e) && path.is_empty() => {
+                if !lin_map_reaches_leaf(shape, f) {
+                    return false;
+                }
+                served += 1;
+                stack.push(Child::C(f));
+                continue;
+            }
+            K::Var(y) if y.id == x => return false,
+            _ => {}
+        }
+        stack.extend(l.children());
+    }
+    Some(served) == uses
 }

@@ -315,6 +315,80 @@ impl Lin {
         Ok(Lin::sparse(n, vec![(i as usize, x)]))
     }
 
+    /// `*self = *self + onehot n i x`, in place: the same value and the same error as
+    /// [`Lin::plus`] of [`Lin::onehot`], without allocating the one-hot array. A uniquely owned
+    /// sparse accumulator gains an entry (densified once it has more entries than elements),
+    /// a uniquely owned dense one is updated at `i`; so summing k one-hots into an accumulator
+    /// costs O(k) amortised plus one densification.
+    pub fn add_one_hot_in_place(&mut self, n: usize, i: i64, x: Lin) -> Result<()> {
+        if i < 0 || i as u64 >= n as u64 {
+            return Err(Error::runtime(format!(
+                "onehot: index {i} out of range for an array of length {n}"
+            )));
+        }
+        if x.is_zero() {
+            return Ok(());
+        }
+        let i = i as usize;
+        match &mut self.0 {
+            Repr::Zero => {
+                *self = Lin::sparse(n, vec![(i, x)]);
+                return Ok(());
+            }
+            Repr::Sparse(s) => {
+                if let Some(sp) = Rc::get_mut(s) {
+                    sp.dense = OnceCell::new();
+                    sp.len = sp.len.max(n);
+                    sp.entries.push((i, x));
+                    if sp.entries.len() > sp.len {
+                        // As in `add_arrays`: the dense form is now the smaller one.
+                        let dense = sp.densified().clone();
+                        *self = dense;
+                    }
+                    return Ok(());
+                }
+            }
+            Repr::Reals(_) | Repr::Items(_) => {
+                let acc = std::mem::replace(self, Lin::zero());
+                let len = acc.stored_len().max(n);
+                *self = add_at(acc, len, i, x);
+                return Ok(());
+            }
+            _ => {}
+        }
+        let acc = std::mem::replace(self, Lin::zero());
+        *self = Lin::plus(acc, Lin::sparse(n, vec![(i, x)]));
+        Ok(())
+    }
+
+    /// `*self = *self + x` (see [`Lin::plus`]; a uniquely owned accumulator is updated in
+    /// place).
+    pub fn add_in_place(&mut self, x: Lin) {
+        if x.is_zero() {
+            return;
+        }
+        let acc = std::mem::replace(self, Lin::zero());
+        *self = Lin::plus(acc, x);
+    }
+
+    /// `lbuild n f` for elements of type `Real` given unboxed (`None` for zero): the same
+    /// array as [`Lin::build`] of the corresponding linear reals, without boxing them first.
+    pub fn build_reals(n: usize, mut f: impl FnMut(usize) -> Result<Option<f64>>) -> Result<Lin> {
+        let mut xs = Vec::with_capacity(n);
+        let mut any = false;
+        for k in 0..n {
+            let x = f(k)?;
+            any |= x.is_some();
+            xs.push(x.unwrap_or(0.0));
+        }
+        if any {
+            Ok(Lin::reals(xs))
+        } else {
+            // Every element zero: as `Lin::array` of zeros.
+            Ok(Lin::array(vec![Lin::zero(); n]))
+        }
+    }
+
     /// `replicate n x`: `n` copies of `x`.
     pub fn replicate(n: usize, x: &Lin) -> Lin {
         match &x.0 {
