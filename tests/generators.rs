@@ -8,7 +8,7 @@
 mod common;
 
 use chad::random::{self, Config, FEATURES, features};
-use common::{cases, runner};
+use common::cases;
 use proptest::strategy::{Strategy, ValueTree};
 use std::collections::BTreeMap;
 
@@ -23,7 +23,10 @@ struct Census {
 }
 
 fn census(cfg: Config, n: u32) -> Census {
-    let mut r = runner(n);
+    // A fixed seed: the thresholds below are about the generators' distributions, and with a
+    // random seed a rate near its floor (index by a build's index, about 18% against 15%)
+    // failed now and then.
+    let mut r = proptest::test_runner::TestRunner::deterministic();
     let strategy = random::program(cfg);
     let mut c = Census {
         n,
