@@ -50,6 +50,7 @@
 //! assert_eq!(stats.fired["plusZero"], 1);
 //! ```
 
+mod cse;
 mod fuse;
 pub mod inline;
 pub mod occur;
@@ -195,6 +196,10 @@ rules! {
     /// `fst (rs ! j)` or `length rs`, those become `rs'`, `rs' ! j` and `length rs'` (also for
     /// `map` and `map2`; see [`fuse`]).
     snd_unused = "sndUnused",
+    /// `cse`: `let x = p a b in .. p a b .. ~> let x = p a b in .. x ..` for a primitive `p` on
+    /// atoms (see [`cse`]): a derivative such as `sqrt`'s `0.5 / sqrt x` reads the primal's
+    /// `sqrt x` instead of computing it again.
+    cse = "cse",
     /// `caseProj`: a projection of a `case` (or `if`) moves into its branches, where `pairProj`
     /// can resolve it: `fst (case e of inl p -> a | inr q -> b) ~> case e of inl p -> fst a |
     /// inr q -> fst b`, and `let (x, _) = case .. in e ~> let x = fst (case ..) in e` first
@@ -293,17 +298,30 @@ pub fn simplify_passes(t: &Term, rules: &Rules, max_passes: usize) -> (Term, Sta
             "a pass reported a fixed point, but another fires {:?} on\n{cur}",
             pass::run(&cur, rules).fired
         );
-        if stats.passes == max_passes || !arrays {
+        if stats.passes == max_passes {
             break;
         }
-        // The array fusion rules, whose output the next main pass cleans up.
-        let (out, f) = fuse::run(&cur, rules);
-        cur = out;
-        if f.is_empty() {
-            break;
+        // Common subexpressions and the array fusion rules, whose output the next main pass
+        // cleans up.
+        let mut again = false;
+        if rules.cse {
+            let (out, n) = cse::run(&cur);
+            cur = out;
+            if n > 0 {
+                *stats.fired.entry("cse").or_default() += n;
+                again = true;
+            }
         }
-        for (k, n) in f {
-            *stats.fired.entry(k).or_default() += n;
+        if arrays {
+            let (out, f) = fuse::run(&cur, rules);
+            cur = out;
+            for (k, n) in f {
+                *stats.fired.entry(k).or_default() += n;
+                again = true;
+            }
+        }
+        if !again {
+            break;
         }
     }
     (cur, stats)

@@ -397,6 +397,42 @@ fn branches_ty() -> Ty {
 }
 
 #[test]
+fn cse_reads_a_primitive_already_bound_in_scope() {
+    let (x, y) = (real("x"), real("y"));
+    // let y = sqrt x in (y * y, \v ⊸ (0.5 / sqrt x) * v): the derivative reads y.
+    let d = dlam(|u| {
+        LTerm::scale(
+            prim("div", vec![Term::real(0.5), prim("sqrt", vec![v(&x)])]),
+            lv(u),
+        )
+    });
+    let t = Term::let_(
+        &y,
+        prim("sqrt", vec![v(&x)]),
+        Term::pair(prim("mul", vec![v(&y), v(&y)]), d),
+    );
+    let (on, off) = both(&t, &x, "cse");
+    assert_eq!(on, "let y = sqrt x in (y * y, \\v ⊸ 0.5 / y * v)");
+    assert!(off.contains("0.5 / sqrt x"), "{off}");
+    // Other arguments, or a binding in the other branch, are not the same computation.
+    let z = real("z");
+    let t = Term::mk(TermKind::If(
+        prim("gt", vec![v(&x), Term::real(0.0)]),
+        Term::let_(
+            &z,
+            prim("exp", vec![v(&x)]),
+            prim(
+                "mul",
+                vec![v(&z), prim("exp", vec![prim("neg", vec![v(&x)])])],
+            ),
+        ),
+        prim("exp", vec![v(&x)]),
+    ));
+    let (s, stats) = simplify_with(&t, &Rules::all());
+    assert!(!stats.fired.contains_key("cse"), "{s}: {stats:?}");
+}
+
+#[test]
 fn let_lam_pair_split_serves_each_half_separately() {
     let (x, z) = (real("x"), real("z"));
     let fty = Ty::fun(Ty::Real, Ty::prod(Ty::Real, Ty::Real));
