@@ -50,7 +50,6 @@
 //! assert_eq!(stats.fired["plusZero"], 1);
 //! ```
 
-mod cse;
 mod fuse;
 pub mod inline;
 pub mod occur;
@@ -197,8 +196,9 @@ rules! {
     /// `map` and `map2`; see [`fuse`]).
     snd_unused = "sndUnused",
     /// `cse`: `let x = p a b in .. p a b .. ~> let x = p a b in .. x ..` for a primitive `p` on
-    /// atoms (see [`cse`]): a derivative such as `sqrt`'s `0.5 / sqrt x` reads the primal's
-    /// `sqrt x` instead of computing it again.
+    /// atoms, when the `let` is in scope (binders are unique and the language is pure, so the
+    /// application is `x`): a derivative such as `sqrt`'s `0.5 / sqrt x` or `exp`'s `exp x`
+    /// reads the primal's result instead of computing it again in the linear map.
     cse = "cse",
     /// `caseProj`: a projection of a `case` (or `if`) moves into its branches, where `pairProj`
     /// can resolve it: `fst (case e of inl p -> a | inr q -> b) ~> case e of inl p -> fst a |
@@ -298,30 +298,17 @@ pub fn simplify_passes(t: &Term, rules: &Rules, max_passes: usize) -> (Term, Sta
             "a pass reported a fixed point, but another fires {:?} on\n{cur}",
             pass::run(&cur, rules).fired
         );
-        if stats.passes == max_passes {
+        if stats.passes == max_passes || !arrays {
             break;
         }
-        // Common subexpressions and the array fusion rules, whose output the next main pass
-        // cleans up.
-        let mut again = false;
-        if rules.cse {
-            let (out, n) = cse::run(&cur);
-            cur = out;
-            if n > 0 {
-                *stats.fired.entry("cse").or_default() += n;
-                again = true;
-            }
-        }
-        if arrays {
-            let (out, f) = fuse::run(&cur, rules);
-            cur = out;
-            for (k, n) in f {
-                *stats.fired.entry(k).or_default() += n;
-                again = true;
-            }
-        }
-        if !again {
+        // The array fusion rules, whose output the next main pass cleans up.
+        let (out, f) = fuse::run(&cur, rules);
+        cur = out;
+        if f.is_empty() {
             break;
+        }
+        for (k, n) in f {
+            *stats.fired.entry(k).or_default() += n;
         }
     }
     (cur, stats)

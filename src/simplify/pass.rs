@@ -84,6 +84,7 @@ pub(super) fn run(t: &Term, rules: &Rules) -> Outcome {
         open: 0,
         arrays: false,
         moved: Vec::new(),
+        avail: HashMap::default(),
         fired: HashMap::default(),
     };
     let out = p.block(t);
@@ -196,6 +197,9 @@ struct Pass<'r> {
     arrays: bool,
     /// The variables inlined as output terms (`Subst::Moved`), per open block.
     moved: Vec<VarId>,
+    /// `cse`: output primitive applications on atoms bound by a `let` on the stack, with the
+    /// variable and its stack position (checked at lookup: a closed block's bindings are gone).
+    avail: HashMap<String, (Var, usize)>,
     /// Firings per rule, keyed by the address of the rule's name (cheap to hash; equal names
     /// at different addresses are merged at the end).
     fired: HashMap<*const u8, (&'static str, usize)>,
@@ -1037,8 +1041,28 @@ impl Pass<'_> {
             self.map_split.insert(x.id, (r1, r2));
             return;
         }
+        self.push_var(x, e, span);
+    }
+
+    /// Pushes the binding `x = e`, making `e` available to `cse` if it is a primitive on atoms.
+    fn push_var(&mut self, x: &Var, e: Term, span: Span) {
+        if self.rules.cse
+            && let TermKind::Prim(op, args) = &e.kind
+            && let Some(k) = prim_key(op, args)
+        {
+            self.avail.insert(k, (x.clone(), self.stack.len()));
+        }
         self.stack
             .push(Binding::Cart(Pat::Var(x.clone()), e, span, Orig::None));
+    }
+
+    /// `cse`: the variable of a `let` on the stack that binds `op args` (a primitive on atoms).
+    fn available(&self, op: &Prim, args: &[Term]) -> Option<Var> {
+        let (x, at) = self.avail.get(&prim_key(op, args)?)?;
+        match self.stack.get(*at) {
+            Some(Binding::Cart(Pat::Var(y), ..)) if y.id == x.id => Some(x.clone()),
+            _ => None,
+        }
     }
 
     /// Splits `\y -> let bs in (a, b)` into `\y -> let bs_a in a` and
@@ -1117,12 +1141,7 @@ impl Pass<'_> {
             self.bind_var(&v, t.clone(), span);
         } else {
             // Bound as it is (not split by `bind_var`: the result must be an atom).
-            self.stack.push(Binding::Cart(
-                Pat::Var(v.clone()),
-                t.clone(),
-                span,
-                Orig::None,
-            ));
+            self.push_var(&v, t.clone(), span);
         }
         self.var(&v, span)
     }
@@ -1537,6 +1556,16 @@ impl Pass<'_> {
                 self.fire("algebra");
                 return k.clone();
             }
+        }
+        if self.rules.cse
+            && let Some(x) = self.available(op, &args)
+        {
+            // The same application is bound by a `let` in scope: read its variable.
+            self.fire("cse");
+            for a in &args {
+                self.drop(a);
+            }
+            return self.var(&x, span);
         }
         Term::new(TermKind::Prim(op.clone(), args), span)
     }
@@ -2070,4 +2099,34 @@ impl Pass<'_> {
         }
         LTerm::new(K::Map(f, a), span)
     }
+}
+
+/// A key for a primitive applied to atoms (variables, literals, projections of atoms), equal for
+/// syntactically equal applications (`cse`).
+fn prim_key(op: &Prim, args: &[Term]) -> Option<String> {
+    fn atom_key(t: &Term, out: &mut String) -> Option<()> {
+        use std::fmt::Write;
+        match &t.kind {
+            TermKind::Var(x) => write!(out, "v{}", x.id.0).ok(),
+            TermKind::Lit(Lit::Real(r)) => write!(out, "r{}", r.to_bits()).ok(),
+            TermKind::Lit(Lit::Int(n)) => write!(out, "i{n}").ok(),
+            TermKind::Lit(Lit::Bool(b)) => write!(out, "b{b}").ok(),
+            TermKind::Lit(Lit::Unit) => write!(out, "u").ok(),
+            TermKind::Fst(e) => {
+                out.push_str("f.");
+                atom_key(e, out)
+            }
+            TermKind::Snd(e) => {
+                out.push_str("s.");
+                atom_key(e, out)
+            }
+            _ => None,
+        }
+    }
+    let mut k = format!("{}(", op.name());
+    for a in args {
+        atom_key(a, &mut k)?;
+        k.push(',');
+    }
+    Some(k)
 }
