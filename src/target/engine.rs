@@ -69,6 +69,8 @@ use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::rc::Rc;
 
+mod flat;
+
 /// A frame: one slot per variable bound in a function body.
 type Frame = Vec<Value>;
 /// A compiled Cartesian term.
@@ -524,6 +526,12 @@ impl Compiler {
     fn let_chain<'t>(&mut self, mut t: &'t Term) -> (Vec<Bind>, &'t Term) {
         let mut steps = Vec::new();
         loop {
+            let (run, rest) = flat::run_of_term(t);
+            if flat::worth(&run) {
+                steps.push(Bind::Flat(Box::new(self.flat(&run))));
+                t = rest;
+                continue;
+            }
             match &t.kind {
                 TermKind::Let(p, e, b) => {
                     steps.push(self.binding(p, e, Child::C(b)));
@@ -742,6 +750,12 @@ impl Compiler {
         let mut steps = Vec::new();
         let mut cur = l;
         loop {
+            let (run, rest) = flat::run_of_lterm(cur);
+            if flat::worth(&run) {
+                steps.push(Step::Let(Bind::Flat(Box::new(self.flat(&run)))));
+                cur = rest;
+                continue;
+            }
             match &cur.kind {
                 K::Let(p, t, body) => {
                     steps.push(Step::Let(self.binding(p, t, Child::L(body))));
@@ -1558,6 +1572,8 @@ enum Bind {
     Columns(PatCode, ColSite),
     /// Build an array of tuples unzipped.
     Unzip(Box<Unzip>),
+    /// A run of scalar bindings, as flat code.
+    Flat(Box<flat::Flat>),
 }
 
 impl Bind {
@@ -1584,6 +1600,7 @@ impl Bind {
                 }
             }
             Bind::Unzip(u) => u.run(fr)?,
+            Bind::Flat(f) => f.run(fr)?,
         }
         Ok(())
     }
