@@ -826,3 +826,263 @@ fn linear_accumulation_and_unzipped_linear_arrays_agree_with_the_reference_evalu
         })
         .unwrap_or_else(|e| panic!("{e}"));
 }
+
+// ----- flat runs of scalar let bindings -----
+
+/// Random long let chains of scalar work, the runs the engine compiles to flat code: real
+/// bindings (trees of real primitives over literals, including `0`, `-0` and infinities,
+/// variables and places, some of which fail), interleaved with bindings that are not flat
+/// (integers, pairs, sums over loops whose bodies are scalar chains themselves), then a
+/// linear map whose body is a chain of linear-real bindings (`0`, `+`, scaling, variables)
+/// mixed with Cartesian scalar bindings and non-flat linear ones (pairs and projections).
+/// Variables are used zero, one or several times, inside and outside the runs.
+struct ChainGen<'a> {
+    choices: &'a [u8],
+    pos: usize,
+    /// Parameters: `xs : Array Real`, `p : Real × Real`, `c : Real`, `j : Int`.
+    xs: Var,
+    p: Var,
+    c: Var,
+    j: Var,
+    /// Real variables in scope (parameters included), linear-real ones in scope.
+    reals: Vec<Var>,
+    lins: Vec<Var>,
+    next_pos: u32,
+}
+
+impl ChainGen<'_> {
+    fn pick(&mut self, n: usize) -> usize {
+        let c = self.choices.get(self.pos).map_or_else(
+            || (self.pos as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40,
+            |&c| c as u64,
+        ) as usize;
+        self.pos += 1;
+        c % n
+    }
+
+    fn pos(&mut self) -> u32 {
+        self.next_pos += 2;
+        self.next_pos
+    }
+
+    /// A recent real variable (most uses are of the last few, as in derivative code).
+    fn real_var(&mut self) -> Term {
+        let n = self.reals.len();
+        let back = if self.pick(4) == 0 {
+            self.pick(n)
+        } else {
+            self.pick(n.min(3))
+        };
+        Term::var(&self.reals[n - 1 - back])
+    }
+
+    fn real(&mut self, depth: u32) -> Term {
+        let leaf = depth == 0 || self.pick(3) == 0;
+        if leaf {
+            return match self.pick(7) {
+                0 => {
+                    let lits = [0.0, -0.0, 0.25, 1.5, -2.0, f64::INFINITY];
+                    Term::real(lits[self.pick(lits.len())])
+                }
+                1 => match self.pick(3) {
+                    0 => Term::fst(Term::var(&self.p)),
+                    1 => Term::snd(Term::var(&self.p)),
+                    _ => {
+                        let pos = self.pos();
+                        idx(Term::var(&self.xs), Term::var(&self.j), pos)
+                    }
+                },
+                _ => self.real_var(),
+            };
+        }
+        match self.pick(7) {
+            0 => call(
+                ["sqrt", "sin", "neg", "exp"][self.pick(4)],
+                vec![self.real(depth - 1)],
+            ),
+            k => {
+                let name = ["add", "mul", "sub", "div", "max", "add"][k - 1];
+                let a = self.real(depth - 1);
+                let b = self.real(depth - 1);
+                call(name, vec![a, b])
+            }
+        }
+    }
+
+    /// A Cartesian let chain of `n` bindings ending in `body`.
+    fn chain(&mut self, n: usize, body: &mut dyn FnMut(&mut Self) -> Term) -> Term {
+        if n == 0 {
+            return body(self);
+        }
+        let x = Var::fresh("x", Ty::Real);
+        match self.pick(10) {
+            0 => {
+                // Not flat: a pair, taken apart by places later.
+                let (a, b) = (self.real(1), self.real(1));
+                let q = Var::fresh("q", Ty::prod(Ty::Real, Ty::Real));
+                let old = std::mem::replace(&mut self.p, q.clone());
+                let rest = self.chain(n - 1, body);
+                self.p = old;
+                Term::let_(&q, Term::pair(a, b), rest)
+            }
+            1 => {
+                // Not flat: an integer.
+                let k = Var::fresh("k", Ty::Int);
+                let e = call(
+                    "iadd",
+                    vec![
+                        Term::var(&self.j),
+                        Term::lit(chad::target::term::Lit::Int(1)),
+                    ],
+                );
+                let old = std::mem::replace(&mut self.j, k.clone());
+                let rest = self.chain(n - 1, body);
+                self.j = old;
+                Term::let_(&k, e, rest)
+            }
+            2 => {
+                // Not flat: a sum over a loop whose body is a scalar chain.
+                let i = Var::fresh("i", Ty::Int);
+                let len = 1 + self.pick(5);
+                let inner = self.pick(5);
+                let saved = self.reals.len();
+                let f = self.chain(inner, &mut |g| g.real(2));
+                self.reals.truncate(saved);
+                let n_ = Term::lit(chad::target::term::Lit::Int(len as i64));
+                let e = call("sum", vec![Term::mk(K::Build(n_, Term::lam(&i, f)))]);
+                self.reals.push(x.clone());
+                Term::let_(&x, e, self.chain(n - 1, body))
+            }
+            _ => {
+                let depth = self.pick(4) as u32;
+                let e = self.real(depth);
+                self.reals.push(x.clone());
+                Term::let_(&x, e, self.chain(n - 1, body))
+            }
+        }
+    }
+
+    fn lin_var(&mut self) -> LTerm {
+        let n = self.lins.len();
+        let back = if self.pick(4) == 0 {
+            self.pick(n)
+        } else {
+            self.pick(n.min(3))
+        };
+        LTerm::var(&self.lins[n - 1 - back])
+    }
+
+    fn lin(&mut self, depth: u32) -> LTerm {
+        let leaf = depth == 0 || self.pick(3) == 0;
+        if leaf {
+            return match self.pick(6) {
+                0 => LTerm::zero(LTy::Real),
+                _ => self.lin_var(),
+            };
+        }
+        match self.pick(2) {
+            0 => LTerm::plus(self.lin(depth - 1), self.lin(depth - 1)),
+            _ => {
+                let k = self.pick(3) as u32;
+                let c = self.real(k);
+                LTerm::scale(c, self.lin(depth - 1))
+            }
+        }
+    }
+
+    /// A linear let chain of `n` bindings, ending in a pair of recent linear reals.
+    fn lin_chain(&mut self, n: usize) -> LTerm {
+        if n == 0 {
+            return LTerm::pair(self.lin(1), self.lin(1));
+        }
+        match self.pick(8) {
+            0 => {
+                // Not flat: a linear pair and a projection out of it.
+                let q = Var::linear("q", LTy::prod(LTy::Real, LTy::Real));
+                let d = Var::linear("d", LTy::Real);
+                let pair = LTerm::pair(self.lin(1), self.lin(1));
+                let proj = if self.pick(2) == 0 {
+                    LTerm::fst(LTerm::var(&q))
+                } else {
+                    LTerm::snd(LTerm::var(&q))
+                };
+                self.lins.push(d.clone());
+                LTerm::lin_let(&q, pair, LTerm::lin_let(&d, proj, self.lin_chain(n - 1)))
+            }
+            1 => {
+                let x = Var::fresh("y", Ty::Real);
+                let k = self.pick(3) as u32;
+                let e = self.real(k);
+                self.reals.push(x.clone());
+                LTerm::let_(&x, e, self.lin_chain(n - 1))
+            }
+            _ => {
+                let d = Var::linear("d", LTy::Real);
+                let k = self.pick(4) as u32;
+                let e = self.lin(k);
+                self.lins.push(d.clone());
+                LTerm::lin_let(&d, e, self.lin_chain(n - 1))
+            }
+        }
+    }
+
+    /// The whole program: a Cartesian chain, then `(x, \v ⊸ linear chain)`.
+    fn term(&mut self, n: usize, m: usize) -> Term {
+        self.chain(n, &mut |g| {
+            let v = Var::linear("v", LTy::Real);
+            g.lins.push(v.clone());
+            let x = g.real_var();
+            let l = g.lin_chain(m);
+            Term::pair(x, Term::lin_lam(&v, l))
+        })
+    }
+}
+
+#[test]
+fn flat_scalar_runs_agree_with_the_reference_evaluator() {
+    let strategy = (
+        proptest::collection::vec(any::<u8>(), 0..400),
+        (5usize..60, 1usize..40),
+        proptest::collection::vec(-2.0..2.0f64, 0..3),
+        (-2.0..2.0f64, -2.0..2.0f64, -2.0..2.0f64),
+        -1i64..3,
+    );
+    common::runner(common::cases(600))
+        .run(&strategy, |(choices, (n, m), xs, (a, b, c), j)| {
+            let mut g = ChainGen {
+                choices: &choices,
+                pos: 0,
+                xs: Var::fresh("xs", Ty::array(Ty::Real)),
+                p: Var::fresh("p", Ty::prod(Ty::Real, Ty::Real)),
+                c: Var::fresh("c", Ty::Real),
+                j: Var::fresh("j", Ty::Int),
+                reals: Vec::new(),
+                lins: Vec::new(),
+                next_pos: 0,
+            };
+            g.reals.push(g.c.clone());
+            let t = g.term(n, m);
+            let params = [g.xs, g.p, g.c, g.j];
+            let args = [
+                reals(&xs),
+                Value::pair(Value::Real(a), Value::Real(b)),
+                Value::Real(c),
+                Value::Int(j),
+            ];
+            let mut env = Env::new();
+            for (p, a) in params.iter().zip(&args) {
+                env = env.update(p.id, a.clone());
+            }
+            let reference = eval(&t, &env);
+            let engine = Code::compile(&params, &t).run(&args);
+            let probes = [
+                Lin::zero(),
+                Lin::real(1.5),
+                Lin::real(0.0),
+                Lin::real(-0.75),
+            ];
+            same_exactly(&reference, &engine, &probes)
+                .map_err(|e| TestCaseError::fail(format!("{e}\nin {t}")))
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+}

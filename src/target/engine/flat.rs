@@ -1,0 +1,614 @@
+//! Flat scalar code: a run of consecutive let bindings of scalar work (see the module doc of
+//! [`super`]) compiled into one vector of small instructions over a register file, run by one
+//! loop, instead of one tree of boxed closures per binding.
+//!
+//! A binding is *flat* if it binds a variable of type Real to a tree of [`Scalar`] real
+//! primitives over literals, variables and places (`let x = snd y * 0.5 + sqrt z`), or, in a
+//! linear let chain, a linear variable of type Real to a tree of `0`, `+`, scaling by such a
+//! real expression and linear variables (`let lin d = 0.5 / sqrt x * (x * e + x * e)`).
+//!
+//! * Registers: one file of `f64` (Cartesian) and one of `Option<f64>` (linear reals, `None`
+//!   for zero, with [`plus_opt`]/[`scale_opt`], i.e. exactly [`Lin::plus`]/[`Lin::scale`]).
+//!   Literals get registers of their own, written once when the code is made. A variable of
+//!   the enclosing frame is loaded into a register at its first read in the run, and kept there
+//!   until its last.
+//! * A variable bound in the run whose every use is a register read in the run lives in a
+//!   register only; any other is also stored into its frame slot as soon as it is bound.
+//!   Registers are reused once their last reader has run, so the file stays small.
+//! * Only places (indexing) can fail; they run at their position in the order of the
+//!   reference evaluator (left operand first, the scale factor before the scaled term).
+
+use super::{Compiler, Frame, Place, RFn, plus_opt, scale_opt};
+use crate::error::Result;
+use crate::prim::Scalar;
+use crate::target::term::{LTerm, LTermKind, Pat, Term, TermKind, Var, VarId};
+use crate::target::types::{LTy, Ty};
+use crate::value::Value;
+use rustc_hash::FxHashMap;
+use std::cell::RefCell;
+
+type Reg = u32;
+
+/// How deep a right-hand side may nest to be flat (deeper ones take the general path).
+const DEPTH: u32 = 48;
+
+/// Fewest bindings worth a flat run.
+const MIN_RUN: usize = 2;
+
+/// One instruction (24 bytes).
+#[derive(Clone, Copy)]
+enum Ins {
+    /// `r[dst] = frame[slot]` (a real).
+    Load {
+        slot: u32,
+        dst: Reg,
+    },
+    /// `r[dst] = places[p]` (may fail).
+    Place {
+        p: u32,
+        dst: Reg,
+    },
+    /// `r[dst] = calls[f](frame)` (may fail).
+    Call {
+        f: u32,
+        dst: Reg,
+    },
+    Mov {
+        a: Reg,
+        dst: Reg,
+    },
+    R1 {
+        f: fn(f64) -> f64,
+        a: Reg,
+        dst: Reg,
+    },
+    R2 {
+        f: fn(f64, f64) -> f64,
+        a: Reg,
+        b: Reg,
+        dst: Reg,
+    },
+    /// `frame[slot] = r[a]`.
+    Store {
+        a: Reg,
+        slot: u32,
+    },
+    /// `l[dst] = frame[slot]` (a linear real).
+    LLoad {
+        slot: u32,
+        dst: Reg,
+    },
+    LMov {
+        a: Reg,
+        dst: Reg,
+    },
+    LPlus {
+        a: Reg,
+        b: Reg,
+        dst: Reg,
+    },
+    /// `l[dst] = r[c] · l[a]`.
+    LScale {
+        c: Reg,
+        a: Reg,
+        dst: Reg,
+    },
+    /// `frame[slot] = l[a]`.
+    LStore {
+        a: Reg,
+        slot: u32,
+    },
+}
+
+/// A compiled flat run.
+pub(super) struct Flat {
+    ins: Vec<Ins>,
+    places: Vec<Place>,
+    calls: Vec<RFn>,
+    /// The register files, kept between runs (literals stay in place).
+    regs: RefCell<(Vec<f64>, Vec<Option<f64>>)>,
+    /// Fresh register files, for a run that starts while another one is under way.
+    init: (Vec<f64>, usize),
+}
+
+impl Flat {
+    pub(super) fn run(&self, fr: &mut Frame) -> Result<()> {
+        match self.regs.try_borrow_mut() {
+            Ok(mut regs) => {
+                let (r, l) = &mut *regs;
+                self.exec(fr, r, l)
+            }
+            Err(_) => {
+                let mut r = self.init.0.clone();
+                let mut l = vec![None; self.init.1];
+                self.exec(fr, &mut r, &mut l)
+            }
+        }
+    }
+
+    fn exec(&self, fr: &mut Frame, r: &mut [f64], l: &mut [Option<f64>]) -> Result<()> {
+        for ins in &self.ins {
+            match *ins {
+                Ins::Load { slot, dst } => r[dst as usize] = fr[slot as usize].expect_real(),
+                Ins::Place { p, dst } => {
+                    r[dst as usize] = self.places[p as usize].read(fr, |g| g.real())?
+                }
+                Ins::Call { f, dst } => r[dst as usize] = (self.calls[f as usize])(fr)?,
+                Ins::Mov { a, dst } => r[dst as usize] = r[a as usize],
+                Ins::R1 { f, a, dst } => r[dst as usize] = f(r[a as usize]),
+                Ins::R2 { f, a, b, dst } => r[dst as usize] = f(r[a as usize], r[b as usize]),
+                Ins::Store { a, slot } => fr[slot as usize] = Value::Real(r[a as usize]),
+                Ins::LLoad { slot, dst } => {
+                    l[dst as usize] = match &fr[slot as usize] {
+                        Value::Lin(x) => super::lin_opt(x),
+                        other => panic!("internal error: expected a linear value, found {other}"),
+                    }
+                }
+                Ins::LMov { a, dst } => l[dst as usize] = l[a as usize],
+                Ins::LPlus { a, b, dst } => {
+                    l[dst as usize] = plus_opt(l[a as usize], l[b as usize])
+                }
+                Ins::LScale { c, a, dst } => {
+                    l[dst as usize] = scale_opt(r[c as usize], l[a as usize])
+                }
+                Ins::LStore { a, slot } => {
+                    fr[slot as usize] = Value::Lin(super::opt_lin(l[a as usize]))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A binding of a flat run.
+#[derive(Clone, Copy)]
+pub(super) enum Item<'t> {
+    Real(&'t Var, &'t Term),
+    Lin(&'t Var, &'t LTerm),
+}
+
+/// Whether `t` (of type Real) is a tree of real scalar primitives over literals, variables
+/// and places.
+fn flat_real(t: &Term, depth: u32) -> bool {
+    use TermKind as K;
+    if depth == 0 {
+        return false;
+    }
+    match &t.kind {
+        K::Lit(l) => matches!(l.value(), Value::Real(_)),
+        K::Var(_) => true,
+        K::Fst(_) | K::Snd(_) | K::Index(..) => {
+            let mut cur = t;
+            loop {
+                match &cur.kind {
+                    K::Fst(e) | K::Snd(e) | K::Index(e, _) => cur = e,
+                    K::Var(_) => return true,
+                    _ => return false,
+                }
+            }
+        }
+        K::Prim(op, args) => match (op.scalar(), args.len()) {
+            (Some(Scalar::Real1(_)), 1) => flat_real(&args[0], depth - 1),
+            (Some(Scalar::Real2(_)), 2) => {
+                flat_real(&args[0], depth - 1) && flat_real(&args[1], depth - 1)
+            }
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// Whether the linear term `l` (of type Real) is a tree of `0`, `+`, flat scaling and
+/// variables.
+fn flat_lin(l: &LTerm, depth: u32) -> bool {
+    use LTermKind as K;
+    if depth == 0 {
+        return false;
+    }
+    match &l.kind {
+        K::Var(_) | K::Zero(_) => true,
+        K::Plus(a, b) => flat_lin(a, depth - 1) && flat_lin(b, depth - 1),
+        K::Scale(c, e) => flat_real(c, depth - 1) && flat_lin(e, depth - 1),
+        _ => false,
+    }
+}
+
+/// A flat Cartesian binding `let x = e in b` (or `(\x -> b) e`): `(x, e, b)`.
+fn real_let(t: &Term) -> Option<(&Var, &Term, &Term)> {
+    let (x, e, b) = match &t.kind {
+        TermKind::Let(Pat::Var(x), e, b) => (x, e, b),
+        TermKind::App(f, e) => match &f.kind {
+            TermKind::Lam(x, b) => (x, e, b),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    (matches!(x.ty, Ty::Real) && flat_real(e, DEPTH)).then_some((x, e, b))
+}
+
+/// The flat run of a Cartesian let chain starting at `t`, and what follows it.
+pub(super) fn run_of_term(mut t: &Term) -> (Vec<Item<'_>>, &Term) {
+    let mut items = Vec::new();
+    while let Some((x, e, b)) = real_let(t) {
+        items.push(Item::Real(x, e));
+        t = b;
+    }
+    (items, t)
+}
+
+/// The flat run of a linear let chain starting at `l`, and what follows it.
+pub(super) fn run_of_lterm(mut l: &LTerm) -> (Vec<Item<'_>>, &LTerm) {
+    use LTermKind as K;
+    let mut items = Vec::new();
+    loop {
+        match &l.kind {
+            K::Let(Pat::Var(x), e, b) if matches!(x.ty, Ty::Real) && flat_real(e, DEPTH) => {
+                items.push(Item::Real(x, e));
+                l = b;
+            }
+            K::LinLet(u, e, b) if matches!(u.lin_ty(), Some(LTy::Real)) && flat_lin(e, DEPTH) => {
+                items.push(Item::Lin(u, e));
+                l = b;
+            }
+            _ => return (items, l),
+        }
+    }
+}
+
+/// Whether a run is long enough to be compiled flat.
+pub(super) fn worth(items: &[Item<'_>]) -> bool {
+    items.len() >= MIN_RUN
+}
+
+/// Counts the register reads of variables in a real expression.
+fn count_real(t: &Term, reads: &mut FxHashMap<VarId, u32>) {
+    match &t.kind {
+        TermKind::Var(x) => *reads.entry(x.id).or_default() += 1,
+        TermKind::Prim(_, args) => args.iter().for_each(|a| count_real(a, reads)),
+        _ => {}
+    }
+}
+
+fn count_lin(l: &LTerm, reads: &mut FxHashMap<VarId, u32>) {
+    match &l.kind {
+        LTermKind::Var(x) => *reads.entry(x.id).or_default() += 1,
+        LTermKind::Plus(a, b) => {
+            count_lin(a, reads);
+            count_lin(b, reads);
+        }
+        LTermKind::Scale(c, e) => {
+            count_real(c, reads);
+            count_lin(e, reads);
+        }
+        _ => {}
+    }
+}
+
+/// An operand: its register, and whether the reader is its last (then it is freed after the
+/// reading instruction, or taken over by the variable being bound).
+#[derive(Clone, Copy)]
+struct Opd {
+    reg: Reg,
+    last: bool,
+}
+
+/// A register file being allocated.
+#[derive(Default)]
+struct File {
+    size: u32,
+    free: Vec<Reg>,
+    /// Variables held in registers, with their remaining register reads.
+    vars: FxHashMap<VarId, (Reg, u32)>,
+    /// Registers of variables whose last read is in the binding being compiled.
+    dying: Vec<Reg>,
+}
+
+impl File {
+    fn alloc(&mut self) -> Reg {
+        self.free.pop().unwrap_or_else(|| {
+            self.size += 1;
+            self.size - 1
+        })
+    }
+
+    /// A register never handed out before (for literals and zero, written once).
+    fn fresh(&mut self) -> Reg {
+        self.size += 1;
+        self.size - 1
+    }
+
+    fn release(&mut self, o: Opd) {
+        if o.last {
+            self.free.push(o.reg);
+        }
+    }
+
+    /// A read of a variable held in a register, if it is.
+    fn read(&mut self, id: VarId) -> Option<Opd> {
+        let e = self.vars.get_mut(&id)?;
+        e.1 -= 1;
+        let reg = e.0;
+        if e.1 == 0 {
+            // Free only once the binding is compiled: an earlier read of the same variable
+            // in it may be consumed by a later instruction.
+            self.vars.remove(&id);
+            self.dying.push(reg);
+        }
+        Some(Opd { reg, last: false })
+    }
+
+    /// The end of a binding: registers of variables read for the last time are free.
+    fn settle(&mut self) {
+        self.free.append(&mut self.dying);
+    }
+
+    /// Holds a variable in register `reg` for `reads` reads (freeing it if there are none).
+    fn hold(&mut self, id: VarId, reg: Reg, reads: u32) {
+        if reads == 0 {
+            self.free.push(reg);
+        } else {
+            self.vars.insert(id, (reg, reads));
+        }
+    }
+}
+
+struct Builder {
+    ins: Vec<Ins>,
+    places: Vec<Place>,
+    calls: Vec<RFn>,
+    r: File,
+    l: File,
+    consts: FxHashMap<u64, Reg>,
+    zero: Option<Reg>,
+    /// Register reads of each variable in the run.
+    reads: FxHashMap<VarId, u32>,
+}
+
+impl Builder {
+    fn ins(&mut self, i: Ins) {
+        self.ins.push(i);
+    }
+}
+
+fn index(n: usize) -> u32 {
+    u32::try_from(n).expect("internal error: flat code too large")
+}
+
+impl Compiler {
+    /// Compiles a flat run (see [`worth`]).
+    pub(super) fn flat(&mut self, items: &[Item<'_>]) -> Flat {
+        let mut reads = FxHashMap::default();
+        for it in items {
+            match *it {
+                Item::Real(_, e) => count_real(e, &mut reads),
+                Item::Lin(_, e) => count_lin(e, &mut reads),
+            }
+        }
+        let mut b = Builder {
+            ins: Vec::new(),
+            places: Vec::new(),
+            calls: Vec::new(),
+            r: File::default(),
+            l: File::default(),
+            consts: FxHashMap::default(),
+            zero: None,
+            reads,
+        };
+        for it in items {
+            match *it {
+                Item::Real(x, e) => {
+                    let o = self.flat_real(&mut b, e);
+                    let reg = if o.last {
+                        o.reg
+                    } else {
+                        let dst = b.r.alloc();
+                        b.ins(Ins::Mov { a: o.reg, dst });
+                        dst
+                    };
+                    let n = self.own_reads(&b, x);
+                    if let Some(slot) = self.stored(&b, x) {
+                        b.ins(Ins::Store { a: reg, slot });
+                    }
+                    b.r.settle();
+                    b.l.settle();
+                    b.r.hold(x.id, reg, n);
+                }
+                Item::Lin(u, e) => {
+                    let o = self.flat_lin(&mut b, e);
+                    let reg = if o.last {
+                        o.reg
+                    } else {
+                        let dst = b.l.alloc();
+                        b.ins(Ins::LMov { a: o.reg, dst });
+                        dst
+                    };
+                    let n = self.own_reads(&b, u);
+                    if let Some(slot) = self.stored(&b, u) {
+                        b.ins(Ins::LStore { a: reg, slot });
+                    }
+                    b.r.settle();
+                    b.l.settle();
+                    b.l.hold(u.id, reg, n);
+                }
+            }
+        }
+        let mut r = vec![0.0; b.r.size as usize];
+        for (&bits, &reg) in &b.consts {
+            r[reg as usize] = f64::from_bits(bits);
+        }
+        let nl = b.l.size as usize;
+        Flat {
+            ins: b.ins,
+            places: b.places,
+            calls: b.calls,
+            regs: RefCell::new((r.clone(), vec![None; nl])),
+            init: (r, nl),
+        }
+    }
+
+    fn own_reads(&self, b: &Builder, x: &Var) -> u32 {
+        b.reads.get(&x.id).copied().unwrap_or(0)
+    }
+
+    /// The frame slot a variable bound in the run is stored to: unless every use of it is a
+    /// register read in the run.
+    fn stored(&mut self, b: &Builder, x: &Var) -> Option<u32> {
+        let all = self.uses.get(&x.id).copied().unwrap_or(0);
+        (all != self.own_reads(b, x)).then(|| index(self.bind(x)))
+    }
+
+    fn flat_real(&mut self, b: &mut Builder, t: &Term) -> Opd {
+        use TermKind as K;
+        match &t.kind {
+            K::Lit(l) => {
+                let Value::Real(x) = l.value() else {
+                    unreachable!("a real literal")
+                };
+                let r = &mut b.r;
+                let reg = *b.consts.entry(x.to_bits()).or_insert_with(|| r.fresh());
+                Opd { reg, last: false }
+            }
+            K::Var(x) => {
+                if let Some(o) = b.r.read(x.id) {
+                    return o;
+                }
+                let (slot, _) = self.read(x);
+                let dst = b.r.alloc();
+                b.ins(Ins::Load {
+                    slot: index(slot),
+                    dst,
+                });
+                let rest = b.reads.get(&x.id).copied().unwrap_or(1) - 1;
+                if rest > 0 {
+                    b.r.vars.insert(x.id, (dst, rest));
+                }
+                Opd {
+                    reg: dst,
+                    last: rest == 0,
+                }
+            }
+            K::Prim(op, args) => {
+                let o = match (op.scalar(), args.len()) {
+                    (Some(Scalar::Real1(f)), 1) => {
+                        let a = self.flat_real(b, &args[0]);
+                        b.r.release(a);
+                        let dst = b.r.alloc();
+                        Ins::R1 { f, a: a.reg, dst }
+                    }
+                    (Some(Scalar::Real2(f)), 2) => {
+                        let a = self.flat_real(b, &args[0]);
+                        let c = self.flat_real(b, &args[1]);
+                        b.r.release(a);
+                        b.r.release(c);
+                        let dst = b.r.alloc();
+                        Ins::R2 {
+                            f,
+                            a: a.reg,
+                            b: c.reg,
+                            dst,
+                        }
+                    }
+                    _ => unreachable!("a flat primitive"),
+                };
+                b.ins(o);
+                let (Ins::R1 { dst, .. } | Ins::R2 { dst, .. }) = o else {
+                    unreachable!()
+                };
+                Opd {
+                    reg: dst,
+                    last: true,
+                }
+            }
+            _ => {
+                // A place.
+                let dst = b.r.alloc();
+                if let Some(p) = self.place(t, 1) {
+                    b.places.push(p);
+                    let p = index(b.places.len() - 1);
+                    b.ins(Ins::Place { p, dst });
+                } else {
+                    let f = self.real(t);
+                    b.calls.push(f);
+                    let f = index(b.calls.len() - 1);
+                    b.ins(Ins::Call { f, dst });
+                }
+                Opd {
+                    reg: dst,
+                    last: true,
+                }
+            }
+        }
+    }
+
+    fn flat_lin(&mut self, b: &mut Builder, l: &LTerm) -> Opd {
+        use LTermKind as K;
+        match &l.kind {
+            K::Var(x) => {
+                if let Some(o) = b.l.read(x.id) {
+                    return o;
+                }
+                let (slot, _) = self.read(x);
+                let dst = b.l.alloc();
+                b.ins(Ins::LLoad {
+                    slot: index(slot),
+                    dst,
+                });
+                let rest = b.reads.get(&x.id).copied().unwrap_or(1) - 1;
+                if rest > 0 {
+                    b.l.vars.insert(x.id, (dst, rest));
+                }
+                Opd {
+                    reg: dst,
+                    last: rest == 0,
+                }
+            }
+            K::Zero(_) => {
+                // A register never written: `None` from the start.
+                let l = &mut b.l;
+                let reg = *b.zero.get_or_insert_with(|| l.fresh());
+                Opd { reg, last: false }
+            }
+            K::Plus(x, y) => {
+                let a = self.flat_lin(b, x);
+                let c = self.flat_lin(b, y);
+                b.l.release(a);
+                b.l.release(c);
+                let dst = b.l.alloc();
+                b.ins(Ins::LPlus {
+                    a: a.reg,
+                    b: c.reg,
+                    dst,
+                });
+                Opd {
+                    reg: dst,
+                    last: true,
+                }
+            }
+            K::Scale(c, e) => {
+                let c = self.flat_real(b, c);
+                let a = self.flat_lin(b, e);
+                b.r.release(c);
+                b.l.release(a);
+                let dst = b.l.alloc();
+                b.ins(Ins::LScale {
+                    c: c.reg,
+                    a: a.reg,
+                    dst,
+                });
+                Opd {
+                    reg: dst,
+                    last: true,
+                }
+            }
+            _ => unreachable!("a flat linear term"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn instructions_are_small() {
+        assert!(std::mem::size_of::<super::Ins>() <= 24);
+    }
+}
