@@ -30,7 +30,7 @@
 //! anything a further pass could rewrite; passes repeat until one fires nothing or leaves nothing.
 //! On the AD output of straight-line programs the first pass reaches the fixed point (see
 //! `examples/simplify_scaling.rs` and `benches/simplify.rs`). At each fixed point the array
-//! fusion rules ([`fuse`]) run once over the term; if they fire, the passes resume.
+//! fusion rules (`src/simplify/fuse.rs`) run once over the term; if they fire, the passes resume.
 //!
 //! ```
 //! use chad::simplify::{simplify, simplify_with, Rules};
@@ -187,13 +187,13 @@ rules! {
     /// `zipWith (map snd rs) w` stores the closure's environment `cs` (the variables of `bs` and
     /// the map's parameters that `l` uses) instead of the closure: `snd (rs ! j) • l' ~> let i =
     /// j in let cs = snd (rs ! i) in let v = l' in l`, `zipWith (map snd rs) w ~> lbuild n (\i
-    /// -> let cs = snd (rs ! i) in let v = w ! i in l)` (see [`fuse`]).
+    /// -> let cs = snd (rs ! i) in let v = w ! i in l)` (see `src/simplify/fuse.rs`).
     closure_convert = "closureConvert",
     /// `sndUnused`: an array of pairs whose second components are never used keeps only the
     /// first: `map (\r -> fst r) (build n (\i -> let bs in (a, b))) ~> build n (\i -> let bs in
     /// a)`, and for `let rs = build n (..)` whose every use is `map (\r -> fst r) rs`,
     /// `fst (rs ! j)` or `length rs`, those become `rs'`, `rs' ! j` and `length rs'` (also for
-    /// `map` and `map2`; see [`fuse`]).
+    /// `map` and `map2`; see `src/simplify/fuse.rs`).
     snd_unused = "sndUnused",
     /// `cse`: `let x = p a b in .. p a b .. ~> let x = p a b in .. x ..` for a primitive `p` on
     /// atoms, when the `let` is in scope (binders are unique and the language is pure, so the
@@ -203,7 +203,7 @@ rules! {
     /// `caseProj`: a projection of a `case` (or `if`) moves into its branches, where `pairProj`
     /// can resolve it: `fst (case e of inl p -> a | inr q -> b) ~> case e of inl p -> fst a |
     /// inr q -> fst b`, and `let (x, _) = case .. in e ~> let x = fst (case ..) in e` first
-    /// (see [`fuse`]). The derivative of an `if` pairs each branch's value with its derivative;
+    /// (see `src/simplify/fuse.rs`). The derivative of an `if` pairs each branch's value with its derivative;
     /// when only the value is used, no linear closure is built per evaluation.
     case_proj = "caseProj",
     /// `sumBuildProj`: `fst (lsum (lbuild n (\j -> l))) ~> lsum (lbuild n (\j -> fst l))` (and

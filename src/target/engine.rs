@@ -32,7 +32,10 @@
 //!   read by reference along the path: only the value at the end is copied, and a pattern
 //!   `let (a, b) = place` copies only the leaves it binds. Indices are evaluated before the
 //!   walk; if one fails, the path before it is walked first so that an earlier out-of-range
-//!   error wins, as in the reference evaluator's order.
+//!   error wins, as in the reference evaluator's order. *Linear places* (a linear variable
+//!   under `fst`/`snd`, possibly indexed: the tangent `snd (fst (fst d))` of a captured scalar,
+//!   read per element of a loop) are walked by reference too ([`Lin::fst_ref`]), unless the
+//!   variable is read for the last time (then it is moved, so accumulators stay unique).
 //! * **Fused sums.** `sum (map (\x -> e) xs)` and `sum (build n (\i -> e))` add the elements
 //!   as they are computed (the primitive's fold: from `0.0`, in order), with no array.
 //! * **Unzipped arrays of tuples.** `let rs = build n (\i -> .. (a, (b, c)))` (or a `map`)
@@ -709,6 +712,13 @@ impl Compiler {
                     Ok(scale_opt(c, e(fr)?))
                 })
             }
+            K::Index(e, i) if let Some((s, path)) = self.lin_place(e) => {
+                let i = self.int(i);
+                Box::new(move |fr| {
+                    let i = i(fr)?;
+                    Ok(lin_at(fr, s, &path).and_then(|xs| lin_opt(&xs.index(i))))
+                })
+            }
             K::Index(e, i) => {
                 let e = self.linear(e);
                 let i = self.int(i);
@@ -716,6 +726,9 @@ impl Compiler {
                     let xs = e(fr)?;
                     Ok(lin_opt(&xs.index(i(fr)?)))
                 })
+            }
+            K::Fst(_) | K::Snd(_) if let Some((s, path)) = self.lin_place(l) => {
+                Box::new(move |fr| Ok(lin_at(fr, s, &path).and_then(lin_opt)))
             }
             K::Sum(e) if matches!(e.kind, K::Build(..)) => {
                 let K::Build(n, i, body) = &e.kind else {
@@ -749,6 +762,37 @@ impl Compiler {
                 Box::new(move |fr| Ok(lin_opt(&e(fr)?)))
             }
         }
+    }
+
+    /// A *linear place*: a linear variable under `fst`/`snd` (possibly none), read by reference
+    /// through [`lin_at`] rather than by copying each intermediate pair (`snd (fst (fst d))`,
+    /// the tangent of a captured scalar, is read once per element in a loop). Its slot and its
+    /// projections from the variable outwards (`true` for `fst`). `None` for other terms, and
+    /// for a variable read for the last time (moving it out keeps accumulators unique).
+    fn lin_place(&mut self, l: &LTerm) -> Option<(usize, Vec<bool>)> {
+        use LTermKind as K;
+        let mut path = Vec::new();
+        let mut cur = l;
+        let v = loop {
+            cur = match &cur.kind {
+                K::Fst(e) => {
+                    path.push(true);
+                    e
+                }
+                K::Snd(e) => {
+                    path.push(false);
+                    e
+                }
+                K::Var(v) => break v,
+                _ => return None,
+            };
+        };
+        let (s, movable) = self.read(v);
+        if movable {
+            return None;
+        }
+        path.reverse();
+        Some((s, path))
     }
 
     /// A linear let chain: its steps (compiled in order) and its body (not compiled).
@@ -1241,6 +1285,9 @@ impl Compiler {
                 let b = self.linear(b);
                 Box::new(move |fr| Ok(Lin::pair(a(fr)?, b(fr)?)))
             }
+            K::Fst(_) | K::Snd(_) if let Some((s, path)) = self.lin_place(l) => {
+                Box::new(move |fr| Ok(lin_at(fr, s, &path).cloned().unwrap_or_else(Lin::zero)))
+            }
             K::Fst(e) => {
                 let e = self.linear(e);
                 Box::new(move |fr| Ok(e(fr)?.fst()))
@@ -1443,6 +1490,23 @@ fn run_steps(steps: &[Step], fr: &mut Frame) -> Result<()> {
 }
 
 /// A linear real as `None` (zero) or its number.
+/// The linear value at a place ([`Compiler::lin_place`]), by reference; `None` if a pair on
+/// the way is zero (so the value is zero).
+fn lin_at<'f>(fr: &'f Frame, s: usize, path: &[bool]) -> Option<&'f Lin> {
+    let mut cur = match &fr[s] {
+        Value::Lin(x) => x,
+        other => panic!("internal error: expected a linear value, found {other}"),
+    };
+    for &first in path {
+        cur = if first {
+            cur.fst_ref()?
+        } else {
+            cur.snd_ref()?
+        };
+    }
+    Some(cur)
+}
+
 fn lin_opt(x: &Lin) -> Option<f64> {
     if x.is_zero() { None } else { Some(x.to_real()) }
 }

@@ -134,6 +134,25 @@ impl Lin {
         }
     }
 
+    /// The first component of a pair, by reference; `None` for zero (whose components are
+    /// zero). [`Lin::fst`] without the copy.
+    pub fn fst_ref(&self) -> Option<&Lin> {
+        match &self.0 {
+            Repr::Zero => None,
+            Repr::Pair(p) => Some(&p.0),
+            _ => invariant("a pair"),
+        }
+    }
+
+    /// The second component of a pair, by reference; `None` for zero.
+    pub fn snd_ref(&self) -> Option<&Lin> {
+        match &self.0 {
+            Repr::Zero => None,
+            Repr::Pair(p) => Some(&p.1),
+            _ => invariant("a pair"),
+        }
+    }
+
     /// The second component of a pair (linear).
     pub fn snd(&self) -> Lin {
         match &self.0 {
