@@ -916,47 +916,61 @@ impl Closures {
 
 /// Whether every use of `rs` in its scope is one closure conversion can rewrite.
 fn uses_ok(rs: VarId, scope: Scope<'_>) -> bool {
-    fn is_rs(t: &Term, rs: VarId) -> bool {
-        matches!(&t.kind, TermKind::Var(x) if x.id == rs)
+    uses_only(rs, scope, true)
+}
+
+/// Whether every use of `rs` in its scope is `map (\r -> fst r) rs`, `fst (rs ! j)` or
+/// `length rs`, or, if `closures`, also `snd (rs ! j) • l` or `zipWith (map snd rs) w`.
+fn uses_only(rs: VarId, scope: Scope<'_>, closures: bool) -> bool {
+    struct Uses {
+        rs: VarId,
+        closures: bool,
     }
-    fn term(t: &Term, rs: VarId) -> bool {
-        deep(|| match &t.kind {
-            TermKind::Var(x) => x.id != rs,
-            TermKind::Map(f, xs) if is_rs(xs, rs) => projection(f) == Some(true),
-            TermKind::Fst(e) if matches!(&e.kind, TermKind::Index(a, _) if is_rs(a, rs)) => {
-                let TermKind::Index(_, j) = &e.kind else {
-                    unreachable!()
-                };
-                term(j, rs)
+    impl Uses {
+        fn is_rs(&self, t: &Term) -> bool {
+            matches!(&t.kind, TermKind::Var(x) if x.id == self.rs)
+        }
+        fn term(&self, t: &Term) -> bool {
+            deep(|| match &t.kind {
+                TermKind::Var(x) => x.id != self.rs,
+                TermKind::Map(f, xs) if self.is_rs(xs) => projection(f) == Some(true),
+                TermKind::Fst(e) if matches!(&e.kind, TermKind::Index(a, _) if self.is_rs(a)) => {
+                    let TermKind::Index(_, j) = &e.kind else {
+                        unreachable!("matched above")
+                    };
+                    self.term(j)
+                }
+                TermKind::Length(a) if self.is_rs(a) => true,
+                _ => t.children().iter().all(|c| self.child(*c)),
+            })
+        }
+        fn linear(&self, l: &LTerm) -> bool {
+            deep(|| match &l.kind {
+                LTermKind::App(f, x) if self.closures => match applied(f, self.rs) {
+                    Some(j) => self.term(j) && self.linear(x),
+                    None => self.term(f) && self.linear(x),
+                },
+                LTermKind::ZipWith(fs, w)
+                    if self.closures
+                        && matches!(&fs.kind, TermKind::Map(f, a)
+                            if self.is_rs(a) && projection(f) == Some(false)) =>
+                {
+                    self.linear(w)
+                }
+                _ => l.children().iter().all(|c| self.child(*c)),
+            })
+        }
+        fn child(&self, c: crate::target::term::Child<'_>) -> bool {
+            match c {
+                crate::target::term::Child::C(t) => self.term(t),
+                crate::target::term::Child::L(l) => self.linear(l),
             }
-            TermKind::Length(a) if is_rs(a, rs) => true,
-            _ => t.children().iter().all(|c| child(*c, rs)),
-        })
-    }
-    fn linear(l: &LTerm, rs: VarId) -> bool {
-        deep(|| match &l.kind {
-            LTermKind::App(f, x) => match applied(f, rs) {
-                Some(j) => term(j, rs) && linear(x, rs),
-                None => term(f, rs) && linear(x, rs),
-            },
-            LTermKind::ZipWith(fs, w)
-                if matches!(&fs.kind, TermKind::Map(f, a)
-                    if is_rs(a, rs) && projection(f) == Some(false)) =>
-            {
-                linear(w, rs)
-            }
-            _ => l.children().iter().all(|c| child(*c, rs)),
-        })
-    }
-    fn child(c: crate::target::term::Child<'_>, rs: VarId) -> bool {
-        match c {
-            crate::target::term::Child::C(t) => term(t, rs),
-            crate::target::term::Child::L(l) => linear(l, rs),
         }
     }
+    let u = Uses { rs, closures };
     match scope {
-        Scope::C(t) => term(t, rs),
-        Scope::L(l) => linear(l, rs),
+        Scope::C(t) => u.term(t),
+        Scope::L(l) => u.linear(l),
     }
 }
 
@@ -1146,43 +1160,11 @@ fn fst_of_elements(xs: &Term) -> Option<Term> {
 /// `fst (rs ! j)` or `length rs`: the new variable and the array of first components.
 fn fst_only_array(rs: &Var, e: &Term, scope: Scope<'_>) -> Option<(Var, Term)> {
     let (a_ty, _) = rs.ty.as_array().and_then(Ty::as_prod)?;
-    if !fst_uses_only(rs.id, scope) {
+    if !uses_only(rs.id, scope, false) {
         return None;
     }
     let e2 = fst_of_elements(e)?;
     Some((Var::fresh(rs.name.clone(), Ty::array(a_ty.clone())), e2))
-}
-
-/// Whether every use of `rs` in its scope is `map (\r -> fst r) rs`, `fst (rs ! j)` or
-/// `length rs`.
-fn fst_uses_only(rs: VarId, scope: Scope<'_>) -> bool {
-    fn is_rs(t: &Term, rs: VarId) -> bool {
-        matches!(&t.kind, TermKind::Var(x) if x.id == rs)
-    }
-    fn term(t: &Term, rs: VarId) -> bool {
-        deep(|| match &t.kind {
-            TermKind::Var(x) => x.id != rs,
-            TermKind::Map(f, xs) if is_rs(xs, rs) => projection(f) == Some(true),
-            TermKind::Fst(e) if matches!(&e.kind, TermKind::Index(a, _) if is_rs(a, rs)) => {
-                let TermKind::Index(_, j) = &e.kind else {
-                    unreachable!("matched above")
-                };
-                term(j, rs)
-            }
-            TermKind::Length(a) if is_rs(a, rs) => true,
-            _ => t.children().iter().all(|c| child(*c, rs)),
-        })
-    }
-    fn child(c: crate::target::term::Child<'_>, rs: VarId) -> bool {
-        match c {
-            crate::target::term::Child::C(t) => term(t, rs),
-            crate::target::term::Child::L(l) => l.children().iter().all(|c| child(*c, rs)),
-        }
-    }
-    match scope {
-        Scope::C(t) => term(t, rs),
-        Scope::L(l) => l.children().iter().all(|c| child(*c, rs)),
-    }
 }
 
 /// Rewrites the scope of an array that keeps only its first components.
