@@ -632,12 +632,16 @@ fn array_config() -> Config {
 
 #[test]
 fn forward_chad_fundamental_lemma_with_map() {
-    run_lemma(Mode::Forward, array_config(), cases(100));
+    // 400 programs: about 82% of this configuration's programs evaluate at their inputs, so
+    // at 100 the three-quarters floor failed about one run in ten (74 of 100 in CI once).
+    run_lemma(Mode::Forward, array_config(), cases(400));
 }
 
 #[test]
 fn reverse_chad_fundamental_lemma_with_map() {
-    run_lemma(Mode::Reverse, array_config(), cases(100));
+    // 400 programs: about 82% of this configuration's programs evaluate at their inputs, so
+    // at 100 the three-quarters floor failed about one run in ten (74 of 100 in CI once).
+    run_lemma(Mode::Reverse, array_config(), cases(400));
 }
 
 /// Array-heavy programs ([`Config::array_bias`]): array inputs and results (matrices and
