@@ -310,7 +310,8 @@ fn jacobians_by_forward_reverse_and_finite_differences_agree() {
 
 #[test]
 fn jacobians_agree_with_map() {
-    jacobians_agree(config(true), cases(100), NONE);
+    // 400 programs: about 80% run, so at 100 the three-quarters floor failed now and then.
+    jacobians_agree(config(true), cases(400), NONE);
 }
 
 #[test]

@@ -1275,6 +1275,7 @@ impl Compiler {
                 }
             }
             K::Zero(_) => Box::new(|_| Ok(Lin::zero())),
+            K::Plus(..) if let Some(f) = self.lin_accumulate(l) => f,
             K::Plus(a, b) => {
                 let a = self.linear(a);
                 let b = self.linear(b);
@@ -2523,6 +2524,52 @@ impl Compiler {
                 })
             }
         }
+    }
+
+    /// A `+`-tree with one-hot leaves outside an `lsum (lbuild ..)` (`onehot n 0 v + onehot n 1 v
+    /// + ..`, the reverse derivative of a written-out index chain): run as the accumulation
+    /// [`Compiler::lin_sum_build`] does for one element, so each one-hot adds into one array in
+    /// place instead of allocating a sparse array per leaf and per sum. `None` without one-hots.
+    fn lin_accumulate(&mut self, l: &LTerm) -> Option<LFn> {
+        /// One-hots among the summands (through pairs and lets), counting up to `2`.
+        fn one_hots(l: &LTerm) -> usize {
+            use LTermKind as K;
+            match &l.kind {
+                K::OneHot(..) => 1,
+                K::Plus(a, b) | K::Pair(a, b) => (one_hots(a) + one_hots(b)).min(2),
+                K::Let(_, _, b) | K::LinLet(_, _, b) => one_hots(b),
+                _ => 0,
+            }
+        }
+        // With a single one-hot, `Lin::plus` already adds it into the other summand in place.
+        if one_hots(l) < 2 {
+            return None;
+        }
+        let shape = LShape::of(l);
+        let k = shape.count();
+        let mut leaves = Vec::new();
+        shape.leaves(&mut leaves);
+        let mut size = k;
+        let tg: Vec<Tgt> = leaves
+            .iter()
+            .enumerate()
+            .map(|(j, leaf)| {
+                if matches!(leaf, LShape::Leaf(true)) {
+                    Tgt::Add(j)
+                } else {
+                    Tgt::Set(j)
+                }
+            })
+            .collect();
+        let body = self.lin_into(l, &shape, &tg, &mut size);
+        Some(Box::new(move |fr| {
+            let mut buf = vec![Lin::zero(); size];
+            body(fr, &mut buf)?;
+            let mut leaves = buf.drain(..k);
+            Ok(assemble(&shape, &mut || {
+                leaves.next().expect("a leaf per accumulator")
+            }))
+        }))
     }
 
     /// `lsum (lbuild n (\i -> l))` where `l` builds pairs or one-hot arrays: one accumulator
