@@ -1041,19 +1041,33 @@ impl Pass<'_> {
             self.map_split.insert(x.id, (r1, r2));
             return;
         }
-        self.push_var(x, e, span);
+        if let Some(y) = self.push_var(x, e, span) {
+            // `x` is `y`: its occurrences read `y`.
+            self.set_slot(
+                x.id,
+                Slot::Subst(Subst::Cheap(Term::new(TermKind::Var(y), span))),
+            );
+        }
     }
 
     /// Pushes the binding `x = e`, making `e` available to `cse` if it is a primitive on atoms.
-    fn push_var(&mut self, x: &Var, e: Term, span: Span) {
+    /// If a `let` on the stack already binds the same application, nothing is pushed: `e` is
+    /// dropped and that binding's variable returned (`cse`), for the caller to use instead.
+    fn push_var(&mut self, x: &Var, e: Term, span: Span) -> Option<Var> {
         if self.rules.cse
             && let TermKind::Prim(op, args) = &e.kind
             && let Some(k) = prim_key(op, args)
         {
+            if let Some(y) = self.available(op, args) {
+                self.fire("cse");
+                self.drop(&e);
+                return Some(y);
+            }
             self.avail.insert(k, (x.clone(), self.stack.len()));
         }
         self.stack
             .push(Binding::Cart(Pat::Var(x.clone()), e, span, Orig::None));
+        None
     }
 
     /// `cse`: the variable of a `let` on the stack that binds `op args` (a primitive on atoms).
@@ -1141,7 +1155,9 @@ impl Pass<'_> {
             self.bind_var(&v, t.clone(), span);
         } else {
             // Bound as it is (not split by `bind_var`: the result must be an atom).
-            self.push_var(&v, t.clone(), span);
+            if let Some(y) = self.push_var(&v, t.clone(), span) {
+                return self.var(&y, span);
+            }
         }
         self.var(&v, span)
     }
