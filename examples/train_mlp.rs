@@ -30,31 +30,9 @@ pub const PROGRAM: &str = include_str!("mlp.chad");
 /// The name the program is reported under in errors.
 pub const FILE: &str = "examples/mlp.chad";
 
-/// A deterministic pseudo-random generator (SplitMix64): enough for reproducible data and
-/// initial weights without a dependency.
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    /// A generator started from `seed`.
-    pub fn new(seed: u64) -> SplitMix64 {
-        SplitMix64(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number uniformly distributed in `[lo, hi)`.
-    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        let unit = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-        lo + (hi - lo) * unit
-    }
-}
+/// The deterministic pseudo-random generator for data and initial weights: the library's
+/// SplitMix64 ([`chad::bench::Rng`]), so a seed gives the same numbers everywhere.
+pub use chad::bench::Rng as SplitMix64;
 
 /// A labelled data set: points in the plane and their classes (0 or 1).
 pub struct Data {

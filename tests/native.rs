@@ -86,17 +86,12 @@ fn agree(program: &str, entry: &Entry, args: &Json, what: &str) {
     );
 }
 
-/// A deterministic generator of uniform reals (SplitMix64).
-struct Rng(u64);
+/// A deterministic generator of uniform reals: the library's SplitMix64.
+struct Rng(chad::bench::Rng);
 
 impl Rng {
     fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        lo + (hi - lo) * ((z >> 11) as f64 / (1u64 << 53) as f64)
+        self.0.uniform(lo, hi)
     }
 
     fn below(&mut self, n: usize) -> usize {
@@ -121,7 +116,7 @@ impl Rng {
 }
 
 fn mlp_args(i: usize, h: usize, c: usize, b: usize, seed: u64) -> Json {
-    let mut r = Rng(seed);
+    let mut r = Rng(chad::bench::Rng::new(seed));
     let ys: Vec<usize> = (0..b).map(|_| r.below(c)).collect();
     json!([
         r.matrix(h, i, 1.0),
@@ -134,7 +129,7 @@ fn mlp_args(i: usize, h: usize, c: usize, b: usize, seed: u64) -> Json {
 }
 
 fn gmm_args(d: usize, k: usize, n: usize, gamma: f64, m: i64, seed: u64) -> Json {
-    let mut r = Rng(seed);
+    let mut r = Rng(chad::bench::Rng::new(seed));
     json!([
         r.vector(k, 1.0),
         r.matrix(k, d, 1.0),
@@ -150,7 +145,7 @@ fn rosenbrock_agrees_with_chad() {
     let prog = load_text("rosenbrock.chad", ROSENBROCK);
     let e = entry(&prog, "rosenbrock");
     for (n, seed) in [(2, 1), (3, 2), (50, 3), (50, 4)] {
-        let args = json!([Rng(seed).vector(n, 2.0)]);
+        let args = json!([Rng(chad::bench::Rng::new(seed)).vector(n, 2.0)]);
         agree("rosenbrock", &e, &args, &format!("n = {n}"));
     }
     // The minimum, and a hand-computed value.
