@@ -1058,7 +1058,7 @@ impl Pass<'_> {
             && let TermKind::Prim(op, args) = &e.kind
             && let Some(k) = prim_key(op, args)
         {
-            if let Some(y) = self.available(op, args) {
+            if let Some(y) = self.available(&k) {
                 self.fire("cse");
                 self.drop(&e);
                 return Some(y);
@@ -1070,9 +1070,9 @@ impl Pass<'_> {
         None
     }
 
-    /// `cse`: the variable of a `let` on the stack that binds `op args` (a primitive on atoms).
-    fn available(&self, op: &Prim, args: &[Term]) -> Option<Var> {
-        let (x, at) = self.avail.get(&prim_key(op, args)?)?;
+    /// `cse`: the variable of a `let` on the stack that binds the application with this key.
+    fn available(&self, key: &str) -> Option<Var> {
+        let (x, at) = self.avail.get(key)?;
         match self.stack.get(*at) {
             Some(Binding::Cart(Pat::Var(y), ..)) if y.id == x.id => Some(x.clone()),
             _ => None,
@@ -1574,7 +1574,7 @@ impl Pass<'_> {
             }
         }
         if self.rules.cse
-            && let Some(x) = self.available(op, &args)
+            && let Some(x) = prim_key(op, &args).and_then(|k| self.available(&k))
         {
             // The same application is bound by a `let` in scope: read its variable.
             self.fire("cse");
