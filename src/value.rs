@@ -15,6 +15,12 @@ use crate::types::Type;
 use std::fmt;
 use std::rc::Rc;
 
+thread_local! {
+    /// The payloads of `inl ()` and `inr ()`, shared (see [`Value::inl`]).
+    static UNIT_SIDES: (Rc<Deep<Value>>, Rc<Deep<Value>>) =
+        (Rc::new(Deep::new(Value::Unit)), Rc::new(Deep::new(Value::Unit)));
+}
+
 /// A run-time value.
 #[derive(Clone)]
 pub enum Value {
@@ -58,12 +64,19 @@ impl Value {
 
     /// `inl v`.
     pub fn inl(v: Value) -> Value {
-        Value::Inl(Rc::new(Deep::new(v)))
+        match v {
+            // `inl ()` and `inr ()` (the two Booleans of `decide`) share one allocation each.
+            Value::Unit => UNIT_SIDES.with(|(l, _)| Value::Inl(l.clone())),
+            v => Value::Inl(Rc::new(Deep::new(v))),
+        }
     }
 
     /// `inr v`.
     pub fn inr(v: Value) -> Value {
-        Value::Inr(Rc::new(Deep::new(v)))
+        match v {
+            Value::Unit => UNIT_SIDES.with(|(_, r)| Value::Inr(r.clone())),
+            v => Value::Inr(Rc::new(Deep::new(v))),
+        }
     }
 
     /// The right-nested tuple of the values (`()` for none, the value itself for one).

@@ -24,10 +24,14 @@
 //!   language is pure. Cost: per element a tuple instead of a closure; per use the closure's
 //!   body, as before.
 //!   Bindings of the element that are cheap to evaluate again (an index of an atom, up to three
-//!   additions, subtractions, multiplications or negations of atoms and such indices; a map's
+//!   additions, subtractions, multiplications, negations or comparisons of atoms and such
+//!   indices, and `decide` of a comparison; a map's
 //!   parameter, as `xs ! j`) are recomputed at the use instead of stored, when their inputs are
 //!   outside the element, recomputed themselves, or stored anyway: the residual tuple of
 //!   Rosenbrock's derivative shrinks from five reals to none.
+//! * `caseSplit` (`src/simplify/split.rs`): the element of such an array whose pair is chosen by
+//!   a `case` (the derivative of an `if`) becomes a pair of the chosen value and one λ̲ over a
+//!   linear `case`, so that `closureConvert` applies in the next round.
 //! * `sndUnused`: an array of pairs whose second components nobody reads keeps only the first
 //!   (`map (\r -> fst r) (build n (\i -> let bs in (a, b))) ~> build n (\i -> let bs in a)`,
 //!   and a let-bound array used only through `map fst`, `fst (rs ! j)` and `length`). What
@@ -52,7 +56,10 @@
 //!   `rs = build n f` is `n`, for `rs = map f xs` it is `length xs`). The index of each one-hot is
 //!   the lbuild's own `j`, which ranges over `0..n`, so no one-hot is out of range and each
 //!   position `j` receives exactly `l`. (If evaluating `m` would fail, the result no longer
-//!   does: like `deadLet`, the rule may discard an error, never introduce one.)
+//!   does: like `deadLet`, the rule may discard an error, never introduce one.) Through a
+//!   linear `case` too: `lsum (lbuild n (\j -> case s of inl p -> onehot m j l | inr q -> 0))
+//!   ~> lbuild n (\j -> case s of inl p -> l | inr q -> 0)` (each branch a one-hot at `j` or
+//!   zero, after its lets): each position still receives its own branch's element.
 //! * `plusOneHot`: `onehot m i a + onehot m' i' b ~> onehot m i (a + b)` when `m`, `m'` and
 //!   `i`, `i'` are provably equal (as above); the one-hots of a `+`-tree with equal lengths and
 //!   indices are gathered into one. `onehot` is linear in its element. The sum is reassociated,
@@ -77,6 +84,7 @@ pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usiz
     if !(rules.closure_convert
         || rules.snd_unused
         || rules.case_proj
+        || rules.case_split
         || rules.sum_build_proj
         || rules.sum_build_split
         || rules.sum_build_one_hot
@@ -157,6 +165,22 @@ impl Rewrite for Fuse<'_> {
     fn term(&mut self, t: &Term) -> Term {
         deep(|| match &t.kind {
             TermKind::Let(p, e, body) => {
+                // A projection moves into the branches first, so that `caseSplit` does not
+                // split a branch whose linear map nobody uses.
+                if self.rules.case_proj
+                    && let Pat::Pair(p1, p2) = p
+                    && let Some((first, keep)) = match (&**p1, &**p2) {
+                        (_, Pat::Wild(_)) => Some((true, p1)),
+                        (Pat::Wild(_), _) => Some((false, p2)),
+                        _ => None,
+                    }
+                    && let Some(e3) = project_branches(e, first)
+                {
+                    self.fire("caseProj");
+                    let e3 = self.term(&e3);
+                    let body2 = self.term(body);
+                    return Term::new(TermKind::Let((**keep).clone(), e3, body2), t.span);
+                }
                 let e2 = self.term(e);
                 self.learn(p, &e2);
                 if self.rules.closure_convert
@@ -177,18 +201,13 @@ impl Rewrite for Fuse<'_> {
                     let body2 = self.term(&body2);
                     return Term::new(TermKind::Let(Pat::Var(rs2), e3, body2), t.span);
                 }
-                if self.rules.case_proj
-                    && let Pat::Pair(p1, p2) = p
-                    && let Some((first, keep)) = match (&**p1, &**p2) {
-                        (_, Pat::Wild(_)) => Some((true, p1)),
-                        (Pat::Wild(_), _) => Some((false, p2)),
-                        _ => None,
-                    }
-                    && let Some(e3) = project_branches(&e2, first)
+                if self.rules.case_split
+                    && let Pat::Var(_) = p
+                    && let Some(e3) = map_body(&e2, super::split::split_tail)
                 {
-                    self.fire("caseProj");
+                    self.fire("caseSplit");
                     let body2 = self.term(body);
-                    return Term::new(TermKind::Let((**keep).clone(), e3, body2), t.span);
+                    return Term::new(TermKind::Let(p.clone(), e3, body2), t.span);
                 }
                 let body2 = self.term(body);
                 super::pass::reuse(t, TermKind::Let(p.clone(), e2, body2))
@@ -207,22 +226,10 @@ impl Rewrite for Fuse<'_> {
                 if self.rules.case_proj
                     && matches!(e.kind, TermKind::Case(..) | TermKind::If(..)) =>
             {
-                let e2 = self.term(e);
+                self.fire("caseProj");
                 let first = matches!(t.kind, TermKind::Fst(_));
-                match project_branches(&e2, first) {
-                    Some(r) => {
-                        self.fire("caseProj");
-                        r
-                    }
-                    None => Term::new(
-                        if first {
-                            TermKind::Fst(e2)
-                        } else {
-                            TermKind::Snd(e2)
-                        },
-                        t.span,
-                    ),
-                }
+                let r = project_branches(e, first).expect("a case or an if");
+                self.term(&r)
             }
             TermKind::Fst(e) if self.rules.snd_unused && matches!(e.kind, TermKind::Index(..)) => {
                 let TermKind::Index(xs, j) = &e.kind else {
@@ -267,6 +274,14 @@ impl Rewrite for Fuse<'_> {
                     let body2 = FstOnly::new(rs, &rs2).linear(body);
                     let body2 = self.linear(&body2);
                     return LTerm::new(K::Let(Pat::Var(rs2), e3, body2), l.span);
+                }
+                if self.rules.case_split
+                    && let Pat::Var(_) = p
+                    && let Some(e3) = map_body(&e2, super::split::split_tail)
+                {
+                    self.fire("caseSplit");
+                    let body2 = self.linear(body);
+                    return LTerm::new(K::Let(p.clone(), e3, body2), l.span);
                 }
                 let body2 = self.linear(body);
                 return super::pass::lreuse(l, K::Let(p.clone(), e2, body2));
@@ -386,6 +401,35 @@ fn needed(bs: &[Bind], core: &LTerm) -> Vec<bool> {
 }
 
 impl Fuse<'_> {
+    /// `x` if `l` is `onehot m j x` with `m` provably `n`; through the branches of a linear
+    /// `case` (after their lets), where a branch may also be `0`.
+    fn one_hot_at(&self, l: &LTerm, n: &Term, j: &Var) -> Option<LTerm> {
+        use LTermKind as K;
+        match &l.kind {
+            K::OneHot(m, i, x)
+                if matches!(&i.kind, TermKind::Var(i) if i.id == j.id) && self.same(m, n) =>
+            {
+                Some(x.clone())
+            }
+            K::Case(s, p, a, q, b) => {
+                let branch = |l: &LTerm| {
+                    let (bs, core) = peel(l);
+                    let x = match &core.kind {
+                        K::Zero(t) => LTerm::zero(t.as_array()?.clone()),
+                        _ => self.one_hot_at(&core, n, j)?,
+                    };
+                    Some(wrap(&bs, x))
+                };
+                let (a, b) = (branch(a)?, branch(b)?);
+                Some(LTerm::new(
+                    K::Case(s.clone(), p.clone(), a, q.clone(), b),
+                    l.span,
+                ))
+            }
+            _ => None,
+        }
+    }
+
     /// The rules on `lsum (lbuild n (\j -> body))`.
     fn sum_build(
         &mut self,
@@ -398,13 +442,11 @@ impl Fuse<'_> {
         use LTermKind as K;
         let (bs, core) = peel(body);
         if self.rules.sum_build_one_hot
-            && let K::OneHot(m, i, x) = &core.kind
-            && matches!(&i.kind, TermKind::Var(i) if i.id == j.id)
-            && self.same(m, n)
+            && let Some(x) = self.one_hot_at(&core, n, j)
         {
             self.fire("sumBuildOneHot");
             return Some(LTerm::new(
-                K::Build(n.clone(), j.clone(), wrap(&bs, x.clone())),
+                K::Build(n.clone(), j.clone(), wrap(&bs, x)),
                 bspan,
             ));
         }
@@ -615,13 +657,13 @@ fn syn_eq(a: &Term, b: &Term) -> bool {
     }
 }
 
-fn vars_of_term(t: &Term) -> HashSet<VarId> {
+pub(super) fn vars_of_term(t: &Term) -> HashSet<VarId> {
     let mut out = HashSet::default();
     collect(crate::target::term::Child::C(t), &mut out);
     out
 }
 
-fn vars_of_lin(l: &LTerm) -> HashSet<VarId> {
+pub(super) fn vars_of_lin(l: &LTerm) -> HashSet<VarId> {
     let mut out = HashSet::default();
     collect(crate::target::term::Child::L(l), &mut out);
     out
@@ -1062,13 +1104,33 @@ impl Rewrite for Convert<'_> {
 /// length or an index of an atom by an atom (under projections), or at most
 /// [`REMAT_OPS`] additions, subtractions, multiplications and negations of such terms (of reals
 /// or integers), in a tree.
-fn remat_form(_c: &Var, e: &Term) -> bool {
+pub(super) fn remat_form(_c: &Var, e: &Term) -> bool {
     fn ops(e: &Term, budget: &mut usize) -> bool {
         match &e.kind {
             TermKind::Prim(op, args)
                 if matches!(
                     op.name(),
-                    "add" | "sub" | "mul" | "neg" | "iadd" | "isub" | "imul" | "ineg"
+                    "add"
+                        | "sub"
+                        | "mul"
+                        | "neg"
+                        | "iadd"
+                        | "isub"
+                        | "imul"
+                        | "ineg"
+                        | "decide"
+                        | "eq"
+                        | "ne"
+                        | "lt"
+                        | "le"
+                        | "gt"
+                        | "ge"
+                        | "ieq"
+                        | "ine"
+                        | "ilt"
+                        | "ile"
+                        | "igt"
+                        | "ige"
                 ) =>
             {
                 if *budget == 0 {
@@ -1105,44 +1167,29 @@ fn w_ty(v: &Var, _w: &LTerm) -> Ty {
 
 // ----- arrays whose second components are unused -----
 
-/// The element body `let bs in (a, b)` of an array made by `build`, `map` or `map2` with a λ,
-/// rebuilt by `f` from its lets and `(a, b)`; `None` for any other form.
-fn map_element(e: &Term, f: impl FnOnce(&Term, &Term) -> Term) -> Option<Term> {
+/// An array expression (`build`, `map`, `map2` of a λ) with its element's body rewritten by
+/// `f`; `None` if it is not one, or `f` does not apply.
+pub(super) fn map_body(e: &Term, f: impl FnOnce(&Term) -> Option<Term>) -> Option<Term> {
     fn lam_body(f: &Term) -> Option<(&Var, &Term)> {
         match &f.kind {
             TermKind::Lam(x, b) => Some((x, b)),
             _ => None,
         }
     }
-    fn element(body: &Term, f: impl FnOnce(&Term, &Term) -> Term) -> Option<Term> {
-        let mut lets = Vec::new();
-        let mut core = body;
-        while let TermKind::Let(p, e, rest) = &core.kind {
-            lets.push((p, e, core.span));
-            core = rest;
-        }
-        let TermKind::Pair(a, b) = &core.kind else {
-            return None;
-        };
-        let out = f(a, b);
-        Some(lets.into_iter().rev().fold(out, |acc, (p, e, s)| {
-            Term::new(TermKind::Let(p.clone(), e.clone(), acc), s)
-        }))
-    }
     let relam = |g: &Term, x: &Var, b: Term| Term::new(TermKind::Lam(x.clone(), b), g.span);
     let kind = match &e.kind {
         TermKind::Build(n, g) => {
             let (i, body) = lam_body(g)?;
-            TermKind::Build(n.clone(), relam(g, i, element(body, f)?))
+            TermKind::Build(n.clone(), relam(g, i, f(body)?))
         }
         TermKind::Map(g, xs) => {
             let (y, body) = lam_body(g)?;
-            TermKind::Map(relam(g, y, element(body, f)?), xs.clone())
+            TermKind::Map(relam(g, y, f(body)?), xs.clone())
         }
         TermKind::Map2(g, xs, ys) => {
             let (y, h) = lam_body(g)?;
             let (z, body) = lam_body(h)?;
-            let inner = relam(h, z, element(body, f)?);
+            let inner = relam(h, z, f(body)?);
             TermKind::Map2(relam(g, y, inner), xs.clone(), ys.clone())
         }
         _ => return None,
@@ -1153,7 +1200,22 @@ fn map_element(e: &Term, f: impl FnOnce(&Term, &Term) -> Term) -> Option<Term> {
 /// `sndUnused` on an array expression used once: `map (\r -> fst r) (build n (\i -> let bs in
 /// (a, b))) ~> build n (\i -> let bs in a)` (and `map`, `map2`).
 fn fst_of_elements(xs: &Term) -> Option<Term> {
-    map_element(xs, |a, _| a.clone())
+    map_body(xs, |body| {
+        let mut lets = Vec::new();
+        let mut core = body;
+        while let TermKind::Let(p, e, rest) = &core.kind {
+            lets.push((p, e, core.span));
+            core = rest;
+        }
+        let first = match &core.kind {
+            TermKind::Pair(a, _) => a.clone(),
+            // The value of each branch (`caseProj` inside the element).
+            _ => project_branches(core, true)?,
+        };
+        Some(lets.into_iter().rev().fold(first, |acc, (p, e, s)| {
+            Term::new(TermKind::Let(p.clone(), e.clone(), acc), s)
+        }))
+    })
 }
 
 /// `sndUnused` on a let-bound array `rs` whose every use in `scope` is `map (\r -> fst r) rs`,

@@ -54,6 +54,7 @@ mod fuse;
 pub mod inline;
 pub mod occur;
 mod pass;
+mod split;
 mod table;
 mod types;
 pub mod unique;
@@ -200,12 +201,22 @@ rules! {
     /// application is `x`): a derivative such as `sqrt`'s `0.5 / sqrt x` or `exp`'s `exp x`
     /// reads the primal's result instead of computing it again in the linear map.
     cse = "cse",
-    /// `caseProj`: a projection of a `case` (or `if`) moves into its branches, where `pairProj`
+    /// `caseProj`: a projection of a `case` (or `if`, or a linear `case`) moves into its
+    /// branches, and a linear `case` of pairs on an atom (or an index of one), binding nothing,
+    /// is a pair of `case`s; then `pairProj`
     /// can resolve it: `fst (case e of inl p -> a | inr q -> b) ~> case e of inl p -> fst a |
     /// inr q -> fst b`, and `let (x, _) = case .. in e ~> let x = fst (case ..) in e` first
     /// (see `src/simplify/fuse.rs`). The derivative of an `if` pairs each branch's value with its derivative;
     /// when only the value is used, no linear closure is built per evaluation.
     case_proj = "caseProj",
+    /// `caseSplit`: in the element of a let-bound array, `case s of inl p -> let bs1 in (a1,
+    /// λ̲v. l1) | inr q -> let bs2 in (a2, λ̲w. l2) ~> let s' = s in (case s' of inl p -> let bs1
+    /// in a1 | inr q -> let bs2 in a2, λ̲v. case s' of inl p -> l1 | inr q -> l2[v/w])` when the
+    /// maps need nothing the branches bind (apart from cheap bindings, evaluated again), and
+    /// otherwise the same with a sum carrying each branch's value and the variables its map
+    /// needs (see `src/simplify/split.rs`): the branch's choice of linear map becomes a linear
+    /// `case` inside one map, which `closureConvert` can store.
+    case_split = "caseSplit",
     /// `sumBuildProj`: `fst (lsum (lbuild n (\j -> l))) ~> lsum (lbuild n (\j -> fst l))` (and
     /// `snd`).
     sum_build_proj = "sumBuildProj",

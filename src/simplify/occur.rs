@@ -285,6 +285,9 @@ impl<T: OccEntry> Occurrences<T> {
             | K::Scale(t, a) => work.extend([L(a, d), C(t, d)]),
             K::PowApp(a, t) | K::Index(a, t) => work.extend([C(t, d), L(a, d)]),
             K::OneHot(n, i, a) => work.extend([L(a, d), C(i, d), C(n, d)]),
+            K::Case(e, p, a, q, b) => {
+                work.extend([L(b, d), Bind(q, d), L(a, d), Bind(p, d), C(e, d)]);
+            }
         }
     }
 }

@@ -266,6 +266,15 @@ fn is_atom(t: &Term) -> bool {
     atom(t)
 }
 
+/// An atom, or an index of an atom by an atom, under projections: cheap to evaluate twice.
+fn cheap_index(t: &Term) -> bool {
+    match &t.kind {
+        TermKind::Fst(e) | TermKind::Snd(e) => cheap_index(e),
+        TermKind::Index(a, i) => is_atom(a) && is_atom(i),
+        _ => is_atom(t),
+    }
+}
+
 fn is_latom(l: &LTerm) -> bool {
     atom(l)
 }
@@ -402,6 +411,9 @@ fn lsame_kind(old: &LTermKind, new: &LTermKind) -> bool {
         (K::PowLam(x, a), K::PowLam(y, b)) => x.id == y.id && ls(a, b),
         (K::OneHot(n, i, a), K::OneHot(m, j, b)) => s(n, m) && s(i, j) && ls(a, b),
         (K::Build(n, i, a), K::Build(m, j, b)) => s(n, m) && i.id == j.id && ls(a, b),
+        (K::Case(e, p, a, q, b), K::Case(f, r, c, u, d)) => {
+            s(e, f) && same_pat(p, r) && ls(a, c) && same_pat(q, u) && ls(b, d)
+        }
         _ => false,
     }
 }
@@ -1864,7 +1876,75 @@ impl Pass<'_> {
                 let a2 = self.l(a);
                 self.scale(t2, a2, span)
             }
+            K::Case(e, p, a, q, b) => {
+                self.arrays = true;
+                let e2 = self.c(e);
+                if self.rules.case_known {
+                    let known = match &e2.kind {
+                        TermKind::Inl(v, _) => Some((p, v.clone(), a)),
+                        TermKind::Inr(_, v) => Some((q, v.clone(), b)),
+                        _ => None,
+                    };
+                    if let Some((pat, v, branch)) = known {
+                        self.fire("caseKnown");
+                        self.bind(pat, v, span);
+                        return self.linear(branch);
+                    }
+                }
+                let a2 = self.lblock(a);
+                let b2 = self.lblock(b);
+                if self.rules.zero_prop
+                    && let (K::Zero(_), K::Zero(_)) = (&a2.kind, &b2.kind)
+                {
+                    return self.lcase(e2, p, a2, q, b2, span);
+                }
+                let p2 = self.live(p.clone()).unwrap_or_else(|| Pat::Wild(p.ty()));
+                let q2 = self.live(q.clone()).unwrap_or_else(|| Pat::Wild(q.ty()));
+                // A case of pairs on an atom (or an index of one), binding nothing, is a pair
+                // of cases (each half then simplifies on its own: a zero half vanishes).
+                self.lcase(e2, &p2, a2, &q2, b2, span)
+            }
         }
+    }
+
+    /// The halves of a linear pair, or of a zero of product type.
+    fn lhalves(&mut self, l: &LTerm) -> Option<(LTerm, LTerm)> {
+        match &l.kind {
+            LTermKind::Pair(a, b) => Some((a.clone(), b.clone())),
+            LTermKind::Zero(t) => {
+                let (a, b) = t.as_prod()?;
+                Some((LTerm::zero(a.clone()), LTerm::zero(b.clone())))
+            }
+            _ => None,
+        }
+    }
+
+    /// A linear case on an output scrutinee with output branches: zero if both are zero; a
+    /// pair of cases if both are pairs (or zeros of a product), the scrutinee is an atom or an
+    /// index of one, and the patterns bind nothing (each half then simplifies on its own).
+    fn lcase(&mut self, e: Term, p: &Pat, a: LTerm, q: &Pat, b: LTerm, span: Span) -> LTerm {
+        deep(|| {
+            if self.rules.zero_prop
+                && let (LTermKind::Zero(m), LTermKind::Zero(_)) = (&a.kind, &b.kind)
+            {
+                self.fire("zeroProp");
+                self.drop(&e);
+                return LTerm::zero(m.clone());
+            }
+            if self.rules.case_proj
+                && cheap_index(&e)
+                && matches!((p, q), (Pat::Wild(_), Pat::Wild(_)))
+                && let Some((a1, a2)) = self.lhalves(&a)
+                && let Some((b1, b2)) = self.lhalves(&b)
+            {
+                self.fire("caseProj");
+                let e2 = self.copy(&e);
+                let first = self.lcase(e, p, a1, q, b1, span);
+                let second = self.lcase(e2, p, a2, q, b2, span);
+                return self.lpair(first, second, span);
+            }
+            LTerm::new(LTermKind::Case(e, p.clone(), a, q.clone(), b), span)
+        })
     }
 
     /// [`Self::cvar`] for linear variables.
@@ -1923,7 +2003,34 @@ impl Pass<'_> {
             self.fire("zeroProp");
             return LTerm::zero(if first { a.clone() } else { b.clone() });
         }
+        if self.rules.case_proj
+            && let K::Case(c, p, a, q, b) = &e.kind
+        {
+            self.fire("caseProj");
+            let a2 = self.lproj_under(a.clone(), first);
+            let b2 = self.lproj_under(b.clone(), first);
+            return lreuse(&e, K::Case(c.clone(), p.clone(), a2, q.clone(), b2));
+        }
         LTerm::new(if first { K::Fst(e) } else { K::Snd(e) }, span)
+    }
+
+    /// The projection of an output term, moved under its lets (`caseProj` on linear branches).
+    fn lproj_under(&mut self, e: LTerm, first: bool) -> LTerm {
+        use LTermKind as K;
+        deep(|| match &e.kind {
+            K::Let(p, t, body) => {
+                let body2 = self.lproj_under(body.clone(), first);
+                lreuse(&e, K::Let(p.clone(), t.clone(), body2))
+            }
+            K::LinLet(u, a, body) => {
+                let body2 = self.lproj_under(body.clone(), first);
+                lreuse(&e, K::LinLet(u.clone(), a.clone(), body2))
+            }
+            _ => {
+                let span = e.span;
+                self.lproj(e.clone(), first, span)
+            }
+        })
     }
 
     fn lpair(&mut self, a: LTerm, b: LTerm, span: Span) -> LTerm {

@@ -84,12 +84,30 @@ fn observe(val: &Value) -> String {
     match val {
         Value::Pair(p) => format!("({}, {})", observe(&p.0), observe(&p.1)),
         Value::LinFun(f) => match f.apply(&Lin::real(1.0)) {
-            Ok(l) => format!("lin {l}"),
+            Ok(l) => format!("lin {}", zeros_as_reals(&l.to_string())),
             Err(e) => format!("error {e}"),
         },
         Value::Closure(_) => observe(&val.apply(Value::Real(1.5)).unwrap()),
         other => format!("{other}"),
     }
+}
+
+/// A printed linear value with its symbolic zeros (`0`) written as the real `0.0` they are
+/// equal to, so that representations compare by value.
+fn zeros_as_reals(s: &str) -> String {
+    let mut out = String::new();
+    let mut token = String::new();
+    for c in s.chars().chain(std::iter::once(' ')) {
+        if c.is_alphanumeric() || c == '.' || c == '-' {
+            token.push(c);
+            continue;
+        }
+        out.push_str(if token == "0" { "0.0" } else { &token });
+        token.clear();
+        out.push(c);
+    }
+    out.pop();
+    out
 }
 
 #[test]
@@ -1029,4 +1047,127 @@ fn binding_deeply_nested_pairs_does_not_overflow_the_stack() {
         .expect("a thread")
         .join()
         .expect("no overflow");
+}
+
+/// `rs = build (length xs) (\i -> case decide (xs ! i > 0) of inl _ -> let y = g (xs ! i) in
+/// (y * y, λ̲v. onehot (length xs) i (y * v)) | inr _ -> (0.0, λ̲v. 0))`: an array of branch-chosen
+/// linear closures (the derivative of an `if` in a loop).
+fn branch_closures(xs: &Var, g: impl FnOnce(Term) -> Term) -> (Var, Term) {
+    let (i, y) = (int("i"), real("y"));
+    let taken = Term::let_(
+        &y,
+        g(at(v(xs), v(&i))),
+        Term::pair(
+            prim("mul", vec![v(&y), v(&y)]),
+            dlam(|d| onehot(len(xs), v(&i), LTerm::scale(v(&y), lv(d)))),
+        ),
+    );
+    let other = Term::pair(
+        Term::lit(Lit::Real(0.0)),
+        dlam(|_| LTerm::zero(LTy::array(LTy::Real))),
+    );
+    let test = prim(
+        "decide",
+        vec![prim(
+            "gt",
+            vec![at(v(xs), v(&i)), Term::lit(Lit::Real(0.0))],
+        )],
+    );
+    let elem = tk(TermKind::Case(
+        test,
+        Pat::Wild(Ty::Unit),
+        taken,
+        Pat::Wild(Ty::Unit),
+        other,
+    ));
+    let pair = Ty::prod(Ty::Real, Ty::lin_fun(LTy::Real, LTy::array(LTy::Real)));
+    let rs = Var::fresh("rs", Ty::array(pair));
+    (rs, tk(TermKind::Build(len(xs), Term::lam(&i, elem))))
+}
+
+#[test]
+fn case_split_lets_closure_convert_store_a_branch_choice() {
+    let xs = arr("xs");
+    // y = xs ! i is cheap to index again: nothing but the values is stored, and the linear map
+    // is a linear case in the lbuild.
+    let (rs, def) = branch_closures(&xs, |e| e);
+    let t = index_sum_shape(&rs, def, &xs);
+    let (on, off) = fused(&t, &xs, "caseSplit", true);
+    assert_eq!(
+        on,
+        "( build (length xs) (\\i -> case decide (xs ! i > 0.0) of inl _ -> let y = xs ! i in \
+         y * y | inr _ -> 0.0), \\v ⊸ lbuild (length xs) (\\i -> case decide (xs ! i > 0.0) of \
+         inl _ -> xs ! i * v | inr _ -> 0) )"
+    );
+    assert!(
+        off.contains("zipWith"),
+        "without caseSplit the closures stay: {off}"
+    );
+    // y = sin (xs ! i) is stored: the tape is a sum carrying y on the left.
+    let (rs, def) = branch_closures(&xs, |e| prim("sin", vec![e]));
+    let t = index_sum_shape(&rs, def, &xs);
+    let (on, off) = fused(&t, &xs, "caseSplit", true);
+    assert!(!on.contains("zipWith") && !on.contains('•'), "{on}");
+    assert!(on.contains("inl (y * y, y)"), "{on}");
+    assert!(off.contains("zipWith"), "{off}");
+}
+
+#[test]
+fn case_split_leaves_a_projected_branch_to_case_proj() {
+    // fst (case ..): only the values are wanted, so the branches are projected and no linear
+    // map is split off (or built).
+    let xs = arr("xs");
+    let (rs, def) = branch_closures(&xs, |e| prim("sin", vec![e]));
+    let pair = rs.ty.as_array().unwrap().clone();
+    let t = Term::let_(&rs, def, tk(TermKind::Map(proj_fn(true, pair), v(&rs))));
+    let (s, stats) = simplify_with(&t, &Rules::all());
+    assert!(!stats.fired.contains_key("caseSplit"), "{s}: {stats:?}");
+    assert!(!s.to_string().contains('⊸'), "{s}");
+}
+
+#[test]
+fn linear_case_rules() {
+    // A linear case of a known injection is its branch; one with two zero branches is zero;
+    // a projection moves into the branches.
+    let x = real("x");
+    let known = dlam(|d| {
+        lk(LTermKind::Case(
+            tk(TermKind::Inl(v(&x), Ty::Real)),
+            Pat::Var(real("a")),
+            LTerm::scale(v(&x), lv(d)),
+            Pat::Wild(Ty::Real),
+            LTerm::zero(LTy::Real),
+        ))
+    });
+    assert_eq!(simple(&known), "\\v ⊸ x * v");
+    let test = || {
+        prim(
+            "decide",
+            vec![prim("gt", vec![v(&x), Term::lit(Lit::Real(0.0))])],
+        )
+    };
+    let zeros = dlam(|_| {
+        lk(LTermKind::Case(
+            test(),
+            Pat::Wild(Ty::Unit),
+            LTerm::zero(LTy::Real),
+            Pat::Wild(Ty::Unit),
+            LTerm::zero(LTy::Real),
+        ))
+    });
+    assert_eq!(simple(&zeros), "\\v ⊸ 0");
+    let proj = dlam(|d| {
+        LTerm::fst(lk(LTermKind::Case(
+            test(),
+            Pat::Wild(Ty::Unit),
+            LTerm::pair(lv(d), LTerm::zero(LTy::Real)),
+            Pat::Wild(Ty::Unit),
+            LTerm::pair(LTerm::scale(v(&x), lv(d)), lv(d)),
+        )))
+    });
+    let (on, _) = both(&proj, &x, "caseProj");
+    assert_eq!(
+        on,
+        "\\v ⊸ case decide (x > 0.0) of inl _ -> v | inr _ -> x * v"
+    );
 }

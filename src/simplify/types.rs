@@ -83,5 +83,6 @@ fn lty_(l: &LTerm, fuel: &mut u32) -> Option<LTy> {
         K::ZipWith(fs, _) => LTy::array(ty_(fs, fuel)?.as_array()?.as_lin_fun()?.1.clone()),
         K::Map(f, _) => LTy::array(cod(f, fuel)?),
         K::Scale(_, l) => lty_(l, fuel)?,
+        K::Case(_, _, a, _, b) => lty_(a, fuel).or_else(|| lty_(b, fuel))?,
     })
 }

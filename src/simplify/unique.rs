@@ -127,6 +127,14 @@ impl Unique {
                 let i2 = self.bind(i, &mut undo);
                 K::Build(n2, i2, self.linear(body))
             }
+            K::Case(e, p, a, q, b) => {
+                let e2 = self.term(e);
+                let p2 = self.pat(p, &mut undo);
+                let a2 = self.linear(a);
+                self.restore(std::mem::take(&mut undo));
+                let q2 = self.pat(q, &mut undo);
+                K::Case(e2, p2, a2, q2, self.linear(b))
+            }
             _ => return l.map_children(self),
         };
         self.restore(undo);

@@ -489,6 +489,20 @@ impl Checker {
                 self.real(c, cart)?;
                 self.linear(e, cart, lin)?
             }
+            K::Case(e, p, a, q, b) => {
+                let te = self.term(e, cart)?;
+                let Some((tl, tr)) = te.as_sum() else {
+                    return mismatch("a sum", te, Child::C(e));
+                };
+                expect_eq("inl pattern", tl, &p.ty(), at)?;
+                expect_eq("inr pattern", tr, &q.ty(), at)?;
+                let ca = self.bind_pat(cart, p);
+                let ta = self.linear(a, &ca, lin)?;
+                let cb = self.bind_pat(cart, q);
+                let tb = self.linear(b, &cb, lin)?;
+                expect_eq("inr branch", &ta, &tb, at)?;
+                ta
+            }
         })
     }
 

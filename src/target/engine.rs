@@ -85,6 +85,8 @@ mod flat;
 type Frame = Vec<Value>;
 /// A compiled Cartesian term.
 type CFn = Box<dyn Fn(&mut Frame) -> Result<Value>>;
+/// Compiled code computing an `R`.
+type Compiled<R> = Box<dyn Fn(&mut Frame) -> Result<R>>;
 /// A compiled term of type Int, giving the integer.
 type IFn = Box<dyn Fn(&mut Frame) -> Result<i64>>;
 /// A compiled linear term.
@@ -757,6 +759,13 @@ impl Compiler {
                     body(fr)
                 })
             }
+            K::Case(e, p, a, q, b) => {
+                let (e, p) = (self.term(e), self.pat(p));
+                let a = self.lin_real(a);
+                let q = self.pat(q);
+                let b = self.lin_real(b);
+                case_of(e, p, a, q, b)
+            }
             _ => {
                 let e = deep(|| self.linear_node(l));
                 Box::new(move |fr| Ok(lin_opt(&e(fr)?)))
@@ -934,22 +943,11 @@ impl Compiler {
                 Box::new(move |fr| Ok(Value::inr(e(fr)?)))
             }
             K::Case(e, p, a, q, b) => {
-                let e = self.term(e);
-                let p = self.pat(p);
+                let (e, p) = (self.term(e), self.pat(p));
                 let a = self.term(a);
                 let q = self.pat(q);
                 let b = self.term(b);
-                Box::new(move |fr| match e(fr)? {
-                    Value::Inl(v) => {
-                        p.bind(unwrap_rc(v), fr);
-                        a(fr)
-                    }
-                    Value::Inr(v) => {
-                        q.bind(unwrap_rc(v), fr);
-                        b(fr)
-                    }
-                    other => panic!("internal error: case on {other}"),
-                })
+                case_of(e, p, a, q, b)
             }
             K::Prim(op, args) => self.prim(op, args, span),
             K::Array(_, items) => {
@@ -1474,8 +1472,36 @@ impl Compiler {
                     Ok(Lin::scale(c, &e(fr)?))
                 })
             }
+            K::Case(e, p, a, q, b) => {
+                let (e, p) = (self.term(e), self.pat(p));
+                let a = self.linear(a);
+                let q = self.pat(q);
+                let b = self.linear(b);
+                case_of(e, p, a, q, b)
+            }
         }
     }
+}
+
+/// `case e of inl p -> a | inr q -> b`, for branches of any result (Cartesian, linear, unboxed).
+fn case_of<R: 'static>(
+    e: CFn,
+    p: PatCode,
+    a: Compiled<R>,
+    q: PatCode,
+    b: Compiled<R>,
+) -> Compiled<R> {
+    Box::new(move |fr| match e(fr)? {
+        Value::Inl(v) => {
+            p.bind(unwrap_rc(v), fr);
+            a(fr)
+        }
+        Value::Inr(v) => {
+            q.bind(unwrap_rc(v), fr);
+            b(fr)
+        }
+        other => panic!("internal error: case on {other}"),
+    })
 }
 
 /// Runs the steps of a linear let chain.

@@ -304,5 +304,15 @@ fn linear_node(l: &LTerm, env: &Env) -> Result<Lin> {
             let c = eval(c, env)?.expect_real();
             Lin::scale(c, &lin(e)?)
         }
+        K::Case(e, p, a, q, b) => {
+            let (pat, v, body) = match eval(e, env)? {
+                Value::Inl(v) => (p, (**v).clone(), a),
+                Value::Inr(v) => (q, (**v).clone(), b),
+                other => panic!("internal error: case on {other}"),
+            };
+            let mut env = env.clone();
+            bind(pat, v, &mut env);
+            eval_linear(body, &env)?
+        }
     })
 }

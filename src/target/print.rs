@@ -150,6 +150,9 @@ fn free_names(roots: &[Child<'_>], binders: &[Var]) -> HashSet<Rc<str>> {
                         bound.insert(x.id);
                     }
                     L::Let(p, _, _) => bound.extend(p.vars().iter().map(|v| v.id)),
+                    L::Case(_, p, _, q, _) => {
+                        bound.extend(p.vars().iter().chain(&q.vars()).map(|v| v.id))
+                    }
                     _ => {}
                 }
                 stack.extend(l.children());
@@ -415,31 +418,7 @@ impl Printer {
             }
             K::Inl(e, _) => app("inl", vec![self.atom(e)]),
             K::Inr(_, e) => app("inr", vec![self.atom(e)]),
-            K::Case(e, p, a, q, b) => {
-                let ed = self.term(e, prec::ANY);
-                let branch = |this: &mut Self, kw: &'static str, p: &Pat, a: &Term| {
-                    let mark = this.mark();
-                    let pd = this.pat(p);
-                    let ad = this.term(a, prec::ANY);
-                    this.unbind_to(mark);
-                    RcDoc::line()
-                        .append(kw)
-                        .append(pd)
-                        .append(" ->")
-                        .append(RcDoc::line().append(ad).nest(2))
-                        .group()
-                        .nest(2)
-                };
-                let left = branch(self, "inl ", p, a);
-                let right = branch(self, "| inr ", q, b);
-                let d = RcDoc::text("case ")
-                    .append(ed)
-                    .append(" of")
-                    .append(left)
-                    .append(right)
-                    .group();
-                (d, prec::ANY)
-            }
+            K::Case(e, p, a, q, b) => (self.case(e, p, Child::C(a), q, Child::C(b)), prec::ANY),
             K::Prim(op, args) => match (op.fixity(), args.as_slice()) {
                 (Fixity::Infix(sym, p), [a, b]) => {
                     let ad = self.term(a, p);
@@ -578,7 +557,37 @@ impl Printer {
                 let d = infix(self.term(t, prec::MUL), " *", self.lterm(a, prec::MUL + 1));
                 (d, prec::MUL)
             }
+            L::Case(e, p, a, q, b) => (self.case(e, p, Child::L(a), q, Child::L(b)), prec::ANY),
         }
+    }
+
+    /// `case e of inl p -> a | inr q -> b`, with Cartesian or linear branches.
+    fn case(&mut self, e: &Term, p: &Pat, a: Child<'_>, q: &Pat, b: Child<'_>) -> Doc {
+        let ed = self.term(e, prec::ANY);
+        let branch = |this: &mut Self, kw: &'static str, p: &Pat, a: Child<'_>| {
+            let mark = this.mark();
+            let pd = this.pat(p);
+            let ad = match a {
+                Child::C(a) => this.term(a, prec::ANY),
+                Child::L(a) => this.lterm(a, prec::ANY),
+            };
+            this.unbind_to(mark);
+            RcDoc::line()
+                .append(kw)
+                .append(pd)
+                .append(" ->")
+                .append(RcDoc::line().append(ad).nest(2))
+                .group()
+                .nest(2)
+        };
+        let left = branch(self, "inl ", p, a);
+        let right = branch(self, "| inr ", q, b);
+        RcDoc::text("case ")
+            .append(ed)
+            .append(" of")
+            .append(left)
+            .append(right)
+            .group()
     }
 }
 

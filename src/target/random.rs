@@ -11,7 +11,7 @@
 //! Generation is driven by a seeded deterministic generator (a proptest strategy maps seeds to
 //! terms), so failures are reproducible from the seed.
 
-use super::term::{LTerm, LTermKind as L, Lit, Term, TermKind as K, Var};
+use super::term::{LTerm, LTermKind as L, Lit, Pat, Term, TermKind as K, Var};
 use super::types::{LTy, Ty};
 use crate::prim::op;
 use proptest::prelude::*;
@@ -143,7 +143,7 @@ impl Gen {
         }
         let d = depth - 1;
         // Forms that fit any type, then the introduction forms of `ty`.
-        match self.below(12) {
+        match self.below(13) {
             0 => LTerm::plus(self.linear(cart, lin, ty, d), self.linear(cart, lin, ty, d)),
             1 => {
                 let other = self.lty(1);
@@ -223,6 +223,34 @@ impl Gen {
                     let i = Term::lit(Lit::Int(self.below(4) as i64));
                     LTerm::mk(L::Index(self.linear(cart, lin, &arr, d), i))
                 }
+            }
+            10 => {
+                // case s of inl x -> l1 | inr y -> l2, on a comparison or an injection of reals
+                let (scrutinee, p, q) = if self.coin() {
+                    let c = Term::prim(&op("gt"), vec![self.scalar(cart), Term::real(0.0)]);
+                    let s = Term::prim(&op("decide"), vec![c]);
+                    (s, Pat::Wild(Ty::Unit), Pat::Wild(Ty::Unit))
+                } else {
+                    let e = self.scalar(cart);
+                    let s = if self.coin() {
+                        Term::mk(K::Inl(e, Ty::Real))
+                    } else {
+                        Term::mk(K::Inr(Ty::Real, e))
+                    };
+                    let (x, y) = (Var::fresh("x", Ty::Real), Var::fresh("y", Ty::Real));
+                    (s, Pat::Var(x), Pat::Var(y))
+                };
+                let mut branch = |this: &mut Self, pat: &Pat| {
+                    let bound = pat.vars().into_iter().cloned().collect::<Vec<_>>();
+                    let n = cart.len();
+                    cart.extend(bound);
+                    let l = this.linear(cart, lin, ty, d);
+                    cart.truncate(n);
+                    l
+                };
+                let a = branch(self, &p);
+                let b = branch(self, &q);
+                LTerm::mk(L::Case(scrutinee, p, a, q, b))
             }
             _ => self.intro(cart, lin, ty, d),
         }

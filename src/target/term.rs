@@ -14,7 +14,7 @@
 //! l ::= v | 0 | l + l | (l, l) | fst l | snd l | f • l | let p = t in l | let v = l in l
 //!     | !t ⊗ l | copowfold t l | \b -> l | l @ t | linl l | linr l | fromLeft l | fromRight l
 //!     | replicate t l | lsum l | onehot t t l | l ! t | zipWith t l | lmap t l
-//!     | lbuild t (\i -> l) | t * l
+//!     | lbuild t (\i -> l) | t * l | case t of inl p -> l | inr q -> l
 //! ```
 //!
 //! where `t` and `f` are Cartesian terms, which may not mention linear variables. Linear
@@ -307,6 +307,10 @@ pub enum LTermKind {
     Build(Term, Var, LTerm),
     /// Scaling `t * l` by a Cartesian real `t`.
     Scale(Term, LTerm),
+    /// `case t of inl p -> l1 | inr q -> l2`: a branch on a Cartesian sum `t` whose branches are
+    /// linear terms of the same type (linear in the same variables). Lets a linear map chosen by
+    /// a branch be stored as the sum's value instead of a closure (DESIGN.md §7).
+    Case(Term, Pat, LTerm, Pat, LTerm),
 }
 
 /// A Cartesian term: a cheap-to-clone immutable handle.
@@ -500,6 +504,7 @@ impl LTerm {
             | K::Scale(t, l) => SmallVec::from_slice(&[C(t), L(l)]),
             K::PowApp(l, t) | K::Index(l, t) => SmallVec::from_slice(&[L(l), C(t)]),
             K::OneHot(n, i, l) => SmallVec::from_slice(&[C(n), C(i), L(l)]),
+            K::Case(t, _, a, _, b) => SmallVec::from_slice(&[C(t), L(a), L(b)]),
         }
     }
 
@@ -624,6 +629,9 @@ impl LTerm {
             K::Map(f, l) => K::Map(r.term(f), r.linear(l)),
             K::Build(n, i, l) => K::Build(r.term(n), i.clone(), r.linear(l)),
             K::Scale(t, l) => K::Scale(r.term(t), r.linear(l)),
+            K::Case(t, p, a, q, b) => {
+                K::Case(r.term(t), p.clone(), r.linear(a), q.clone(), r.linear(b))
+            }
         };
         LTerm::new(kind, self.span)
     }

@@ -103,7 +103,7 @@ fn lterm_child(k: &LTermKind, i: usize, pos: Pos) -> Pos {
         K::Plus(..) => Pos::PlusArg,
         K::Fst(_) | K::Snd(_) | K::FromLeft(_) | K::FromRight(_) | K::Sum(_) => Pos::Shape,
         K::CopowFold(..) => Pos::Shape,
-        K::App(..) | K::PowApp(..) | K::Map(..) if i == 0 => Pos::Shape,
+        K::App(..) | K::PowApp(..) | K::Map(..) | K::Case(..) if i == 0 => Pos::Shape,
         K::Let(p, e, _) if i == 0 => bound(p, matches!(e.kind, TermKind::Pair(..))),
         K::LinLet(_, a, _) if i == 0 => lin_bound_pos(a),
         K::Pair(..) if pos == Pos::BoundPair => Pos::Component,
