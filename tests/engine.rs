@@ -997,7 +997,7 @@ impl ChainGen<'_> {
         }
         match self.pick(8) {
             0 => {
-                // Not flat: a linear pair and a projection out of it.
+                // A linear pair (not flat) and a projection out of it (a linear place, flat).
                 let q = Var::linear("q", LTy::prod(LTy::Real, LTy::Real));
                 let d = Var::linear("d", LTy::Real);
                 let pair = LTerm::pair(self.lin(1), self.lin(1));

@@ -5,7 +5,9 @@
 //! A binding is *flat* if it binds a variable of type Real to a tree of [`Scalar`] real
 //! primitives over literals, variables and places (`let x = snd y * 0.5 + sqrt z`), or, in a
 //! linear let chain, a linear variable of type Real to a tree of `0`, `+`, scaling by such a
-//! real expression and linear variables (`let lin d = 0.5 / sqrt x * (x * e + x * e)`).
+//! real expression, linear variables and linear places (`let lin d = 0.5 / sqrt x * (x * e +
+//! snd (fst t))`; a place is read by reference, as [`Compiler::lin_place`] does, so the
+//! forward derivative's reads of the input tangent's components do not break a run).
 //!
 //! * Registers: one file of `f64` (Cartesian) and one of `Option<f64>` (linear reals, `None`
 //!   for zero, with [`plus_opt`]/[`scale_opt`], i.e. exactly [`Lin::plus`]/[`Lin::scale`]).
@@ -98,12 +100,19 @@ enum Ins {
         a: Reg,
         slot: u32,
     },
+    /// `l[dst] = lplaces[p]`: a linear real under projections of a linear variable.
+    LPlace {
+        p: u32,
+        dst: Reg,
+    },
 }
 
 /// A compiled flat run.
 pub(super) struct Flat {
     ins: Vec<Ins>,
     places: Vec<Place>,
+    /// Linear places: a frame slot and the projections from it (`true` for `fst`).
+    lplaces: Vec<(usize, Vec<bool>)>,
     calls: Vec<RFn>,
     /// The register files, kept between runs (literals stay in place).
     regs: RefCell<(Vec<f64>, Vec<Option<f64>>)>,
@@ -154,6 +163,10 @@ impl Flat {
                 Ins::LStore { a, slot } => {
                     fr[slot as usize] = Value::Lin(super::opt_lin(l[a as usize]))
                 }
+                Ins::LPlace { p, dst } => {
+                    let (slot, path) = &self.lplaces[p as usize];
+                    l[dst as usize] = super::lin_at(fr, *slot, path).and_then(super::lin_opt)
+                }
             }
         }
         Ok(())
@@ -198,8 +211,8 @@ fn flat_real(t: &Term, depth: u32) -> bool {
     }
 }
 
-/// Whether the linear term `l` (of type Real) is a tree of `0`, `+`, flat scaling and
-/// variables.
+/// Whether the linear term `l` (of type Real) is a tree of `0`, `+`, flat scaling, variables
+/// and linear places (`snd (fst d)`).
 fn flat_lin(l: &LTerm, depth: u32) -> bool {
     use LTermKind as K;
     if depth == 0 {
@@ -209,7 +222,31 @@ fn flat_lin(l: &LTerm, depth: u32) -> bool {
         K::Var(_) | K::Zero(_) => true,
         K::Plus(a, b) => flat_lin(a, depth - 1) && flat_lin(b, depth - 1),
         K::Scale(c, e) => flat_real(c, depth - 1) && flat_lin(e, depth - 1),
+        K::Fst(_) | K::Snd(_) => lin_path(l).is_some(),
         _ => false,
+    }
+}
+
+/// A linear place: the variable under `fst`/`snd`, and the projections from it outwards.
+fn lin_path(l: &LTerm) -> Option<(&Var, Vec<bool>)> {
+    let mut path = Vec::new();
+    let mut cur = l;
+    loop {
+        cur = match &cur.kind {
+            LTermKind::Fst(e) => {
+                path.push(true);
+                e
+            }
+            LTermKind::Snd(e) => {
+                path.push(false);
+                e
+            }
+            LTermKind::Var(v) => {
+                path.reverse();
+                return Some((v, path));
+            }
+            _ => return None,
+        };
     }
 }
 
@@ -355,6 +392,7 @@ impl File {
 struct Builder {
     ins: Vec<Ins>,
     places: Vec<Place>,
+    lplaces: Vec<(usize, Vec<bool>)>,
     calls: Vec<RFn>,
     r: File,
     l: File,
@@ -387,6 +425,7 @@ impl Compiler {
         let mut b = Builder {
             ins: Vec::new(),
             places: Vec::new(),
+            lplaces: Vec::new(),
             calls: Vec::new(),
             r: File::default(),
             l: File::default(),
@@ -440,6 +479,7 @@ impl Compiler {
         Flat {
             ins: b.ins,
             places: b.places,
+            lplaces: b.lplaces,
             calls: b.calls,
             regs: RefCell::new((r.clone(), vec![None; nl])),
             init: (r, nl),
@@ -593,6 +633,21 @@ impl Compiler {
                 b.ins(Ins::LScale {
                     c: c.reg,
                     a: a.reg,
+                    dst,
+                });
+                Opd {
+                    reg: dst,
+                    last: true,
+                }
+            }
+            K::Fst(_) | K::Snd(_) => {
+                // A linear place, read by reference (it may be read again, so never moved).
+                let (v, path) = lin_path(l).expect("a flat linear place");
+                let (slot, _) = self.read(v);
+                b.lplaces.push((slot, path));
+                let dst = b.l.alloc();
+                b.ins(Ins::LPlace {
+                    p: index(b.lplaces.len() - 1),
                     dst,
                 });
                 Opd {
