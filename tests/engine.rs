@@ -834,7 +834,8 @@ fn linear_accumulation_and_unzipped_linear_arrays_agree_with_the_reference_evalu
 /// variables and places, some of which fail), interleaved with bindings that are not flat
 /// (integers, pairs, sums over loops whose bodies are scalar chains themselves), then a
 /// linear map whose body is a chain of linear-real bindings (`0`, `+`, scaling, variables)
-/// mixed with Cartesian scalar bindings and non-flat linear ones (pairs and projections).
+/// mixed with Cartesian scalar bindings and non-flat linear ones (pairs and arrays, with
+/// projections and elements of them, which are flat).
 /// Variables are used zero, one or several times, inside and outside the runs.
 struct ChainGen<'a> {
     choices: &'a [u8],
@@ -995,7 +996,30 @@ impl ChainGen<'_> {
         if n == 0 {
             return LTerm::pair(self.lin(1), self.lin(1));
         }
-        match self.pick(8) {
+        match self.pick(9) {
+            8 => {
+                // A linear array (not flat) and an element of it (flat), at the index `j`
+                // (out of range when it is -1: the run fails there) or a literal.
+                let a = Var::linear("a", LTy::array(LTy::Real));
+                let d = Var::linear("d", LTy::Real);
+                let arr = LTerm::mk(L::Replicate(
+                    Term::lit(chad::target::term::Lit::Int(2)),
+                    self.lin(1),
+                ));
+                let i = if self.pick(2) == 0 {
+                    Term::var(&self.j)
+                } else {
+                    Term::lit(chad::target::term::Lit::Int(1))
+                };
+                let elem = LTerm::mk(L::Index(LTerm::var(&a), i));
+                let elem = if self.pick(2) == 0 {
+                    elem
+                } else {
+                    LTerm::scale(self.real(1), elem)
+                };
+                self.lins.push(d.clone());
+                LTerm::lin_let(&a, arr, LTerm::lin_let(&d, elem, self.lin_chain(n - 1)))
+            }
             0 => {
                 // A linear pair (not flat) and a projection out of it (a linear place, flat).
                 let q = Var::linear("q", LTy::prod(LTy::Real, LTy::Real));

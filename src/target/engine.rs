@@ -752,8 +752,21 @@ impl Compiler {
                 })
             }
             K::Let(..) | K::LinLet(..) => {
-                let (steps, body) = self.linear_let_chain(l);
-                let body = self.lin_real(body);
+                let tail = Var::linear("tail", LTy::Real);
+                self.uses.insert(tail.id, 1);
+                let (steps, body) = self.linear_let_chain_into(l, Some(&tail));
+                let body = match body {
+                    Some(body) => self.lin_real(body),
+                    None => {
+                        let (s, _) = self.read(&tail);
+                        Box::new(move |fr: &mut Frame| match &fr[s] {
+                            Value::Lin(x) => Ok(lin_opt(x)),
+                            other => {
+                                panic!("internal error: expected a linear value, found {other}")
+                            }
+                        })
+                    }
+                };
                 Box::new(move |fr| {
                     run_steps(&steps, fr)?;
                     body(fr)
@@ -806,15 +819,41 @@ impl Compiler {
 
     /// A linear let chain: its steps (compiled in order) and its body (not compiled).
     fn linear_let_chain<'t>(&mut self, l: &'t LTerm) -> (Vec<Step>, &'t LTerm) {
+        match self.linear_let_chain_into(l, None) {
+            (steps, Some(body)) => (steps, body),
+            (_, None) => unreachable!("no tail variable given"),
+        }
+    }
+
+    /// [`Self::linear_let_chain`]; with a variable `tail` (of type `Lin Real`, counted as used
+    /// once), a linear-real body that is flat joins the chain's last flat run, bound to `tail`
+    /// (then `None` is returned for the body: read `tail`). A loop body `let .. in expr` then
+    /// runs as one flat run instead of a run and a tree of closures.
+    fn linear_let_chain_into<'t>(
+        &mut self,
+        l: &'t LTerm,
+        tail: Option<&'t Var>,
+    ) -> (Vec<Step>, Option<&'t LTerm>) {
         use LTermKind as K;
         let mut steps = Vec::new();
         let mut cur = l;
         loop {
-            let (run, rest) = flat::run_of_lterm(cur);
+            let (mut run, rest) = flat::run_of_lterm(cur);
+            let last = !matches!(rest.kind, K::Let(..) | K::LinLet(..));
+            let with_tail = last && !run.is_empty() && tail.is_some() && flat::flat_tail(rest);
+            if with_tail && let Some(t) = tail {
+                run.push(flat::Item::Lin(t, rest));
+            }
             if flat::worth(&run) {
                 steps.push(Step::Let(Bind::Flat(Box::new(self.flat(&run)))));
+                if with_tail {
+                    return (steps, None);
+                }
                 cur = rest;
                 continue;
+            }
+            if with_tail {
+                run.pop();
             }
             match &cur.kind {
                 K::Let(p, t, body) => {
@@ -831,7 +870,7 @@ impl Compiler {
                     steps.push(Step::LinLet(self.bind(u), l1));
                     cur = body;
                 }
-                _ => return (steps, cur),
+                _ => return (steps, Some(cur)),
             }
         }
     }

@@ -20,7 +20,7 @@
 //! * Only places (indexing) can fail; they run at their position in the order of the
 //!   reference evaluator (left operand first, the scale factor before the scaled term).
 
-use super::{Compiler, Frame, Place, RFn, plus_opt, scale_opt};
+use super::{Compiler, Frame, LRFn, Place, RFn, plus_opt, scale_opt};
 use crate::error::Result;
 use crate::prim::Scalar;
 use crate::target::term::{LTerm, LTermKind, Pat, Term, TermKind, Var, VarId};
@@ -105,6 +105,11 @@ enum Ins {
         p: u32,
         dst: Reg,
     },
+    /// `l[dst] = lcalls[f](frame)` (may fail): an element of a linear array.
+    LCall {
+        f: u32,
+        dst: Reg,
+    },
 }
 
 /// A compiled flat run.
@@ -114,6 +119,7 @@ pub(super) struct Flat {
     /// Linear places: a frame slot and the projections from it (`true` for `fst`).
     lplaces: Vec<(usize, Vec<bool>)>,
     calls: Vec<RFn>,
+    lcalls: Vec<LRFn>,
     /// The register files, kept between runs (literals stay in place).
     regs: RefCell<(Vec<f64>, Vec<Option<f64>>)>,
     /// Fresh register files, for a run that starts while another one is under way.
@@ -163,6 +169,7 @@ impl Flat {
                 Ins::LStore { a, slot } => {
                     fr[slot as usize] = Value::Lin(super::opt_lin(l[a as usize]))
                 }
+                Ins::LCall { f, dst } => l[dst as usize] = (self.lcalls[f as usize])(fr)?,
                 Ins::LPlace { p, dst } => {
                     let (slot, path) = &self.lplaces[p as usize];
                     l[dst as usize] = super::lin_at(fr, *slot, path).and_then(super::lin_opt)
@@ -223,6 +230,11 @@ fn flat_lin(l: &LTerm, depth: u32) -> bool {
         K::Plus(a, b) => flat_lin(a, depth - 1) && flat_lin(b, depth - 1),
         K::Scale(c, e) => flat_real(c, depth - 1) && flat_lin(e, depth - 1),
         K::Fst(_) | K::Snd(_) => lin_path(l).is_some(),
+        // An element of a linear array variable or place (`snd d ! i`), by index.
+        K::Index(e, i) => {
+            (matches!(e.kind, K::Var(_)) || lin_path(e).is_some())
+                && matches!(i.kind, TermKind::Var(_) | TermKind::Lit(_))
+        }
         _ => false,
     }
 }
@@ -290,6 +302,11 @@ pub(super) fn run_of_lterm(mut l: &LTerm) -> (Vec<Item<'_>>, &LTerm) {
             _ => return (items, l),
         }
     }
+}
+
+/// Whether the body of a linear let chain, of type Real, can end its last flat run.
+pub(super) fn flat_tail(l: &LTerm) -> bool {
+    flat_lin(l, DEPTH)
 }
 
 /// Whether a run is long enough to be compiled flat.
@@ -394,6 +411,7 @@ struct Builder {
     places: Vec<Place>,
     lplaces: Vec<(usize, Vec<bool>)>,
     calls: Vec<RFn>,
+    lcalls: Vec<LRFn>,
     r: File,
     l: File,
     consts: FxHashMap<u64, Reg>,
@@ -426,6 +444,7 @@ impl Compiler {
             ins: Vec::new(),
             places: Vec::new(),
             lplaces: Vec::new(),
+            lcalls: Vec::new(),
             calls: Vec::new(),
             r: File::default(),
             l: File::default(),
@@ -480,6 +499,7 @@ impl Compiler {
             ins: b.ins,
             places: b.places,
             lplaces: b.lplaces,
+            lcalls: b.lcalls,
             calls: b.calls,
             regs: RefCell::new((r.clone(), vec![None; nl])),
             init: (r, nl),
@@ -648,6 +668,21 @@ impl Compiler {
                 let dst = b.l.alloc();
                 b.ins(Ins::LPlace {
                     p: index(b.lplaces.len() - 1),
+                    dst,
+                });
+                Opd {
+                    reg: dst,
+                    last: true,
+                }
+            }
+            K::Index(..) => {
+                // Compiled on its own (its array and index are not registers: an array
+                // variable is never bound in a run, an index is an integer).
+                let f = self.lin_real(l);
+                b.lcalls.push(f);
+                let dst = b.l.alloc();
+                b.ins(Ins::LCall {
+                    f: index(b.lcalls.len() - 1),
                     dst,
                 });
                 Opd {
