@@ -129,11 +129,18 @@ impl Code {
     /// Runs the code with the parameters bound to `args` (one per parameter).
     pub fn run(&self, args: &[Value]) -> Result<Value> {
         assert_eq!(args.len(), self.params.len(), "internal error: arity");
-        let mut frame = vec![Value::Unit; self.size];
-        for (&s, a) in self.params.iter().zip(args) {
-            frame[s] = a.clone();
-        }
-        deep(|| (self.body)(&mut frame))
+        let args: Vec<(usize, Value)> = self
+            .params
+            .iter()
+            .copied()
+            .zip(args.iter().cloned())
+            .collect();
+        with_frame(self.size, &[], &[], |frame| {
+            for (s, a) in args {
+                frame[s] = a;
+            }
+            deep(|| (self.body)(frame))
+        })
     }
 }
 
@@ -2220,12 +2227,24 @@ fn with_frame<R>(
     f: impl FnOnce(&mut Frame) -> R,
 ) -> R {
     let mut frame = FRAMES.with(|p| p.borrow_mut().pop()).unwrap_or_default();
+    // A pooled frame holds only values without heap parts (see below), so shortening it drops
+    // nothing and only new slots are written.
     frame.resize(size, Value::Unit);
     for (&s, v) in captures.iter().zip(env) {
         frame[s] = v.clone();
     }
     let out = f(&mut frame);
-    frame.clear();
+    // Release what the call left in its slots (so that no value outlives the call, and
+    // reference counts are what the code expects), in one pass, and keep the length: scalars
+    // stay, as they own nothing.
+    for v in frame.iter_mut() {
+        if !matches!(
+            v,
+            Value::Real(_) | Value::Int(_) | Value::Bool(_) | Value::Unit
+        ) {
+            *v = Value::Unit;
+        }
+    }
     FRAMES.with(|p| {
         let mut pool = p.borrow_mut();
         if pool.len() < 64 {
