@@ -161,7 +161,7 @@ impl Rewrite for Fuse<'_> {
                 self.learn(p, &e2);
                 if self.rules.closure_convert
                     && let Pat::Var(rs) = p
-                    && let Some(c) = Closures::analyse(rs, &e2, Scope::C(body))
+                    && let Some(c) = Nest::analyse(rs, &e2, Scope::C(body))
                 {
                     self.fire("closureConvert");
                     let (rs2, e3) = c.converted_array(rs, &e2);
@@ -252,7 +252,7 @@ impl Rewrite for Fuse<'_> {
                 self.learn(p, &e2);
                 if self.rules.closure_convert
                     && let Pat::Var(rs) = p
-                    && let Some(c) = Closures::analyse(rs, &e2, Scope::L(body))
+                    && let Some(c) = Nest::analyse(rs, &e2, Scope::L(body))
                 {
                     self.fire("closureConvert");
                     let (rs2, e3) = c.converted_array(rs, &e2);
@@ -811,11 +811,7 @@ impl Closures {
             })
             .collect();
         let uses_index = matches!(&maker, Maker::Build(_, i) if need.contains(&i.id));
-        let ok = match scope {
-            Scope::C(t) => uses_ok(rs.id, Scope::C(t)),
-            Scope::L(l) => uses_ok(rs.id, Scope::L(l)),
-        };
-        if !ok {
+        if !uses_only(rs.id, scope, Kind::Closures) {
             return None;
         }
         Some(Closures {
@@ -834,32 +830,24 @@ impl Closures {
 
     /// The environment as a tuple term and the pattern that rebinds it.
     fn env_tuple(&self) -> (Term, Pat) {
-        fn go(vs: &[Var]) -> (Term, Pat) {
-            match vs {
-                [] => (Term::unit(), Pat::Wild(Ty::Unit)),
-                [x] => (Term::var(x), Pat::Var(x.clone())),
-                [x, rest @ ..] => {
-                    let (t, p) = go(rest);
-                    (
-                        Term::pair(Term::var(x), t),
-                        Pat::Pair(Box::new(Pat::Var(x.clone())), Box::new(p)),
-                    )
-                }
-            }
-        }
-        go(&self.env)
+        tuple_of(&self.env)
     }
 
-    /// The new array variable and its definition.
-    fn converted_array(&self, rs: &Var, e: &Term) -> (Var, Term) {
-        let (tuple, pat) = self.env_tuple();
+    /// The type of the converted array: the first components paired with the environments.
+    fn converted_ty(&self, rs: &Var) -> Ty {
         let a_ty = rs
             .ty
             .as_array()
             .and_then(Ty::as_prod)
             .map(|(a, _)| a.clone())
             .expect("an array of pairs");
-        let rs2 = Var::fresh(rs.name.clone(), Ty::array(Ty::prod(a_ty, pat.ty())));
+        Ty::array(Ty::prod(a_ty, self.env_tuple().1.ty()))
+    }
+
+    /// The new array variable and its definition.
+    fn converted_array(&self, rs: &Var, e: &Term) -> (Var, Term) {
+        let (tuple, _) = self.env_tuple();
+        let rs2 = Var::fresh(rs.name.clone(), self.converted_ty(rs));
         let core = Term::new(TermKind::Pair(self.first.clone(), tuple), self.pair_span);
         let body = self.lets.iter().rev().fold(core, |acc, (p, x, s)| {
             Term::new(TermKind::Let(p.clone(), x.clone(), acc), *s)
@@ -885,12 +873,32 @@ impl Closures {
         (rs2, Term::new(e2, e.span))
     }
 
-    fn convert<'a>(&'a self, rs: &Var, rs2: &Var) -> Convert<'a> {
-        Convert {
-            c: self,
-            old: rs.id,
-            new: rs2.clone(),
+    /// The length of the array when it is cheap to evaluate at a use (`n` of `build n f`,
+    /// `length xs` of `map f xs`); `None`: `length` of the converted array.
+    fn cheap_length(&self) -> Option<Term> {
+        match &self.maker {
+            Maker::Build(n, _) if cheap(n) => Some(n.clone()),
+            Maker::Map(_, xs) if cheap(&xs[0]) => Some(Term::mk(TermKind::Length(xs[0].clone()))),
+            _ => None,
         }
+    }
+
+    /// The variables that the rewritten uses read besides the converted array, the use's index
+    /// and argument: those of the code, of the recomputed bindings, of the arrays of recomputed
+    /// parameters and of the cheap length (plus variables bound inside these, which no one
+    /// else binds).
+    fn template_vars(&self) -> HashSet<VarId> {
+        let mut need = vars_of_lin(&self.code);
+        for (_, e, _) in &self.remat {
+            need.extend(vars_of_term(e));
+        }
+        for (_, xs) in &self.params {
+            need.extend(vars_of_term(xs));
+        }
+        if let Some(n) = self.cheap_length() {
+            need.extend(vars_of_term(&n));
+        }
+        need
     }
 
     /// `let cs = snd (rs ! k) in let ps = xs ! k in let remat in let v = arg in code`.
@@ -914,44 +922,418 @@ impl Closures {
     }
 }
 
-/// Whether every use of `rs` in its scope is one closure conversion can rewrite.
-fn uses_ok(rs: VarId, scope: Scope<'_>) -> bool {
-    uses_only(rs, scope, true)
+/// The variables `vs` as a right-nested tuple (`()` for none) and the pattern that binds them.
+fn tuple_of(vs: &[Var]) -> (Term, Pat) {
+    match vs {
+        [] => (Term::unit(), Pat::Wild(Ty::Unit)),
+        [x] => (Term::var(x), Pat::Var(x.clone())),
+        [x, rest @ ..] => {
+            let (t, p) = tuple_of(rest);
+            (
+                Term::pair(Term::var(x), t),
+                Pat::Pair(Box::new(Pat::Var(x.clone())), Box::new(p)),
+            )
+        }
+    }
 }
 
-/// Whether every use of `rs` in its scope is `map (\r -> fst r) rs`, `fst (rs ! j)` or
-/// `length rs`, or, if `closures`, also `snd (rs ! j) • l` or `zipWith (map snd rs) w`.
-fn uses_only(rs: VarId, scope: Scope<'_>, closures: bool) -> bool {
-    struct Uses {
-        rs: VarId,
-        closures: bool,
+// ----- closure arrays carried in the elements of other arrays -----
+
+/// One array on the way from a let-bound array to a closure array that its elements carry
+/// (see [`Nest`]).
+struct Level {
+    /// Where the element's tuple holds the next array (`true` for `fst`, from the root).
+    path: Vec<bool>,
+    /// The next array, bound by a `let` of the element (at its top, before the tuple).
+    next: Var,
+    /// The variables bound in the element (by its lets, a map's parameters, a build's index)
+    /// that the closure's code reads: they are out of scope where the code moves to, so the
+    /// tuple stores them next to the converted array, once per element of this array.
+    keep: Vec<Var>,
+}
+
+/// A closure array to convert, and how it is reached from the let-bound array `rs`: `rs`
+/// itself (no levels), or an array `rs1` bound in `rs`'s element and returned as a component of
+/// its tuple, `rs = build n (\i -> let bs in (.., rs1, ..))` (or `map`, `map2`), or deeper: an
+/// array bound in `rs1`'s element and returned in its tuple, and so on. This is the *tape* of
+/// a loop's reverse derivative: the loop's backward pass destructures `snd (rs ! j)` and applies
+/// the closures of `rs1` there. The closure array is converted as by `closureConvert`; the
+/// component holds the array of environments instead (paired with the level's `keep`), and the
+/// code moves to the uses of the variable that a use `let p = proj (rs ! j) in body` binds to
+/// the component (and so on, level by level).
+struct Nest {
+    levels: Vec<Level>,
+    inner: Closures,
+    /// The types of the converted arrays: one per level, then the closure array's.
+    tys: Vec<Ty>,
+}
+
+impl Nest {
+    /// A closure array that `rs = e` is or carries, every use of which (in `scope`, in the
+    /// elements that carry it, and of the variables bound to it at the uses) closure conversion
+    /// can rewrite.
+    fn analyse(rs: &Var, e: &Term, scope: Scope<'_>) -> Option<Nest> {
+        if let Some(c) = Closures::analyse(rs, e, scope) {
+            return Some(Nest::direct(rs, c));
+        }
+        Nest::carried(rs, e)
+            .into_iter()
+            .find(|n| uses_only(rs.id, scope, Kind::Tape(&n.levels)))
     }
-    impl Uses {
+
+    fn direct(rs: &Var, c: Closures) -> Nest {
+        Nest {
+            tys: vec![c.converted_ty(rs)],
+            levels: Vec::new(),
+            inner: c,
+        }
+    }
+
+    /// The closure arrays that the elements of `rs = e` carry in their tuples, directly or
+    /// deeper, with their uses inside the elements checked (not the uses of `rs`).
+    fn carried(rs: &Var, e: &Term) -> Vec<Nest> {
+        let Some((params, body)) = element_of(e) else {
+            return Vec::new();
+        };
+        let Some(elem_ty) = rs.ty.as_array() else {
+            return Vec::new();
+        };
+        let (lets, core) = lets_of(body);
+        let mut bound = params;
+        for (p, _, _) in &lets {
+            bound.extend(p.vars().into_iter().cloned());
+        }
+        let mut leaves = Vec::new();
+        tuple_leaves(core, &mut Vec::new(), &mut leaves);
+        let mut out = Vec::new();
+        for (path, x) in leaves {
+            let Some(k) = lets
+                .iter()
+                .position(|(p, _, _)| matches!(p, Pat::Var(y) if y.id == x.id))
+            else {
+                continue;
+            };
+            // The scope of `x` in the element, without the component that returns it.
+            let scope = wrap_lets(&lets[k + 1..], put(core, &path, Term::unit()));
+            let def = lets[k].1;
+            let mut found: Vec<Nest> = Closures::analyse(&x, def, Scope::C(&scope))
+                .map(|c| Nest::direct(&x, c))
+                .into_iter()
+                .collect();
+            found.extend(
+                Nest::carried(&x, def)
+                    .into_iter()
+                    .filter(|n| uses_only(x.id, Scope::C(&scope), Kind::Tape(&n.levels))),
+            );
+            for mut n in found {
+                let need = n.inner.template_vars();
+                let keep: Vec<Var> = bound
+                    .iter()
+                    .filter(|v| need.contains(&v.id))
+                    .cloned()
+                    .collect();
+                let leaf = leaf_ty(&n.tys[0], &keep);
+                n.tys.insert(0, Ty::array(retype(elem_ty, &path, &leaf)));
+                n.levels.insert(
+                    0,
+                    Level {
+                        path: path.clone(),
+                        next: x.clone(),
+                        keep,
+                    },
+                );
+                out.push(n);
+            }
+        }
+        out
+    }
+
+    /// The new array variable and its definition.
+    fn converted_array(&self, rs: &Var, e: &Term) -> (Var, Term) {
+        self.converted_at(0, rs, e)
+    }
+
+    /// The array `x = e` of level `k` converted: at the closure array, the environments; at
+    /// a level, the next array's `let` converted, its scope in the element rewritten, and the
+    /// component `(next', keep)`.
+    fn converted_at(&self, k: usize, x: &Var, e: &Term) -> (Var, Term) {
+        let Some(lv) = self.levels.get(k) else {
+            return self.inner.converted_array(x, e);
+        };
+        let e2 = map_body(e, |body| {
+            let (lets, core) = lets_of(body);
+            let at = lets
+                .iter()
+                .position(|(p, _, _)| matches!(p, Pat::Var(y) if y.id == lv.next.id))?;
+            let (next2, def2) = self.converted_at(k + 1, &lv.next, lets[at].1);
+            let rest = wrap_lets(
+                &lets[at + 1..],
+                put(core, &lv.path, leaf_term(&next2, &lv.keep)),
+            );
+            let rest = self.convert_at(k + 1, &lv.next, &next2).term(&rest);
+            let tail = Term::new(TermKind::Let(Pat::Var(next2), def2, rest), lets[at].2);
+            Some(wrap_lets(&lets[..at], tail))
+        })
+        .expect("analysed as an array of this form");
+        (Var::fresh(x.name.clone(), self.tys[k].clone()), e2)
+    }
+
+    fn convert<'a>(&'a self, rs: &Var, rs2: &Var) -> Convert<'a> {
+        self.convert_at(0, rs, rs2)
+    }
+
+    fn convert_at<'a>(&'a self, k: usize, old: &Var, new: &Var) -> Convert<'a> {
+        Convert {
+            n: self,
+            k,
+            old: old.id,
+            new: new.clone(),
+        }
+    }
+}
+
+/// The parameters (a build's index, a map's parameters) and the body of the element of a
+/// `build`, `map` or `map2` of a λ.
+fn element_of(e: &Term) -> Option<(Vec<Var>, &Term)> {
+    match &e.kind {
+        TermKind::Build(_, f) | TermKind::Map(f, _) => {
+            let (x, b) = lam_body(f)?;
+            Some((vec![x.clone()], b))
+        }
+        TermKind::Map2(f, _, _) => {
+            let (y, g) = lam_body(f)?;
+            let (z, b) = lam_body(g)?;
+            Some((vec![y.clone(), z.clone()], b))
+        }
+        _ => None,
+    }
+}
+
+fn lam_body(f: &Term) -> Option<(&Var, &Term)> {
+    match &f.kind {
+        TermKind::Lam(x, b) => Some((x, b)),
+        _ => None,
+    }
+}
+
+/// The leading lets of `t` and what they bind in.
+fn lets_of(t: &Term) -> (Vec<(&Pat, &Term, Span)>, &Term) {
+    let mut lets = Vec::new();
+    let mut core = t;
+    while let TermKind::Let(p, e, rest) = &core.kind {
+        lets.push((p, e, core.span));
+        core = rest;
+    }
+    (lets, core)
+}
+
+fn wrap_lets(lets: &[(&Pat, &Term, Span)], core: Term) -> Term {
+    lets.iter().rev().fold(core, |acc, (p, e, s)| {
+        Term::new(TermKind::Let((*p).clone(), (*e).clone(), acc), *s)
+    })
+}
+
+/// The variables at the leaves of the pair tree `t`, with their paths.
+fn tuple_leaves(t: &Term, path: &mut Vec<bool>, out: &mut Vec<(Vec<bool>, Var)>) {
+    match &t.kind {
+        TermKind::Pair(a, b) => {
+            for (first, c) in [(true, a), (false, b)] {
+                path.push(first);
+                tuple_leaves(c, path, out);
+                path.pop();
+            }
+        }
+        TermKind::Var(x) => out.push((path.clone(), x.clone())),
+        _ => {}
+    }
+}
+
+/// The pair tree `t` with the subterm at `path` replaced by `new`.
+fn put(t: &Term, path: &[bool], new: Term) -> Term {
+    match (path, &t.kind) {
+        ([], _) => new,
+        ([first, rest @ ..], TermKind::Pair(a, b)) => {
+            let kind = if *first {
+                TermKind::Pair(put(a, rest, new), b.clone())
+            } else {
+                TermKind::Pair(a.clone(), put(b, rest, new))
+            };
+            Term::new(kind, t.span)
+        }
+        _ => unreachable!("a path of the tuple"),
+    }
+}
+
+/// The product type `ty` with the component at `path` replaced by `leaf`.
+fn retype(ty: &Ty, path: &[bool], leaf: &Ty) -> Ty {
+    match path {
+        [] => leaf.clone(),
+        [first, rest @ ..] => {
+            let (a, b) = ty.as_prod().expect("a path of the tuple type");
+            if *first {
+                Ty::prod(retype(a, rest, leaf), b.clone())
+            } else {
+                Ty::prod(a.clone(), retype(b, rest, leaf))
+            }
+        }
+    }
+}
+
+/// The component that replaces a carried closure array: the converted array, paired with
+/// the variables the level keeps if there are any.
+fn leaf_term(x: &Var, keep: &[Var]) -> Term {
+    match keep {
+        [] => Term::var(x),
+        _ => Term::pair(Term::var(x), tuple_of(keep).0),
+    }
+}
+
+fn leaf_ty(ty: &Ty, keep: &[Var]) -> Ty {
+    match keep {
+        [] => ty.clone(),
+        _ => Ty::prod(ty.clone(), tuple_of(keep).1.ty()),
+    }
+}
+
+fn leaf_pat(x: &Var, keep: &[Var]) -> Pat {
+    match keep {
+        [] => Pat::Var(x.clone()),
+        _ => Pat::Pair(Box::new(Pat::Var(x.clone())), Box::new(tuple_of(keep).1)),
+    }
+}
+
+/// `(q, j)` if `t` is `proj (rs ! j)`, with `q` the path of projections from the element's
+/// root (`true` for `fst`).
+fn indexed(t: &Term, rs: VarId) -> Option<(Vec<bool>, &Term)> {
+    let mut q = Vec::new();
+    let mut t = t;
+    loop {
+        t = match &t.kind {
+            TermKind::Fst(e) | TermKind::Snd(e) => {
+                q.push(matches!(t.kind, TermKind::Fst(_)));
+                e
+            }
+            TermKind::Index(a, j) if matches!(&a.kind, TermKind::Var(x) if x.id == rs) => {
+                q.reverse();
+                return Some((q, j));
+            }
+            _ => return None,
+        };
+    }
+}
+
+/// Whether the components at paths `p` and `q` of a tuple do not overlap (neither path is a
+/// prefix of the other).
+fn disjoint(p: &[bool], q: &[bool]) -> bool {
+    p.iter().zip(q).any(|(a, b)| a != b)
+}
+
+/// What the uses of a let-bound array may be (see [`uses_only`]).
+#[derive(Clone, Copy)]
+enum Kind<'a> {
+    /// Reads of first components only: `map (\r -> fst r) rs`, `fst (rs ! j)`, `length rs`.
+    FstOnly,
+    /// Those, and applications of the closures: `snd (rs ! j) • l`,
+    /// `zipWith (map (\r -> snd r) rs) w`.
+    Closures,
+    /// An array whose elements carry a closure array at `levels[0].path`: `length rs`, reads
+    /// of other components (`map (\r -> fst r) rs`, `proj (rs ! j)`), and `let p =
+    /// proj (rs ! j) in body` where `p` binds the carried array to a variable whose uses in
+    /// `body` are of the next level's kind (or binds nothing there).
+    Tape(&'a [Level]),
+}
+
+impl<'a> Kind<'a> {
+    /// Where an element holds what is converted (a closure is an element's second component).
+    fn path(self) -> &'a [bool] {
+        match self {
+            Kind::Tape(levels) => &levels[0].path,
+            _ => &[false],
+        }
+    }
+
+    /// The kind of the uses of the array a level carries.
+    fn next(self) -> Kind<'a> {
+        match self {
+            Kind::Tape([_]) => Kind::Closures,
+            Kind::Tape(levels) => Kind::Tape(&levels[1..]),
+            k => k,
+        }
+    }
+}
+
+/// Whether every use of `rs` in its scope is one of `kind`.
+fn uses_only(rs: VarId, scope: Scope<'_>, kind: Kind<'_>) -> bool {
+    use crate::target::term::Child;
+    struct Uses<'a> {
+        rs: VarId,
+        kind: Kind<'a>,
+    }
+    impl Uses<'_> {
         fn is_rs(&self, t: &Term) -> bool {
             matches!(&t.kind, TermKind::Var(x) if x.id == self.rs)
         }
-        fn term(&self, t: &Term) -> bool {
-            deep(|| match &t.kind {
-                TermKind::Var(x) => x.id != self.rs,
-                TermKind::Map(f, xs) if self.is_rs(xs) => projection(f) == Some(true),
-                TermKind::Fst(e) if matches!(&e.kind, TermKind::Index(a, _) if self.is_rs(a)) => {
-                    let TermKind::Index(_, j) = &e.kind else {
-                        unreachable!("matched above")
-                    };
-                    self.term(j)
+        fn closures(&self) -> bool {
+            matches!(self.kind, Kind::Closures)
+        }
+        /// `let p = e in body` where `e` reads the carried array: `p` binds it to a
+        /// variable of the next kind in `body`, or to nothing.
+        fn carried(&self, p: &Pat, e: &Term, body: Child<'_>) -> Option<bool> {
+            if !matches!(self.kind, Kind::Tape(_)) {
+                return None;
+            }
+            let (q, j) = indexed(e, self.rs)?;
+            let path = self.kind.path();
+            if disjoint(&q, path) {
+                return None;
+            }
+            Some(q.len() <= path.len() && self.term(j) && self.binds(p, &path[q.len()..], body))
+        }
+        fn binds(&self, p: &Pat, rest: &[bool], body: Child<'_>) -> bool {
+            match (p, rest) {
+                (Pat::Wild(_), _) => true,
+                (Pat::Var(y), []) => Uses {
+                    rs: y.id,
+                    kind: self.kind.next(),
                 }
-                TermKind::Length(a) if self.is_rs(a) => true,
-                _ => t.children().iter().all(|c| self.child(*c)),
+                .child(body),
+                (Pat::Pair(a, b), [first, more @ ..]) => {
+                    self.binds(if *first { a } else { b }, more, body)
+                }
+                _ => false,
+            }
+        }
+        fn term(&self, t: &Term) -> bool {
+            deep(|| {
+                if let TermKind::Let(p, e, body) = &t.kind
+                    && let Some(ok) = self.carried(p, e, Child::C(body))
+                {
+                    return ok && self.term(body);
+                }
+                if let Some((q, j)) = indexed(t, self.rs) {
+                    return disjoint(&q, self.kind.path()) && self.term(j);
+                }
+                match &t.kind {
+                    TermKind::Var(x) => x.id != self.rs,
+                    TermKind::Map(f, xs) if self.is_rs(xs) => {
+                        projection(f) == Some(true) && disjoint(&[true], self.kind.path())
+                    }
+                    TermKind::Length(a) if self.is_rs(a) => true,
+                    _ => t.children().iter().all(|c| self.child(*c)),
+                }
             })
         }
         fn linear(&self, l: &LTerm) -> bool {
             deep(|| match &l.kind {
-                LTermKind::App(f, x) if self.closures => match applied(f, self.rs) {
+                LTermKind::Let(p, e, body) if self.carried(p, e, Child::L(body)).is_some() => {
+                    self.carried(p, e, Child::L(body)) == Some(true) && self.linear(body)
+                }
+                LTermKind::App(f, x) if self.closures() => match applied(f, self.rs) {
                     Some(j) => self.term(j) && self.linear(x),
                     None => self.term(f) && self.linear(x),
                 },
                 LTermKind::ZipWith(fs, w)
-                    if self.closures
+                    if self.closures()
                         && matches!(&fs.kind, TermKind::Map(f, a)
                             if self.is_rs(a) && projection(f) == Some(false)) =>
                 {
@@ -960,14 +1342,14 @@ fn uses_only(rs: VarId, scope: Scope<'_>, closures: bool) -> bool {
                 _ => l.children().iter().all(|c| self.child(*c)),
             })
         }
-        fn child(&self, c: crate::target::term::Child<'_>) -> bool {
+        fn child(&self, c: Child<'_>) -> bool {
             match c {
-                crate::target::term::Child::C(t) => self.term(t),
-                crate::target::term::Child::L(l) => self.linear(l),
+                Child::C(t) => self.term(t),
+                Child::L(l) => self.linear(l),
             }
         }
     }
-    let u = Uses { rs, closures };
+    let u = Uses { rs, kind };
     match scope {
         Scope::C(t) => u.term(t),
         Scope::L(l) => u.linear(l),
@@ -985,11 +1367,54 @@ fn applied(f: &Term, rs: VarId) -> Option<&Term> {
     matches!(&a.kind, TermKind::Var(x) if x.id == rs).then_some(j)
 }
 
-/// Rewrites the scope of a closure-converted array.
+/// Rewrites the scope of a converted array: at level `k` of the nest, or at its closure array.
 struct Convert<'a> {
-    c: &'a Closures,
+    n: &'a Nest,
+    k: usize,
     old: VarId,
     new: Var,
+}
+
+impl<'a> Convert<'a> {
+    /// The closures, when this is the closure array.
+    fn closures(&self) -> Option<&'a Closures> {
+        (self.k == self.n.levels.len()).then_some(&self.n.inner)
+    }
+
+    /// For `let p = e in ..` where `e` reads the carried array at a level: the pattern that
+    /// binds the converted array and the kept variables, and the rewrite of the scope of the
+    /// variable bound to it (if `p` binds one).
+    fn repattern(&self, p: &Pat, e: &Term) -> Option<(Pat, Option<Convert<'a>>)> {
+        let lv = self.n.levels.get(self.k)?;
+        let (q, _) = indexed(e, self.old)?;
+        if disjoint(&q, &lv.path) {
+            return None;
+        }
+        Some(self.pat_at(p, &lv.path[q.len()..]))
+    }
+
+    fn pat_at(&self, p: &Pat, rest: &[bool]) -> (Pat, Option<Convert<'a>>) {
+        let lv = &self.n.levels[self.k];
+        let ty = &self.n.tys[self.k + 1];
+        match (p, rest) {
+            (Pat::Wild(t), _) => (Pat::Wild(retype(t, rest, &leaf_ty(ty, &lv.keep))), None),
+            (Pat::Var(y), []) => {
+                let y2 = Var::fresh(y.name.clone(), ty.clone());
+                let sub = self.n.convert_at(self.k + 1, y, &y2);
+                (leaf_pat(&y2, &lv.keep), Some(sub))
+            }
+            (Pat::Pair(a, b), [first, more @ ..]) => {
+                let (x, sub) = self.pat_at(if *first { a } else { b }, more);
+                let p2 = if *first {
+                    Pat::Pair(Box::new(x), b.clone())
+                } else {
+                    Pat::Pair(a.clone(), Box::new(x))
+                };
+                (p2, sub)
+            }
+            _ => unreachable!("checked by uses_only"),
+        }
+    }
 }
 
 impl Rewrite for Convert<'_> {
@@ -1003,50 +1428,73 @@ impl Rewrite for Convert<'_> {
                 let f2 = Term::new(TermKind::Lam(r.clone(), Term::fst(Term::var(&r))), f.span);
                 Term::new(TermKind::Map(f2, Term::var(&self.new)), t.span)
             }
+            TermKind::Let(p, e, body) => match self.repattern(p, e) {
+                Some((p2, sub)) => {
+                    let e2 = self.term(e);
+                    let body2 = match sub {
+                        Some(mut c) => c.term(body),
+                        None => body.clone(),
+                    };
+                    let body2 = self.term(&body2);
+                    Term::new(TermKind::Let(p2, e2, body2), t.span)
+                }
+                None => t.map_children(self),
+            },
             _ => t.map_children(self),
         })
     }
 
     fn linear(&mut self, l: &LTerm) -> LTerm {
         deep(|| match &l.kind {
-            LTermKind::App(f, x) if applied(f, self.old).is_some() => {
+            LTermKind::Let(p, e, body) if self.repattern(p, e).is_some() => {
+                let (p2, sub) = self.repattern(p, e).expect("checked");
+                let e2 = self.term(e);
+                let body2 = match sub {
+                    Some(mut c) => c.linear(body),
+                    None => body.clone(),
+                };
+                let body2 = self.linear(&body2);
+                LTerm::new(LTermKind::Let(p2, e2, body2), l.span)
+            }
+            LTermKind::App(f, x) if self.closures().is_some() && applied(f, self.old).is_some() => {
+                let c = self.closures().expect("checked");
                 let j = self.term(applied(f, self.old).expect("checked"));
                 let x = self.linear(x);
-                match &self.c.maker {
-                    Maker::Build(_, i) if self.c.uses_index => {
-                        let body = self.c.apply(&self.new, &Term::var(i), x);
+                match &c.maker {
+                    Maker::Build(_, i) if c.uses_index => {
+                        let body = c.apply(&self.new, &Term::var(i), x);
                         LTerm::new(LTermKind::Let(Pat::Var(i.clone()), j, body), l.span)
                     }
-                    _ => self.c.apply(&self.new, &j, x),
+                    _ => c.apply(&self.new, &j, x),
                 }
             }
             LTermKind::ZipWith(fs, w)
-                if matches!(&fs.kind, TermKind::Map(_, a)
+                if self.closures().is_some()
+                    && matches!(&fs.kind, TermKind::Map(_, a)
                     if matches!(&a.kind, TermKind::Var(x) if x.id == self.old)) =>
             {
+                let c = self.closures().expect("checked");
                 let w = self.linear(w);
-                let k = match &self.c.maker {
+                let k = match &c.maker {
                     Maker::Build(_, i) => i.clone(),
                     Maker::Map(..) => Var::fresh("i", Ty::Int),
                 };
-                let n = match &self.c.maker {
-                    Maker::Build(n, _) if cheap(n) => n.clone(),
-                    Maker::Map(_, xs) if cheap(&xs[0]) => Term::mk(TermKind::Length(xs[0].clone())),
-                    _ => Term::mk(TermKind::Length(Term::var(&self.new))),
-                };
+                let n = c
+                    .cheap_length()
+                    .unwrap_or_else(|| Term::mk(TermKind::Length(Term::var(&self.new))));
                 let (arg, outer) = match &w.kind {
                     LTermKind::Replicate(_, a) if latom(a) => (a.clone(), None),
                     LTermKind::Var(_) => {
                         (LTerm::mk(LTermKind::Index(w.clone(), Term::var(&k))), None)
                     }
                     _ => {
-                        let ty = w_ty(&self.c.v, &w);
+                        let ty = w_ty(&c.v, &w);
                         let u = Var::fresh("w", ty);
                         let a = LTerm::mk(LTermKind::Index(LTerm::var(&u), Term::var(&k)));
                         (a, Some(u))
                     }
                 };
-                let body = self.c.apply(&self.new, &Term::var(&k), arg);
+                let body = c.apply(&self.new, &Term::var(&k), arg);
                 let b = LTerm::new(LTermKind::Build(n, k, body), l.span);
                 match outer {
                     Some(u) => LTerm::lin_let(&u, w, b),
@@ -1108,41 +1556,32 @@ fn w_ty(v: &Var, _w: &LTerm) -> Ty {
 /// The element body `let bs in (a, b)` of an array made by `build`, `map` or `map2` with a λ,
 /// rebuilt by `f` from its lets and `(a, b)`; `None` for any other form.
 fn map_element(e: &Term, f: impl FnOnce(&Term, &Term) -> Term) -> Option<Term> {
-    fn lam_body(f: &Term) -> Option<(&Var, &Term)> {
-        match &f.kind {
-            TermKind::Lam(x, b) => Some((x, b)),
-            _ => None,
-        }
-    }
-    fn element(body: &Term, f: impl FnOnce(&Term, &Term) -> Term) -> Option<Term> {
-        let mut lets = Vec::new();
-        let mut core = body;
-        while let TermKind::Let(p, e, rest) = &core.kind {
-            lets.push((p, e, core.span));
-            core = rest;
-        }
+    map_body(e, |body| {
+        let (lets, core) = lets_of(body);
         let TermKind::Pair(a, b) = &core.kind else {
             return None;
         };
-        let out = f(a, b);
-        Some(lets.into_iter().rev().fold(out, |acc, (p, e, s)| {
-            Term::new(TermKind::Let(p.clone(), e.clone(), acc), s)
-        }))
-    }
+        Some(wrap_lets(&lets, f(a, b)))
+    })
+}
+
+/// The array `e` (`build`, `map` or `map2` of a λ) with its element body replaced by `f` of
+/// it; `None` for any other form, or if `f` gives `None`.
+fn map_body(e: &Term, f: impl FnOnce(&Term) -> Option<Term>) -> Option<Term> {
     let relam = |g: &Term, x: &Var, b: Term| Term::new(TermKind::Lam(x.clone(), b), g.span);
     let kind = match &e.kind {
         TermKind::Build(n, g) => {
             let (i, body) = lam_body(g)?;
-            TermKind::Build(n.clone(), relam(g, i, element(body, f)?))
+            TermKind::Build(n.clone(), relam(g, i, f(body)?))
         }
         TermKind::Map(g, xs) => {
             let (y, body) = lam_body(g)?;
-            TermKind::Map(relam(g, y, element(body, f)?), xs.clone())
+            TermKind::Map(relam(g, y, f(body)?), xs.clone())
         }
         TermKind::Map2(g, xs, ys) => {
             let (y, h) = lam_body(g)?;
             let (z, body) = lam_body(h)?;
-            let inner = relam(h, z, element(body, f)?);
+            let inner = relam(h, z, f(body)?);
             TermKind::Map2(relam(g, y, inner), xs.clone(), ys.clone())
         }
         _ => return None,
@@ -1160,7 +1599,7 @@ fn fst_of_elements(xs: &Term) -> Option<Term> {
 /// `fst (rs ! j)` or `length rs`: the new variable and the array of first components.
 fn fst_only_array(rs: &Var, e: &Term, scope: Scope<'_>) -> Option<(Var, Term)> {
     let (a_ty, _) = rs.ty.as_array().and_then(Ty::as_prod)?;
-    if !uses_only(rs.id, scope, false) {
+    if !uses_only(rs.id, scope, Kind::FstOnly) {
         return None;
     }
     let e2 = fst_of_elements(e)?;
