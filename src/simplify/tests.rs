@@ -1030,3 +1030,204 @@ fn binding_deeply_nested_pairs_does_not_overflow_the_stack() {
         .join()
         .expect("no overflow");
 }
+
+// ----- closure arrays carried in the tuples of an outer array -----
+
+/// `rs = build (length xs) (\i -> let y = sin (xs ! i) in (y * m, λ̲v. onehot (length xs) i
+/// (y * (c * v))))`: closures whose code reads `y` (bound in the element) and `c` (bound
+/// outside it).
+fn closures_reading(xs: &Var, m: &Var, c: Term) -> (Var, Term) {
+    let (i, y) = (int("i"), real("y"));
+    let clo = dlam(|d| {
+        let s = LTerm::scale(v(&y), LTerm::scale(c, lv(d)));
+        onehot(len(xs), v(&i), s)
+    });
+    let elem = Term::let_(
+        &y,
+        prim("sin", vec![at(v(xs), v(&i))]),
+        Term::pair(prim("mul", vec![v(&y), v(m)]), clo),
+    );
+    let pair = Ty::prod(Ty::Real, Ty::lin_fun(LTy::Real, LTy::array(LTy::Real)));
+    let rs = Var::fresh("rs", Ty::array(pair));
+    (rs, tk(TermKind::Build(len(xs), Term::lam(&i, elem))))
+}
+
+/// `build 2 (\k -> let m = xs ! k in let rs = def in (sum (map fst rs) * m, (rs, m)))`: an
+/// array whose elements carry the array `rs` in their tuples (the tape of a loop), with the
+/// element's `m`; `def` is made from `m`.
+fn carrier(xs: &Var, m: &Var, make: impl FnOnce(&Var) -> (Var, Term)) -> (Var, Term) {
+    let k = int("k");
+    let (rs, def) = make(m);
+    let pair = rs.ty.as_array().unwrap().clone();
+    let first = prim(
+        "mul",
+        vec![
+            prim("sum", vec![tk(TermKind::Map(proj_fn(true, pair), v(&rs)))]),
+            v(m),
+        ],
+    );
+    let elem = Term::let_(
+        m,
+        at(v(xs), v(&k)),
+        Term::let_(&rs, def, Term::pair(first, Term::pair(v(&rs), v(m)))),
+    );
+    let ty = Ty::prod(Ty::Real, Ty::prod(rs.ty.clone(), Ty::Real));
+    let outer = Var::fresh("outer", Ty::array(ty));
+    let two = Term::lit(Lit::Int(2));
+    (outer, tk(TermKind::Build(two, Term::lam(&k, elem))))
+}
+
+/// `lsum (lbuild 2 (\j -> let (r, c) = snd (outer ! j) in body r c))`.
+fn each_carried(outer: &Var, body: impl FnOnce(&Var, &Var) -> LTerm) -> LTerm {
+    let (j, m) = (int("j"), real("c"));
+    let inner = outer.ty.as_array().unwrap().as_prod().unwrap().1;
+    let r = Var::fresh("r", inner.as_prod().unwrap().0.clone());
+    let pat = Pat::Pair(Box::new(Pat::Var(r.clone())), Box::new(Pat::Var(m.clone())));
+    let use_ = LTerm::mk(LTermKind::Let(
+        pat,
+        Term::snd(at(v(outer), v(&j))),
+        body(&r, &m),
+    ));
+    lsum(lbuild(Term::lit(Lit::Int(2)), &j, use_))
+}
+
+/// `lsum (zipWith (map snd r) (replicate (length xs) l))`.
+fn apply_all(xs: &Var, r: &Var, l: LTerm) -> LTerm {
+    let pair = r.ty.as_array().unwrap().clone();
+    lsum(lk(LTermKind::ZipWith(
+        tk(TermKind::Map(proj_fn(false, pair), v(r))),
+        lk(LTermKind::Replicate(len(xs), l)),
+    )))
+}
+
+/// `(map fst outer, back)`.
+fn tape_shape(outer: &Var, def: Term, back: Term) -> Term {
+    let pair = outer.ty.as_array().unwrap().clone();
+    Term::let_(
+        outer,
+        def,
+        Term::pair(tk(TermKind::Map(proj_fn(true, pair), v(outer))), back),
+    )
+}
+
+#[test]
+fn closure_convert_reaches_closures_carried_in_an_outer_tape() {
+    let xs = arr("xs");
+    // The closures read `m`, bound in the outer element: it is stored in the outer tuple, once
+    // per outer element, next to the array of environments (`y`).
+    let m = real("m");
+    let (outer, def) = carrier(&xs, &m, |m| closures_reading(&xs, m, v(m)));
+    let back = dlam(|d| each_carried(&outer, |r, c| apply_all(&xs, r, LTerm::scale(v(c), lv(d)))));
+    let (on, off) = fused(&tape_shape(&outer, def, back), &xs, "closureConvert", true);
+    assert!(!on.contains("zipWith") && !on.contains('•'), "{on}");
+    assert!(on.contains("(y * m, y)"), "{on}");
+    assert!(on.contains("(rs, m), m)"), "{on}");
+    assert!(on.contains("let ((r, m), c) = snd (outer ! j)"), "{on}");
+    assert!(off.contains("zipWith"), "{off}");
+}
+
+#[test]
+fn closure_convert_reaches_closures_carried_two_levels_deep() {
+    let xs = arr("xs");
+    // outer's elements carry mid, whose elements carry the closures; the code reads m0 (bound
+    // in outer's element) and m1 (in mid's): each is stored at its own level.
+    let (m0, m1) = (real("m0"), real("m1"));
+    let (outer, def) = carrier(&xs, &m0, |m0| {
+        carrier(&xs, &m1, |m1| {
+            closures_reading(&xs, m1, prim("mul", vec![v(m0), v(m1)]))
+        })
+    });
+    let back = dlam(|d| {
+        each_carried(&outer, |mid, c0| {
+            each_carried(mid, |r, c1| {
+                apply_all(&xs, r, LTerm::scale(v(c0), LTerm::scale(v(c1), lv(d))))
+            })
+        })
+    });
+    let (on, off) = fused(&tape_shape(&outer, def, back), &xs, "closureConvert", true);
+    assert!(!on.contains("zipWith") && !on.contains('•'), "{on}");
+    assert!(on.contains("(rs, m1), m1)"), "{on}");
+    assert!(on.contains("(outer, m0), m0)"), "{on}");
+    assert!(on.contains("let ((r_1, m1), c_1) = snd (r ! j_1)"), "{on}");
+    assert!(off.contains("zipWith"), "{off}");
+}
+
+#[test]
+fn closure_convert_leaves_carried_closures_used_otherwise() {
+    let xs = arr("xs");
+    let m = real("m");
+    // At the use, a closure is taken out of `map snd r` and applied: not a form the rule
+    // rewrites, so neither the carried array nor the outer one changes.
+    let (outer, def) = carrier(&xs, &m, |m| closures_reading(&xs, m, v(m)));
+    let back = dlam(|d| {
+        each_carried(&outer, |r, c| {
+            let pair = r.ty.as_array().unwrap().clone();
+            let fs = tk(TermKind::Map(proj_fn(false, pair), v(r)));
+            let one = LTerm::app(at(fs, Term::lit(Lit::Int(1))), LTerm::scale(v(c), lv(d)));
+            LTerm::plus(apply_all(&xs, r, lv(d)), one)
+        })
+    });
+    let (on, _) = fused(&tape_shape(&outer, def, back), &xs, "closureConvert", false);
+    assert!(on.contains('•') && on.contains('⊸'), "{on}");
+    // The use binds the component's pair to one variable instead of destructuring it: the
+    // carried array is read as `fst p`, not a form the rule follows.
+    let (outer, def) = carrier(&xs, &m, |m| closures_reading(&xs, m, v(m)));
+    let (j, p) = (int("j"), {
+        let elem = outer.ty.as_array().unwrap().as_prod().unwrap().1.clone();
+        Var::fresh("p", elem)
+    });
+    let back = dlam(|d| {
+        let r = Term::fst(v(&p));
+        let pair = r_ty(&outer);
+        let fs = tk(TermKind::Map(proj_fn(false, pair), r));
+        let w = lk(LTermKind::Replicate(
+            len(&xs),
+            LTerm::scale(Term::snd(v(&p)), lv(d)),
+        ));
+        let body = lsum(lk(LTermKind::ZipWith(fs, w)));
+        let use_ = LTerm::let_(&p, Term::snd(at(v(&outer), v(&j))), body);
+        lsum(lbuild(Term::lit(Lit::Int(2)), &j, use_))
+    });
+    let (on, _) = fused(&tape_shape(&outer, def, back), &xs, "closureConvert", false);
+    assert!(on.contains("zipWith"), "{on}");
+}
+
+/// The element type of the array that `outer`'s elements carry.
+fn r_ty(outer: &Var) -> Ty {
+    let inner = outer.ty.as_array().unwrap().as_prod().unwrap().1;
+    inner.as_prod().unwrap().0.as_array().unwrap().clone()
+}
+
+#[test]
+fn fusion_converts_the_closures_on_the_tape_of_a_map_over_rows() {
+    use crate::ad::Vjp;
+    use crate::prim::Registry;
+    // A logsumexp per row, GMM's shape: the closures of the inner `map` end up on the tape of
+    // the outer one, and the backward pass applies them there.
+    let text = "
+        def lse (xs : Array Real) : Real =
+          let m = sum (build (length xs) (\\(i : Int) -> if i == 0 then xs ! i else 0.0)) in
+          log (sum (map (\\(x : Real) -> exp (x - m)) xs)) + m
+        def f (c : Real) (xss : Array (Array Real)) : Real =
+          sum (map (\\(row : Array Real) -> lse row * c) xss)";
+    let prog = crate::source::load(text, &Registry::builtin()).unwrap();
+    let entry = prog.entry(1);
+    let before = Vjp::new(&entry)
+        .unwrap()
+        .map_body(|t| simplify_with(t, &Rules::all().without("closureConvert")).0);
+    let after = Vjp::new(&entry).unwrap().map_body(simplify);
+    let printed = after.mor().body.to_string();
+    assert!(!printed.contains("zipWith"), "{printed}");
+    let kept = before.mor().body.to_string();
+    assert!(kept.contains("zipWith"), "{kept}");
+    let rows = Value::Array(
+        [vec![0.5, -1.25, 2.0], vec![0.25, 1.0, -0.5]]
+            .into_iter()
+            .map(Value::reals)
+            .collect::<Vec<_>>()
+            .into(),
+    );
+    let args = vec![Value::Real(0.3), rows];
+    let (g0, g1) = (before.grad(&args).unwrap(), after.grad(&args).unwrap());
+    assert_eq!(format!("{g0:?}"), format!("{g1:?}"));
+}
