@@ -688,39 +688,18 @@ struct Closures {
 
 impl Closures {
     fn analyse(rs: &Var, e: &Term, scope: Scope<'_>) -> Option<Closures> {
-        let (maker, body) = match &e.kind {
-            TermKind::Build(n, f) => {
-                let TermKind::Lam(i, body) = &f.kind else {
-                    return None;
-                };
-                (Maker::Build(n.clone(), i.clone()), body)
-            }
-            TermKind::Map(f, xs) => {
-                let TermKind::Lam(y, body) = &f.kind else {
-                    return None;
-                };
-                (Maker::Map(vec![y.clone()], vec![xs.clone()]), body)
-            }
-            TermKind::Map2(f, xs, ys) => {
-                let TermKind::Lam(y, g) = &f.kind else {
-                    return None;
-                };
-                let TermKind::Lam(z, body) = &g.kind else {
-                    return None;
-                };
-                (
-                    Maker::Map(vec![y.clone(), z.clone()], vec![xs.clone(), ys.clone()]),
-                    body,
-                )
-            }
-            _ => return None,
+        let (params, body) = element_of(e)?;
+        let maker = match &e.kind {
+            TermKind::Build(n, _) => Maker::Build(n.clone(), params[0].clone()),
+            TermKind::Map(_, xs) => Maker::Map(params, vec![xs.clone()]),
+            TermKind::Map2(_, xs, ys) => Maker::Map(params, vec![xs.clone(), ys.clone()]),
+            _ => unreachable!("element_of knows these forms"),
         };
-        let mut lets = Vec::new();
-        let mut core = body;
-        while let TermKind::Let(p, e, rest) = &core.kind {
-            lets.push((p.clone(), e.clone(), core.span));
-            core = rest;
-        }
+        let (lets, core) = lets_of(body);
+        let lets: Vec<(Pat, Term, Span)> = lets
+            .into_iter()
+            .map(|(p, e, s)| (p.clone(), e.clone(), s))
+            .collect();
         let TermKind::Pair(first, clo) = &core.kind else {
             return None;
         };
@@ -852,25 +831,8 @@ impl Closures {
         let body = self.lets.iter().rev().fold(core, |acc, (p, x, s)| {
             Term::new(TermKind::Let(p.clone(), x.clone(), acc), *s)
         });
-        let e2 = match (&self.maker, &e.kind) {
-            (Maker::Build(_, i), TermKind::Build(n, f)) => {
-                TermKind::Build(n.clone(), Term::new(TermKind::Lam(i.clone(), body), f.span))
-            }
-            (Maker::Map(ps, _), TermKind::Map(f, xs)) => TermKind::Map(
-                Term::new(TermKind::Lam(ps[0].clone(), body), f.span),
-                xs.clone(),
-            ),
-            (Maker::Map(ps, _), TermKind::Map2(f, xs, ys)) => {
-                let g = Term::lam(&ps[1], body);
-                TermKind::Map2(
-                    Term::new(TermKind::Lam(ps[0].clone(), g), f.span),
-                    xs.clone(),
-                    ys.clone(),
-                )
-            }
-            _ => unreachable!("analysed as this form"),
-        };
-        (rs2, Term::new(e2, e.span))
+        let e2 = map_body(e, |_| Some(body)).expect("analysed as this form");
+        (rs2, e2)
     }
 
     /// The length of the array when it is cheap to evaluate at a use (`n` of `build n f`,
@@ -1393,6 +1355,26 @@ impl<'a> Convert<'a> {
         Some(self.pat_at(p, &lv.path[q.len()..]))
     }
 
+    /// `let p = e in body` (Cartesian or linear `body`, rewritten by `go`) where `e` reads the
+    /// carried array: the new pattern, `e` and `body`, rewritten for the variable `p` binds to
+    /// the converted array and for `old`; `None` for any other `let`.
+    fn rebind<B: Clone>(
+        &mut self,
+        p: &Pat,
+        e: &Term,
+        body: &B,
+        go: impl Fn(&mut Convert<'a>, &B) -> B,
+    ) -> Option<(Pat, Term, B)> {
+        let (p2, sub) = self.repattern(p, e)?;
+        let e2 = self.term(e);
+        let body2 = match sub {
+            Some(mut c) => go(&mut c, body),
+            None => body.clone(),
+        };
+        let body2 = go(self, &body2);
+        Some((p2, e2, body2))
+    }
+
     fn pat_at(&self, p: &Pat, rest: &[bool]) -> (Pat, Option<Convert<'a>>) {
         let lv = &self.n.levels[self.k];
         let ty = &self.n.tys[self.k + 1];
@@ -1428,16 +1410,8 @@ impl Rewrite for Convert<'_> {
                 let f2 = Term::new(TermKind::Lam(r.clone(), Term::fst(Term::var(&r))), f.span);
                 Term::new(TermKind::Map(f2, Term::var(&self.new)), t.span)
             }
-            TermKind::Let(p, e, body) => match self.repattern(p, e) {
-                Some((p2, sub)) => {
-                    let e2 = self.term(e);
-                    let body2 = match sub {
-                        Some(mut c) => c.term(body),
-                        None => body.clone(),
-                    };
-                    let body2 = self.term(&body2);
-                    Term::new(TermKind::Let(p2, e2, body2), t.span)
-                }
+            TermKind::Let(p, e, body) => match self.rebind(p, e, body, |c, b| c.term(b)) {
+                Some((p2, e2, body2)) => Term::new(TermKind::Let(p2, e2, body2), t.span),
                 None => t.map_children(self),
             },
             _ => t.map_children(self),
@@ -1447,13 +1421,9 @@ impl Rewrite for Convert<'_> {
     fn linear(&mut self, l: &LTerm) -> LTerm {
         deep(|| match &l.kind {
             LTermKind::Let(p, e, body) if self.repattern(p, e).is_some() => {
-                let (p2, sub) = self.repattern(p, e).expect("checked");
-                let e2 = self.term(e);
-                let body2 = match sub {
-                    Some(mut c) => c.linear(body),
-                    None => body.clone(),
-                };
-                let body2 = self.linear(&body2);
+                let (p2, e2, body2) = self
+                    .rebind(p, e, body, |c, b| c.linear(b))
+                    .expect("checked");
                 LTerm::new(LTermKind::Let(p2, e2, body2), l.span)
             }
             LTermKind::App(f, x) if self.closures().is_some() && applied(f, self.old).is_some() => {

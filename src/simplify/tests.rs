@@ -664,18 +664,8 @@ fn closure_convert_stores_the_environment_and_sums_of_one_hots_become_arrays() {
 /// The index-sum shape of [`closure_convert_stores_the_environment_and_sums_of_one_hots_become_arrays`]
 /// over `rs = def`.
 fn index_sum_shape(rs: &Var, def: Term, xs: &Var) -> Term {
-    let pair = rs.ty.as_array().unwrap().clone();
-    let back = dlam(|d| {
-        lsum(lk(LTermKind::ZipWith(
-            tk(TermKind::Map(proj_fn(false, pair.clone()), v(rs))),
-            lk(LTermKind::Replicate(len(xs), lv(d))),
-        )))
-    });
-    Term::let_(
-        rs,
-        def,
-        Term::pair(tk(TermKind::Map(proj_fn(true, pair), v(rs))), back),
-    )
+    let back = dlam(|d| apply_all(xs, rs, lv(d)));
+    tape_shape(rs, def, back)
 }
 
 #[test]
@@ -958,21 +948,30 @@ fn plus_one_hot_gathers_equal_indices() {
     );
 }
 
+/// The reverse derivative of definition `def` of the program `text`, simplified with every
+/// rule but closureConvert, and with every rule.
+fn reverse_without_and_with_closure_convert(
+    text: &str,
+    def: usize,
+) -> (crate::ad::Vjp, crate::ad::Vjp) {
+    use crate::ad::Vjp;
+    let prog = crate::source::load(text, &crate::prim::Registry::builtin()).unwrap();
+    let entry = prog.entry(def);
+    let before = Vjp::new(&entry)
+        .unwrap()
+        .map_body(|t| simplify_with(t, &Rules::all().without("closureConvert")).0);
+    let after = Vjp::new(&entry).unwrap().map_body(simplify);
+    (before, after)
+}
+
 #[test]
 fn fusion_removes_the_closures_from_ad_output_of_array_programs() {
-    use crate::ad::Vjp;
-    use crate::prim::Registry;
     for text in [
         "def f (xs : Array Real) : Real = sum (build (length xs) (\\(i : Int) -> xs ! i * xs ! i))",
         "def f (a : Real) (xs : Array Real) : Real = sum (map (\\(x : Real) -> a * sin x) xs)",
         "def f (xs : Array Real) (ys : Array Real) : Real = sum (map2 (\\(x : Real) (y : Real) -> x * y) xs ys)",
     ] {
-        let prog = crate::source::load(text, &Registry::builtin()).unwrap();
-        let entry = prog.entry(0);
-        let before = Vjp::new(&entry)
-            .unwrap()
-            .map_body(|t| simplify_with(t, &Rules::all().without("closureConvert")).0);
-        let after = Vjp::new(&entry).unwrap().map_body(simplify);
+        let (before, after) = reverse_without_and_with_closure_convert(text, 0);
         let printed = after.mor().body.to_string();
         assert!(
             !printed.contains('•') && !printed.contains("zipWith"),
@@ -1100,7 +1099,7 @@ fn apply_all(xs: &Var, r: &Var, l: LTerm) -> LTerm {
     )))
 }
 
-/// `(map fst outer, back)`.
+/// `let outer = def in (map fst outer, back)`.
 fn tape_shape(outer: &Var, def: Term, back: Term) -> Term {
     let pair = outer.ty.as_array().unwrap().clone();
     Term::let_(
@@ -1118,11 +1117,25 @@ fn closure_convert_reaches_closures_carried_in_an_outer_tape() {
     let m = real("m");
     let (outer, def) = carrier(&xs, &m, |m| closures_reading(&xs, m, v(m)));
     let back = dlam(|d| each_carried(&outer, |r, c| apply_all(&xs, r, LTerm::scale(v(c), lv(d)))));
-    let (on, off) = fused(&tape_shape(&outer, def, back), &xs, "closureConvert", true);
+    converted_tape(
+        &tape_shape(&outer, def, back),
+        &xs,
+        &[
+            "(y * m, y)",
+            "(rs, m), m)",
+            "let ((r, m), c) = snd (outer ! j)",
+        ],
+    );
+}
+
+/// With the rule, no closure is applied any more and the result contains each of `parts`;
+/// without it, the closures are applied by `zipWith`. Values agree (see [`fused`]).
+fn converted_tape(t: &Term, xs: &Var, parts: &[&str]) {
+    let (on, off) = fused(t, xs, "closureConvert", true);
     assert!(!on.contains("zipWith") && !on.contains('•'), "{on}");
-    assert!(on.contains("(y * m, y)"), "{on}");
-    assert!(on.contains("(rs, m), m)"), "{on}");
-    assert!(on.contains("let ((r, m), c) = snd (outer ! j)"), "{on}");
+    for part in parts {
+        assert!(on.contains(part), "{part} in {on}");
+    }
     assert!(off.contains("zipWith"), "{off}");
 }
 
@@ -1144,12 +1157,15 @@ fn closure_convert_reaches_closures_carried_two_levels_deep() {
             })
         })
     });
-    let (on, off) = fused(&tape_shape(&outer, def, back), &xs, "closureConvert", true);
-    assert!(!on.contains("zipWith") && !on.contains('•'), "{on}");
-    assert!(on.contains("(rs, m1), m1)"), "{on}");
-    assert!(on.contains("(outer, m0), m0)"), "{on}");
-    assert!(on.contains("let ((r_1, m1), c_1) = snd (r ! j_1)"), "{on}");
-    assert!(off.contains("zipWith"), "{off}");
+    converted_tape(
+        &tape_shape(&outer, def, back),
+        &xs,
+        &[
+            "(rs, m1), m1)",
+            "(outer, m0), m0)",
+            "let ((r_1, m1), c_1) = snd (r ! j_1)",
+        ],
+    );
 }
 
 #[test]
@@ -1200,8 +1216,6 @@ fn r_ty(outer: &Var) -> Ty {
 
 #[test]
 fn fusion_converts_the_closures_on_the_tape_of_a_map_over_rows() {
-    use crate::ad::Vjp;
-    use crate::prim::Registry;
     // A logsumexp per row, GMM's shape: the closures of the inner `map` end up on the tape of
     // the outer one, and the backward pass applies them there.
     let text = "
@@ -1210,12 +1224,7 @@ fn fusion_converts_the_closures_on_the_tape_of_a_map_over_rows() {
           log (sum (map (\\(x : Real) -> exp (x - m)) xs)) + m
         def f (c : Real) (xss : Array (Array Real)) : Real =
           sum (map (\\(row : Array Real) -> lse row * c) xss)";
-    let prog = crate::source::load(text, &Registry::builtin()).unwrap();
-    let entry = prog.entry(1);
-    let before = Vjp::new(&entry)
-        .unwrap()
-        .map_body(|t| simplify_with(t, &Rules::all().without("closureConvert")).0);
-    let after = Vjp::new(&entry).unwrap().map_body(simplify);
+    let (before, after) = reverse_without_and_with_closure_convert(text, 1);
     let printed = after.mor().body.to_string();
     assert!(!printed.contains("zipWith"), "{printed}");
     let kept = before.mor().body.to_string();
