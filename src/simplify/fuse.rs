@@ -28,6 +28,21 @@
 //!   parameter, as `xs ! j`) are recomputed at the use instead of stored, when their inputs are
 //!   outside the element, recomputed themselves, or stored anyway: the residual tuple of
 //!   Rosenbrock's derivative shrinks from five reals to none.
+//!   *Carried closures* (the tape of a loop). The array of closures may instead be bound inside
+//!   the element of an outer array and returned as a component of the element's tuple,
+//!   `rs = build m (\k -> let bs' in let rs1 = build n (\i -> ..) in let bs'' in (.., rs1, ..))`
+//!   (or `map`/`map2`, at any depth: `rs1` may itself carry the closure array in the same way).
+//!   Then its uses inside the element must be of the forms above, and every use of the outer
+//!   array is `map fst rs`, `length rs`, a projection of `rs ! j` away from that component, or
+//!   `let p = proj (rs ! j) in body` where `p` binds the component to a variable `r` (whose uses
+//!   in `body` are of the forms above, or, one level up, of these) or to nothing. The component
+//!   becomes `(rs1', ks)`: the array of environments and the variables `ks` bound in the outer
+//!   element (by `bs'`, the map's parameters, the build's index) that the code (or a recomputed
+//!   binding, or the cheap length) reads, since they are not in scope at the use; `p` binds
+//!   `(r', ks)` there, and the uses of `r` are rewritten as above. Meaning: the component was
+//!   the array of closures of element `j`; it becomes that element's environments plus what
+//!   the code reads from element `j`, the same values. Cost: per outer element a tuple of
+//!   `ks` (variables) more, per inner element a tuple instead of a closure.
 //! * `sndUnused`: an array of pairs whose second components nobody reads keeps only the first
 //!   (`map (\r -> fst r) (build n (\i -> let bs in (a, b))) ~> build n (\i -> let bs in a)`,
 //!   and a let-bound array used only through `map fst`, `fst (rs ! j)` and `length`). What

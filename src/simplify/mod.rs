@@ -187,7 +187,11 @@ rules! {
     /// `zipWith (map snd rs) w` stores the closure's environment `cs` (the variables of `bs` and
     /// the map's parameters that `l` uses) instead of the closure: `snd (rs ! j) • l' ~> let i =
     /// j in let cs = snd (rs ! i) in let v = l' in l`, `zipWith (map snd rs) w ~> lbuild n (\i
-    /// -> let cs = snd (rs ! i) in let v = w ! i in l)` (see `src/simplify/fuse.rs`).
+    /// -> let cs = snd (rs ! i) in let v = w ! i in l)` (see `src/simplify/fuse.rs`). Also when
+    /// such an array is carried in the tuples of an outer array's elements (a loop's tape),
+    /// at any depth, and read at the outer uses by `let (.., r, ..) = snd (outer ! j)`: the
+    /// tuple holds the environments and the outer element's variables that the code reads,
+    /// and the code moves to the uses of `r`.
     closure_convert = "closureConvert",
     /// `sndUnused`: an array of pairs whose second components are never used keeps only the
     /// first: `map (\r -> fst r) (build n (\i -> let bs in (a, b))) ~> build n (\i -> let bs in
