@@ -46,7 +46,13 @@
 //! * `sndUnused`: an array of pairs whose second components nobody reads keeps only the first
 //!   (`map (\r -> fst r) (build n (\i -> let bs in (a, b))) ~> build n (\i -> let bs in a)`,
 //!   and a let-bound array used only through `map fst`, `fst (rs ! j)` and `length`). What
-//!   closure conversion leaves is often `(a, ())`.
+//!   closure conversion leaves is often `(a, ())`. Likewise a component of the elements'
+//!   tuples that no use reads: for `rs = build n (\i -> let bs in t)` (or `map`, `map2`) with a
+//!   variable at a path of `t`, when every `let p = proj (rs ! j)` binds nothing there and
+//!   every other use reads other components (as for carried closures, below), the component
+//!   becomes `()` (the patterns' `_` change type). Storing a variable cannot fail, so nothing is
+//!   lost; a loop's tape no longer holds the arrays that closure conversion made unused (the
+//!   outer closure's environment held them), and those arrays become plain arrays in turn.
 //! * `caseProj`: `fst (case e of inl p -> a | inr q -> b) ~> case e of inl p -> fst a | inr q ->
 //!   fst b` (and `snd`, `if`, and `let (x, _) = case ..`): a projection commutes with a
 //!   branch. The derivative of a branch is a pair of the value and a linear closure; when only
@@ -192,6 +198,14 @@ impl Rewrite for Fuse<'_> {
                     let body2 = self.term(&body2);
                     return Term::new(TermKind::Let(Pat::Var(rs2), e3, body2), t.span);
                 }
+                if self.rules.snd_unused
+                    && let Pat::Var(rs) = p
+                    && let Some((rs2, e3, path)) = unread_component(rs, &e2, Scope::C(body))
+                {
+                    self.fire("sndUnused");
+                    let body2 = Unread::new(rs, &rs2, &path).term(body);
+                    return Term::new(TermKind::Let(Pat::Var(rs2), e3, body2), t.span);
+                }
                 if self.rules.case_proj
                     && let Pat::Pair(p1, p2) = p
                     && let Some((first, keep)) = match (&**p1, &**p2) {
@@ -281,6 +295,14 @@ impl Rewrite for Fuse<'_> {
                     self.fire("sndUnused");
                     let body2 = FstOnly::new(rs, &rs2).linear(body);
                     let body2 = self.linear(&body2);
+                    return LTerm::new(K::Let(Pat::Var(rs2), e3, body2), l.span);
+                }
+                if self.rules.snd_unused
+                    && let Pat::Var(rs) = p
+                    && let Some((rs2, e3, path)) = unread_component(rs, &e2, Scope::L(body))
+                {
+                    self.fire("sndUnused");
+                    let body2 = Unread::new(rs, &rs2, &path).linear(body);
                     return LTerm::new(K::Let(Pat::Var(rs2), e3, body2), l.span);
                 }
                 let body2 = self.linear(body);
@@ -1179,6 +1201,46 @@ fn leaf_pat(x: &Var, keep: &[Var]) -> Pat {
     }
 }
 
+/// The pattern `p` for a tuple whose component at `rest` now has type `leaf`: a `_` there (or
+/// above) gets the new type, a variable there becomes `var` of it.
+fn repattern_at(p: &Pat, rest: &[bool], leaf: &Ty, var: &mut impl FnMut(&Var) -> Pat) -> Pat {
+    match (p, rest) {
+        (Pat::Wild(t), _) => Pat::Wild(retype(t, rest, leaf)),
+        (Pat::Var(y), []) => var(y),
+        (Pat::Pair(a, b), [first, more @ ..]) => {
+            if *first {
+                Pat::Pair(Box::new(repattern_at(a, more, leaf, var)), b.clone())
+            } else {
+                Pat::Pair(a.clone(), Box::new(repattern_at(b, more, leaf, var)))
+            }
+        }
+        _ => unreachable!("checked by uses_only"),
+    }
+}
+
+/// Whether `t` is `old` or `map f old`: a use of an array whose first components are unchanged
+/// (`f` is a first projection, checked by `uses_only`).
+fn renames(t: &Term, old: VarId) -> bool {
+    let is_old = |a: &Term| matches!(&a.kind, TermKind::Var(x) if x.id == old);
+    match &t.kind {
+        TermKind::Map(_, xs) => is_old(xs),
+        _ => is_old(t),
+    }
+}
+
+/// `t` (see [`renames`]) for the array `new`: `new`, or `map (\r -> fst r) new` (the λ's
+/// parameter has `new`'s element type).
+fn renamed(t: &Term, new: &Var) -> Term {
+    match &t.kind {
+        TermKind::Map(f, _) => {
+            let r = Var::fresh("r", new.ty.as_array().expect("an array").clone());
+            let f2 = Term::new(TermKind::Lam(r.clone(), Term::fst(Term::var(&r))), f.span);
+            Term::new(TermKind::Map(f2, Term::var(new)), t.span)
+        }
+        _ => Term::new(TermKind::Var(new.clone()), t.span),
+    }
+}
+
 /// `(q, j)` if `t` is `proj (rs ! j)`, with `q` the path of projections from the element's
 /// root (`true` for `fst`).
 fn indexed(t: &Term, rs: VarId) -> Option<(Vec<bool>, &Term)> {
@@ -1218,6 +1280,9 @@ enum Kind<'a> {
     /// proj (rs ! j) in body` where `p` binds the carried array to a variable whose uses in
     /// `body` are of the next level's kind (or binds nothing there).
     Tape(&'a [Level]),
+    /// An array whose elements' component at the path is never read: the uses of `Tape`, with
+    /// `let p = proj (rs ! j)` binding nothing at the path.
+    Unread(&'a [bool]),
 }
 
 impl<'a> Kind<'a> {
@@ -1225,6 +1290,7 @@ impl<'a> Kind<'a> {
     fn path(self) -> &'a [bool] {
         match self {
             Kind::Tape(levels) => &levels[0].path,
+            Kind::Unread(path) => path,
             _ => &[false],
         }
     }
@@ -1256,7 +1322,7 @@ fn uses_only(rs: VarId, scope: Scope<'_>, kind: Kind<'_>) -> bool {
         /// `let p = e in body` where `e` reads the carried array: `p` binds it to a
         /// variable of the next kind in `body`, or to nothing.
         fn carried(&self, p: &Pat, e: &Term, body: Child<'_>) -> Option<bool> {
-            if !matches!(self.kind, Kind::Tape(_)) {
+            if !matches!(self.kind, Kind::Tape(_) | Kind::Unread(_)) {
                 return None;
             }
             let (q, j) = indexed(e, self.rs)?;
@@ -1269,7 +1335,7 @@ fn uses_only(rs: VarId, scope: Scope<'_>, kind: Kind<'_>) -> bool {
         fn binds(&self, p: &Pat, rest: &[bool], body: Child<'_>) -> bool {
             match (p, rest) {
                 (Pat::Wild(_), _) => true,
-                (Pat::Var(y), []) => Uses {
+                (Pat::Var(y), []) if matches!(self.kind, Kind::Tape(_)) => Uses {
                     rs: y.id,
                     kind: self.kind.next(),
                 }
@@ -1393,38 +1459,20 @@ impl<'a> Convert<'a> {
     fn pat_at(&self, p: &Pat, rest: &[bool]) -> (Pat, Option<Convert<'a>>) {
         let lv = &self.n.levels[self.k];
         let ty = &self.n.tys[self.k + 1];
-        match (p, rest) {
-            (Pat::Wild(t), _) => (Pat::Wild(retype(t, rest, &leaf_ty(ty, &lv.keep))), None),
-            (Pat::Var(y), []) => {
-                let y2 = Var::fresh(y.name.clone(), ty.clone());
-                let sub = self.n.convert_at(self.k + 1, y, &y2);
-                (leaf_pat(&y2, &lv.keep), Some(sub))
-            }
-            (Pat::Pair(a, b), [first, more @ ..]) => {
-                let (x, sub) = self.pat_at(if *first { a } else { b }, more);
-                let p2 = if *first {
-                    Pat::Pair(Box::new(x), b.clone())
-                } else {
-                    Pat::Pair(a.clone(), Box::new(x))
-                };
-                (p2, sub)
-            }
-            _ => unreachable!("checked by uses_only"),
-        }
+        let mut sub = None;
+        let p2 = repattern_at(p, rest, &leaf_ty(ty, &lv.keep), &mut |y| {
+            let y2 = Var::fresh(y.name.clone(), ty.clone());
+            sub = Some(self.n.convert_at(self.k + 1, y, &y2));
+            leaf_pat(&y2, &lv.keep)
+        });
+        (p2, sub)
     }
 }
 
 impl Rewrite for Convert<'_> {
     fn term(&mut self, t: &Term) -> Term {
         deep(|| match &t.kind {
-            TermKind::Var(x) if x.id == self.old => {
-                Term::new(TermKind::Var(self.new.clone()), t.span)
-            }
-            TermKind::Map(f, xs) if matches!(&xs.kind, TermKind::Var(x) if x.id == self.old) => {
-                let r = Var::fresh("r", self.new.ty.as_array().expect("an array").clone());
-                let f2 = Term::new(TermKind::Lam(r.clone(), Term::fst(Term::var(&r))), f.span);
-                Term::new(TermKind::Map(f2, Term::var(&self.new)), t.span)
-            }
+            _ if renames(t, self.old) => renamed(t, &self.new),
             TermKind::Let(p, e, body) => match self.rebind(p, e, body, |c, b| c.term(b)) {
                 Some((p2, e2, body2)) => Term::new(TermKind::Let(p2, e2, body2), t.span),
                 None => t.map_children(self),
@@ -1632,6 +1680,85 @@ impl Rewrite for FstOnly {
 
     fn linear(&mut self, l: &LTerm) -> LTerm {
         deep(|| l.map_children(self))
+    }
+}
+
+// ----- components of elements that no use reads -----
+
+/// `sndUnused` on one component of the elements' tuples: `rs = build n (\i -> let bs in t)`
+/// (or `map`, `map2`) where `t` has a variable at a path that no use of `rs` reads (every `let p
+/// = proj (rs ! j)` binds nothing there, other uses read other components): the component
+/// becomes `()`. What a closure conversion leaves on a loop's tape (an array whose closures
+/// were converted, still stored because the outer closure's environment held it). The new
+/// variable, its definition, and the path.
+fn unread_component(rs: &Var, e: &Term, scope: Scope<'_>) -> Option<(Var, Term, Vec<bool>)> {
+    let (_, body) = element_of(e)?;
+    let elem_ty = rs.ty.as_array()?;
+    let mut leaves = Vec::new();
+    tuple_leaves(lets_of(body).1, &mut Vec::new(), &mut leaves);
+    let (path, _) = leaves
+        .into_iter()
+        .find(|(path, _)| uses_only(rs.id, scope, Kind::Unread(path)))?;
+    let e2 = map_body(e, |body| {
+        let (lets, core) = lets_of(body);
+        Some(wrap_lets(&lets, put(core, &path, Term::unit())))
+    })?;
+    let rs2 = Var::fresh(
+        rs.name.clone(),
+        Ty::array(retype(elem_ty, &path, &Ty::Unit)),
+    );
+    Some((rs2, e2, path))
+}
+
+/// Rewrites the scope of an array whose elements hold `()` at `path` now.
+struct Unread<'a> {
+    old: VarId,
+    new: Var,
+    path: &'a [bool],
+}
+
+impl<'a> Unread<'a> {
+    fn new(rs: &Var, rs2: &Var, path: &'a [bool]) -> Unread<'a> {
+        Unread {
+            old: rs.id,
+            new: rs2.clone(),
+            path,
+        }
+    }
+
+    /// The pattern of `let p = e` if `e` reads the component.
+    fn repattern(&self, p: &Pat, e: &Term) -> Option<Pat> {
+        let (q, _) = indexed(e, self.old)?;
+        if disjoint(&q, self.path) {
+            return None;
+        }
+        let rest = &self.path[q.len()..];
+        Some(repattern_at(p, rest, &Ty::Unit, &mut |_| {
+            unreachable!("checked by uses_only")
+        }))
+    }
+}
+
+impl Rewrite for Unread<'_> {
+    fn term(&mut self, t: &Term) -> Term {
+        deep(|| match &t.kind {
+            _ if renames(t, self.old) => renamed(t, &self.new),
+            TermKind::Let(p, e, body) => match self.repattern(p, e) {
+                Some(p2) => Term::new(TermKind::Let(p2, self.term(e), self.term(body)), t.span),
+                None => t.map_children(self),
+            },
+            _ => t.map_children(self),
+        })
+    }
+
+    fn linear(&mut self, l: &LTerm) -> LTerm {
+        deep(|| match &l.kind {
+            LTermKind::Let(p, e, body) => match self.repattern(p, e) {
+                Some(p2) => LTerm::new(LTermKind::Let(p2, self.term(e), self.linear(body)), l.span),
+                None => l.map_children(self),
+            },
+            _ => l.map_children(self),
+        })
     }
 }
 

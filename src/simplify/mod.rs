@@ -197,7 +197,8 @@ rules! {
     /// first: `map (\r -> fst r) (build n (\i -> let bs in (a, b))) ~> build n (\i -> let bs in
     /// a)`, and for `let rs = build n (..)` whose every use is `map (\r -> fst r) rs`,
     /// `fst (rs ! j)` or `length rs`, those become `rs'`, `rs' ! j` and `length rs'` (also for
-    /// `map` and `map2`; see `src/simplify/fuse.rs`).
+    /// `map` and `map2`; see `src/simplify/fuse.rs`). Also a component of the elements' tuples
+    /// that no use reads (every `let p = proj (rs ! j)` binds nothing there) becomes `()`.
     snd_unused = "sndUnused",
     /// `cse`: `let x = p a b in .. p a b .. ~> let x = p a b in .. x ..` for a primitive `p` on
     /// atoms, when the `let` is in scope (binders are unique and the language is pure, so the

@@ -1240,3 +1240,36 @@ fn fusion_converts_the_closures_on_the_tape_of_a_map_over_rows() {
     let (g0, g1) = (before.grad(&args).unwrap(), after.grad(&args).unwrap());
     assert_eq!(format!("{g0:?}"), format!("{g1:?}"));
 }
+
+#[test]
+fn snd_unused_drops_a_component_of_a_tape_that_no_use_reads() {
+    let xs = arr("xs");
+    let m = real("m");
+    // outer's elements carry an array of pairs that the use binds to `_`: the component
+    // becomes `()`, and the array, now used only through `map fst`, keeps its first components.
+    let (outer, def) = carrier(&xs, &m, |m| {
+        let (i, y) = (int("i"), real("y"));
+        let elem = Term::let_(
+            &y,
+            prim("sin", vec![at(v(&xs), v(&i))]),
+            Term::pair(prim("mul", vec![v(&y), v(m)]), prim("cos", vec![v(&y)])),
+        );
+        let rs = Var::fresh("rs", Ty::array(Ty::prod(Ty::Real, Ty::Real)));
+        (rs, tk(TermKind::Build(len(&xs), Term::lam(&i, elem))))
+    });
+    let back = dlam(|d| {
+        let (j, c) = (int("j"), real("c"));
+        let ty = outer.ty.as_array().unwrap().as_prod().unwrap().1;
+        let (rs_ty, _) = ty.as_prod().unwrap();
+        let pat = Pat::Pair(
+            Box::new(Pat::Wild(rs_ty.clone())),
+            Box::new(Pat::Var(c.clone())),
+        );
+        let body = LTerm::scale(v(&c), lv(d));
+        let use_ = lk(LTermKind::Let(pat, Term::snd(at(v(&outer), v(&j))), body));
+        lsum(lbuild(Term::lit(Lit::Int(2)), &j, use_))
+    });
+    let (on, off) = fused(&tape_shape(&outer, def, back), &xs, "sndUnused", true);
+    assert!(on.contains("* m, (), m)") && !on.contains("cos"), "{on}");
+    assert!(off.contains("* m, rs, m)") && off.contains("cos"), "{off}");
+}
