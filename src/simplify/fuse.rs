@@ -42,16 +42,17 @@
 //!   `(r', ks)` there, and the uses of `r` are rewritten as above. Meaning: the component was
 //!   the array of closures of element `j`; it becomes that element's environments plus what
 //!   the code reads from element `j`, the same values. Cost: per outer element a tuple of
-//!   `ks` (variables) more, per inner element a tuple instead of a closure.
+//!   `ks` (variables) more, per inner element a tuple instead of a closure. One carried array
+//!   is converted per outer `let` and round ([`Nest`]); the next round takes the next.
 //! * `sndUnused`: an array of pairs whose second components nobody reads keeps only the first
 //!   (`map (\r -> fst r) (build n (\i -> let bs in (a, b))) ~> build n (\i -> let bs in a)`,
 //!   and a let-bound array used only through `map fst`, `fst (rs ! j)` and `length`). What
 //!   closure conversion leaves is often `(a, ())`. Likewise a component of the elements'
 //!   tuples that no use reads: for `rs = build n (\i -> let bs in t)` (or `map`, `map2`) with a
 //!   variable at a path of `t`, when every `let p = proj (rs ! j)` binds nothing there and
-//!   every other use reads other components (as for carried closures, below), the component
-//!   becomes `()` (the patterns' `_` change type). Storing a variable cannot fail, so nothing is
-//!   lost; a loop's tape no longer holds the arrays that closure conversion made unused (the
+//!   every other use reads other components (as for carried closures, above), the component
+//!   becomes `()` (the patterns' `_` change type). A variable cannot fail, so dropping it
+//!   discards no error; a loop's tape no longer holds the arrays that closure conversion made unused (the
 //!   outer closure's environment held them), and those arrays become plain arrays in turn.
 //! * `caseProj`: `fst (case e of inl p -> a | inr q -> b) ~> case e of inl p -> fst a | inr q ->
 //!   fst b` (and `snd`, `if`, and `let (x, _) = case ..`): a projection commutes with a
