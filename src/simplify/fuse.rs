@@ -51,7 +51,9 @@
 //!   tuples that no use reads: for `rs = build n (\i -> let bs in t)` (or `map`, `map2`) with a
 //!   variable at a path of `t`, when every `let p = proj (rs ! j)` binds nothing there and
 //!   every other use reads other components (as for carried closures, above), the component
-//!   becomes `()` (the patterns' `_` change type). A variable cannot fail, so dropping it
+//!   becomes `()` (the patterns' `_` change type); also in the elements of an array that `rs`'s
+//!   elements carry, at any depth (a [`Nest`] whose innermost step drops the component instead
+//!   of converting closures). A variable cannot fail, so dropping it
 //!   discards no error; a loop's tape no longer holds the arrays that closure conversion made unused (the
 //!   outer closure's environment held them), and those arrays become plain arrays in turn.
 //! * `caseProj`: `fst (case e of inl p -> a | inr q -> b) ~> case e of inl p -> fst a | inr q ->
@@ -173,6 +175,30 @@ impl Fuse<'_> {
     fn same(&self, a: &Term, b: &Term) -> bool {
         syn_eq(a, b) || syn_eq(&self.norm(a), &self.norm(b))
     }
+
+    /// `closureConvert` on `let rs = e in scope` (with `unread`, `sndUnused` on a component no
+    /// use reads), if its rule is on and it applies: the new variable, its definition, and the
+    /// [`Nest`] whose [`Nest::convert`] rewrites the scope.
+    fn nest(
+        &mut self,
+        rs: &Var,
+        e: &Term,
+        scope: Scope<'_>,
+        unread: bool,
+    ) -> Option<(Var, Term, Nest)> {
+        let (on, rule) = if unread {
+            (self.rules.snd_unused, "sndUnused")
+        } else {
+            (self.rules.closure_convert, "closureConvert")
+        };
+        if !on {
+            return None;
+        }
+        let n = Nest::analyse(rs, e, scope, unread)?;
+        self.fire(rule);
+        let (rs2, e2) = n.converted_array(rs, e);
+        Some((rs2, e2, n))
+    }
 }
 
 impl Rewrite for Fuse<'_> {
@@ -181,12 +207,9 @@ impl Rewrite for Fuse<'_> {
             TermKind::Let(p, e, body) => {
                 let e2 = self.term(e);
                 self.learn(p, &e2);
-                if self.rules.closure_convert
-                    && let Pat::Var(rs) = p
-                    && let Some(c) = Nest::analyse(rs, &e2, Scope::C(body))
+                if let Pat::Var(rs) = p
+                    && let Some((rs2, e3, c)) = self.nest(rs, &e2, Scope::C(body), false)
                 {
-                    self.fire("closureConvert");
-                    let (rs2, e3) = c.converted_array(rs, &e2);
                     let body2 = c.convert(rs, &rs2).term(body);
                     return Term::new(TermKind::Let(Pat::Var(rs2), e3, body2), t.span);
                 }
@@ -199,12 +222,10 @@ impl Rewrite for Fuse<'_> {
                     let body2 = self.term(&body2);
                     return Term::new(TermKind::Let(Pat::Var(rs2), e3, body2), t.span);
                 }
-                if self.rules.snd_unused
-                    && let Pat::Var(rs) = p
-                    && let Some((rs2, e3, path)) = unread_component(rs, &e2, Scope::C(body))
+                if let Pat::Var(rs) = p
+                    && let Some((rs2, e3, c)) = self.nest(rs, &e2, Scope::C(body), true)
                 {
-                    self.fire("sndUnused");
-                    let body2 = Unread::new(rs, &rs2, &path).term(body);
+                    let body2 = c.convert(rs, &rs2).term(body);
                     return Term::new(TermKind::Let(Pat::Var(rs2), e3, body2), t.span);
                 }
                 if self.rules.case_proj
@@ -280,12 +301,9 @@ impl Rewrite for Fuse<'_> {
             if let K::Let(p, e, body) = &l.kind {
                 let e2 = self.term(e);
                 self.learn(p, &e2);
-                if self.rules.closure_convert
-                    && let Pat::Var(rs) = p
-                    && let Some(c) = Nest::analyse(rs, &e2, Scope::L(body))
+                if let Pat::Var(rs) = p
+                    && let Some((rs2, e3, c)) = self.nest(rs, &e2, Scope::L(body), false)
                 {
-                    self.fire("closureConvert");
-                    let (rs2, e3) = c.converted_array(rs, &e2);
                     let body2 = c.convert(rs, &rs2).linear(body);
                     return LTerm::new(K::Let(Pat::Var(rs2), e3, body2), l.span);
                 }
@@ -298,12 +316,10 @@ impl Rewrite for Fuse<'_> {
                     let body2 = self.linear(&body2);
                     return LTerm::new(K::Let(Pat::Var(rs2), e3, body2), l.span);
                 }
-                if self.rules.snd_unused
-                    && let Pat::Var(rs) = p
-                    && let Some((rs2, e3, path)) = unread_component(rs, &e2, Scope::L(body))
+                if let Pat::Var(rs) = p
+                    && let Some((rs2, e3, c)) = self.nest(rs, &e2, Scope::L(body), true)
                 {
-                    self.fire("sndUnused");
-                    let body2 = Unread::new(rs, &rs2, &path).linear(body);
+                    let body2 = c.convert(rs, &rs2).linear(body);
                     return LTerm::new(K::Let(Pat::Var(rs2), e3, body2), l.span);
                 }
                 let body2 = self.linear(body);
@@ -952,7 +968,8 @@ struct Level {
     keep: Vec<Var>,
 }
 
-/// A closure array to convert, and how it is reached from the let-bound array `rs`: `rs`
+/// A closure array to convert (or an array with a component to drop, [`Inner::Unread`]), and
+/// how it is reached from the let-bound array `rs`: `rs`
 /// itself (no levels), or an array `rs1` bound in `rs`'s element and returned as a component of
 /// its tuple, `rs = build n (\i -> let bs in (.., rs1, ..))` (or `map`, `map2`), or deeper: an
 /// array bound in `rs1`'s element and returned in its tuple, and so on. This is the *tape* of
@@ -963,35 +980,71 @@ struct Level {
 /// the component (and so on, level by level).
 struct Nest {
     levels: Vec<Level>,
-    inner: Closures,
-    /// The types of the converted arrays: one per level, then the closure array's.
+    inner: Inner,
+    /// The types of the converted arrays: one per level, then the innermost array's.
     tys: Vec<Ty>,
+}
+
+/// What happens to the innermost array of a [`Nest`].
+enum Inner {
+    /// An array of closures: converted (`closureConvert`).
+    Closures(Closures),
+    /// An array whose elements hold a variable at this path that no use reads: it becomes `()`
+    /// (`sndUnused`). Nothing moves, so no level keeps anything.
+    Unread(Vec<bool>),
+}
+
+impl Inner {
+    fn template_vars(&self) -> HashSet<VarId> {
+        match self {
+            Inner::Closures(c) => c.template_vars(),
+            Inner::Unread(_) => HashSet::default(),
+        }
+    }
 }
 
 impl Nest {
     /// A closure array that `rs = e` is or carries, every use of which (in `scope`, in the
     /// elements that carry it, and of the variables bound to it at the uses) closure conversion
     /// can rewrite.
-    fn analyse(rs: &Var, e: &Term, scope: Scope<'_>) -> Option<Nest> {
-        if let Some(c) = Closures::analyse(rs, e, scope) {
-            return Some(Nest::direct(rs, c));
+    /// With `unread`, instead a component that no use reads, of `rs`'s elements or of the
+    /// elements of an array they carry.
+    fn analyse(rs: &Var, e: &Term, scope: Scope<'_>, unread: bool) -> Option<Nest> {
+        if let Some(n) = Nest::direct(rs, e, scope, unread) {
+            return Some(n);
         }
-        Nest::carried(rs, e)
+        Nest::carried(rs, e, unread)
             .into_iter()
-            .find(|n| uses_only(rs.id, scope, Kind::Tape(&n.levels)))
+            .find(|n| uses_only(rs.id, scope, Kind::Tape(&n.levels, &n.inner)))
     }
 
-    fn direct(rs: &Var, c: Closures) -> Nest {
-        Nest {
-            tys: vec![c.converted_ty(rs)],
+    /// `rs = e` itself: an array of closures, or (with `unread`) an array whose elements' tuples
+    /// hold a variable at a path that no use reads.
+    fn direct(rs: &Var, e: &Term, scope: Scope<'_>, unread: bool) -> Option<Nest> {
+        let (ty, inner) = if unread {
+            let (_, body) = element_of(e)?;
+            let elem_ty = rs.ty.as_array()?;
+            let mut leaves = Vec::new();
+            tuple_leaves(lets_of(body).1, &mut Vec::new(), &mut leaves);
+            let (path, _) = leaves
+                .into_iter()
+                .find(|(path, _)| uses_only(rs.id, scope, Kind::Unread(path)))?;
+            let ty = Ty::array(retype(elem_ty, &path, &Ty::Unit));
+            (ty, Inner::Unread(path))
+        } else {
+            let c = Closures::analyse(rs, e, scope)?;
+            (c.converted_ty(rs), Inner::Closures(c))
+        };
+        Some(Nest {
+            tys: vec![ty],
             levels: Vec::new(),
-            inner: c,
-        }
+            inner,
+        })
     }
 
     /// The closure arrays that the elements of `rs = e` carry in their tuples, directly or
     /// deeper, with their uses inside the elements checked (not the uses of `rs`).
-    fn carried(rs: &Var, e: &Term) -> Vec<Nest> {
+    fn carried(rs: &Var, e: &Term, unread: bool) -> Vec<Nest> {
         let Some((params, body)) = element_of(e) else {
             return Vec::new();
         };
@@ -1016,14 +1069,13 @@ impl Nest {
             // The scope of `x` in the element, without the component that returns it.
             let scope = wrap_lets(&lets[k + 1..], put(core, &path, Term::unit()));
             let def = lets[k].1;
-            let mut found: Vec<Nest> = Closures::analyse(&x, def, Scope::C(&scope))
-                .map(|c| Nest::direct(&x, c))
+            let mut found: Vec<Nest> = Nest::direct(&x, def, Scope::C(&scope), unread)
                 .into_iter()
                 .collect();
             found.extend(
-                Nest::carried(&x, def)
+                Nest::carried(&x, def, unread)
                     .into_iter()
-                    .filter(|n| uses_only(x.id, Scope::C(&scope), Kind::Tape(&n.levels))),
+                    .filter(|n| uses_only(x.id, Scope::C(&scope), Kind::Tape(&n.levels, &n.inner))),
             );
             for mut n in found {
                 let need = n.inner.template_vars();
@@ -1058,7 +1110,17 @@ impl Nest {
     /// component `(next', keep)`.
     fn converted_at(&self, k: usize, x: &Var, e: &Term) -> (Var, Term) {
         let Some(lv) = self.levels.get(k) else {
-            return self.inner.converted_array(x, e);
+            return match &self.inner {
+                Inner::Closures(c) => c.converted_array(x, e),
+                Inner::Unread(path) => {
+                    let e2 = map_body(e, |body| {
+                        let (lets, core) = lets_of(body);
+                        Some(wrap_lets(&lets, put(core, path, Term::unit())))
+                    });
+                    let e2 = e2.expect("analysed as an array of this form");
+                    (Var::fresh(x.name.clone(), self.tys[k].clone()), e2)
+                }
+            };
         };
         let e2 = map_body(e, |body| {
             let (lets, core) = lets_of(body);
@@ -1280,7 +1342,7 @@ enum Kind<'a> {
     /// of other components (`map (\r -> fst r) rs`, `proj (rs ! j)`), and `let p =
     /// proj (rs ! j) in body` where `p` binds the carried array to a variable whose uses in
     /// `body` are of the next level's kind (or binds nothing there).
-    Tape(&'a [Level]),
+    Tape(&'a [Level], &'a Inner),
     /// An array whose elements' component at the path is never read: the uses of `Tape`, with
     /// `let p = proj (rs ! j)` binding nothing at the path.
     Unread(&'a [bool]),
@@ -1290,7 +1352,7 @@ impl<'a> Kind<'a> {
     /// Where an element holds what is converted (a closure is an element's second component).
     fn path(self) -> &'a [bool] {
         match self {
-            Kind::Tape(levels) => &levels[0].path,
+            Kind::Tape(levels, _) => &levels[0].path,
             Kind::Unread(path) => path,
             _ => &[false],
         }
@@ -1299,8 +1361,9 @@ impl<'a> Kind<'a> {
     /// The kind of the uses of the array a level carries.
     fn next(self) -> Kind<'a> {
         match self {
-            Kind::Tape([_]) => Kind::Closures,
-            Kind::Tape(levels) => Kind::Tape(&levels[1..]),
+            Kind::Tape([_], Inner::Closures(_)) => Kind::Closures,
+            Kind::Tape([_], Inner::Unread(path)) => Kind::Unread(path),
+            Kind::Tape(levels, inner) => Kind::Tape(&levels[1..], inner),
             k => k,
         }
     }
@@ -1323,7 +1386,7 @@ fn uses_only(rs: VarId, scope: Scope<'_>, kind: Kind<'_>) -> bool {
         /// `let p = e in body` where `e` reads the carried array: `p` binds it to a
         /// variable of the next kind in `body`, or to nothing.
         fn carried(&self, p: &Pat, e: &Term, body: Child<'_>) -> Option<bool> {
-            if !matches!(self.kind, Kind::Tape(_) | Kind::Unread(_)) {
+            if !matches!(self.kind, Kind::Tape(..) | Kind::Unread(_)) {
                 return None;
             }
             let (q, j) = indexed(e, self.rs)?;
@@ -1336,7 +1399,7 @@ fn uses_only(rs: VarId, scope: Scope<'_>, kind: Kind<'_>) -> bool {
         fn binds(&self, p: &Pat, rest: &[bool], body: Child<'_>) -> bool {
             match (p, rest) {
                 (Pat::Wild(_), _) => true,
-                (Pat::Var(y), []) if matches!(self.kind, Kind::Tape(_)) => Uses {
+                (Pat::Var(y), []) if matches!(self.kind, Kind::Tape(..)) => Uses {
                     rs: y.id,
                     kind: self.kind.next(),
                 }
@@ -1422,19 +1485,34 @@ struct Convert<'a> {
 impl<'a> Convert<'a> {
     /// The closures, when this is the closure array.
     fn closures(&self) -> Option<&'a Closures> {
-        (self.k == self.n.levels.len()).then_some(&self.n.inner)
+        match &self.n.inner {
+            Inner::Closures(c) if self.k == self.n.levels.len() => Some(c),
+            _ => None,
+        }
     }
 
     /// For `let p = e in ..` where `e` reads the carried array at a level: the pattern that
     /// binds the converted array and the kept variables, and the rewrite of the scope of the
     /// variable bound to it (if `p` binds one).
+    /// At the innermost array with an unread component, the pattern with `()`'s type there.
     fn repattern(&self, p: &Pat, e: &Term) -> Option<(Pat, Option<Convert<'a>>)> {
-        let lv = self.n.levels.get(self.k)?;
+        let path = match (self.n.levels.get(self.k), &self.n.inner) {
+            (Some(lv), _) => &lv.path,
+            (None, Inner::Unread(path)) => path,
+            (None, Inner::Closures(_)) => return None,
+        };
         let (q, _) = indexed(e, self.old)?;
-        if disjoint(&q, &lv.path) {
+        if disjoint(&q, path) {
             return None;
         }
-        Some(self.pat_at(p, &lv.path[q.len()..]))
+        let rest = &path[q.len()..];
+        if self.k < self.n.levels.len() {
+            return Some(self.pat_at(p, rest));
+        }
+        let unit = repattern_at(p, rest, &Ty::Unit, &mut |_| {
+            unreachable!("checked by uses_only")
+        });
+        Some((unit, None))
     }
 
     /// `let p = e in body` (Cartesian or linear `body`, rewritten by `go`) where `e` reads the
@@ -1681,85 +1759,6 @@ impl Rewrite for FstOnly {
 
     fn linear(&mut self, l: &LTerm) -> LTerm {
         deep(|| l.map_children(self))
-    }
-}
-
-// ----- components of elements that no use reads -----
-
-/// `sndUnused` on one component of the elements' tuples: `rs = build n (\i -> let bs in t)`
-/// (or `map`, `map2`) where `t` has a variable at a path that no use of `rs` reads (every `let p
-/// = proj (rs ! j)` binds nothing there, other uses read other components): the component
-/// becomes `()`. What a closure conversion leaves on a loop's tape (an array whose closures
-/// were converted, still stored because the outer closure's environment held it). The new
-/// variable, its definition, and the path.
-fn unread_component(rs: &Var, e: &Term, scope: Scope<'_>) -> Option<(Var, Term, Vec<bool>)> {
-    let (_, body) = element_of(e)?;
-    let elem_ty = rs.ty.as_array()?;
-    let mut leaves = Vec::new();
-    tuple_leaves(lets_of(body).1, &mut Vec::new(), &mut leaves);
-    let (path, _) = leaves
-        .into_iter()
-        .find(|(path, _)| uses_only(rs.id, scope, Kind::Unread(path)))?;
-    let e2 = map_body(e, |body| {
-        let (lets, core) = lets_of(body);
-        Some(wrap_lets(&lets, put(core, &path, Term::unit())))
-    })?;
-    let rs2 = Var::fresh(
-        rs.name.clone(),
-        Ty::array(retype(elem_ty, &path, &Ty::Unit)),
-    );
-    Some((rs2, e2, path))
-}
-
-/// Rewrites the scope of an array whose elements hold `()` at `path` now.
-struct Unread<'a> {
-    old: VarId,
-    new: Var,
-    path: &'a [bool],
-}
-
-impl<'a> Unread<'a> {
-    fn new(rs: &Var, rs2: &Var, path: &'a [bool]) -> Unread<'a> {
-        Unread {
-            old: rs.id,
-            new: rs2.clone(),
-            path,
-        }
-    }
-
-    /// The pattern of `let p = e` if `e` reads the component.
-    fn repattern(&self, p: &Pat, e: &Term) -> Option<Pat> {
-        let (q, _) = indexed(e, self.old)?;
-        if disjoint(&q, self.path) {
-            return None;
-        }
-        let rest = &self.path[q.len()..];
-        Some(repattern_at(p, rest, &Ty::Unit, &mut |_| {
-            unreachable!("checked by uses_only")
-        }))
-    }
-}
-
-impl Rewrite for Unread<'_> {
-    fn term(&mut self, t: &Term) -> Term {
-        deep(|| match &t.kind {
-            _ if renames(t, self.old) => renamed(t, &self.new),
-            TermKind::Let(p, e, body) => match self.repattern(p, e) {
-                Some(p2) => Term::new(TermKind::Let(p2, self.term(e), self.term(body)), t.span),
-                None => t.map_children(self),
-            },
-            _ => t.map_children(self),
-        })
-    }
-
-    fn linear(&mut self, l: &LTerm) -> LTerm {
-        deep(|| match &l.kind {
-            LTermKind::Let(p, e, body) => match self.repattern(p, e) {
-                Some(p2) => LTerm::new(LTermKind::Let(p2, self.term(e), self.linear(body)), l.span),
-                None => l.map_children(self),
-            },
-            _ => l.map_children(self),
-        })
     }
 }
 

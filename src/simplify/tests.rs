@@ -1076,12 +1076,18 @@ fn carrier(xs: &Var, m: &Var, make: impl FnOnce(&Var) -> (Var, Term)) -> (Var, T
     (outer, tk(TermKind::Build(two, Term::lam(&k, elem))))
 }
 
-/// `lsum (lbuild 2 (\j -> let (r, c) = snd (outer ! j) in body r c))`.
-fn each_carried(outer: &Var, body: impl FnOnce(&Var, &Var) -> LTerm) -> LTerm {
+/// `lsum (lbuild 2 (\j -> let (r, c) = snd (outer ! j) in body r c))`, with `_` for `r` unless
+/// `read`.
+fn each_carried(outer: &Var, read: bool, body: impl FnOnce(&Var, &Var) -> LTerm) -> LTerm {
     let (j, m) = (int("j"), real("c"));
     let inner = outer.ty.as_array().unwrap().as_prod().unwrap().1;
     let r = Var::fresh("r", inner.as_prod().unwrap().0.clone());
-    let pat = Pat::Pair(Box::new(Pat::Var(r.clone())), Box::new(Pat::Var(m.clone())));
+    let rp = if read {
+        Pat::Var(r.clone())
+    } else {
+        Pat::Wild(r.ty.clone())
+    };
+    let pat = Pat::Pair(Box::new(rp), Box::new(Pat::Var(m.clone())));
     let use_ = LTerm::mk(LTermKind::Let(
         pat,
         Term::snd(at(v(outer), v(&j))),
@@ -1097,6 +1103,11 @@ fn apply_all(xs: &Var, r: &Var, l: LTerm) -> LTerm {
         tk(TermKind::Map(proj_fn(false, pair), v(r))),
         lk(LTermKind::Replicate(len(xs), l)),
     )))
+}
+
+/// [`carrier`] of [`closures_reading`] `m`.
+fn tape_of_closures(xs: &Var, m: &Var) -> (Var, Term) {
+    carrier(xs, m, |m| closures_reading(xs, m, v(m)))
 }
 
 /// `let outer = def in (map fst outer, back)`.
@@ -1115,8 +1126,12 @@ fn closure_convert_reaches_closures_carried_in_an_outer_tape() {
     // The closures read `m`, bound in the outer element: it is stored in the outer tuple, once
     // per outer element, next to the array of environments (`y`).
     let m = real("m");
-    let (outer, def) = carrier(&xs, &m, |m| closures_reading(&xs, m, v(m)));
-    let back = dlam(|d| each_carried(&outer, |r, c| apply_all(&xs, r, LTerm::scale(v(c), lv(d)))));
+    let (outer, def) = tape_of_closures(&xs, &m);
+    let back = dlam(|d| {
+        each_carried(&outer, true, |r, c| {
+            apply_all(&xs, r, LTerm::scale(v(c), lv(d)))
+        })
+    });
     converted_tape(
         &tape_shape(&outer, def, back),
         &xs,
@@ -1151,8 +1166,8 @@ fn closure_convert_reaches_closures_carried_two_levels_deep() {
         })
     });
     let back = dlam(|d| {
-        each_carried(&outer, |mid, c0| {
-            each_carried(mid, |r, c1| {
+        each_carried(&outer, true, |mid, c0| {
+            each_carried(mid, true, |r, c1| {
                 apply_all(&xs, r, LTerm::scale(v(c0), LTerm::scale(v(c1), lv(d))))
             })
         })
@@ -1174,9 +1189,9 @@ fn closure_convert_leaves_carried_closures_used_otherwise() {
     let m = real("m");
     // At the use, a closure is taken out of `map snd r` and applied: not a form the rule
     // rewrites, so neither the carried array nor the outer one changes.
-    let (outer, def) = carrier(&xs, &m, |m| closures_reading(&xs, m, v(m)));
+    let (outer, def) = tape_of_closures(&xs, &m);
     let back = dlam(|d| {
-        each_carried(&outer, |r, c| {
+        each_carried(&outer, true, |r, c| {
             let pair = r.ty.as_array().unwrap().clone();
             let fs = tk(TermKind::Map(proj_fn(false, pair), v(r)));
             let one = LTerm::app(at(fs, Term::lit(Lit::Int(1))), LTerm::scale(v(c), lv(d)));
@@ -1187,7 +1202,7 @@ fn closure_convert_leaves_carried_closures_used_otherwise() {
     assert!(on.contains('•') && on.contains('⊸'), "{on}");
     // The use binds the component's pair to one variable instead of destructuring it: the
     // carried array is read as `fst p`, not a form the rule follows.
-    let (outer, def) = carrier(&xs, &m, |m| closures_reading(&xs, m, v(m)));
+    let (outer, def) = tape_of_closures(&xs, &m);
     let (j, p) = (int("j"), {
         let elem = outer.ty.as_array().unwrap().as_prod().unwrap().1.clone();
         Var::fresh("p", elem)
@@ -1244,10 +1259,10 @@ fn fusion_converts_the_closures_on_the_tape_of_a_map_over_rows() {
 #[test]
 fn snd_unused_drops_a_component_of_a_tape_that_no_use_reads() {
     let xs = arr("xs");
-    let m = real("m");
+    let (m, m0) = (real("m"), real("m0"));
     // outer's elements carry an array of pairs that the use binds to `_`: the component
     // becomes `()`, and the array, now used only through `map fst`, keeps its first components.
-    let (outer, def) = carrier(&xs, &m, |m| {
+    let pairs = |m: &Var| {
         let (i, y) = (int("i"), real("y"));
         let elem = Term::let_(
             &y,
@@ -1256,18 +1271,20 @@ fn snd_unused_drops_a_component_of_a_tape_that_no_use_reads() {
         );
         let rs = Var::fresh("rs", Ty::array(Ty::prod(Ty::Real, Ty::Real)));
         (rs, tk(TermKind::Build(len(&xs), Term::lam(&i, elem))))
-    });
+    };
+    let (outer, def) = carrier(&xs, &m, pairs);
+    let back = dlam(|d| each_carried(&outer, false, |_, c| LTerm::scale(v(c), lv(d))));
+    let (on, off) = fused(&tape_shape(&outer, def, back), &xs, "sndUnused", true);
+    assert!(on.contains("* m, (), m)") && !on.contains("cos"), "{on}");
+    assert!(off.contains("* m, rs, m)") && off.contains("cos"), "{off}");
+    // One level deeper: outer carries mid, whose elements carry the pairs, unread at mid's use.
+    let (outer, def) = carrier(&xs, &m0, |_| carrier(&xs, &m, pairs));
     let back = dlam(|d| {
-        let (j, c) = (int("j"), real("c"));
-        let ty = outer.ty.as_array().unwrap().as_prod().unwrap().1;
-        let (rs_ty, _) = ty.as_prod().unwrap();
-        let pat = Pat::Pair(
-            Box::new(Pat::Wild(rs_ty.clone())),
-            Box::new(Pat::Var(c.clone())),
-        );
-        let body = LTerm::scale(v(&c), lv(d));
-        let use_ = lk(LTermKind::Let(pat, Term::snd(at(v(&outer), v(&j))), body));
-        lsum(lbuild(Term::lit(Lit::Int(2)), &j, use_))
+        each_carried(&outer, true, |mid, c0| {
+            each_carried(mid, false, |_, c1| {
+                LTerm::scale(v(c0), LTerm::scale(v(c1), lv(d)))
+            })
+        })
     });
     let (on, off) = fused(&tape_shape(&outer, def, back), &xs, "sndUnused", true);
     assert!(on.contains("* m, (), m)") && !on.contains("cos"), "{on}");
