@@ -53,9 +53,9 @@
 //!   every other use reads other components (as for carried closures, above), the component
 //!   becomes `()` (the patterns' `_` change type); also in the elements of an array that `rs`'s
 //!   elements carry, at any depth (a [`Nest`] whose innermost step drops the component instead
-//!   of converting closures). A variable cannot fail, so dropping it
-//!   discards no error; a loop's tape no longer holds the arrays that closure conversion made unused (the
-//!   outer closure's environment held them), and those arrays become plain arrays in turn.
+//!   of converting closures). A variable cannot fail, so dropping it discards no error; a
+//!   loop's tape no longer holds the arrays that closure conversion made unused (the outer
+//!   closure's environment held them), and those arrays become plain arrays in turn.
 //! * `caseProj`: `fst (case e of inl p -> a | inr q -> b) ~> case e of inl p -> fst a | inr q ->
 //!   fst b` (and `snd`, `if`, and `let (x, _) = case ..`): a projection commutes with a
 //!   branch. The derivative of a branch is a pair of the value and a linear closure; when only
