@@ -29,13 +29,37 @@
 //!   parameter, as `xs ! j`) are recomputed at the use instead of stored, when their inputs are
 //!   outside the element, recomputed themselves, or stored anyway: the residual tuple of
 //!   Rosenbrock's derivative shrinks from five reals to none.
+//!   *Carried closures* (the tape of a loop). The array of closures may instead be bound inside
+//!   the element of an outer array and returned as a component of the element's tuple,
+//!   `rs = build m (\k -> let bs' in let rs1 = build n (\i -> ..) in let bs'' in (.., rs1, ..))`
+//!   (or `map`/`map2`, at any depth: `rs1` may itself carry the closure array in the same way).
+//!   Then its uses inside the element must be of the forms above, and every use of the outer
+//!   array is `map fst rs`, `length rs`, a projection of `rs ! j` away from that component, or
+//!   `let p = proj (rs ! j) in body` where `p` binds the component to a variable `r` (whose uses
+//!   in `body` are of the forms above, or, one level up, of these) or to nothing. The component
+//!   becomes `(rs1', ks)`: the array of environments and the variables `ks` bound in the outer
+//!   element (by `bs'`, the map's parameters, the build's index) that the code (or a recomputed
+//!   binding, or the cheap length) reads, since they are not in scope at the use; `p` binds
+//!   `(r', ks)` there, and the uses of `r` are rewritten as above. Meaning: the component was
+//!   the array of closures of element `j`; it becomes that element's environments plus what
+//!   the code reads from element `j`, the same values. Cost: per outer element a tuple of
+//!   `ks` (variables) more, per inner element a tuple instead of a closure. One carried array
+//!   is converted per outer `let` and round ([`Nest`]); the next round takes the next.
 //! * `caseSplit` (`src/simplify/split.rs`): the element of such an array whose pair is chosen by
 //!   a `case` (the derivative of an `if`) becomes a pair of the chosen value and one λ̲ over a
 //!   linear `case`, so that `closureConvert` applies in the next round.
 //! * `sndUnused`: an array of pairs whose second components nobody reads keeps only the first
 //!   (`map (\r -> fst r) (build n (\i -> let bs in (a, b))) ~> build n (\i -> let bs in a)`,
 //!   and a let-bound array used only through `map fst`, `fst (rs ! j)` and `length`). What
-//!   closure conversion leaves is often `(a, ())`.
+//!   closure conversion leaves is often `(a, ())`. Likewise a component of the elements'
+//!   tuples that no use reads: for `rs = build n (\i -> let bs in t)` (or `map`, `map2`) with a
+//!   variable at a path of `t`, when every `let p = proj (rs ! j)` binds nothing there and
+//!   every other use reads other components (as for carried closures, above), the component
+//!   becomes `()` (the patterns' `_` change type); also in the elements of an array that `rs`'s
+//!   elements carry, at any depth (a [`Nest`] whose innermost step drops the component instead
+//!   of converting closures). A variable cannot fail, so dropping it discards no error; a
+//!   loop's tape no longer holds the arrays that closure conversion made unused (the outer
+//!   closure's environment held them), and those arrays become plain arrays in turn.
 //! * `caseProj`: `fst (case e of inl p -> a | inr q -> b) ~> case e of inl p -> fst a | inr q ->
 //!   fst b` (and `snd`, `if`, and `let (x, _) = case ..`): a projection commutes with a
 //!   branch. The derivative of a branch is a pair of the value and a linear closure; when only
@@ -159,6 +183,30 @@ impl Fuse<'_> {
     fn same(&self, a: &Term, b: &Term) -> bool {
         syn_eq(a, b) || syn_eq(&self.norm(a), &self.norm(b))
     }
+
+    /// `closureConvert` on `let rs = e in scope` (with `unread`, `sndUnused` on a component no
+    /// use reads), if its rule is on and it applies: the new variable, its definition, and the
+    /// [`Nest`] whose [`Nest::convert`] rewrites the scope.
+    fn nest(
+        &mut self,
+        rs: &Var,
+        e: &Term,
+        scope: Scope<'_>,
+        unread: bool,
+    ) -> Option<(Var, Term, Nest)> {
+        let (on, rule) = if unread {
+            (self.rules.snd_unused, "sndUnused")
+        } else {
+            (self.rules.closure_convert, "closureConvert")
+        };
+        if !on {
+            return None;
+        }
+        let n = Nest::analyse(rs, e, scope, unread)?;
+        self.fire(rule);
+        let (rs2, e2) = n.converted_array(rs, e);
+        Some((rs2, e2, n))
+    }
 }
 
 impl Rewrite for Fuse<'_> {
@@ -183,12 +231,9 @@ impl Rewrite for Fuse<'_> {
                 }
                 let e2 = self.term(e);
                 self.learn(p, &e2);
-                if self.rules.closure_convert
-                    && let Pat::Var(rs) = p
-                    && let Some(c) = Closures::analyse(rs, &e2, Scope::C(body))
+                if let Pat::Var(rs) = p
+                    && let Some((rs2, e3, c)) = self.nest(rs, &e2, Scope::C(body), false)
                 {
-                    self.fire("closureConvert");
-                    let (rs2, e3) = c.converted_array(rs, &e2);
                     let body2 = c.convert(rs, &rs2).term(body);
                     return Term::new(TermKind::Let(Pat::Var(rs2), e3, body2), t.span);
                 }
@@ -199,6 +244,12 @@ impl Rewrite for Fuse<'_> {
                     self.fire("sndUnused");
                     let body2 = FstOnly::new(rs, &rs2).term(body);
                     let body2 = self.term(&body2);
+                    return Term::new(TermKind::Let(Pat::Var(rs2), e3, body2), t.span);
+                }
+                if let Pat::Var(rs) = p
+                    && let Some((rs2, e3, c)) = self.nest(rs, &e2, Scope::C(body), true)
+                {
+                    let body2 = c.convert(rs, &rs2).term(body);
                     return Term::new(TermKind::Let(Pat::Var(rs2), e3, body2), t.span);
                 }
                 if self.rules.case_split
@@ -257,12 +308,9 @@ impl Rewrite for Fuse<'_> {
             if let K::Let(p, e, body) = &l.kind {
                 let e2 = self.term(e);
                 self.learn(p, &e2);
-                if self.rules.closure_convert
-                    && let Pat::Var(rs) = p
-                    && let Some(c) = Closures::analyse(rs, &e2, Scope::L(body))
+                if let Pat::Var(rs) = p
+                    && let Some((rs2, e3, c)) = self.nest(rs, &e2, Scope::L(body), false)
                 {
-                    self.fire("closureConvert");
-                    let (rs2, e3) = c.converted_array(rs, &e2);
                     let body2 = c.convert(rs, &rs2).linear(body);
                     return LTerm::new(K::Let(Pat::Var(rs2), e3, body2), l.span);
                 }
@@ -273,6 +321,12 @@ impl Rewrite for Fuse<'_> {
                     self.fire("sndUnused");
                     let body2 = FstOnly::new(rs, &rs2).linear(body);
                     let body2 = self.linear(&body2);
+                    return LTerm::new(K::Let(Pat::Var(rs2), e3, body2), l.span);
+                }
+                if let Pat::Var(rs) = p
+                    && let Some((rs2, e3, c)) = self.nest(rs, &e2, Scope::L(body), true)
+                {
+                    let body2 = c.convert(rs, &rs2).linear(body);
                     return LTerm::new(K::Let(Pat::Var(rs2), e3, body2), l.span);
                 }
                 if self.rules.case_split
@@ -730,39 +784,18 @@ struct Closures {
 
 impl Closures {
     fn analyse(rs: &Var, e: &Term, scope: Scope<'_>) -> Option<Closures> {
-        let (maker, body) = match &e.kind {
-            TermKind::Build(n, f) => {
-                let TermKind::Lam(i, body) = &f.kind else {
-                    return None;
-                };
-                (Maker::Build(n.clone(), i.clone()), body)
-            }
-            TermKind::Map(f, xs) => {
-                let TermKind::Lam(y, body) = &f.kind else {
-                    return None;
-                };
-                (Maker::Map(vec![y.clone()], vec![xs.clone()]), body)
-            }
-            TermKind::Map2(f, xs, ys) => {
-                let TermKind::Lam(y, g) = &f.kind else {
-                    return None;
-                };
-                let TermKind::Lam(z, body) = &g.kind else {
-                    return None;
-                };
-                (
-                    Maker::Map(vec![y.clone(), z.clone()], vec![xs.clone(), ys.clone()]),
-                    body,
-                )
-            }
-            _ => return None,
+        let (params, body) = element_of(e)?;
+        let maker = match &e.kind {
+            TermKind::Build(n, _) => Maker::Build(n.clone(), params[0].clone()),
+            TermKind::Map(_, xs) => Maker::Map(params, vec![xs.clone()]),
+            TermKind::Map2(_, xs, ys) => Maker::Map(params, vec![xs.clone(), ys.clone()]),
+            _ => unreachable!("element_of knows these forms"),
         };
-        let mut lets = Vec::new();
-        let mut core = body;
-        while let TermKind::Let(p, e, rest) = &core.kind {
-            lets.push((p.clone(), e.clone(), core.span));
-            core = rest;
-        }
+        let (lets, core) = lets_of(body);
+        let lets: Vec<(Pat, Term, Span)> = lets
+            .into_iter()
+            .map(|(p, e, s)| (p.clone(), e.clone(), s))
+            .collect();
         let TermKind::Pair(first, clo) = &core.kind else {
             return None;
         };
@@ -853,11 +886,7 @@ impl Closures {
             })
             .collect();
         let uses_index = matches!(&maker, Maker::Build(_, i) if need.contains(&i.id));
-        let ok = match scope {
-            Scope::C(t) => uses_ok(rs.id, Scope::C(t)),
-            Scope::L(l) => uses_ok(rs.id, Scope::L(l)),
-        };
-        if !ok {
+        if !uses_only(rs.id, scope, Kind::Closures) {
             return None;
         }
         Some(Closures {
@@ -876,63 +905,58 @@ impl Closures {
 
     /// The environment as a tuple term and the pattern that rebinds it.
     fn env_tuple(&self) -> (Term, Pat) {
-        fn go(vs: &[Var]) -> (Term, Pat) {
-            match vs {
-                [] => (Term::unit(), Pat::Wild(Ty::Unit)),
-                [x] => (Term::var(x), Pat::Var(x.clone())),
-                [x, rest @ ..] => {
-                    let (t, p) = go(rest);
-                    (
-                        Term::pair(Term::var(x), t),
-                        Pat::Pair(Box::new(Pat::Var(x.clone())), Box::new(p)),
-                    )
-                }
-            }
-        }
-        go(&self.env)
+        tuple_of(&self.env)
     }
 
-    /// The new array variable and its definition.
-    fn converted_array(&self, rs: &Var, e: &Term) -> (Var, Term) {
-        let (tuple, pat) = self.env_tuple();
+    /// The type of the converted array: the first components paired with the environments.
+    fn converted_ty(&self, rs: &Var) -> Ty {
         let a_ty = rs
             .ty
             .as_array()
             .and_then(Ty::as_prod)
             .map(|(a, _)| a.clone())
             .expect("an array of pairs");
-        let rs2 = Var::fresh(rs.name.clone(), Ty::array(Ty::prod(a_ty, pat.ty())));
+        Ty::array(Ty::prod(a_ty, self.env_tuple().1.ty()))
+    }
+
+    /// The new array variable and its definition.
+    fn converted_array(&self, rs: &Var, e: &Term) -> (Var, Term) {
+        let (tuple, _) = self.env_tuple();
+        let rs2 = Var::fresh(rs.name.clone(), self.converted_ty(rs));
         let core = Term::new(TermKind::Pair(self.first.clone(), tuple), self.pair_span);
         let body = self.lets.iter().rev().fold(core, |acc, (p, x, s)| {
             Term::new(TermKind::Let(p.clone(), x.clone(), acc), *s)
         });
-        let e2 = match (&self.maker, &e.kind) {
-            (Maker::Build(_, i), TermKind::Build(n, f)) => {
-                TermKind::Build(n.clone(), Term::new(TermKind::Lam(i.clone(), body), f.span))
-            }
-            (Maker::Map(ps, _), TermKind::Map(f, xs)) => TermKind::Map(
-                Term::new(TermKind::Lam(ps[0].clone(), body), f.span),
-                xs.clone(),
-            ),
-            (Maker::Map(ps, _), TermKind::Map2(f, xs, ys)) => {
-                let g = Term::lam(&ps[1], body);
-                TermKind::Map2(
-                    Term::new(TermKind::Lam(ps[0].clone(), g), f.span),
-                    xs.clone(),
-                    ys.clone(),
-                )
-            }
-            _ => unreachable!("analysed as this form"),
-        };
-        (rs2, Term::new(e2, e.span))
+        let e2 = map_body(e, |_| Some(body)).expect("analysed as this form");
+        (rs2, e2)
     }
 
-    fn convert<'a>(&'a self, rs: &Var, rs2: &Var) -> Convert<'a> {
-        Convert {
-            c: self,
-            old: rs.id,
-            new: rs2.clone(),
+    /// The length of the array when it is cheap to evaluate at a use (`n` of `build n f`,
+    /// `length xs` of `map f xs`); `None`: `length` of the converted array.
+    fn cheap_length(&self) -> Option<Term> {
+        match &self.maker {
+            Maker::Build(n, _) if cheap(n) => Some(n.clone()),
+            Maker::Map(_, xs) if cheap(&xs[0]) => Some(Term::mk(TermKind::Length(xs[0].clone()))),
+            _ => None,
         }
+    }
+
+    /// The variables that the rewritten uses read besides the converted array, the use's index
+    /// and argument: those of the code, of the recomputed bindings, of the arrays of recomputed
+    /// parameters and of the cheap length (plus variables bound inside these, which no one
+    /// else binds).
+    fn template_vars(&self) -> HashSet<VarId> {
+        let mut need = vars_of_lin(&self.code);
+        for (_, e, _) in &self.remat {
+            need.extend(vars_of_term(e));
+        }
+        for (_, xs) in &self.params {
+            need.extend(vars_of_term(xs));
+        }
+        if let Some(n) = self.cheap_length() {
+            need.extend(vars_of_term(&n));
+        }
+        need
     }
 
     /// `let cs = snd (rs ! k) in let ps = xs ! k in let remat in let v = arg in code`.
@@ -956,44 +980,510 @@ impl Closures {
     }
 }
 
-/// Whether every use of `rs` in its scope is one closure conversion can rewrite.
-fn uses_ok(rs: VarId, scope: Scope<'_>) -> bool {
-    uses_only(rs, scope, true)
+/// The variables `vs` as a right-nested tuple (`()` for none) and the pattern that binds them.
+fn tuple_of(vs: &[Var]) -> (Term, Pat) {
+    match vs {
+        [] => (Term::unit(), Pat::Wild(Ty::Unit)),
+        [x] => (Term::var(x), Pat::Var(x.clone())),
+        [x, rest @ ..] => {
+            let (t, p) = tuple_of(rest);
+            (
+                Term::pair(Term::var(x), t),
+                Pat::Pair(Box::new(Pat::Var(x.clone())), Box::new(p)),
+            )
+        }
+    }
 }
 
-/// Whether every use of `rs` in its scope is `map (\r -> fst r) rs`, `fst (rs ! j)` or
-/// `length rs`, or, if `closures`, also `snd (rs ! j) • l` or `zipWith (map snd rs) w`.
-fn uses_only(rs: VarId, scope: Scope<'_>, closures: bool) -> bool {
-    struct Uses {
-        rs: VarId,
-        closures: bool,
+// ----- closure arrays carried in the elements of other arrays -----
+
+/// One array on the way from a let-bound array to a closure array that its elements carry
+/// (see [`Nest`]).
+struct Level {
+    /// Where the element's tuple holds the next array (`true` for `fst`, from the root).
+    path: Vec<bool>,
+    /// The next array, bound by a `let` of the element (at its top, before the tuple).
+    next: Var,
+    /// The variables bound in the element (by its lets, a map's parameters, a build's index)
+    /// that the closure's code reads: they are out of scope where the code moves to, so the
+    /// tuple stores them next to the converted array, once per element of this array.
+    keep: Vec<Var>,
+}
+
+/// A closure array to convert (or an array with a component to drop, [`Inner::Unread`]), and
+/// how it is reached from the let-bound array `rs`: `rs`
+/// itself (no levels), or an array `rs1` bound in `rs`'s element and returned as a component of
+/// its tuple, `rs = build n (\i -> let bs in (.., rs1, ..))` (or `map`, `map2`), or deeper: an
+/// array bound in `rs1`'s element and returned in its tuple, and so on. This is the *tape* of
+/// a loop's reverse derivative: the loop's backward pass destructures `snd (rs ! j)` and applies
+/// the closures of `rs1` there. The closure array is converted as by `closureConvert`; the
+/// component holds the array of environments instead (paired with the level's `keep`), and the
+/// code moves to the uses of the variable that a use `let p = proj (rs ! j) in body` binds to
+/// the component (and so on, level by level).
+struct Nest {
+    levels: Vec<Level>,
+    inner: Inner,
+    /// The types of the converted arrays: one per level, then the innermost array's.
+    tys: Vec<Ty>,
+}
+
+/// What happens to the innermost array of a [`Nest`].
+enum Inner {
+    /// An array of closures: converted (`closureConvert`).
+    Closures(Closures),
+    /// An array whose elements hold a variable at this path that no use reads: it becomes `()`
+    /// (`sndUnused`). Nothing moves, so no level keeps anything.
+    Unread(Vec<bool>),
+}
+
+impl Inner {
+    fn template_vars(&self) -> HashSet<VarId> {
+        match self {
+            Inner::Closures(c) => c.template_vars(),
+            Inner::Unread(_) => HashSet::default(),
+        }
     }
-    impl Uses {
+}
+
+impl Nest {
+    /// A closure array that `rs = e` is or carries, every use of which (in `scope`, in the
+    /// elements that carry it, and of the variables bound to it at the uses) closure conversion
+    /// can rewrite.
+    /// With `unread`, instead a component that no use reads, of `rs`'s elements or of the
+    /// elements of an array they carry.
+    fn analyse(rs: &Var, e: &Term, scope: Scope<'_>, unread: bool) -> Option<Nest> {
+        if let Some(n) = Nest::direct(rs, e, scope, unread) {
+            return Some(n);
+        }
+        Nest::carried(rs, e, unread)
+            .into_iter()
+            .find(|n| uses_only(rs.id, scope, Kind::Tape(&n.levels, &n.inner)))
+    }
+
+    /// `rs = e` itself: an array of closures, or (with `unread`) an array whose elements' tuples
+    /// hold a variable at a path that no use reads.
+    fn direct(rs: &Var, e: &Term, scope: Scope<'_>, unread: bool) -> Option<Nest> {
+        let (ty, inner) = if unread {
+            let (_, body) = element_of(e)?;
+            let elem_ty = rs.ty.as_array()?;
+            let mut leaves = Vec::new();
+            tuple_leaves(lets_of(body).1, &mut Vec::new(), &mut leaves);
+            let (path, _) = leaves
+                .into_iter()
+                .find(|(path, _)| uses_only(rs.id, scope, Kind::Unread(path)))?;
+            let ty = Ty::array(retype(elem_ty, &path, &Ty::Unit));
+            (ty, Inner::Unread(path))
+        } else {
+            let c = Closures::analyse(rs, e, scope)?;
+            (c.converted_ty(rs), Inner::Closures(c))
+        };
+        Some(Nest {
+            tys: vec![ty],
+            levels: Vec::new(),
+            inner,
+        })
+    }
+
+    /// The closure arrays that the elements of `rs = e` carry in their tuples, directly or
+    /// deeper, with their uses inside the elements checked (not the uses of `rs`).
+    fn carried(rs: &Var, e: &Term, unread: bool) -> Vec<Nest> {
+        let Some((params, body)) = element_of(e) else {
+            return Vec::new();
+        };
+        let Some(elem_ty) = rs.ty.as_array() else {
+            return Vec::new();
+        };
+        let (lets, core) = lets_of(body);
+        let mut bound = params;
+        for (p, _, _) in &lets {
+            bound.extend(p.vars().into_iter().cloned());
+        }
+        let mut leaves = Vec::new();
+        tuple_leaves(core, &mut Vec::new(), &mut leaves);
+        let mut out = Vec::new();
+        for (path, x) in leaves {
+            let Some(k) = lets
+                .iter()
+                .position(|(p, _, _)| matches!(p, Pat::Var(y) if y.id == x.id))
+            else {
+                continue;
+            };
+            // The scope of `x` in the element, without the component that returns it.
+            let scope = wrap_lets(&lets[k + 1..], put(core, &path, Term::unit()));
+            let def = lets[k].1;
+            let mut found: Vec<Nest> = Nest::direct(&x, def, Scope::C(&scope), unread)
+                .into_iter()
+                .collect();
+            found.extend(
+                Nest::carried(&x, def, unread)
+                    .into_iter()
+                    .filter(|n| uses_only(x.id, Scope::C(&scope), Kind::Tape(&n.levels, &n.inner))),
+            );
+            for mut n in found {
+                let need = n.inner.template_vars();
+                let keep: Vec<Var> = bound
+                    .iter()
+                    .filter(|v| need.contains(&v.id))
+                    .cloned()
+                    .collect();
+                let leaf = leaf_ty(&n.tys[0], &keep);
+                n.tys.insert(0, Ty::array(retype(elem_ty, &path, &leaf)));
+                n.levels.insert(
+                    0,
+                    Level {
+                        path: path.clone(),
+                        next: x.clone(),
+                        keep,
+                    },
+                );
+                out.push(n);
+            }
+        }
+        out
+    }
+
+    /// The new array variable and its definition.
+    fn converted_array(&self, rs: &Var, e: &Term) -> (Var, Term) {
+        self.converted_at(0, rs, e)
+    }
+
+    /// The array `x = e` of level `k` converted: at the closure array, the environments; at
+    /// a level, the next array's `let` converted, its scope in the element rewritten, and the
+    /// component `(next', keep)`.
+    fn converted_at(&self, k: usize, x: &Var, e: &Term) -> (Var, Term) {
+        let Some(lv) = self.levels.get(k) else {
+            return match &self.inner {
+                Inner::Closures(c) => c.converted_array(x, e),
+                Inner::Unread(path) => {
+                    let e2 = map_body(e, |body| {
+                        let (lets, core) = lets_of(body);
+                        Some(wrap_lets(&lets, put(core, path, Term::unit())))
+                    });
+                    let e2 = e2.expect("analysed as an array of this form");
+                    (Var::fresh(x.name.clone(), self.tys[k].clone()), e2)
+                }
+            };
+        };
+        let e2 = map_body(e, |body| {
+            let (lets, core) = lets_of(body);
+            let at = lets
+                .iter()
+                .position(|(p, _, _)| matches!(p, Pat::Var(y) if y.id == lv.next.id))?;
+            let (next2, def2) = self.converted_at(k + 1, &lv.next, lets[at].1);
+            let rest = wrap_lets(
+                &lets[at + 1..],
+                put(core, &lv.path, leaf_term(&next2, &lv.keep)),
+            );
+            let rest = self.convert_at(k + 1, &lv.next, &next2).term(&rest);
+            let tail = Term::new(TermKind::Let(Pat::Var(next2), def2, rest), lets[at].2);
+            Some(wrap_lets(&lets[..at], tail))
+        })
+        .expect("analysed as an array of this form");
+        (Var::fresh(x.name.clone(), self.tys[k].clone()), e2)
+    }
+
+    fn convert<'a>(&'a self, rs: &Var, rs2: &Var) -> Convert<'a> {
+        self.convert_at(0, rs, rs2)
+    }
+
+    fn convert_at<'a>(&'a self, k: usize, old: &Var, new: &Var) -> Convert<'a> {
+        Convert {
+            n: self,
+            k,
+            old: old.id,
+            new: new.clone(),
+        }
+    }
+}
+
+/// The parameters (a build's index, a map's parameters) and the body of the element of a
+/// `build`, `map` or `map2` of a λ.
+fn element_of(e: &Term) -> Option<(Vec<Var>, &Term)> {
+    match &e.kind {
+        TermKind::Build(_, f) | TermKind::Map(f, _) => {
+            let (x, b) = lam_body(f)?;
+            Some((vec![x.clone()], b))
+        }
+        TermKind::Map2(f, _, _) => {
+            let (y, g) = lam_body(f)?;
+            let (z, b) = lam_body(g)?;
+            Some((vec![y.clone(), z.clone()], b))
+        }
+        _ => None,
+    }
+}
+
+fn lam_body(f: &Term) -> Option<(&Var, &Term)> {
+    match &f.kind {
+        TermKind::Lam(x, b) => Some((x, b)),
+        _ => None,
+    }
+}
+
+/// The leading lets of `t` and what they bind in.
+pub(super) fn lets_of(t: &Term) -> (Vec<(&Pat, &Term, Span)>, &Term) {
+    let mut lets = Vec::new();
+    let mut core = t;
+    while let TermKind::Let(p, e, rest) = &core.kind {
+        lets.push((p, e, core.span));
+        core = rest;
+    }
+    (lets, core)
+}
+
+/// `let bs in core` for the lets of [`lets_of`].
+pub(super) fn wrap_lets(lets: &[(&Pat, &Term, Span)], core: Term) -> Term {
+    lets.iter().rev().fold(core, |acc, (p, e, s)| {
+        Term::new(TermKind::Let((*p).clone(), (*e).clone(), acc), *s)
+    })
+}
+
+/// The variables at the leaves of the pair tree `t`, with their paths.
+fn tuple_leaves(t: &Term, path: &mut Vec<bool>, out: &mut Vec<(Vec<bool>, Var)>) {
+    match &t.kind {
+        TermKind::Pair(a, b) => {
+            for (first, c) in [(true, a), (false, b)] {
+                path.push(first);
+                tuple_leaves(c, path, out);
+                path.pop();
+            }
+        }
+        TermKind::Var(x) => out.push((path.clone(), x.clone())),
+        _ => {}
+    }
+}
+
+/// The pair tree `t` with the subterm at `path` replaced by `new`.
+fn put(t: &Term, path: &[bool], new: Term) -> Term {
+    match (path, &t.kind) {
+        ([], _) => new,
+        ([first, rest @ ..], TermKind::Pair(a, b)) => {
+            let kind = if *first {
+                TermKind::Pair(put(a, rest, new), b.clone())
+            } else {
+                TermKind::Pair(a.clone(), put(b, rest, new))
+            };
+            Term::new(kind, t.span)
+        }
+        _ => unreachable!("a path of the tuple"),
+    }
+}
+
+/// The product type `ty` with the component at `path` replaced by `leaf`.
+fn retype(ty: &Ty, path: &[bool], leaf: &Ty) -> Ty {
+    match path {
+        [] => leaf.clone(),
+        [first, rest @ ..] => {
+            let (a, b) = ty.as_prod().expect("a path of the tuple type");
+            if *first {
+                Ty::prod(retype(a, rest, leaf), b.clone())
+            } else {
+                Ty::prod(a.clone(), retype(b, rest, leaf))
+            }
+        }
+    }
+}
+
+/// The component that replaces a carried closure array: the converted array, paired with
+/// the variables the level keeps if there are any.
+fn leaf_term(x: &Var, keep: &[Var]) -> Term {
+    match keep {
+        [] => Term::var(x),
+        _ => Term::pair(Term::var(x), tuple_of(keep).0),
+    }
+}
+
+fn leaf_ty(ty: &Ty, keep: &[Var]) -> Ty {
+    match keep {
+        [] => ty.clone(),
+        _ => Ty::prod(ty.clone(), tuple_of(keep).1.ty()),
+    }
+}
+
+fn leaf_pat(x: &Var, keep: &[Var]) -> Pat {
+    match keep {
+        [] => Pat::Var(x.clone()),
+        _ => Pat::Pair(Box::new(Pat::Var(x.clone())), Box::new(tuple_of(keep).1)),
+    }
+}
+
+/// The pattern `p` for a tuple whose component at `rest` now has type `leaf`: a `_` there (or
+/// above) gets the new type, a variable there becomes `var` of it.
+fn repattern_at(p: &Pat, rest: &[bool], leaf: &Ty, var: &mut impl FnMut(&Var) -> Pat) -> Pat {
+    match (p, rest) {
+        (Pat::Wild(t), _) => Pat::Wild(retype(t, rest, leaf)),
+        (Pat::Var(y), []) => var(y),
+        (Pat::Pair(a, b), [first, more @ ..]) => {
+            if *first {
+                Pat::Pair(Box::new(repattern_at(a, more, leaf, var)), b.clone())
+            } else {
+                Pat::Pair(a.clone(), Box::new(repattern_at(b, more, leaf, var)))
+            }
+        }
+        _ => unreachable!("checked by uses_only"),
+    }
+}
+
+/// Whether `t` is `old` or `map f old`: a use of an array whose first components are unchanged
+/// (`f` is a first projection, checked by `uses_only`).
+fn renames(t: &Term, old: VarId) -> bool {
+    let is_old = |a: &Term| matches!(&a.kind, TermKind::Var(x) if x.id == old);
+    match &t.kind {
+        TermKind::Map(_, xs) => is_old(xs),
+        _ => is_old(t),
+    }
+}
+
+/// `t` (see [`renames`]) for the array `new`: `new`, or `map (\r -> fst r) new` (the λ's
+/// parameter has `new`'s element type).
+fn renamed(t: &Term, new: &Var) -> Term {
+    match &t.kind {
+        TermKind::Map(f, _) => {
+            let r = Var::fresh("r", new.ty.as_array().expect("an array").clone());
+            let f2 = Term::new(TermKind::Lam(r.clone(), Term::fst(Term::var(&r))), f.span);
+            Term::new(TermKind::Map(f2, Term::var(new)), t.span)
+        }
+        _ => Term::new(TermKind::Var(new.clone()), t.span),
+    }
+}
+
+/// `(q, j)` if `t` is `proj (rs ! j)`, with `q` the path of projections from the element's
+/// root (`true` for `fst`).
+fn indexed(t: &Term, rs: VarId) -> Option<(Vec<bool>, &Term)> {
+    let mut q = Vec::new();
+    let mut t = t;
+    loop {
+        t = match &t.kind {
+            TermKind::Fst(e) | TermKind::Snd(e) => {
+                q.push(matches!(t.kind, TermKind::Fst(_)));
+                e
+            }
+            TermKind::Index(a, j) if matches!(&a.kind, TermKind::Var(x) if x.id == rs) => {
+                q.reverse();
+                return Some((q, j));
+            }
+            _ => return None,
+        };
+    }
+}
+
+/// Whether the components at paths `p` and `q` of a tuple do not overlap (neither path is a
+/// prefix of the other).
+fn disjoint(p: &[bool], q: &[bool]) -> bool {
+    p.iter().zip(q).any(|(a, b)| a != b)
+}
+
+/// What the uses of a let-bound array may be (see [`uses_only`]).
+#[derive(Clone, Copy)]
+enum Kind<'a> {
+    /// Reads of first components only: `map (\r -> fst r) rs`, `fst (rs ! j)`, `length rs`.
+    FstOnly,
+    /// Those, and applications of the closures: `snd (rs ! j) • l`,
+    /// `zipWith (map (\r -> snd r) rs) w`.
+    Closures,
+    /// An array whose elements carry a closure array at `levels[0].path`: `length rs`, reads
+    /// of other components (`map (\r -> fst r) rs`, `proj (rs ! j)`), and `let p =
+    /// proj (rs ! j) in body` where `p` binds the carried array to a variable whose uses in
+    /// `body` are of the next level's kind (or binds nothing there).
+    Tape(&'a [Level], &'a Inner),
+    /// An array whose elements' component at the path is never read: the uses of `Tape`, with
+    /// `let p = proj (rs ! j)` binding nothing at the path.
+    Unread(&'a [bool]),
+}
+
+impl<'a> Kind<'a> {
+    /// Where an element holds what is converted (a closure is an element's second component).
+    fn path(self) -> &'a [bool] {
+        match self {
+            Kind::Tape(levels, _) => &levels[0].path,
+            Kind::Unread(path) => path,
+            _ => &[false],
+        }
+    }
+
+    /// The kind of the uses of the array a level carries.
+    fn next(self) -> Kind<'a> {
+        match self {
+            Kind::Tape([_], Inner::Closures(_)) => Kind::Closures,
+            Kind::Tape([_], Inner::Unread(path)) => Kind::Unread(path),
+            Kind::Tape(levels, inner) => Kind::Tape(&levels[1..], inner),
+            k => k,
+        }
+    }
+}
+
+/// Whether every use of `rs` in its scope is one of `kind`.
+fn uses_only(rs: VarId, scope: Scope<'_>, kind: Kind<'_>) -> bool {
+    use crate::target::term::Child;
+    struct Uses<'a> {
+        rs: VarId,
+        kind: Kind<'a>,
+    }
+    impl Uses<'_> {
         fn is_rs(&self, t: &Term) -> bool {
             matches!(&t.kind, TermKind::Var(x) if x.id == self.rs)
         }
-        fn term(&self, t: &Term) -> bool {
-            deep(|| match &t.kind {
-                TermKind::Var(x) => x.id != self.rs,
-                TermKind::Map(f, xs) if self.is_rs(xs) => projection(f) == Some(true),
-                TermKind::Fst(e) if matches!(&e.kind, TermKind::Index(a, _) if self.is_rs(a)) => {
-                    let TermKind::Index(_, j) = &e.kind else {
-                        unreachable!("matched above")
-                    };
-                    self.term(j)
+        fn closures(&self) -> bool {
+            matches!(self.kind, Kind::Closures)
+        }
+        /// `let p = e in body` where `e` reads the carried array: `p` binds it to a
+        /// variable of the next kind in `body`, or to nothing.
+        fn carried(&self, p: &Pat, e: &Term, body: Child<'_>) -> Option<bool> {
+            if !matches!(self.kind, Kind::Tape(..) | Kind::Unread(_)) {
+                return None;
+            }
+            let (q, j) = indexed(e, self.rs)?;
+            let path = self.kind.path();
+            if disjoint(&q, path) {
+                return None;
+            }
+            Some(q.len() <= path.len() && self.term(j) && self.binds(p, &path[q.len()..], body))
+        }
+        fn binds(&self, p: &Pat, rest: &[bool], body: Child<'_>) -> bool {
+            match (p, rest) {
+                (Pat::Wild(_), _) => true,
+                (Pat::Var(y), []) if matches!(self.kind, Kind::Tape(..)) => Uses {
+                    rs: y.id,
+                    kind: self.kind.next(),
                 }
-                TermKind::Length(a) if self.is_rs(a) => true,
-                _ => t.children().iter().all(|c| self.child(*c)),
+                .child(body),
+                (Pat::Pair(a, b), [first, more @ ..]) => {
+                    self.binds(if *first { a } else { b }, more, body)
+                }
+                _ => false,
+            }
+        }
+        fn term(&self, t: &Term) -> bool {
+            deep(|| {
+                if let TermKind::Let(p, e, body) = &t.kind
+                    && let Some(ok) = self.carried(p, e, Child::C(body))
+                {
+                    return ok && self.term(body);
+                }
+                if let Some((q, j)) = indexed(t, self.rs) {
+                    return disjoint(&q, self.kind.path()) && self.term(j);
+                }
+                match &t.kind {
+                    TermKind::Var(x) => x.id != self.rs,
+                    TermKind::Map(f, xs) if self.is_rs(xs) => {
+                        projection(f) == Some(true) && disjoint(&[true], self.kind.path())
+                    }
+                    TermKind::Length(a) if self.is_rs(a) => true,
+                    _ => t.children().iter().all(|c| self.child(*c)),
+                }
             })
         }
         fn linear(&self, l: &LTerm) -> bool {
             deep(|| match &l.kind {
-                LTermKind::App(f, x) if self.closures => match applied(f, self.rs) {
+                LTermKind::Let(p, e, body) if self.carried(p, e, Child::L(body)).is_some() => {
+                    self.carried(p, e, Child::L(body)) == Some(true) && self.linear(body)
+                }
+                LTermKind::App(f, x) if self.closures() => match applied(f, self.rs) {
                     Some(j) => self.term(j) && self.linear(x),
                     None => self.term(f) && self.linear(x),
                 },
                 LTermKind::ZipWith(fs, w)
-                    if self.closures
+                    if self.closures()
                         && matches!(&fs.kind, TermKind::Map(f, a)
                             if self.is_rs(a) && projection(f) == Some(false)) =>
                 {
@@ -1002,14 +1492,14 @@ fn uses_only(rs: VarId, scope: Scope<'_>, closures: bool) -> bool {
                 _ => l.children().iter().all(|c| self.child(*c)),
             })
         }
-        fn child(&self, c: crate::target::term::Child<'_>) -> bool {
+        fn child(&self, c: Child<'_>) -> bool {
             match c {
-                crate::target::term::Child::C(t) => self.term(t),
-                crate::target::term::Child::L(l) => self.linear(l),
+                Child::C(t) => self.term(t),
+                Child::L(l) => self.linear(l),
             }
         }
     }
-    let u = Uses { rs, closures };
+    let u = Uses { rs, kind };
     match scope {
         Scope::C(t) => u.term(t),
         Scope::L(l) => u.linear(l),
@@ -1027,68 +1517,139 @@ fn applied(f: &Term, rs: VarId) -> Option<&Term> {
     matches!(&a.kind, TermKind::Var(x) if x.id == rs).then_some(j)
 }
 
-/// Rewrites the scope of a closure-converted array.
+/// Rewrites the scope of a converted array: at level `k` of the nest, or at its closure array.
 struct Convert<'a> {
-    c: &'a Closures,
+    n: &'a Nest,
+    k: usize,
     old: VarId,
     new: Var,
+}
+
+impl<'a> Convert<'a> {
+    /// The closures, when this is the closure array.
+    fn closures(&self) -> Option<&'a Closures> {
+        match &self.n.inner {
+            Inner::Closures(c) if self.k == self.n.levels.len() => Some(c),
+            _ => None,
+        }
+    }
+
+    /// For `let p = e in ..` where `e` reads the carried array at a level: the pattern that
+    /// binds the converted array and the kept variables, and the rewrite of the scope of the
+    /// variable bound to it (if `p` binds one).
+    /// At the innermost array with an unread component, the pattern with `()`'s type there.
+    fn repattern(&self, p: &Pat, e: &Term) -> Option<(Pat, Option<Convert<'a>>)> {
+        let path = match (self.n.levels.get(self.k), &self.n.inner) {
+            (Some(lv), _) => &lv.path,
+            (None, Inner::Unread(path)) => path,
+            (None, Inner::Closures(_)) => return None,
+        };
+        let (q, _) = indexed(e, self.old)?;
+        if disjoint(&q, path) {
+            return None;
+        }
+        let rest = &path[q.len()..];
+        if self.k < self.n.levels.len() {
+            return Some(self.pat_at(p, rest));
+        }
+        let unit = repattern_at(p, rest, &Ty::Unit, &mut |_| {
+            unreachable!("checked by uses_only")
+        });
+        Some((unit, None))
+    }
+
+    /// `let p = e in body` (Cartesian or linear `body`, rewritten by `go`) where `e` reads the
+    /// carried array: the new pattern, `e` and `body`, rewritten for the variable `p` binds to
+    /// the converted array and for `old`; `None` for any other `let`.
+    fn rebind<B: Clone>(
+        &mut self,
+        p: &Pat,
+        e: &Term,
+        body: &B,
+        go: impl Fn(&mut Convert<'a>, &B) -> B,
+    ) -> Option<(Pat, Term, B)> {
+        let (p2, sub) = self.repattern(p, e)?;
+        let e2 = self.term(e);
+        let body2 = match sub {
+            Some(mut c) => go(&mut c, body),
+            None => body.clone(),
+        };
+        let body2 = go(self, &body2);
+        Some((p2, e2, body2))
+    }
+
+    fn pat_at(&self, p: &Pat, rest: &[bool]) -> (Pat, Option<Convert<'a>>) {
+        let lv = &self.n.levels[self.k];
+        let ty = &self.n.tys[self.k + 1];
+        let mut sub = None;
+        let p2 = repattern_at(p, rest, &leaf_ty(ty, &lv.keep), &mut |y| {
+            let y2 = Var::fresh(y.name.clone(), ty.clone());
+            sub = Some(self.n.convert_at(self.k + 1, y, &y2));
+            leaf_pat(&y2, &lv.keep)
+        });
+        (p2, sub)
+    }
 }
 
 impl Rewrite for Convert<'_> {
     fn term(&mut self, t: &Term) -> Term {
         deep(|| match &t.kind {
-            TermKind::Var(x) if x.id == self.old => {
-                Term::new(TermKind::Var(self.new.clone()), t.span)
-            }
-            TermKind::Map(f, xs) if matches!(&xs.kind, TermKind::Var(x) if x.id == self.old) => {
-                let r = Var::fresh("r", self.new.ty.as_array().expect("an array").clone());
-                let f2 = Term::new(TermKind::Lam(r.clone(), Term::fst(Term::var(&r))), f.span);
-                Term::new(TermKind::Map(f2, Term::var(&self.new)), t.span)
-            }
+            _ if renames(t, self.old) => renamed(t, &self.new),
+            TermKind::Let(p, e, body) => match self.rebind(p, e, body, |c, b| c.term(b)) {
+                Some((p2, e2, body2)) => Term::new(TermKind::Let(p2, e2, body2), t.span),
+                None => t.map_children(self),
+            },
             _ => t.map_children(self),
         })
     }
 
     fn linear(&mut self, l: &LTerm) -> LTerm {
         deep(|| match &l.kind {
-            LTermKind::App(f, x) if applied(f, self.old).is_some() => {
+            LTermKind::Let(p, e, body) if self.repattern(p, e).is_some() => {
+                let (p2, e2, body2) = self
+                    .rebind(p, e, body, |c, b| c.linear(b))
+                    .expect("checked");
+                LTerm::new(LTermKind::Let(p2, e2, body2), l.span)
+            }
+            LTermKind::App(f, x) if self.closures().is_some() && applied(f, self.old).is_some() => {
+                let c = self.closures().expect("checked");
                 let j = self.term(applied(f, self.old).expect("checked"));
                 let x = self.linear(x);
-                match &self.c.maker {
-                    Maker::Build(_, i) if self.c.uses_index => {
-                        let body = self.c.apply(&self.new, &Term::var(i), x);
+                match &c.maker {
+                    Maker::Build(_, i) if c.uses_index => {
+                        let body = c.apply(&self.new, &Term::var(i), x);
                         LTerm::new(LTermKind::Let(Pat::Var(i.clone()), j, body), l.span)
                     }
-                    _ => self.c.apply(&self.new, &j, x),
+                    _ => c.apply(&self.new, &j, x),
                 }
             }
             LTermKind::ZipWith(fs, w)
-                if matches!(&fs.kind, TermKind::Map(_, a)
+                if self.closures().is_some()
+                    && matches!(&fs.kind, TermKind::Map(_, a)
                     if matches!(&a.kind, TermKind::Var(x) if x.id == self.old)) =>
             {
+                let c = self.closures().expect("checked");
                 let w = self.linear(w);
-                let k = match &self.c.maker {
+                let k = match &c.maker {
                     Maker::Build(_, i) => i.clone(),
                     Maker::Map(..) => Var::fresh("i", Ty::Int),
                 };
-                let n = match &self.c.maker {
-                    Maker::Build(n, _) if cheap(n) => n.clone(),
-                    Maker::Map(_, xs) if cheap(&xs[0]) => Term::mk(TermKind::Length(xs[0].clone())),
-                    _ => Term::mk(TermKind::Length(Term::var(&self.new))),
-                };
+                let n = c
+                    .cheap_length()
+                    .unwrap_or_else(|| Term::mk(TermKind::Length(Term::var(&self.new))));
                 let (arg, outer) = match &w.kind {
                     LTermKind::Replicate(_, a) if latom(a) => (a.clone(), None),
                     LTermKind::Var(_) => {
                         (LTerm::mk(LTermKind::Index(w.clone(), Term::var(&k))), None)
                     }
                     _ => {
-                        let ty = w_ty(&self.c.v, &w);
+                        let ty = w_ty(&c.v, &w);
                         let u = Var::fresh("w", ty);
                         let a = LTerm::mk(LTermKind::Index(LTerm::var(&u), Term::var(&k)));
                         (a, Some(u))
                     }
                 };
-                let body = self.c.apply(&self.new, &Term::var(&k), arg);
+                let body = c.apply(&self.new, &Term::var(&k), arg);
                 let b = LTerm::new(LTermKind::Build(n, k, body), l.span);
                 match outer {
                     Some(u) => LTerm::lin_let(&u, w, b),
@@ -1167,15 +1728,9 @@ fn w_ty(v: &Var, _w: &LTerm) -> Ty {
 
 // ----- arrays whose second components are unused -----
 
-/// An array expression (`build`, `map`, `map2` of a λ) with its element's body rewritten by
-/// `f`; `None` if it is not one, or `f` does not apply.
+/// The array `e` (`build`, `map` or `map2` of a λ) with its element body replaced by `f` of
+/// it; `None` for any other form, or if `f` gives `None`.
 pub(super) fn map_body(e: &Term, f: impl FnOnce(&Term) -> Option<Term>) -> Option<Term> {
-    fn lam_body(f: &Term) -> Option<(&Var, &Term)> {
-        match &f.kind {
-            TermKind::Lam(x, b) => Some((x, b)),
-            _ => None,
-        }
-    }
     let relam = |g: &Term, x: &Var, b: Term| Term::new(TermKind::Lam(x.clone(), b), g.span);
     let kind = match &e.kind {
         TermKind::Build(n, g) => {
@@ -1201,20 +1756,13 @@ pub(super) fn map_body(e: &Term, f: impl FnOnce(&Term) -> Option<Term>) -> Optio
 /// (a, b))) ~> build n (\i -> let bs in a)` (and `map`, `map2`).
 fn fst_of_elements(xs: &Term) -> Option<Term> {
     map_body(xs, |body| {
-        let mut lets = Vec::new();
-        let mut core = body;
-        while let TermKind::Let(p, e, rest) = &core.kind {
-            lets.push((p, e, core.span));
-            core = rest;
-        }
+        let (lets, core) = lets_of(body);
         let first = match &core.kind {
             TermKind::Pair(a, _) => a.clone(),
             // The value of each branch (`caseProj` inside the element).
             _ => project_branches(core, true)?,
         };
-        Some(lets.into_iter().rev().fold(first, |acc, (p, e, s)| {
-            Term::new(TermKind::Let(p.clone(), e.clone(), acc), s)
-        }))
+        Some(wrap_lets(&lets, first))
     })
 }
 
@@ -1222,7 +1770,7 @@ fn fst_of_elements(xs: &Term) -> Option<Term> {
 /// `fst (rs ! j)` or `length rs`: the new variable and the array of first components.
 fn fst_only_array(rs: &Var, e: &Term, scope: Scope<'_>) -> Option<(Var, Term)> {
     let (a_ty, _) = rs.ty.as_array().and_then(Ty::as_prod)?;
-    if !uses_only(rs.id, scope, false) {
+    if !uses_only(rs.id, scope, Kind::FstOnly) {
         return None;
     }
     let e2 = fst_of_elements(e)?;

@@ -188,13 +188,18 @@ rules! {
     /// `zipWith (map snd rs) w` stores the closure's environment `cs` (the variables of `bs` and
     /// the map's parameters that `l` uses) instead of the closure: `snd (rs ! j) • l' ~> let i =
     /// j in let cs = snd (rs ! i) in let v = l' in l`, `zipWith (map snd rs) w ~> lbuild n (\i
-    /// -> let cs = snd (rs ! i) in let v = w ! i in l)` (see `src/simplify/fuse.rs`).
+    /// -> let cs = snd (rs ! i) in let v = w ! i in l)` (see `src/simplify/fuse.rs`). Also when
+    /// such an array is carried in the tuples of an outer array's elements (a loop's tape),
+    /// at any depth, and read at the outer uses by `let (.., r, ..) = snd (outer ! j)`: the
+    /// tuple holds the environments and the outer element's variables that the code reads,
+    /// and the code moves to the uses of `r`.
     closure_convert = "closureConvert",
     /// `sndUnused`: an array of pairs whose second components are never used keeps only the
     /// first: `map (\r -> fst r) (build n (\i -> let bs in (a, b))) ~> build n (\i -> let bs in
     /// a)`, and for `let rs = build n (..)` whose every use is `map (\r -> fst r) rs`,
     /// `fst (rs ! j)` or `length rs`, those become `rs'`, `rs' ! j` and `length rs'` (also for
-    /// `map` and `map2`; see `src/simplify/fuse.rs`).
+    /// `map` and `map2`; see `src/simplify/fuse.rs`). Also a component of the elements' tuples
+    /// that no use reads (every `let p = proj (rs ! j)` binds nothing there) becomes `()`.
     snd_unused = "sndUnused",
     /// `cse`: `let x = p a b in .. p a b .. ~> let x = p a b in .. x ..` for a primitive `p` on
     /// atoms, when the `let` is in scope (binders are unique and the language is pure, so the

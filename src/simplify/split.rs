@@ -183,12 +183,8 @@ fn tuple(vs: &[Var]) -> (Term, Pat) {
 /// `caseSplit` on the body of an array's element, `let bs in case ..` or `let bs in let p =
 /// case .. in (a, b)`: the same with the `case` split, if it splits.
 pub(super) fn split_tail(body: &Term) -> Option<Term> {
-    let mut lets = Vec::new();
-    let mut core = body;
-    while let TermKind::Let(p, e, rest) = &core.kind {
-        lets.push((p, e, core.span));
-        core = rest;
-    }
+    use super::fuse::{lets_of, wrap_lets};
+    let (mut lets, core) = lets_of(body);
     let core = match &core.kind {
         TermKind::Case(..) => case_split(core)?,
         TermKind::Pair(..) => {
@@ -197,9 +193,7 @@ pub(super) fn split_tail(body: &Term) -> Option<Term> {
         }
         _ => return None,
     };
-    Some(lets.into_iter().rev().fold(core, |acc, (p, e, s)| {
-        Term::new(TermKind::Let(p.clone(), e.clone(), acc), s)
-    }))
+    Some(wrap_lets(&lets, core))
 }
 
 /// `caseSplit` on `t`, if it is a `case` whose branches are pairs of a value and a linear

@@ -682,18 +682,8 @@ fn closure_convert_stores_the_environment_and_sums_of_one_hots_become_arrays() {
 /// The index-sum shape of [`closure_convert_stores_the_environment_and_sums_of_one_hots_become_arrays`]
 /// over `rs = def`.
 fn index_sum_shape(rs: &Var, def: Term, xs: &Var) -> Term {
-    let pair = rs.ty.as_array().unwrap().clone();
-    let back = dlam(|d| {
-        lsum(lk(LTermKind::ZipWith(
-            tk(TermKind::Map(proj_fn(false, pair.clone()), v(rs))),
-            lk(LTermKind::Replicate(len(xs), lv(d))),
-        )))
-    });
-    Term::let_(
-        rs,
-        def,
-        Term::pair(tk(TermKind::Map(proj_fn(true, pair), v(rs))), back),
-    )
+    let back = dlam(|d| apply_all(xs, rs, lv(d)));
+    tape_shape(rs, def, back)
 }
 
 #[test]
@@ -976,21 +966,30 @@ fn plus_one_hot_gathers_equal_indices() {
     );
 }
 
+/// The reverse derivative of definition `def` of the program `text`, simplified with every
+/// rule but closureConvert, and with every rule.
+fn reverse_without_and_with_closure_convert(
+    text: &str,
+    def: usize,
+) -> (crate::ad::Vjp, crate::ad::Vjp) {
+    use crate::ad::Vjp;
+    let prog = crate::source::load(text, &crate::prim::Registry::builtin()).unwrap();
+    let entry = prog.entry(def);
+    let before = Vjp::new(&entry)
+        .unwrap()
+        .map_body(|t| simplify_with(t, &Rules::all().without("closureConvert")).0);
+    let after = Vjp::new(&entry).unwrap().map_body(simplify);
+    (before, after)
+}
+
 #[test]
 fn fusion_removes_the_closures_from_ad_output_of_array_programs() {
-    use crate::ad::Vjp;
-    use crate::prim::Registry;
     for text in [
         "def f (xs : Array Real) : Real = sum (build (length xs) (\\(i : Int) -> xs ! i * xs ! i))",
         "def f (a : Real) (xs : Array Real) : Real = sum (map (\\(x : Real) -> a * sin x) xs)",
         "def f (xs : Array Real) (ys : Array Real) : Real = sum (map2 (\\(x : Real) (y : Real) -> x * y) xs ys)",
     ] {
-        let prog = crate::source::load(text, &Registry::builtin()).unwrap();
-        let entry = prog.entry(0);
-        let before = Vjp::new(&entry)
-            .unwrap()
-            .map_body(|t| simplify_with(t, &Rules::all().without("closureConvert")).0);
-        let after = Vjp::new(&entry).unwrap().map_body(simplify);
+        let (before, after) = reverse_without_and_with_closure_convert(text, 0);
         let printed = after.mor().body.to_string();
         assert!(
             !printed.contains('•') && !printed.contains("zipWith"),
@@ -1170,4 +1169,265 @@ fn linear_case_rules() {
         on,
         "\\v ⊸ case decide (x > 0.0) of inl _ -> v | inr _ -> x * v"
     );
+}
+
+// ----- closure arrays carried in the tuples of an outer array -----
+
+/// `rs = build (length xs) (\i -> let y = sin (xs ! i) in (y * m, λ̲v. onehot (length xs) i
+/// (y * (c * v))))`: closures whose code reads `y` (bound in the element) and `c` (bound
+/// outside it).
+fn closures_reading(xs: &Var, m: &Var, c: Term) -> (Var, Term) {
+    let (i, y) = (int("i"), real("y"));
+    let clo = dlam(|d| {
+        let s = LTerm::scale(v(&y), LTerm::scale(c, lv(d)));
+        onehot(len(xs), v(&i), s)
+    });
+    let elem = Term::let_(
+        &y,
+        prim("sin", vec![at(v(xs), v(&i))]),
+        Term::pair(prim("mul", vec![v(&y), v(m)]), clo),
+    );
+    let pair = Ty::prod(Ty::Real, Ty::lin_fun(LTy::Real, LTy::array(LTy::Real)));
+    let rs = Var::fresh("rs", Ty::array(pair));
+    (rs, tk(TermKind::Build(len(xs), Term::lam(&i, elem))))
+}
+
+/// `build 2 (\k -> let m = xs ! k in let rs = def in (sum (map fst rs) * m, (rs, m)))`: an
+/// array whose elements carry the array `rs` in their tuples (the tape of a loop), with the
+/// element's `m`; `def` is made from `m`.
+fn carrier(xs: &Var, m: &Var, make: impl FnOnce(&Var) -> (Var, Term)) -> (Var, Term) {
+    let k = int("k");
+    let (rs, def) = make(m);
+    let pair = rs.ty.as_array().unwrap().clone();
+    let first = prim(
+        "mul",
+        vec![
+            prim("sum", vec![tk(TermKind::Map(proj_fn(true, pair), v(&rs)))]),
+            v(m),
+        ],
+    );
+    let elem = Term::let_(
+        m,
+        at(v(xs), v(&k)),
+        Term::let_(&rs, def, Term::pair(first, Term::pair(v(&rs), v(m)))),
+    );
+    let ty = Ty::prod(Ty::Real, Ty::prod(rs.ty.clone(), Ty::Real));
+    let outer = Var::fresh("outer", Ty::array(ty));
+    let two = Term::lit(Lit::Int(2));
+    (outer, tk(TermKind::Build(two, Term::lam(&k, elem))))
+}
+
+/// `lsum (lbuild 2 (\j -> let (r, c) = snd (outer ! j) in body r c))`, with `_` for `r` unless
+/// `read`.
+fn each_carried(outer: &Var, read: bool, body: impl FnOnce(&Var, &Var) -> LTerm) -> LTerm {
+    let (j, m) = (int("j"), real("c"));
+    let inner = outer.ty.as_array().unwrap().as_prod().unwrap().1;
+    let r = Var::fresh("r", inner.as_prod().unwrap().0.clone());
+    let rp = if read {
+        Pat::Var(r.clone())
+    } else {
+        Pat::Wild(r.ty.clone())
+    };
+    let pat = Pat::Pair(Box::new(rp), Box::new(Pat::Var(m.clone())));
+    let use_ = LTerm::mk(LTermKind::Let(
+        pat,
+        Term::snd(at(v(outer), v(&j))),
+        body(&r, &m),
+    ));
+    lsum(lbuild(Term::lit(Lit::Int(2)), &j, use_))
+}
+
+/// `lsum (zipWith (map snd r) (replicate (length xs) l))`.
+fn apply_all(xs: &Var, r: &Var, l: LTerm) -> LTerm {
+    let pair = r.ty.as_array().unwrap().clone();
+    lsum(lk(LTermKind::ZipWith(
+        tk(TermKind::Map(proj_fn(false, pair), v(r))),
+        lk(LTermKind::Replicate(len(xs), l)),
+    )))
+}
+
+/// [`carrier`] of [`closures_reading`] `m`.
+fn tape_of_closures(xs: &Var, m: &Var) -> (Var, Term) {
+    carrier(xs, m, |m| closures_reading(xs, m, v(m)))
+}
+
+/// `let outer = def in (map fst outer, back)`.
+fn tape_shape(outer: &Var, def: Term, back: Term) -> Term {
+    let pair = outer.ty.as_array().unwrap().clone();
+    Term::let_(
+        outer,
+        def,
+        Term::pair(tk(TermKind::Map(proj_fn(true, pair), v(outer))), back),
+    )
+}
+
+#[test]
+fn closure_convert_reaches_closures_carried_in_an_outer_tape() {
+    let xs = arr("xs");
+    // The closures read `m`, bound in the outer element: it is stored in the outer tuple, once
+    // per outer element, next to the array of environments (`y`).
+    let m = real("m");
+    let (outer, def) = tape_of_closures(&xs, &m);
+    let back = dlam(|d| {
+        each_carried(&outer, true, |r, c| {
+            apply_all(&xs, r, LTerm::scale(v(c), lv(d)))
+        })
+    });
+    converted_tape(
+        &tape_shape(&outer, def, back),
+        &xs,
+        &[
+            "(y * m, y)",
+            "(rs, m), m)",
+            "let ((r, m), c) = snd (outer ! j)",
+        ],
+    );
+}
+
+/// With the rule, no closure is applied any more and the result contains each of `parts`;
+/// without it, the closures are applied by `zipWith`. Values agree (see [`fused`]).
+fn converted_tape(t: &Term, xs: &Var, parts: &[&str]) {
+    let (on, off) = fused(t, xs, "closureConvert", true);
+    assert!(!on.contains("zipWith") && !on.contains('•'), "{on}");
+    for part in parts {
+        assert!(on.contains(part), "{part} in {on}");
+    }
+    assert!(off.contains("zipWith"), "{off}");
+}
+
+#[test]
+fn closure_convert_reaches_closures_carried_two_levels_deep() {
+    let xs = arr("xs");
+    // outer's elements carry mid, whose elements carry the closures; the code reads m0 (bound
+    // in outer's element) and m1 (in mid's): each is stored at its own level.
+    let (m0, m1) = (real("m0"), real("m1"));
+    let (outer, def) = carrier(&xs, &m0, |m0| {
+        carrier(&xs, &m1, |m1| {
+            closures_reading(&xs, m1, prim("mul", vec![v(m0), v(m1)]))
+        })
+    });
+    let back = dlam(|d| {
+        each_carried(&outer, true, |mid, c0| {
+            each_carried(mid, true, |r, c1| {
+                apply_all(&xs, r, LTerm::scale(v(c0), LTerm::scale(v(c1), lv(d))))
+            })
+        })
+    });
+    converted_tape(
+        &tape_shape(&outer, def, back),
+        &xs,
+        &[
+            "(rs, m1), m1)",
+            "(outer, m0), m0)",
+            "let ((r_1, m1), c_1) = snd (r ! j_1)",
+        ],
+    );
+}
+
+#[test]
+fn closure_convert_leaves_carried_closures_used_otherwise() {
+    let xs = arr("xs");
+    let m = real("m");
+    // At the use, a closure is taken out of `map snd r` and applied: not a form the rule
+    // rewrites, so neither the carried array nor the outer one changes.
+    let (outer, def) = tape_of_closures(&xs, &m);
+    let back = dlam(|d| {
+        each_carried(&outer, true, |r, c| {
+            let pair = r.ty.as_array().unwrap().clone();
+            let fs = tk(TermKind::Map(proj_fn(false, pair), v(r)));
+            let one = LTerm::app(at(fs, Term::lit(Lit::Int(1))), LTerm::scale(v(c), lv(d)));
+            LTerm::plus(apply_all(&xs, r, lv(d)), one)
+        })
+    });
+    let (on, _) = fused(&tape_shape(&outer, def, back), &xs, "closureConvert", false);
+    assert!(on.contains('•') && on.contains('⊸'), "{on}");
+    // The use binds the component's pair to one variable instead of destructuring it: the
+    // carried array is read as `fst p`, not a form the rule follows.
+    let (outer, def) = tape_of_closures(&xs, &m);
+    let (j, p) = (int("j"), {
+        let elem = outer.ty.as_array().unwrap().as_prod().unwrap().1.clone();
+        Var::fresh("p", elem)
+    });
+    let back = dlam(|d| {
+        let r = Term::fst(v(&p));
+        let pair = r_ty(&outer);
+        let fs = tk(TermKind::Map(proj_fn(false, pair), r));
+        let w = lk(LTermKind::Replicate(
+            len(&xs),
+            LTerm::scale(Term::snd(v(&p)), lv(d)),
+        ));
+        let body = lsum(lk(LTermKind::ZipWith(fs, w)));
+        let use_ = LTerm::let_(&p, Term::snd(at(v(&outer), v(&j))), body);
+        lsum(lbuild(Term::lit(Lit::Int(2)), &j, use_))
+    });
+    let (on, _) = fused(&tape_shape(&outer, def, back), &xs, "closureConvert", false);
+    assert!(on.contains("zipWith"), "{on}");
+}
+
+/// The element type of the array that `outer`'s elements carry.
+fn r_ty(outer: &Var) -> Ty {
+    let inner = outer.ty.as_array().unwrap().as_prod().unwrap().1;
+    inner.as_prod().unwrap().0.as_array().unwrap().clone()
+}
+
+#[test]
+fn fusion_converts_the_closures_on_the_tape_of_a_map_over_rows() {
+    // A logsumexp per row, GMM's shape: the closures of the inner `map` end up on the tape of
+    // the outer one, and the backward pass applies them there.
+    let text = "
+        def lse (xs : Array Real) : Real =
+          let m = sum (build (length xs) (\\(i : Int) -> if i == 0 then xs ! i else 0.0)) in
+          log (sum (map (\\(x : Real) -> exp (x - m)) xs)) + m
+        def f (c : Real) (xss : Array (Array Real)) : Real =
+          sum (map (\\(row : Array Real) -> lse row * c) xss)";
+    let (before, after) = reverse_without_and_with_closure_convert(text, 1);
+    let printed = after.mor().body.to_string();
+    assert!(!printed.contains("zipWith"), "{printed}");
+    let kept = before.mor().body.to_string();
+    assert!(kept.contains("zipWith"), "{kept}");
+    let rows = Value::Array(
+        [vec![0.5, -1.25, 2.0], vec![0.25, 1.0, -0.5]]
+            .into_iter()
+            .map(Value::reals)
+            .collect::<Vec<_>>()
+            .into(),
+    );
+    let args = vec![Value::Real(0.3), rows];
+    let (g0, g1) = (before.grad(&args).unwrap(), after.grad(&args).unwrap());
+    assert_eq!(format!("{g0:?}"), format!("{g1:?}"));
+}
+
+#[test]
+fn snd_unused_drops_a_component_of_a_tape_that_no_use_reads() {
+    let xs = arr("xs");
+    let (m, m0) = (real("m"), real("m0"));
+    // outer's elements carry an array of pairs that the use binds to `_`: the component
+    // becomes `()`, and the array, now used only through `map fst`, keeps its first components.
+    let pairs = |m: &Var| {
+        let (i, y) = (int("i"), real("y"));
+        let elem = Term::let_(
+            &y,
+            prim("sin", vec![at(v(&xs), v(&i))]),
+            Term::pair(prim("mul", vec![v(&y), v(m)]), prim("cos", vec![v(&y)])),
+        );
+        let rs = Var::fresh("rs", Ty::array(Ty::prod(Ty::Real, Ty::Real)));
+        (rs, tk(TermKind::Build(len(&xs), Term::lam(&i, elem))))
+    };
+    let (outer, def) = carrier(&xs, &m, pairs);
+    let back = dlam(|d| each_carried(&outer, false, |_, c| LTerm::scale(v(c), lv(d))));
+    let (on, off) = fused(&tape_shape(&outer, def, back), &xs, "sndUnused", true);
+    assert!(on.contains("* m, (), m)") && !on.contains("cos"), "{on}");
+    assert!(off.contains("* m, rs, m)") && off.contains("cos"), "{off}");
+    // One level deeper: outer carries mid, whose elements carry the pairs, unread at mid's use.
+    let (outer, def) = carrier(&xs, &m0, |_| carrier(&xs, &m, pairs));
+    let back = dlam(|d| {
+        each_carried(&outer, true, |mid, c0| {
+            each_carried(mid, false, |_, c1| {
+                LTerm::scale(v(c0), LTerm::scale(v(c1), lv(d)))
+            })
+        })
+    });
+    let (on, off) = fused(&tape_shape(&outer, def, back), &xs, "sndUnused", true);
+    assert!(on.contains("* m, (), m)") && !on.contains("cos"), "{on}");
+    assert!(off.contains("* m, rs, m)") && off.contains("cos"), "{off}");
 }
