@@ -1938,6 +1938,7 @@ impl Pass<'_> {
                 && let Some((b1, b2)) = self.lhalves(&b)
             {
                 self.fire("caseProj");
+                self.dirty = true;
                 let e2 = self.copy(&e);
                 let first = self.lcase(e, p, a1, q, b1, span);
                 let second = self.lcase(e2, p, a2, q, b2, span);
@@ -2007,6 +2008,9 @@ impl Pass<'_> {
             && let K::Case(c, p, a, q, b) = &e.kind
         {
             self.fire("caseProj");
+            // The projected branches may have become redexes of rules applied before (a
+            // `copowfold` of a now-zero argument): another pass looks.
+            self.dirty = true;
             let a2 = self.lproj_under(a.clone(), first);
             let b2 = self.lproj_under(b.clone(), first);
             return lreuse(&e, K::Case(c.clone(), p.clone(), a2, q.clone(), b2));

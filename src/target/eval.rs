@@ -149,13 +149,7 @@ fn node(t: &Term, env: &Env) -> Result<Value> {
         K::Inl(e, _) => Value::inl(eval(e, env)?),
         K::Inr(_, e) => Value::inr(eval(e, env)?),
         K::Case(e, p, a, q, b) => {
-            let (pat, v, body) = match eval(e, env)? {
-                Value::Inl(v) => (p, (**v).clone(), a),
-                Value::Inr(v) => (q, (**v).clone(), b),
-                other => panic!("internal error: case on {other}"),
-            };
-            let mut env = env.clone();
-            bind(pat, v, &mut env);
+            let (env, body) = branch(e, env, (p, a), (q, b))?;
             eval(body, &env)?
         }
         K::Prim(op, args) => {
@@ -227,6 +221,24 @@ fn node(t: &Term, env: &Env) -> Result<Value> {
         }
         K::LinPrim(op, a) => Value::LinFun(op.make(&eval(a, env)?).map_err(at)?),
     })
+}
+
+/// The branch of `case e of inl p -> a | inr q -> b` that `e` takes, and the environment with
+/// its pattern bound (for Cartesian and linear branches alike).
+fn branch<'b, B>(
+    e: &Term,
+    env: &Env,
+    left: (&'b Pat, &'b B),
+    right: (&'b Pat, &'b B),
+) -> Result<(Env, &'b B)> {
+    let ((pat, body), v) = match eval(e, env)? {
+        Value::Inl(v) => (left, (**v).clone()),
+        Value::Inr(v) => (right, (**v).clone()),
+        other => panic!("internal error: case on {other}"),
+    };
+    let mut env = env.clone();
+    bind(pat, v, &mut env);
+    Ok((env, body))
 }
 
 fn linear_node(l: &LTerm, env: &Env) -> Result<Lin> {
@@ -305,13 +317,7 @@ fn linear_node(l: &LTerm, env: &Env) -> Result<Lin> {
             Lin::scale(c, &lin(e)?)
         }
         K::Case(e, p, a, q, b) => {
-            let (pat, v, body) = match eval(e, env)? {
-                Value::Inl(v) => (p, (**v).clone(), a),
-                Value::Inr(v) => (q, (**v).clone(), b),
-                other => panic!("internal error: case on {other}"),
-            };
-            let mut env = env.clone();
-            bind(pat, v, &mut env);
+            let (env, body) = branch(e, env, (p, a), (q, b))?;
             eval_linear(body, &env)?
         }
     })
