@@ -638,6 +638,32 @@ impl Compiler {
         }
     }
 
+    /// `case e of inl p -> a | inr q -> b`, the branches compiled by `branch(self, left)` in
+    /// the scope of their patterns. A test `decide c` whose patterns bind nothing (an `if`) is
+    /// compiled as a test of the unboxed Boolean `c`, without building the sum.
+    fn case<R: 'static>(
+        &mut self,
+        e: &Term,
+        p: &Pat,
+        q: &Pat,
+        mut branch: impl FnMut(&mut Compiler, bool) -> Compiled<R>,
+    ) -> Compiled<R> {
+        if let TermKind::Prim(op, args) = &e.kind
+            && op.name() == "decide"
+            && let [c] = args.as_slice()
+            && matches!((p, q), (Pat::Wild(_), Pat::Wild(_)))
+        {
+            let c = self.boolean(c);
+            let (a, b) = (branch(self, true), branch(self, false));
+            return Box::new(move |fr| if c(fr)? { a(fr) } else { b(fr) });
+        }
+        let (e, p) = (self.term(e), self.pat(p));
+        let a = branch(self, true);
+        let q = self.pat(q);
+        let b = branch(self, false);
+        case_of(e, p, a, q, b)
+    }
+
     /// A term of type Bool, compiled to give the boolean.
     fn boolean(&mut self, t: &Term) -> BFn {
         if let TermKind::Prim(op, args) = &t.kind {
@@ -780,11 +806,7 @@ impl Compiler {
                 })
             }
             K::Case(e, p, a, q, b) => {
-                let (e, p) = (self.term(e), self.pat(p));
-                let a = self.lin_real(a);
-                let q = self.pat(q);
-                let b = self.lin_real(b);
-                case_of(e, p, a, q, b)
+                self.case(e, p, q, |c, left| c.lin_real(if left { a } else { b }))
             }
             _ => {
                 let e = deep(|| self.linear_node(l));
@@ -989,11 +1011,7 @@ impl Compiler {
                 Box::new(move |fr| Ok(Value::inr(e(fr)?)))
             }
             K::Case(e, p, a, q, b) => {
-                let (e, p) = (self.term(e), self.pat(p));
-                let a = self.term(a);
-                let q = self.pat(q);
-                let b = self.term(b);
-                case_of(e, p, a, q, b)
+                self.case(e, p, q, |c, left| c.term(if left { a } else { b }))
             }
             K::Prim(op, args) => self.prim(op, args, span),
             K::Array(_, items) => {
@@ -1519,11 +1537,7 @@ impl Compiler {
                 })
             }
             K::Case(e, p, a, q, b) => {
-                let (e, p) = (self.term(e), self.pat(p));
-                let a = self.linear(a);
-                let q = self.pat(q);
-                let b = self.linear(b);
-                case_of(e, p, a, q, b)
+                self.case(e, p, q, |c, left| c.linear(if left { a } else { b }))
             }
         }
     }
@@ -1636,6 +1650,7 @@ fn lty(l: &LTerm, budget: u32) -> Option<LTy> {
         K::Snd(e) | K::FromRight(e) => prod(lty(e, b)?, false),
         K::Index(e, _) | K::Sum(e) => elem(lty(e, b)?),
         K::Build(_, _, e) | K::OneHot(_, _, e) | K::Replicate(_, e) => Some(LTy::array(lty(e, b)?)),
+        K::Case(_, _, x, _, y) => lty(x, b).or_else(|| lty(y, b)),
         K::App(f, _) => match &f.kind {
             TermKind::Var(x) => match &x.ty {
                 Ty::LinFun(p) => Some(p.1.clone()),
