@@ -1898,8 +1898,12 @@ impl Pass<'_> {
                 {
                     return self.lcase(e2, p, a2, q, b2, span);
                 }
-                let p2 = self.live(p.clone()).unwrap_or_else(|| Pat::Wild(p.ty()));
-                let q2 = self.live(q.clone()).unwrap_or_else(|| Pat::Wild(q.ty()));
+                let p2 = self
+                    .live((**p).clone())
+                    .unwrap_or_else(|| Pat::Wild(p.ty()));
+                let q2 = self
+                    .live((**q).clone())
+                    .unwrap_or_else(|| Pat::Wild(q.ty()));
                 // A case of pairs on an atom (or an index of one), binding nothing, is a pair
                 // of cases (each half then simplifies on its own: a zero half vanishes).
                 self.lcase(e2, &p2, a2, &q2, b2, span)
@@ -1944,7 +1948,8 @@ impl Pass<'_> {
                 let second = self.lcase(e2, p, a2, q, b2, span);
                 return self.lpair(first, second, span);
             }
-            LTerm::new(LTermKind::Case(e, p.clone(), a, q.clone(), b), span)
+            let (p, q) = (Box::new(p.clone()), Box::new(q.clone()));
+            LTerm::new(LTermKind::Case(e, p, a, q, b), span)
         })
     }
 

@@ -215,7 +215,13 @@ pub(super) fn case_split(t: &Term) -> Option<Term> {
     };
     let map = |s: &Term, p: Pat, q: Pat| {
         let l = LTerm::new(
-            LTermKind::Case(s.clone(), p, ba.code_at(&u), q, bb.code_at(&u)),
+            LTermKind::Case(
+                s.clone(),
+                Box::new(p),
+                ba.code_at(&u),
+                Box::new(q),
+                bb.code_at(&u),
+            ),
             t.span,
         );
         Term::new(TermKind::LinLam(u.clone(), l), t.span)

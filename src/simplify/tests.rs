@@ -1132,9 +1132,9 @@ fn linear_case_rules() {
     let known = dlam(|d| {
         lk(LTermKind::Case(
             tk(TermKind::Inl(v(&x), Ty::Real)),
-            Pat::Var(real("a")),
+            Box::new(Pat::Var(real("a"))),
             LTerm::scale(v(&x), lv(d)),
-            Pat::Wild(Ty::Real),
+            Box::new(Pat::Wild(Ty::Real)),
             LTerm::zero(LTy::Real),
         ))
     });
@@ -1148,9 +1148,9 @@ fn linear_case_rules() {
     let zeros = dlam(|_| {
         lk(LTermKind::Case(
             test(),
-            Pat::Wild(Ty::Unit),
+            Box::new(Pat::Wild(Ty::Unit)),
             LTerm::zero(LTy::Real),
-            Pat::Wild(Ty::Unit),
+            Box::new(Pat::Wild(Ty::Unit)),
             LTerm::zero(LTy::Real),
         ))
     });
@@ -1158,9 +1158,9 @@ fn linear_case_rules() {
     let proj = dlam(|d| {
         LTerm::fst(lk(LTermKind::Case(
             test(),
-            Pat::Wild(Ty::Unit),
+            Box::new(Pat::Wild(Ty::Unit)),
             LTerm::pair(lv(d), LTerm::zero(LTy::Real)),
-            Pat::Wild(Ty::Unit),
+            Box::new(Pat::Wild(Ty::Unit)),
             LTerm::pair(LTerm::scale(v(&x), lv(d)), lv(d)),
         )))
     });

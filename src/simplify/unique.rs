@@ -133,7 +133,7 @@ impl Unique {
                 let a2 = self.linear(a);
                 self.restore(std::mem::take(&mut undo));
                 let q2 = self.pat(q, &mut undo);
-                K::Case(e2, p2, a2, q2, self.linear(b))
+                K::Case(e2, Box::new(p2), a2, Box::new(q2), self.linear(b))
             }
             _ => return l.map_children(self),
         };

@@ -250,7 +250,7 @@ impl Gen {
                 };
                 let a = branch(self, &p);
                 let b = branch(self, &q);
-                LTerm::mk(L::Case(scrutinee, p, a, q, b))
+                LTerm::mk(L::Case(scrutinee, Box::new(p), a, Box::new(q), b))
             }
             _ => self.intro(cart, lin, ty, d),
         }
