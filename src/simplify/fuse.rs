@@ -981,7 +981,7 @@ impl Closures {
 }
 
 /// The variables `vs` as a right-nested tuple (`()` for none) and the pattern that binds them.
-fn tuple_of(vs: &[Var]) -> (Term, Pat) {
+pub(super) fn tuple_of(vs: &[Var]) -> (Term, Pat) {
     match vs {
         [] => (Term::unit(), Pat::Wild(Ty::Unit)),
         [x] => (Term::var(x), Pat::Var(x.clone())),

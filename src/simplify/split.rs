@@ -44,6 +44,7 @@
 //! a loop builds one closure either way. The copied pattern variables are renamed apart by the
 //! next main pass.
 
+use super::fuse::tuple_of;
 use super::types;
 use crate::error::Span;
 use crate::target::term::{LTerm, LTermKind, Pat, Term, TermKind, Var, VarId};
@@ -165,21 +166,6 @@ impl Branch {
     }
 }
 
-/// A tuple of variables and the pattern that binds them again (`()` and `_` when empty).
-fn tuple(vs: &[Var]) -> (Term, Pat) {
-    match vs {
-        [] => (Term::unit(), Pat::Wild(Ty::Unit)),
-        [x] => (Term::var(x), Pat::Var(x.clone())),
-        [x, rest @ ..] => {
-            let (t, p) = tuple(rest);
-            (
-                Term::pair(Term::var(x), t),
-                Pat::Pair(Box::new(Pat::Var(x.clone())), Box::new(p)),
-            )
-        }
-    }
-}
-
 /// `caseSplit` on the body of an array's element, `let bs in case ..` or `let bs in let p =
 /// case .. in (a, b)`: the same with the `case` split, if it splits.
 pub(super) fn split_tail(body: &Term) -> Option<Term> {
@@ -251,7 +237,7 @@ pub(super) fn case_split(t: &Term) -> Option<Term> {
     // The tape form: the branch's value and the variables its map needs (of the pattern and
     // of the lets), in a sum.
     let stored = |b: &Branch| b.params.iter().chain(&b.tape).cloned().collect::<Vec<_>>();
-    let ((ea, pa), (eb, pb)) = (tuple(&stored(&ba)), tuple(&stored(&bb)));
+    let ((ea, pa), (eb, pb)) = (tuple_of(&stored(&ba)), tuple_of(&stored(&bb)));
     let (la, lb) = (
         Ty::prod(value_ty.clone(), pa.ty()),
         Ty::prod(value_ty.clone(), pb.ty()),

@@ -241,25 +241,8 @@ fn flat_lin(l: &LTerm, depth: u32) -> bool {
 
 /// A linear place: the variable under `fst`/`snd`, and the projections from it outwards.
 fn lin_path(l: &LTerm) -> Option<(&Var, Vec<bool>)> {
-    let mut path = Vec::new();
-    let mut cur = l;
-    loop {
-        cur = match &cur.kind {
-            LTermKind::Fst(e) => {
-                path.push(true);
-                e
-            }
-            LTermKind::Snd(e) => {
-                path.push(false);
-                e
-            }
-            LTermKind::Var(v) => {
-                path.reverse();
-                return Some((v, path));
-            }
-            _ => return None,
-        };
-    }
+    let (path, root) = super::lin_path(l);
+    Some((super::lin_var(root)?, path))
 }
 
 /// A flat Cartesian binding `let x = e in b` (or `(\x -> b) e`): `(x, e, b)`.
