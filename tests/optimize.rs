@@ -363,15 +363,16 @@ fn body_of(src: &str) -> chad::target::term::Term {
     embed::entry(&entry_of(src)).1
 }
 
+/// Local functions called in every call position (`map`, `map2`, `build`, direct calls).
+const CALLS: &str = "def f (a : Real) (xs : Array Real) : Real =
+   let g = \\(x : Real) -> sin (a * x) in
+   let h = \\(x : Real) (y : Real) -> x * y in
+   let k = \\(i : Int) -> toReal i in
+   g a + sum (map g xs) + sum (map2 h xs xs) + h a a + sum (build 3 k) + k 2";
+
 #[test]
 fn function_inline_inlines_calls_in_every_call_position() {
-    let t = body_of(
-        "def f (a : Real) (xs : Array Real) : Real =
-           let g = \\(x : Real) -> sin (a * x) in
-           let h = \\(x : Real) (y : Real) -> x * y in
-           let k = \\(i : Int) -> toReal i in
-           g a + sum (map g xs) + sum (map2 h xs xs) + h a a + sum (build 3 k) + k 2",
-    );
+    let t = body_of(CALLS);
     let (out, n) = inline_functions(&t, &Budget::default());
     assert_eq!(n, 3);
     let s = simplify(&out).to_string();
@@ -379,13 +380,7 @@ fn function_inline_inlines_calls_in_every_call_position() {
         assert!(!s.contains(&format!("{name} ")), "{s}");
     }
     // The meaning is unchanged.
-    let e = entry_of(
-        "def f (a : Real) (xs : Array Real) : Real =
-           let g = \\(x : Real) -> sin (a * x) in
-           let h = \\(x : Real) (y : Real) -> x * y in
-           let k = \\(i : Int) -> toReal i in
-           g a + sum (map g xs) + sum (map2 h xs xs) + h a a + sum (build 3 k) + k 2",
-    );
+    let e = entry_of(CALLS);
     let args = [Value::Real(0.5), Value::reals(vec![1.0, -2.0])];
     let want = chad::eval::eval_entry(&e, &args).unwrap();
     let got = chad::eval::eval_entry(&optimize(&e), &args).unwrap();

@@ -129,15 +129,9 @@ impl Code {
     /// Runs the code with the parameters bound to `args` (one per parameter).
     pub fn run(&self, args: &[Value]) -> Result<Value> {
         assert_eq!(args.len(), self.params.len(), "internal error: arity");
-        let args: Vec<(usize, Value)> = self
-            .params
-            .iter()
-            .copied()
-            .zip(args.iter().cloned())
-            .collect();
         with_frame(self.size, &[], &[], |frame| {
-            for (s, a) in args {
-                frame[s] = a;
+            for (&s, a) in self.params.iter().zip(args) {
+                frame[s] = a.clone();
             }
             deep(|| (self.body)(frame))
         })
