@@ -144,7 +144,8 @@ rules! {
     /// let).
     plus_let = "plusLet",
     /// `algebra`: constant folding of primitives on literals; `x * 1 ~> x`, `1 * x ~> x`,
-    /// `x - 0 ~> x`, `x / 1 ~> x`, `-(-x) ~> x`; linear `1 * l ~> l`, `0 * l ~> 0`.
+    /// `x - 0 ~> x`, `x / 1 ~> x`, `-(-x) ~> x`; linear `1 * l ~> l`, `0 * l ~> 0`, `l + l ~> 2 * l` (for small equal `l`: atoms,
+    /// their indexes and scalings; the product rule of `x * x`).
     algebra = "algebra",
     /// `letLamPairSplit`: `let f = \x -> let bs in (a, b) in e ~> let f1 = \x -> let bs_a in a
     /// in let f2 = \x -> let bs_b in b in e[\y -> (f1 y, f2 y)/f]`, when every use of `f` is an

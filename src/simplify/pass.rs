@@ -275,6 +275,32 @@ fn cheap_index(t: &Term) -> bool {
     }
 }
 
+/// Whether two cheap Cartesian terms are equal: the same atom or real literal, or the same atom
+/// indexed by the same atom, under the same projections.
+fn same_cheap(a: &Term, b: &Term) -> bool {
+    match (&a.kind, &b.kind) {
+        (TermKind::Index(x, i), TermKind::Index(y, j)) => same_atom(x, y) && same_atom(i, j),
+        (TermKind::Fst(x), TermKind::Fst(y)) | (TermKind::Snd(x), TermKind::Snd(y)) => {
+            same_cheap(x, y)
+        }
+        (TermKind::Lit(Lit::Real(x)), TermKind::Lit(Lit::Real(y))) => x.to_bits() == y.to_bits(),
+        _ => same_atom(a, b),
+    }
+}
+
+/// Whether two small linear terms are equal: atoms, indexes of them by atoms, scalings of them by
+/// cheap terms, and sums of those. Deliberately shallow: it is asked of every `+`.
+fn lsame_cheap(a: &LTerm, b: &LTerm) -> bool {
+    use LTermKind as K;
+    match (&a.kind, &b.kind) {
+        (K::Index(x, i), K::Index(y, j)) => lsame_cheap(x, y) && same_atom(i, j),
+        (K::Fst(x), K::Fst(y)) | (K::Snd(x), K::Snd(y)) => lsame_cheap(x, y),
+        (K::Scale(t, x), K::Scale(u, y)) => same_cheap(t, u) && lsame_cheap(x, y),
+        (K::Plus(x1, x2), K::Plus(y1, y2)) => lsame_cheap(x1, y1) && lsame_cheap(x2, y2),
+        _ => same_atom(a, b),
+    }
+}
+
 fn is_latom(l: &LTerm) -> bool {
     atom(l)
 }
@@ -2097,6 +2123,12 @@ impl Pass<'_> {
             let x = self.plus(a1, b1, span);
             let y = self.plus(a2, b2, span);
             return self.lpair(x, y, span);
+        }
+        if self.rules.algebra && lsame_cheap(&a, &b) {
+            // The product rule of `x * x` gives `x • dx + x • dx`: one copy, scaled by 2.
+            self.fire("algebra");
+            self.ldrop(&b);
+            return LTerm::new(K::Scale(Term::real(2.0), a), span);
         }
         LTerm::new(K::Plus(a, b), span)
     }

@@ -283,6 +283,18 @@ fn algebra_folds_literals_and_units() {
     let t = dlam(|d| LTerm::plus(LTerm::scale(Term::real(0.0), lv(d)), lv(d)));
     let (on, _) = both(&t, &x, "algebra");
     assert_eq!(on, "\\v ⊸ v");
+    // The product rule of x * x: x * v + x * v ~> 2 * (x * v); different scalars stay a sum.
+    let t = dlam(|d| LTerm::plus(LTerm::scale(v(&x), lv(d)), LTerm::scale(v(&x), lv(d))));
+    let (on, off) = both(&t, &x, "algebra");
+    assert_eq!(on, "\\v ⊸ 2.0 * (x * v)");
+    assert_eq!(off, "\\v ⊸ x * v + x * v");
+    let t = dlam(|d| {
+        LTerm::plus(
+            LTerm::scale(v(&x), lv(d)),
+            LTerm::scale(Term::real(0.5), lv(d)),
+        )
+    });
+    assert_eq!(simple(&t), "\\v ⊸ x * v + 0.5 * v");
 }
 
 #[test]

@@ -297,7 +297,15 @@ impl Pass<'_> {
                         changed |= r.is_some();
                         out.push(r);
                     }
-                    changed.then(|| Core::L(l.map_children(&mut Replay { kids: out, next: 0 })))
+                    changed.then(|| {
+                        let l = l.map_children(&mut Replay { kids: out, next: 0 });
+                        // Operands made equal by the replacement: `l + l ~> 2 * l` is the next
+                        // pass's.
+                        if let LTermKind::Plus(a, b) = &l.kind {
+                            self.dirty |= self.rules.algebra && super::lsame_cheap(a, b);
+                        }
+                        Core::L(l)
+                    })
                 })
             }
         }
