@@ -70,6 +70,13 @@ enum Ins {
         b: Reg,
         dst: Reg,
     },
+    /// The arithmetic of `+`, `-`, `*`, `/`, inline rather than through a function pointer.
+    Arith {
+        op: Arith,
+        a: Reg,
+        b: Reg,
+        dst: Reg,
+    },
     /// `frame[slot] = r[a]`.
     Store {
         a: Reg,
@@ -152,6 +159,9 @@ impl Flat {
                 Ins::Mov { a, dst } => r[dst as usize] = r[a as usize],
                 Ins::R1 { f, a, dst } => r[dst as usize] = f(r[a as usize]),
                 Ins::R2 { f, a, b, dst } => r[dst as usize] = f(r[a as usize], r[b as usize]),
+                Ins::Arith { op, a, b, dst } => {
+                    r[dst as usize] = op.apply(r[a as usize], r[b as usize])
+                }
                 Ins::Store { a, slot } => fr[slot as usize] = Value::Real(r[a as usize]),
                 Ins::LLoad { slot, dst } => {
                     l[dst as usize] = match &fr[slot as usize] {
@@ -177,6 +187,37 @@ impl Flat {
             }
         }
         Ok(())
+    }
+}
+
+/// The primitives of [`Ins::Arith`] (their [`Scalar::Real2`] functions are exactly these).
+#[derive(Clone, Copy)]
+enum Arith {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+impl Arith {
+    fn of(name: &str) -> Option<Arith> {
+        Some(match name {
+            "add" => Arith::Add,
+            "sub" => Arith::Sub,
+            "mul" => Arith::Mul,
+            "div" => Arith::Div,
+            _ => return None,
+        })
+    }
+
+    #[inline(always)]
+    fn apply(self, x: f64, y: f64) -> f64 {
+        match self {
+            Arith::Add => x + y,
+            Arith::Sub => x - y,
+            Arith::Mul => x * y,
+            Arith::Div => x / y,
+        }
     }
 }
 
@@ -297,18 +338,69 @@ pub(super) fn worth(items: &[Item<'_>]) -> bool {
     items.len() >= MIN_RUN
 }
 
-/// Counts the register reads of variables in a real expression.
-fn count_real(t: &Term, reads: &mut FxHashMap<VarId, u32>) {
+/// What a register holds across reads: a variable, or a place of projections from one (`snd
+/// (fst x)`, Cartesian or linear: the path's bits, innermost projection first, `1` for `fst`,
+/// and its length). Variables are never rebound, so a place's value is the same at every read
+/// in a run, and projections cannot fail: it is read once and kept, like a variable.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Key {
+    Var(VarId),
+    Place(VarId, u64, u8),
+}
+
+/// The key of a place of projections, Cartesian or linear (`None` for longer paths).
+fn place_key(v: &Var, path: impl Iterator<Item = bool>) -> Option<Key> {
+    let (mut bits, mut len) = (0u64, 0u8);
+    for fst in path {
+        if len == 64 {
+            return None;
+        }
+        bits |= u64::from(fst) << len;
+        len += 1;
+    }
+    Some(Key::Place(v.id, bits, len))
+}
+
+/// The key of a Cartesian place of projections only (no indexing).
+fn real_place_key(t: &Term) -> Option<Key> {
+    let mut path = Vec::new();
+    let mut cur = t;
+    loop {
+        match &cur.kind {
+            TermKind::Fst(e) | TermKind::Snd(e) => {
+                path.push(matches!(cur.kind, TermKind::Fst(_)));
+                cur = e;
+            }
+            TermKind::Var(v) => return place_key(v, path.into_iter().rev()),
+            _ => return None,
+        }
+    }
+}
+
+/// Counts the register reads of variables and projection places in a real expression.
+fn count_real(t: &Term, reads: &mut FxHashMap<Key, u32>) {
     match &t.kind {
-        TermKind::Var(x) => *reads.entry(x.id).or_default() += 1,
+        TermKind::Var(x) => *reads.entry(Key::Var(x.id)).or_default() += 1,
         TermKind::Prim(_, args) => args.iter().for_each(|a| count_real(a, reads)),
+        TermKind::Fst(_) | TermKind::Snd(_) => {
+            if let Some(k) = real_place_key(t) {
+                *reads.entry(k).or_default() += 1;
+            }
+        }
         _ => {}
     }
 }
 
-fn count_lin(l: &LTerm, reads: &mut FxHashMap<VarId, u32>) {
+fn count_lin(l: &LTerm, reads: &mut FxHashMap<Key, u32>) {
     match &l.kind {
-        LTermKind::Var(x) => *reads.entry(x.id).or_default() += 1,
+        LTermKind::Var(x) => *reads.entry(Key::Var(x.id)).or_default() += 1,
+        LTermKind::Fst(_) | LTermKind::Snd(_) => {
+            if let Some((v, path)) = lin_path(l)
+                && let Some(k) = place_key(v, path.into_iter())
+            {
+                *reads.entry(k).or_default() += 1;
+            }
+        }
         LTermKind::Plus(a, b) => {
             count_lin(a, reads);
             count_lin(b, reads);
@@ -334,8 +426,8 @@ struct Opd {
 struct File {
     size: u32,
     free: Vec<Reg>,
-    /// Variables held in registers, with their remaining register reads.
-    vars: FxHashMap<VarId, (Reg, u32)>,
+    /// Variables and places held in registers, with their remaining register reads.
+    vars: FxHashMap<Key, (Reg, u32)>,
     /// Registers of variables whose last read is in the binding being compiled.
     dying: Vec<Reg>,
 }
@@ -361,7 +453,7 @@ impl File {
     }
 
     /// A read of a variable held in a register, if it is.
-    fn read(&mut self, id: VarId) -> Option<Opd> {
+    fn read(&mut self, id: Key) -> Option<Opd> {
         let e = self.vars.get_mut(&id)?;
         e.1 -= 1;
         let reg = e.0;
@@ -374,13 +466,24 @@ impl File {
         Some(Opd { reg, last: false })
     }
 
+    /// Keeps `key`, just read into `reg`, there for `rest` more reads.
+    fn keep(&mut self, key: Key, reg: Reg, rest: u32) -> Opd {
+        if rest > 0 {
+            self.vars.insert(key, (reg, rest));
+        }
+        Opd {
+            reg,
+            last: rest == 0,
+        }
+    }
+
     /// The end of a binding: registers of variables read for the last time are free.
     fn settle(&mut self) {
         self.free.append(&mut self.dying);
     }
 
     /// Holds a variable in register `reg` for `reads` reads (freeing it if there are none).
-    fn hold(&mut self, id: VarId, reg: Reg, reads: u32) {
+    fn hold(&mut self, id: Key, reg: Reg, reads: u32) {
         if reads == 0 {
             self.free.push(reg);
         } else {
@@ -399,13 +502,29 @@ struct Builder {
     l: File,
     consts: FxHashMap<u64, Reg>,
     zero: Option<Reg>,
-    /// Register reads of each variable in the run.
-    reads: FxHashMap<VarId, u32>,
+    /// Register reads of each variable and projection place in the run.
+    reads: FxHashMap<Key, u32>,
 }
 
 impl Builder {
     fn ins(&mut self, i: Ins) {
         self.ins.push(i);
+    }
+
+    /// After the first read of `key` into `dst`: keeps it there for the run's other reads.
+    fn keep_real(&mut self, key: Key, dst: Reg) -> Opd {
+        let rest = self.rest(key);
+        self.r.keep(key, dst, rest)
+    }
+
+    fn keep_lin(&mut self, key: Key, dst: Reg) -> Opd {
+        let rest = self.rest(key);
+        self.l.keep(key, dst, rest)
+    }
+
+    /// The reads of `key` after its first.
+    fn rest(&self, key: Key) -> u32 {
+        self.reads.get(&key).copied().unwrap_or(1) - 1
     }
 }
 
@@ -452,7 +571,7 @@ impl Compiler {
                     }
                     b.r.settle();
                     b.l.settle();
-                    b.r.hold(x.id, reg, n);
+                    b.r.hold(Key::Var(x.id), reg, n);
                 }
                 Item::Lin(u, e) => {
                     let o = self.flat_lin(&mut b, e);
@@ -469,7 +588,7 @@ impl Compiler {
                     }
                     b.r.settle();
                     b.l.settle();
-                    b.l.hold(u.id, reg, n);
+                    b.l.hold(Key::Var(u.id), reg, n);
                 }
             }
         }
@@ -490,7 +609,7 @@ impl Compiler {
     }
 
     fn own_reads(&self, b: &Builder, x: &Var) -> u32 {
-        b.reads.get(&x.id).copied().unwrap_or(0)
+        b.reads.get(&Key::Var(x.id)).copied().unwrap_or(0)
     }
 
     /// The frame slot a variable bound in the run is stored to: unless every use of it is a
@@ -512,7 +631,8 @@ impl Compiler {
                 Opd { reg, last: false }
             }
             K::Var(x) => {
-                if let Some(o) = b.r.read(x.id) {
+                let key = Key::Var(x.id);
+                if let Some(o) = b.r.read(key) {
                     return o;
                 }
                 let (slot, _) = self.read(x);
@@ -521,14 +641,7 @@ impl Compiler {
                     slot: index(slot),
                     dst,
                 });
-                let rest = b.reads.get(&x.id).copied().unwrap_or(1) - 1;
-                if rest > 0 {
-                    b.r.vars.insert(x.id, (dst, rest));
-                }
-                Opd {
-                    reg: dst,
-                    last: rest == 0,
-                }
+                b.keep_real(key, dst)
             }
             K::Prim(op, args) => {
                 let o = match (op.scalar(), args.len()) {
@@ -544,17 +657,25 @@ impl Compiler {
                         b.r.release(a);
                         b.r.release(c);
                         let dst = b.r.alloc();
-                        Ins::R2 {
-                            f,
-                            a: a.reg,
-                            b: c.reg,
-                            dst,
+                        match Arith::of(op.name()) {
+                            Some(op) => Ins::Arith {
+                                op,
+                                a: a.reg,
+                                b: c.reg,
+                                dst,
+                            },
+                            None => Ins::R2 {
+                                f,
+                                a: a.reg,
+                                b: c.reg,
+                                dst,
+                            },
                         }
                     }
                     _ => unreachable!("a flat primitive"),
                 };
                 b.ins(o);
-                let (Ins::R1 { dst, .. } | Ins::R2 { dst, .. }) = o else {
+                let (Ins::R1 { dst, .. } | Ins::R2 { dst, .. } | Ins::Arith { dst, .. }) = o else {
                     unreachable!()
                 };
                 Opd {
@@ -564,11 +685,18 @@ impl Compiler {
             }
             _ => {
                 // A place.
+                let key = real_place_key(t);
+                if let Some(o) = key.and_then(|k| b.r.read(k)) {
+                    return o;
+                }
                 let dst = b.r.alloc();
                 if let Some(p) = self.place(t, 1) {
                     b.places.push(p);
                     let p = index(b.places.len() - 1);
                     b.ins(Ins::Place { p, dst });
+                    if let Some(key) = key {
+                        return b.keep_real(key, dst);
+                    }
                 } else {
                     let f = self.real(t);
                     b.calls.push(f);
@@ -587,7 +715,8 @@ impl Compiler {
         use LTermKind as K;
         match &l.kind {
             K::Var(x) => {
-                if let Some(o) = b.l.read(x.id) {
+                let key = Key::Var(x.id);
+                if let Some(o) = b.l.read(key) {
                     return o;
                 }
                 let (slot, _) = self.read(x);
@@ -596,14 +725,7 @@ impl Compiler {
                     slot: index(slot),
                     dst,
                 });
-                let rest = b.reads.get(&x.id).copied().unwrap_or(1) - 1;
-                if rest > 0 {
-                    b.l.vars.insert(x.id, (dst, rest));
-                }
-                Opd {
-                    reg: dst,
-                    last: rest == 0,
-                }
+                b.keep_lin(key, dst)
             }
             K::Zero(_) => {
                 // A register never written: `None` from the start.
@@ -646,6 +768,10 @@ impl Compiler {
             K::Fst(_) | K::Snd(_) => {
                 // A linear place, read by reference (it may be read again, so never moved).
                 let (v, path) = lin_path(l).expect("a flat linear place");
+                let key = place_key(v, path.iter().copied());
+                if let Some(o) = key.and_then(|k| b.l.read(k)) {
+                    return o;
+                }
                 let (slot, _) = self.read(v);
                 b.lplaces.push((slot, path));
                 let dst = b.l.alloc();
@@ -653,9 +779,12 @@ impl Compiler {
                     p: index(b.lplaces.len() - 1),
                     dst,
                 });
-                Opd {
-                    reg: dst,
-                    last: true,
+                match key {
+                    Some(key) => b.keep_lin(key, dst),
+                    None => Opd {
+                        reg: dst,
+                        last: true,
+                    },
                 }
             }
             K::Index(..) => {
@@ -680,6 +809,26 @@ impl Compiler {
 
 #[cfg(test)]
 mod tests {
+    /// `Ins::Arith` computes what the builtin primitives' own functions compute.
+    #[test]
+    fn arith_is_the_primitives_arithmetic() {
+        use super::Arith;
+        use crate::prim::{Scalar, op};
+        let xs = [0.0, -0.0, 1.5, -2.25, 3.0e300, f64::INFINITY, f64::NAN];
+        for name in ["add", "sub", "mul", "div"] {
+            let Some(Scalar::Real2(f)) = op(name).scalar() else {
+                panic!("{name} is a scalar primitive");
+            };
+            let a = Arith::of(name).expect("an inline primitive");
+            for x in xs {
+                for y in xs {
+                    assert_eq!(a.apply(x, y).to_bits(), f(x, y).to_bits(), "{name} {x} {y}");
+                }
+            }
+        }
+        assert!(Arith::of("pow").is_none());
+    }
+
     #[test]
     fn instructions_are_small() {
         assert!(std::mem::size_of::<super::Ins>() <= 24);
