@@ -699,6 +699,19 @@ impl Compiler {
             return f;
         }
         if matches!(lty(l, 32), Some(LTy::Real)) {
+            if flat::big_flat_lin(l) {
+                // A big expression without lets (forward mode of a chain of products nests
+                // every line's tangent in the next): one flat run, not thousands of nested
+                // closures (which also recurse as deep as the expression when run).
+                let tail = Var::linear("tail", LTy::Real);
+                self.uses.insert(tail.id, 1);
+                let run = self.flat(&[flat::Item::Lin(&tail, l)]);
+                let (s, _) = self.read(&tail);
+                return Box::new(move |fr| {
+                    run.run(fr)?;
+                    Ok(std::mem::replace(&mut fr[s], Value::Unit).into_lin())
+                });
+            }
             let r = self.lin_real(l);
             return Box::new(move |fr| Ok(opt_lin(r(fr)?)));
         }
@@ -1624,7 +1637,10 @@ fn lty(l: &LTerm, budget: u32) -> Option<LTy> {
     }
     let b = budget - 1;
     let mut l = l;
-    while let K::Let(_, _, body) | K::LinLet(_, _, body) = &l.kind {
+    // Bodies of lets and scaled terms have the type of the whole: followed without spending
+    // the budget, so a long chain of scalings (`2 * (x * (0.5 * ..))`, forward mode of a
+    // chain of products) is typed at its top, and compiled unboxed from there.
+    while let K::Let(_, _, body) | K::LinLet(_, _, body) | K::Scale(_, body) = &l.kind {
         l = body;
     }
     let prod = |t: LTy, first: bool| match t {
@@ -1639,7 +1655,6 @@ fn lty(l: &LTerm, budget: u32) -> Option<LTy> {
         K::Var(v) => v.lin_ty().cloned(),
         K::Zero(t) => Some(t.clone()),
         K::Plus(x, y) => lty(x, b).or_else(|| lty(y, b)),
-        K::Scale(_, e) => lty(e, b),
         K::Fst(e) | K::FromLeft(e) => prod(lty(e, b)?, true),
         K::Snd(e) | K::FromRight(e) => prod(lty(e, b)?, false),
         K::Index(e, _) | K::Sum(e) => elem(lty(e, b)?),

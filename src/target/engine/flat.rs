@@ -21,6 +21,7 @@
 //!   reference evaluator (left operand first, the scale factor before the scaled term).
 
 use super::{Compiler, Frame, LRFn, Place, RFn, plus_opt, scale_opt};
+use crate::deep::deep;
 use crate::error::Result;
 use crate::prim::Scalar;
 use crate::target::term::{LTerm, LTermKind, Pat, Term, TermKind, Var, VarId};
@@ -32,7 +33,7 @@ use std::cell::RefCell;
 type Reg = u32;
 
 /// How deep a right-hand side may nest to be flat (deeper ones take the general path).
-const DEPTH: u32 = 48;
+const DEPTH: u32 = 1 << 20;
 
 /// Fewest bindings worth a flat run.
 const MIN_RUN: usize = 2;
@@ -92,6 +93,13 @@ enum Ins {
         dst: Reg,
     },
     LPlus {
+        a: Reg,
+        b: Reg,
+        dst: Reg,
+    },
+    /// `l[dst] = r[c] · l[a] + l[b]` (a scaled term added to another: one instruction, not two).
+    LAxpy {
+        c: Reg,
         a: Reg,
         b: Reg,
         dst: Reg,
@@ -173,6 +181,10 @@ impl Flat {
                 Ins::LPlus { a, b, dst } => {
                     l[dst as usize] = plus_opt(l[a as usize], l[b as usize])
                 }
+                Ins::LAxpy { c, a, b, dst } => {
+                    l[dst as usize] =
+                        plus_opt(scale_opt(r[c as usize], l[a as usize]), l[b as usize])
+                }
                 Ins::LScale { c, a, dst } => {
                     l[dst as usize] = scale_opt(r[c as usize], l[a as usize])
                 }
@@ -231,53 +243,57 @@ pub(super) enum Item<'t> {
 /// Whether `t` (of type Real) is a tree of real scalar primitives over literals, variables
 /// and places.
 fn flat_real(t: &Term, depth: u32) -> bool {
-    use TermKind as K;
-    if depth == 0 {
-        return false;
-    }
-    match &t.kind {
-        K::Lit(l) => matches!(l.value(), Value::Real(_)),
-        K::Var(_) => true,
-        K::Fst(_) | K::Snd(_) | K::Index(..) => {
-            let mut cur = t;
-            loop {
-                match &cur.kind {
-                    K::Fst(e) | K::Snd(e) | K::Index(e, _) => cur = e,
-                    K::Var(_) => return true,
-                    _ => return false,
+    deep(|| {
+        use TermKind as K;
+        if depth == 0 {
+            return false;
+        }
+        match &t.kind {
+            K::Lit(l) => matches!(l.value(), Value::Real(_)),
+            K::Var(_) => true,
+            K::Fst(_) | K::Snd(_) | K::Index(..) => {
+                let mut cur = t;
+                loop {
+                    match &cur.kind {
+                        K::Fst(e) | K::Snd(e) | K::Index(e, _) => cur = e,
+                        K::Var(_) => return true,
+                        _ => return false,
+                    }
                 }
             }
-        }
-        K::Prim(op, args) => match (op.scalar(), args.len()) {
-            (Some(Scalar::Real1(_)), 1) => flat_real(&args[0], depth - 1),
-            (Some(Scalar::Real2(_)), 2) => {
-                flat_real(&args[0], depth - 1) && flat_real(&args[1], depth - 1)
-            }
+            K::Prim(op, args) => match (op.scalar(), args.len()) {
+                (Some(Scalar::Real1(_)), 1) => flat_real(&args[0], depth - 1),
+                (Some(Scalar::Real2(_)), 2) => {
+                    flat_real(&args[0], depth - 1) && flat_real(&args[1], depth - 1)
+                }
+                _ => false,
+            },
             _ => false,
-        },
-        _ => false,
-    }
+        }
+    })
 }
 
 /// Whether the linear term `l` (of type Real) is a tree of `0`, `+`, flat scaling, variables
 /// and linear places (`snd (fst d)`).
 fn flat_lin(l: &LTerm, depth: u32) -> bool {
-    use LTermKind as K;
-    if depth == 0 {
-        return false;
-    }
-    match &l.kind {
-        K::Var(_) | K::Zero(_) => true,
-        K::Plus(a, b) => flat_lin(a, depth - 1) && flat_lin(b, depth - 1),
-        K::Scale(c, e) => flat_real(c, depth - 1) && flat_lin(e, depth - 1),
-        K::Fst(_) | K::Snd(_) => lin_path(l).is_some(),
-        // An element of a linear array variable or place (`snd d ! i`), by index.
-        K::Index(e, i) => {
-            (matches!(e.kind, K::Var(_)) || lin_path(e).is_some())
-                && matches!(i.kind, TermKind::Var(_) | TermKind::Lit(_))
+    deep(|| {
+        use LTermKind as K;
+        if depth == 0 {
+            return false;
         }
-        _ => false,
-    }
+        match &l.kind {
+            K::Var(_) | K::Zero(_) => true,
+            K::Plus(a, b) => flat_lin(a, depth - 1) && flat_lin(b, depth - 1),
+            K::Scale(c, e) => flat_real(c, depth - 1) && flat_lin(e, depth - 1),
+            K::Fst(_) | K::Snd(_) => lin_path(l).is_some(),
+            // An element of a linear array variable or place (`snd d ! i`), by index.
+            K::Index(e, i) => {
+                (matches!(e.kind, K::Var(_)) || lin_path(e).is_some())
+                    && matches!(i.kind, TermKind::Var(_) | TermKind::Lit(_))
+            }
+            _ => false,
+        }
+    })
 }
 
 /// A linear place: the variable under `fst`/`snd`, and the projections from it outwards.
@@ -333,6 +349,27 @@ pub(super) fn flat_tail(l: &LTerm) -> bool {
     flat_lin(l, DEPTH)
 }
 
+/// Whether a linear-real expression with no `let`s is big enough to be a flat run of its own
+/// (a small one is faster as closures: index sums' loop bodies), and flat.
+pub(super) fn big_flat_lin(l: &LTerm) -> bool {
+    /// Linear nodes below which a lone expression stays closures.
+    const BIG: usize = 32;
+    let mut stack = vec![l];
+    let mut n = 0;
+    while let Some(l) = stack.pop() {
+        n += 1;
+        if n >= BIG {
+            break;
+        }
+        match &l.kind {
+            LTermKind::Plus(a, b) => stack.extend([a, b]),
+            LTermKind::Scale(_, e) => stack.push(e),
+            _ => {}
+        }
+    }
+    n >= BIG && flat_lin(l, DEPTH)
+}
+
 /// Whether a run is long enough to be compiled flat.
 pub(super) fn worth(items: &[Item<'_>]) -> bool {
     items.len() >= MIN_RUN
@@ -379,7 +416,7 @@ fn real_place_key(t: &Term) -> Option<Key> {
 
 /// Counts the register reads of variables and projection places in a real expression.
 fn count_real(t: &Term, reads: &mut FxHashMap<Key, u32>) {
-    match &t.kind {
+    deep(|| match &t.kind {
         TermKind::Var(x) => *reads.entry(Key::Var(x.id)).or_default() += 1,
         TermKind::Prim(_, args) => args.iter().for_each(|a| count_real(a, reads)),
         TermKind::Fst(_) | TermKind::Snd(_) => {
@@ -388,11 +425,11 @@ fn count_real(t: &Term, reads: &mut FxHashMap<Key, u32>) {
             }
         }
         _ => {}
-    }
+    })
 }
 
 fn count_lin(l: &LTerm, reads: &mut FxHashMap<Key, u32>) {
-    match &l.kind {
+    deep(|| match &l.kind {
         LTermKind::Var(x) => *reads.entry(Key::Var(x.id)).or_default() += 1,
         LTermKind::Fst(_) | LTermKind::Snd(_) => {
             if let Some((v, path)) = lin_path(l)
@@ -410,7 +447,7 @@ fn count_lin(l: &LTerm, reads: &mut FxHashMap<Key, u32>) {
             count_lin(e, reads);
         }
         _ => {}
-    }
+    })
 }
 
 /// An operand: its register, and whether the reader is its last (then it is freed after the
@@ -620,190 +657,230 @@ impl Compiler {
     }
 
     fn flat_real(&mut self, b: &mut Builder, t: &Term) -> Opd {
-        use TermKind as K;
-        match &t.kind {
-            K::Lit(l) => {
-                let Value::Real(x) = l.value() else {
-                    unreachable!("a real literal")
-                };
-                let r = &mut b.r;
-                let reg = *b.consts.entry(x.to_bits()).or_insert_with(|| r.fresh());
-                Opd { reg, last: false }
-            }
-            K::Var(x) => {
-                let key = Key::Var(x.id);
-                if let Some(o) = b.r.read(key) {
-                    return o;
+        deep(|| {
+            use TermKind as K;
+            match &t.kind {
+                K::Lit(l) => {
+                    let Value::Real(x) = l.value() else {
+                        unreachable!("a real literal")
+                    };
+                    let r = &mut b.r;
+                    let reg = *b.consts.entry(x.to_bits()).or_insert_with(|| r.fresh());
+                    Opd { reg, last: false }
                 }
-                let (slot, _) = self.read(x);
-                let dst = b.r.alloc();
-                b.ins(Ins::Load {
-                    slot: index(slot),
-                    dst,
-                });
-                b.keep_real(key, dst)
-            }
-            K::Prim(op, args) => {
-                let o = match (op.scalar(), args.len()) {
-                    (Some(Scalar::Real1(f)), 1) => {
-                        let a = self.flat_real(b, &args[0]);
-                        b.r.release(a);
-                        let dst = b.r.alloc();
-                        Ins::R1 { f, a: a.reg, dst }
+                K::Var(x) => {
+                    let key = Key::Var(x.id);
+                    if let Some(o) = b.r.read(key) {
+                        return o;
                     }
-                    (Some(Scalar::Real2(f)), 2) => {
-                        let a = self.flat_real(b, &args[0]);
-                        let c = self.flat_real(b, &args[1]);
-                        b.r.release(a);
-                        b.r.release(c);
-                        let dst = b.r.alloc();
-                        match Arith::of(op.name()) {
-                            Some(op) => Ins::Arith {
-                                op,
-                                a: a.reg,
-                                b: c.reg,
-                                dst,
-                            },
-                            None => Ins::R2 {
-                                f,
-                                a: a.reg,
-                                b: c.reg,
-                                dst,
-                            },
+                    let (slot, _) = self.read(x);
+                    let dst = b.r.alloc();
+                    b.ins(Ins::Load {
+                        slot: index(slot),
+                        dst,
+                    });
+                    b.keep_real(key, dst)
+                }
+                K::Prim(op, args) => {
+                    let o = match (op.scalar(), args.len()) {
+                        (Some(Scalar::Real1(f)), 1) => {
+                            let a = self.flat_real(b, &args[0]);
+                            b.r.release(a);
+                            let dst = b.r.alloc();
+                            Ins::R1 { f, a: a.reg, dst }
                         }
+                        (Some(Scalar::Real2(f)), 2) => {
+                            let a = self.flat_real(b, &args[0]);
+                            let c = self.flat_real(b, &args[1]);
+                            b.r.release(a);
+                            b.r.release(c);
+                            let dst = b.r.alloc();
+                            match Arith::of(op.name()) {
+                                Some(op) => Ins::Arith {
+                                    op,
+                                    a: a.reg,
+                                    b: c.reg,
+                                    dst,
+                                },
+                                None => Ins::R2 {
+                                    f,
+                                    a: a.reg,
+                                    b: c.reg,
+                                    dst,
+                                },
+                            }
+                        }
+                        _ => unreachable!("a flat primitive"),
+                    };
+                    b.ins(o);
+                    let (Ins::R1 { dst, .. } | Ins::R2 { dst, .. } | Ins::Arith { dst, .. }) = o
+                    else {
+                        unreachable!()
+                    };
+                    Opd {
+                        reg: dst,
+                        last: true,
                     }
-                    _ => unreachable!("a flat primitive"),
-                };
-                b.ins(o);
-                let (Ins::R1 { dst, .. } | Ins::R2 { dst, .. } | Ins::Arith { dst, .. }) = o else {
-                    unreachable!()
-                };
-                Opd {
-                    reg: dst,
-                    last: true,
+                }
+                _ => {
+                    // A place.
+                    let key = real_place_key(t);
+                    if let Some(o) = key.and_then(|k| b.r.read(k)) {
+                        return o;
+                    }
+                    let dst = b.r.alloc();
+                    if let Some(p) = self.place(t, 1) {
+                        b.places.push(p);
+                        let p = index(b.places.len() - 1);
+                        b.ins(Ins::Place { p, dst });
+                        if let Some(key) = key {
+                            return b.keep_real(key, dst);
+                        }
+                    } else {
+                        let f = self.real(t);
+                        b.calls.push(f);
+                        let f = index(b.calls.len() - 1);
+                        b.ins(Ins::Call { f, dst });
+                    }
+                    Opd {
+                        reg: dst,
+                        last: true,
+                    }
                 }
             }
-            _ => {
-                // A place.
-                let key = real_place_key(t);
-                if let Some(o) = key.and_then(|k| b.r.read(k)) {
-                    return o;
-                }
-                let dst = b.r.alloc();
-                if let Some(p) = self.place(t, 1) {
-                    b.places.push(p);
-                    let p = index(b.places.len() - 1);
-                    b.ins(Ins::Place { p, dst });
-                    if let Some(key) = key {
-                        return b.keep_real(key, dst);
-                    }
-                } else {
-                    let f = self.real(t);
-                    b.calls.push(f);
-                    let f = index(b.calls.len() - 1);
-                    b.ins(Ins::Call { f, dst });
-                }
-                Opd {
-                    reg: dst,
-                    last: true,
-                }
-            }
-        }
+        })
     }
 
     fn flat_lin(&mut self, b: &mut Builder, l: &LTerm) -> Opd {
-        use LTermKind as K;
-        match &l.kind {
-            K::Var(x) => {
-                let key = Key::Var(x.id);
-                if let Some(o) = b.l.read(key) {
-                    return o;
+        deep(|| {
+            use LTermKind as K;
+            match &l.kind {
+                K::Var(x) => {
+                    let key = Key::Var(x.id);
+                    if let Some(o) = b.l.read(key) {
+                        return o;
+                    }
+                    let (slot, _) = self.read(x);
+                    let dst = b.l.alloc();
+                    b.ins(Ins::LLoad {
+                        slot: index(slot),
+                        dst,
+                    });
+                    b.keep_lin(key, dst)
                 }
-                let (slot, _) = self.read(x);
-                let dst = b.l.alloc();
-                b.ins(Ins::LLoad {
-                    slot: index(slot),
-                    dst,
-                });
-                b.keep_lin(key, dst)
-            }
-            K::Zero(_) => {
-                // A register never written: `None` from the start.
-                let l = &mut b.l;
-                let reg = *b.zero.get_or_insert_with(|| l.fresh());
-                Opd { reg, last: false }
-            }
-            K::Plus(x, y) => {
-                let a = self.flat_lin(b, x);
-                let c = self.flat_lin(b, y);
-                b.l.release(a);
-                b.l.release(c);
-                let dst = b.l.alloc();
-                b.ins(Ins::LPlus {
-                    a: a.reg,
-                    b: c.reg,
-                    dst,
-                });
-                Opd {
-                    reg: dst,
-                    last: true,
+                K::Zero(_) => {
+                    // A register never written: `None` from the start.
+                    let l = &mut b.l;
+                    let reg = *b.zero.get_or_insert_with(|| l.fresh());
+                    Opd { reg, last: false }
                 }
-            }
-            K::Scale(c, e) => {
-                let c = self.flat_real(b, c);
-                let a = self.flat_lin(b, e);
-                b.r.release(c);
-                b.l.release(a);
-                let dst = b.l.alloc();
-                b.ins(Ins::LScale {
-                    c: c.reg,
-                    a: a.reg,
-                    dst,
-                });
-                Opd {
-                    reg: dst,
-                    last: true,
-                }
-            }
-            K::Fst(_) | K::Snd(_) => {
-                // A linear place, read by reference (it may be read again, so never moved).
-                let (v, path) = lin_path(l).expect("a flat linear place");
-                let key = place_key(v, path.iter().copied());
-                if let Some(o) = key.and_then(|k| b.l.read(k)) {
-                    return o;
-                }
-                let (slot, _) = self.read(v);
-                b.lplaces.push((slot, path));
-                let dst = b.l.alloc();
-                b.ins(Ins::LPlace {
-                    p: index(b.lplaces.len() - 1),
-                    dst,
-                });
-                match key {
-                    Some(key) => b.keep_lin(key, dst),
-                    None => Opd {
+                K::Plus(x, y)
+                    if matches!(x.kind, K::Scale(..)) || matches!(y.kind, K::Scale(..)) =>
+                {
+                    // `c · e + y` (or `x + c · e`) as one instruction. The operands are compiled in
+                    // the order of the reference evaluator; only places can fail, and the product
+                    // has no effect, so computing it after `y`'s operands is not observable (and
+                    // float `+` is commutative).
+                    let (k, e, a) = match (&x.kind, &y.kind) {
+                        (K::Scale(k, e), _) => {
+                            let k = self.flat_real(b, k);
+                            let e = self.flat_lin(b, e);
+                            (k, e, self.flat_lin(b, y))
+                        }
+                        (_, K::Scale(k, e)) => {
+                            let a = self.flat_lin(b, x);
+                            let k = self.flat_real(b, k);
+                            (k, self.flat_lin(b, e), a)
+                        }
+                        _ => unreachable!("a sum with a scaled operand"),
+                    };
+                    b.r.release(k);
+                    b.l.release(e);
+                    b.l.release(a);
+                    let dst = b.l.alloc();
+                    b.ins(Ins::LAxpy {
+                        c: k.reg,
+                        a: e.reg,
+                        b: a.reg,
+                        dst,
+                    });
+                    Opd {
                         reg: dst,
                         last: true,
-                    },
+                    }
                 }
-            }
-            K::Index(..) => {
-                // Compiled on its own (its array and index are not registers: an array
-                // variable is never bound in a run, an index is an integer).
-                let f = self.lin_real(l);
-                b.lcalls.push(f);
-                let dst = b.l.alloc();
-                b.ins(Ins::LCall {
-                    f: index(b.lcalls.len() - 1),
-                    dst,
-                });
-                Opd {
-                    reg: dst,
-                    last: true,
+                K::Plus(x, y) => {
+                    let a = self.flat_lin(b, x);
+                    let c = self.flat_lin(b, y);
+                    b.l.release(a);
+                    b.l.release(c);
+                    let dst = b.l.alloc();
+                    b.ins(Ins::LPlus {
+                        a: a.reg,
+                        b: c.reg,
+                        dst,
+                    });
+                    Opd {
+                        reg: dst,
+                        last: true,
+                    }
                 }
+                K::Scale(c, e) => {
+                    let c = self.flat_real(b, c);
+                    let a = self.flat_lin(b, e);
+                    b.r.release(c);
+                    b.l.release(a);
+                    let dst = b.l.alloc();
+                    b.ins(Ins::LScale {
+                        c: c.reg,
+                        a: a.reg,
+                        dst,
+                    });
+                    Opd {
+                        reg: dst,
+                        last: true,
+                    }
+                }
+                K::Fst(_) | K::Snd(_) => {
+                    // A linear place, read by reference (it may be read again, so never moved).
+                    let (v, path) = lin_path(l).expect("a flat linear place");
+                    let key = place_key(v, path.iter().copied());
+                    if let Some(o) = key.and_then(|k| b.l.read(k)) {
+                        return o;
+                    }
+                    let (slot, _) = self.read(v);
+                    b.lplaces.push((slot, path));
+                    let dst = b.l.alloc();
+                    b.ins(Ins::LPlace {
+                        p: index(b.lplaces.len() - 1),
+                        dst,
+                    });
+                    match key {
+                        Some(key) => b.keep_lin(key, dst),
+                        None => Opd {
+                            reg: dst,
+                            last: true,
+                        },
+                    }
+                }
+                K::Index(..) => {
+                    // Compiled on its own (its array and index are not registers: an array
+                    // variable is never bound in a run, an index is an integer).
+                    let f = self.lin_real(l);
+                    b.lcalls.push(f);
+                    let dst = b.l.alloc();
+                    b.ins(Ins::LCall {
+                        f: index(b.lcalls.len() - 1),
+                        dst,
+                    });
+                    Opd {
+                        reg: dst,
+                        last: true,
+                    }
+                }
+                _ => unreachable!("a flat linear term"),
             }
-            _ => unreachable!("a flat linear term"),
-        }
+        })
     }
 }
 
