@@ -75,9 +75,9 @@
 //! whose `fromLeft` of a right injection is zero).
 
 use super::{
-    Lets, Memo, Mor, TypeMaps, apply, case_split, lin_lam, lin_lam_ty, map_proj, map2_images, name,
-    new_mor, path_lterm, path_term, per_element, projs_lterm, projs_term, results, split_args,
-    split_linear, take_branch,
+    Lets, Memo, Mor, TypeMaps, apply, case_split, constant_image, is_identity, lin_lam, lin_lam_ty,
+    map_proj, map2_images, name, new_mor, path_lterm, path_term, per_element, projs_lterm,
+    projs_term, results, split_args, split_linear, take_branch,
 };
 use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
 use crate::ccc::{Comb, Path, Projs, interpret};
@@ -188,6 +188,16 @@ impl Category for Forward {
     fn compose(&self, g: Mor, f: Mor) -> Result<Mor> {
         // let (y, f') = F(f)[x] in let (z, g') = F(g)[y] in (z, λ̲d. g' • (f' • d)),
         // with g's input variable receiving y directly.
+        // For constant images (c ∘ bang), β-reduced: (c, λ̲d. 0).
+        if let (Some(c), Some(_)) = (constant_image(&g), constant_image(&f)) {
+            let body = self.combined(&f.dom, c.clone(), |_| LTerm::zero(self.tangent(&g.cod)));
+            return Ok(Mor {
+                dom: f.dom,
+                cod: g.cod,
+                x: f.x,
+                body,
+            });
+        }
         let df = Var::fresh(name("df"), self.derivative(&f.dom, &f.cod));
         let (z, dg) = results(self, &g, "z", "dg");
         let mut lets = Lets::new();
@@ -230,17 +240,41 @@ impl Cartesian for Forward {
 
     fn pair(&self, f: Mor, g: Mor) -> Result<Mor> {
         // let (y, f') = F(f)[x] in let (z, g') = F(g)[x] in ((y, z), λ̲d. (f' • d, g' • d))
+        // β-reduced for F(f) = (x, λ̲d. d) (the let of every source line is ⟨id, g⟩):
+        // ((x, z), λ̲d. (d, g' • d)); and for a constant image F(g) = (c, λ̲d. 0):
+        // ((y, c), λ̲d. (f' • d, 0)) (and the same for a constant image F(f)).
+        let id = is_identity(&f);
         let (y, df) = results(self, &f, "y", "df");
         let (z, dg) = results(self, &g, "z", "dg");
         let mut lets = Lets::new();
-        lets.push_pair(&y, &df, f.body);
-        lets.push(Pat::Var(g.x.clone()), Term::var(&f.x));
-        lets.push_pair(&z, &dg, g.body);
-        let body = lets.finish(self.combined(
-            &f.dom,
-            Term::pair(Term::var(&y), Term::var(&z)),
-            |d| LTerm::pair(apply(&df, d.clone()), apply(&dg, d)),
-        ));
+        let (ty, fv) = if id {
+            (Term::var(&f.x), None)
+        } else if let Some(c) = constant_image(&f) {
+            (c.clone(), None)
+        } else {
+            lets.push_pair(&y, &df, f.body);
+            (Term::var(&y), Some(df))
+        };
+        let (tz, gv) = match constant_image(&g) {
+            Some(c) => (c.clone(), None),
+            None => {
+                lets.push(Pat::Var(g.x.clone()), Term::var(&f.x));
+                lets.push_pair(&z, &dg, g.body);
+                (Term::var(&z), Some(dg))
+            }
+        };
+        let body = lets.finish(self.combined(&f.dom, Term::pair(ty, tz), |d| {
+            let first = match &fv {
+                Some(df) => apply(df, d.clone()),
+                None if id => d.clone(),
+                None => LTerm::zero(self.tangent(&f.cod)),
+            };
+            let second = match &gv {
+                Some(dg) => apply(dg, d),
+                None => LTerm::zero(self.tangent(&g.cod)),
+            };
+            LTerm::pair(first, second)
+        }));
         Ok(Mor {
             cod: Type::prod(f.cod, g.cod),
             dom: f.dom,

@@ -36,7 +36,7 @@ use crate::source::term::{Entry, Term as STerm, TermKind as SKind};
 use crate::target::engine::Code;
 use crate::target::linear::{Lin, LinFun};
 use crate::target::print;
-use crate::target::term::{LTerm, Pat, Term, TermKind, Var};
+use crate::target::term::{LTerm, LTermKind, Pat, Term, TermKind, Var};
 use crate::target::types::{LTy, Ty};
 use crate::types::Type;
 use crate::value::Value;
@@ -272,6 +272,30 @@ impl Lets {
             .rev()
             .fold(body, |b, (p, e)| Term::let_pat(p, e, b))
     }
+}
+
+/// Whether `m` is the image of `id` as both functors build it, `(x, λ̲v. v)`. The rules for
+/// `⟨f, g⟩` use it to build `R(⟨id, g⟩)` (the image of every source `let`) with `id`'s
+/// derivative already applied: `(λ̲v. v) • l` is `l` by β, nothing the simplifier must find.
+pub(crate) fn is_identity(m: &Mor) -> bool {
+    let TermKind::Pair(y, d) = &m.body.kind else {
+        return false;
+    };
+    matches!(&y.kind, TermKind::Var(x) if x.id == m.x.id)
+        && matches!(&d.kind, TermKind::LinLam(v, l)
+            if matches!(&l.kind, LTermKind::Var(u) if u.id == v.id))
+}
+
+/// The literal of `m` if it is the image of a constant, `(c, λ̲v. 0)` (`bang`'s `((), λ̲v. 0)`
+/// included): a value whose derivative is the zero map, with no computation to share. The
+/// rules for `g ∘ f` and `⟨f, g⟩` build their β-reduced form directly when such an image is
+/// composed or paired: `(λ̲v. 0) • l` is `0`, and a sum with it is the other summand.
+pub(crate) fn constant_image(m: &Mor) -> Option<&Term> {
+    let TermKind::Pair(y, d) = &m.body.kind else {
+        return None;
+    };
+    let zero = matches!(&d.kind, TermKind::LinLam(_, l) if matches!(l.kind, LTermKind::Zero(_)));
+    (zero && matches!(y.kind, TermKind::Lit(_))).then_some(y)
 }
 
 /// `λ̲v. body(v)` for a fresh linear variable `v : Lin l`.

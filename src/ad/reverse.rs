@@ -83,8 +83,9 @@
 //! So the gradient of `sum (build n (λi. xs ! i * xs ! i))` is O(n), not O(n²).
 
 use super::{
-    Lets, Memo, Mor, TypeMaps, apply, case_split, lin_lam, lin_lam_ty, map_proj, map2_images, name,
-    new_mor, per_element, projs_term, results, split_args, take_branch, tuple_linear,
+    Lets, Memo, Mor, TypeMaps, apply, case_split, constant_image, is_identity, lin_lam, lin_lam_ty,
+    map_proj, map2_images, name, new_mor, per_element, projs_term, results, split_args,
+    take_branch, tuple_linear,
 };
 use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
 use crate::ccc::{Comb, Path, Projs, Step, interpret};
@@ -230,6 +231,17 @@ impl Category for Reverse {
 
     fn compose(&self, g: Mor, f: Mor) -> Result<Mor> {
         // let (y, f') = R(f)[x] in let (z, g') = R(g)[y] in (z, λ̲v. f' • (g' • v))
+        // For constant images (c ∘ bang) that is (c, λ̲v. (λ̲v. 0) • ((λ̲v. 0) • v)) after
+        // β for the lets, and (c, λ̲v. 0) after β for the applications: built directly.
+        if let (Some(c), Some(_)) = (constant_image(&g), constant_image(&f)) {
+            let body = self.combined(&g.cod, c.clone(), |_| LTerm::zero(self.cotangent(&f.dom)));
+            return Ok(Mor {
+                dom: f.dom,
+                cod: g.cod,
+                x: f.x,
+                body,
+            });
+        }
         let df = Var::fresh(name("df"), self.derivative(&f.dom, &f.cod));
         let (z, dg) = results(self, &g, "z", "dg");
         let mut lets = Lets::new();
@@ -278,18 +290,44 @@ impl Cartesian for Reverse {
 
     fn pair(&self, f: Mor, g: Mor) -> Result<Mor> {
         // let (y, f') = R(f)[x] in let (z, g') = R(g)[x] in ((y, z), λ̲v. f' • fst v + g' • snd v)
+        // The let of every source line is ⟨id, g⟩: for R(f) = (x, λ̲v. v) the lets of y and f'
+        // are β-reduced, ((x, z), λ̲v. fst v + g' • snd v); for a constant image R(g) =
+        // (c, λ̲v. 0) those of z and g', ((y, c), λ̲v. f' • fst v + 0), and the + 0 dropped
+        // (the same for a constant image R(f)).
+        let cod = Type::prod(f.cod.clone(), g.cod.clone());
+        let id = is_identity(&f);
         let (y, df) = results(self, &f, "y", "df");
         let (z, dg) = results(self, &g, "z", "dg");
-        let cod = Type::prod(f.cod.clone(), g.cod.clone());
         let mut lets = Lets::new();
-        lets.push_pair(&y, &df, f.body);
-        lets.push(Pat::Var(g.x.clone()), Term::var(&f.x));
-        lets.push_pair(&z, &dg, g.body);
-        let body = lets.finish(self.combined(
-            &cod,
-            Term::pair(Term::var(&y), Term::var(&z)),
-            |v| LTerm::plus(apply(&df, LTerm::fst(v.clone())), apply(&dg, LTerm::snd(v))),
-        ));
+        let (ty, fv) = if id {
+            (Term::var(&f.x), None)
+        } else if let Some(c) = constant_image(&f) {
+            (c.clone(), None)
+        } else {
+            lets.push_pair(&y, &df, f.body);
+            (Term::var(&y), Some(df))
+        };
+        let (tz, gv) = match constant_image(&g) {
+            Some(c) => (c.clone(), None),
+            None => {
+                lets.push(Pat::Var(g.x.clone()), Term::var(&f.x));
+                lets.push_pair(&z, &dg, g.body);
+                (Term::var(&z), Some(dg))
+            }
+        };
+        let body = lets.finish(self.combined(&cod, Term::pair(ty, tz), |v| {
+            let first = match &fv {
+                Some(df) => Some(apply(df, LTerm::fst(v.clone()))),
+                None if id => Some(LTerm::fst(v.clone())),
+                None => None,
+            };
+            let second = gv.as_ref().map(|dg| apply(dg, LTerm::snd(v)));
+            match (first, second) {
+                (Some(a), Some(b)) => LTerm::plus(a, b),
+                (Some(a), None) | (None, Some(a)) => a,
+                (None, None) => LTerm::zero(self.cotangent(&f.dom)),
+            }
+        }));
         Ok(Mor {
             dom: f.dom,
             cod,
