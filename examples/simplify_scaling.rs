@@ -16,7 +16,41 @@ use chad::random::straight_line_ad_source;
 use chad::simplify::{Rules, simplify_with};
 use std::time::Instant;
 
+/// The CLI's allocator (`src/main.rs`), so the times are those `chad` pays. With glibc's malloc
+/// about a quarter of reverse mode at 10⁴ lines was first-touch page faults and free-list
+/// consolidation on the ~1.8·10⁶-node raw derivative (theory-notes/06, "Differentiate + simplify
+/// at 10⁴ lines").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Transparent huge pages off for this process (Linux): mimalloc asks for them, and on a
+/// machine where a huge-page fault has to zero (or compact) 2 MiB at a time, reverse mode at
+/// 10⁴ lines took 1.2–1.4 s instead of 0.85 s, from one run to the next (theory-notes/06).
+#[cfg(target_os = "linux")]
+fn no_huge_pages() {
+    use std::ffi::{c_int, c_ulong};
+    unsafe extern "C" {
+        fn prctl(option: c_int, ...) -> c_int;
+    }
+    const PR_SET_THP_DISABLE: c_int = 41;
+    // SAFETY: prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) only sets a flag of this process; on
+    // failure (an old kernel) nothing changes, which is fine.
+    unsafe {
+        prctl(
+            PR_SET_THP_DISABLE,
+            1 as c_ulong,
+            0 as c_ulong,
+            0 as c_ulong,
+            0 as c_ulong,
+        );
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn no_huge_pages() {}
+
 fn main() {
+    no_huge_pages();
     let far_back = std::env::args().any(|a| a == "--far-back");
     let maps = std::env::args().any(|a| a == "--maps");
     let cpu = std::env::args().any(|a| a == "--cpu");

@@ -75,9 +75,9 @@
 //! whose `fromLeft` of a right injection is zero).
 
 use super::{
-    Lets, Memo, Mor, TypeMaps, apply, case_split, lin_lam, map_proj, map2_images, new_mor,
-    path_lterm, path_term, per_element, projs_lterm, projs_term, results, split_args, split_linear,
-    take_branch,
+    Lets, Memo, Mor, TypeMaps, apply, case_split, constant_image, is_identity, lin_lam, lin_lam_ty,
+    map_proj, map2_images, name, new_mor, path_lterm, path_term, per_element, projs_lterm,
+    projs_term, results, split_args, split_linear, take_branch,
 };
 use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
 use crate::ccc::{Comb, Path, Projs, interpret};
@@ -110,6 +110,8 @@ pub fn transform(c: &Comb) -> Result<Mor> {
 pub struct Forward {
     f1: Memo<Ty>,
     f2: Memo<LTy>,
+    /// `Lin F2(A)`, the type of a tangent variable.
+    lin: Memo<Ty>,
 }
 
 impl Default for Forward {
@@ -124,6 +126,7 @@ impl Forward {
         Forward {
             f1: Memo::new(),
             f2: Memo::new(),
+            lin: Memo::new(),
         }
     }
 
@@ -143,7 +146,8 @@ impl Forward {
 
     /// `(y, λ̲d. lin(d))` with `d : F2(a)`.
     fn combined(&self, a: &Type, y: Term, lin: impl FnOnce(LTerm) -> LTerm) -> Term {
-        Term::pair(y, lin_lam("d", self.tangent(a), lin))
+        let ty = self.lin.get(a, || Ty::lin(self.tangent(a)));
+        Term::pair(y, lin_lam_ty("d", ty, lin))
     }
 }
 
@@ -184,7 +188,17 @@ impl Category for Forward {
     fn compose(&self, g: Mor, f: Mor) -> Result<Mor> {
         // let (y, f') = F(f)[x] in let (z, g') = F(g)[y] in (z, λ̲d. g' • (f' • d)),
         // with g's input variable receiving y directly.
-        let df = Var::fresh("df", self.derivative(&f.dom, &f.cod));
+        // For constant images (c ∘ bang), β-reduced: (c, λ̲d. 0).
+        if let (Some(c), Some(_)) = (constant_image(&g), constant_image(&f)) {
+            let body = self.combined(&f.dom, c.clone(), |_| LTerm::zero(self.tangent(&g.cod)));
+            return Ok(Mor {
+                dom: f.dom,
+                cod: g.cod,
+                x: f.x,
+                body,
+            });
+        }
+        let df = Var::fresh(name("df"), self.derivative(&f.dom, &f.cod));
         let (z, dg) = results(self, &g, "z", "dg");
         let mut lets = Lets::new();
         lets.push_pair(&g.x, &df, f.body);
@@ -226,17 +240,41 @@ impl Cartesian for Forward {
 
     fn pair(&self, f: Mor, g: Mor) -> Result<Mor> {
         // let (y, f') = F(f)[x] in let (z, g') = F(g)[x] in ((y, z), λ̲d. (f' • d, g' • d))
+        // β-reduced for F(f) = (x, λ̲d. d) (the let of every source line is ⟨id, g⟩):
+        // ((x, z), λ̲d. (d, g' • d)); and for a constant image F(g) = (c, λ̲d. 0):
+        // ((y, c), λ̲d. (f' • d, 0)) (and the same for a constant image F(f)).
+        let id = is_identity(&f);
         let (y, df) = results(self, &f, "y", "df");
         let (z, dg) = results(self, &g, "z", "dg");
         let mut lets = Lets::new();
-        lets.push_pair(&y, &df, f.body);
-        lets.push(Pat::Var(g.x.clone()), Term::var(&f.x));
-        lets.push_pair(&z, &dg, g.body);
-        let body = lets.finish(self.combined(
-            &f.dom,
-            Term::pair(Term::var(&y), Term::var(&z)),
-            |d| LTerm::pair(apply(&df, d.clone()), apply(&dg, d)),
-        ));
+        let (ty, fv) = if id {
+            (Term::var(&f.x), None)
+        } else if let Some(c) = constant_image(&f) {
+            (c.clone(), None)
+        } else {
+            lets.push_pair(&y, &df, f.body);
+            (Term::var(&y), Some(df))
+        };
+        let (tz, gv) = match constant_image(&g) {
+            Some(c) => (c.clone(), None),
+            None => {
+                lets.push(Pat::Var(g.x.clone()), Term::var(&f.x));
+                lets.push_pair(&z, &dg, g.body);
+                (Term::var(&z), Some(dg))
+            }
+        };
+        let body = lets.finish(self.combined(&f.dom, Term::pair(ty, tz), |d| {
+            let first = match &fv {
+                Some(df) => apply(df, d.clone()),
+                None if id => d.clone(),
+                None => LTerm::zero(self.tangent(&f.cod)),
+            };
+            let second = match &gv {
+                Some(dg) => apply(dg, d),
+                None => LTerm::zero(self.tangent(&g.cod)),
+            };
+            LTerm::pair(first, second)
+        }));
         Ok(Mor {
             cod: Type::prod(f.cod, g.cod),
             dom: f.dom,
@@ -270,19 +308,19 @@ impl Closed for Forward {
         // ( λb. let (c, f') = h b in (c, closureTan (h, f')),      -- = λ̲db. f' • (0, db), taped
         //   closureEnvTan h )                         -- = λ̲da. λb. (snd (h b)) • (da, 0)
         let bc = Type::fun(b.clone(), c.clone());
-        let x = Var::fresh("x", self.primal(a));
+        let x = Var::fresh(name("x"), self.primal(a));
         let h_ty = Ty::fun(self.primal(b), self.image(&f.dom, c));
-        let h = Var::fresh("h", h_ty.clone());
-        let b1 = Var::fresh("b", self.primal(b));
+        let h = Var::fresh(name("h"), h_ty.clone());
+        let b1 = Var::fresh(name("b"), self.primal(b));
         let h_def = Term::lam(
             &b1,
             Term::let_(&f.x, Term::pair(Term::var(&x), Term::var(&b1)), f.body),
         );
-        let b2 = Var::fresh("b", self.primal(b));
+        let b2 = Var::fresh(name("b"), self.primal(b));
         let df_ty = self.derivative(&f.dom, c);
         let (cv, df) = (
-            Var::fresh("c", self.primal(c)),
-            Var::fresh("df", df_ty.clone()),
+            Var::fresh(name("c"), self.primal(c)),
+            Var::fresh(name("df"), df_ty.clone()),
         );
         let (ta, tb, tc) = (self.tangent(a), self.tangent(b), self.tangent(c));
         let tan = LinPrim::new(
@@ -335,10 +373,10 @@ impl Closed for Forward {
         // call's tape for both, if g' has one)
         let dom = Type::prod(Type::fun(b.clone(), c.clone()), b.clone());
         new_mor(self, &dom, c, |x| {
-            let g = Var::fresh("g", self.primal(&Type::fun(b.clone(), c.clone())));
-            let bv = Var::fresh("b", self.primal(b));
-            let cv = Var::fresh("c", self.primal(c));
-            let dg = Var::fresh("dg", self.derivative(b, c));
+            let g = Var::fresh(name("g"), self.primal(&Type::fun(b.clone(), c.clone())));
+            let bv = Var::fresh(name("b"), self.primal(b));
+            let cv = Var::fresh(name("c"), self.primal(c));
+            let dg = Var::fresh(name("dg"), self.derivative(b, c));
             let mut lets = Lets::new();
             lets.push_pair(&g, &bv, Term::var(x));
             lets.push_pair(&cv, &dg, Term::app(Term::var(&g), Term::var(&bv)));
@@ -373,7 +411,7 @@ impl Primitives for Forward {
 
     fn prim(&self, op: &Prim) -> Result<Mor> {
         let (dom, cod) = (op.domain(), op.result().clone());
-        let x = Var::fresh("x", self.primal(&dom));
+        let x = Var::fresh(name("x"), self.primal(&dom));
         let mut lets = Lets::new();
         let tys: Vec<Ty> = op.params().iter().map(|p| self.primal(p)).collect();
         let args = split_args(&x, &tys, &mut lets);
@@ -512,7 +550,7 @@ impl Coproducts for Forward {
 
 /// `lbuild n (λi. (snd (rs ! i)) • arg(i))`: every element's derivative applied to its tangent.
 fn element_tangents(n: Term, rs: &Var, arg: impl FnOnce(&Var) -> LTerm) -> LTerm {
-    let i = Var::fresh("i", Ty::Int);
+    let i = Var::fresh(name("i"), Ty::Int);
     let deriv_i = Term::snd(Term::mk(TermKind::Index(Term::var(rs), Term::var(&i))));
     let body = LTerm::app(deriv_i, arg(&i));
     LTerm::mk(LTermKind::Build(n, i, body))
@@ -531,10 +569,10 @@ impl Arrays for Forward {
         let cod = Type::array(b.clone());
         let image = self.image(&f.dom, b);
         new_mor(self, &dom, &cod, |x| {
-            let g = Var::fresh("γ", self.primal(gamma));
-            let xs = Var::fresh("as", self.primal(&Type::array(a.clone())));
-            let rs = Var::fresh("rs", Ty::array(image));
-            let ai = Var::fresh("a", self.primal(a));
+            let g = Var::fresh(name("γ"), self.primal(gamma));
+            let xs = Var::fresh(name("as"), self.primal(&Type::array(a.clone())));
+            let rs = Var::fresh(name("rs"), Ty::array(image));
+            let ai = Var::fresh(name("a"), self.primal(a));
             let mut lets = Lets::new();
             lets.push_pair(&g, &xs, Term::var(x));
             let mapped = Term::mk(TermKind::Map(per_element(f, &g, &ai), Term::var(&xs)));
@@ -557,10 +595,10 @@ impl Arrays for Forward {
         let cod = Type::array(c.clone());
         let image = self.image(&f.dom, c);
         new_mor(self, &dom, &cod, |x| {
-            let g = Var::fresh("γ", self.primal(gamma));
-            let xs = Var::fresh("as", self.primal(&aa));
-            let ys = Var::fresh("bs", self.primal(&ab));
-            let rs = Var::fresh("rs", Ty::array(image));
+            let g = Var::fresh(name("γ"), self.primal(gamma));
+            let xs = Var::fresh(name("as"), self.primal(&aa));
+            let ys = Var::fresh(name("bs"), self.primal(&ab));
+            let rs = Var::fresh(name("rs"), Ty::array(image));
             let mut lets = Lets::new();
             lets.push(
                 Pat::Pair(
@@ -596,10 +634,10 @@ impl Arrays for Forward {
         let cod = Type::array(a.clone());
         let image = self.image(&f.dom, a);
         new_mor(self, &dom, &cod, |x| {
-            let g = Var::fresh("γ", self.primal(gamma));
-            let n = Var::fresh("n", Ty::Int);
-            let i = Var::fresh("i", Ty::Int);
-            let rs = Var::fresh("rs", Ty::array(image));
+            let g = Var::fresh(name("γ"), self.primal(gamma));
+            let n = Var::fresh(name("n"), Ty::Int);
+            let i = Var::fresh(name("i"), Ty::Int);
+            let rs = Var::fresh(name("rs"), Ty::array(image));
             let mut lets = Lets::new();
             lets.push_pair(&g, &n, Term::var(x));
             let built = Term::mk(TermKind::Build(Term::var(&n), per_element(f, &g, &i)));
@@ -616,8 +654,8 @@ impl Arrays for Forward {
         // let (xs, i) = x in (xs ! i, λ̲d. (fst d) ! i)
         let dom = Type::prod(Type::array(a.clone()), Type::Int);
         new_mor(self, &dom, a, |x| {
-            let xs = Var::fresh("xs", self.primal(&Type::array(a.clone())));
-            let i = Var::fresh("i", Ty::Int);
+            let xs = Var::fresh(name("xs"), self.primal(&Type::array(a.clone())));
+            let i = Var::fresh(name("i"), Ty::Int);
             let mut lets = Lets::new();
             lets.push_pair(&xs, &i, Term::var(x));
             let primal = Term::mk(TermKind::Index(Term::var(&xs), Term::var(&i)));
@@ -639,8 +677,8 @@ impl Arrays for Forward {
         // let (n, a) = x in (replicate n a, λ̲d. replicate n (snd d))
         let dom = Type::prod(Type::Int, a.clone());
         new_mor(self, &dom, &Type::array(a.clone()), |x| {
-            let n = Var::fresh("n", Ty::Int);
-            let e = Var::fresh("a", self.primal(a));
+            let n = Var::fresh(name("n"), Ty::Int);
+            let e = Var::fresh(name("a"), self.primal(a));
             let mut lets = Lets::new();
             lets.push_pair(&n, &e, Term::var(x));
             let primal = Term::mk(TermKind::Replicate(Term::var(&n), Term::var(&e)));

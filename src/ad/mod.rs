@@ -36,12 +36,12 @@ use crate::source::term::{Entry, Term as STerm, TermKind as SKind};
 use crate::target::engine::Code;
 use crate::target::linear::{Lin, LinFun};
 use crate::target::print;
-use crate::target::term::{LTerm, Pat, Term, TermKind, Var};
+use crate::target::term::{LTerm, LTermKind, Pat, Term, TermKind, Var};
 use crate::target::types::{LTy, Ty};
 use crate::types::Type;
 use crate::value::Value;
+use rustc_hash::FxHashMap;
 use std::cell::{OnceCell, RefCell};
-use std::collections::HashMap;
 use std::fmt;
 use std::rc::Rc;
 
@@ -123,7 +123,7 @@ pub(crate) fn new_mor(
     b: &Type,
     body: impl FnOnce(&Var) -> Term,
 ) -> Result<Mor> {
-    let x = Var::fresh("x", maps.primal(a));
+    let x = Var::fresh(name("x"), maps.primal(a));
     let body = body(&x);
     Ok(Mor {
         dom: a.clone(),
@@ -134,10 +134,15 @@ pub(crate) fn new_mor(
 }
 
 /// Fresh variables for the primal result and the derivative of `m`.
-pub(crate) fn results(maps: &impl TypeMaps, m: &Mor, y: &str, d: &str) -> (Var, Var) {
+pub(crate) fn results(
+    maps: &impl TypeMaps,
+    m: &Mor,
+    y: &'static str,
+    d: &'static str,
+) -> (Var, Var) {
     (
-        Var::fresh(y, maps.primal(&m.cod)),
-        Var::fresh(d, maps.derivative(&m.dom, &m.cod)),
+        Var::fresh(name(y), maps.primal(&m.cod)),
+        Var::fresh(name(d), maps.derivative(&m.dom, &m.cod)),
     )
 }
 
@@ -170,31 +175,73 @@ pub fn check_supported(t: &STerm) -> Result<()> {
 /// A memo table for a type map, keyed by the identity of shared type nodes, so that mapping a
 /// context type of n variables (built by sharing) costs O(n) once rather than per combinator.
 pub(crate) struct Memo<T> {
-    map: RefCell<HashMap<usize, (Type, T)>>,
+    /// Keyed by address: Fx hashing (SipHash was a tenth of reverse AD of a 10⁴-line program).
+    map: RefCell<FxHashMap<usize, (Type, T)>>,
 }
 
 impl<T: Clone> Memo<T> {
     pub(crate) fn new() -> Memo<T> {
         Memo {
-            map: RefCell::new(HashMap::new()),
+            map: RefCell::new(FxHashMap::default()),
         }
     }
 
     /// The image of `t`, computing it with `f` (which may call back into the memo) if needed.
     pub(crate) fn get(&self, t: &Type, f: impl FnOnce() -> T) -> T {
-        let key = match t {
-            Type::Prod(p) | Type::Fun(p) | Type::Sum(p) => Rc::as_ptr(p) as *const () as usize,
-            Type::Array(a) => Rc::as_ptr(a) as *const () as usize,
-            _ => return f(),
-        };
+        let key = memo_key(t);
         if let Some((_, v)) = self.map.borrow().get(&key) {
             return v.clone();
         }
         let v = f();
+        // A node only the caller holds (a type just made, e.g. the domain `A × B` of `fst`)
+        // cannot be asked about again once dropped: not worth an entry (a fifth of reverse AD's
+        // type lookups, each an insertion that kept the type alive).
+        if unshared(t) {
+            return v;
+        }
         // Keeping `t` alive keeps its address from being reused by another type.
         self.map.borrow_mut().insert(key, (t.clone(), v.clone()));
         v
     }
+}
+
+/// Whether `t` is a node nobody but the caller holds.
+fn unshared(t: &Type) -> bool {
+    match t {
+        Type::Prod(p) | Type::Fun(p) | Type::Sum(p) => Rc::strong_count(p) == 1,
+        Type::Array(a) => Rc::strong_count(a) == 1,
+        Type::Real | Type::Int | Type::Bool | Type::Unit => false,
+    }
+}
+
+/// The key of a type in a [`Memo`]: the address of a shared node, or for the types without one
+/// a small number no node has as its address (so scalar types are memoised too, and their
+/// images, e.g. the `Ty` of a linear variable, are allocated once, not per use).
+fn memo_key(t: &Type) -> usize {
+    match t {
+        Type::Prod(p) | Type::Fun(p) | Type::Sum(p) => Rc::as_ptr(p) as *const () as usize,
+        Type::Array(a) => Rc::as_ptr(a) as *const () as usize,
+        Type::Real => 1,
+        Type::Int => 2,
+        Type::Bool => 3,
+        Type::Unit => 4,
+    }
+}
+
+/// The name `s` as a shared string: the AD functors make a few hundred thousand variables for a
+/// 10⁴-line program, nearly all named from a handful of literals, and a fresh `Rc<str>` for each
+/// was an allocation (and a page of memory touched) per variable.
+pub(crate) fn name(s: &'static str) -> Rc<str> {
+    thread_local! {
+        static NAMES: RefCell<FxHashMap<&'static str, Rc<str>>> =
+            RefCell::new(FxHashMap::default());
+    }
+    NAMES.with(|n| {
+        n.borrow_mut()
+            .entry(s)
+            .or_insert_with(|| Rc::from(s))
+            .clone()
+    })
 }
 
 /// A chain of `let`s under construction: `let p1 = e1 in ... let pn = en in body`.
@@ -227,9 +274,38 @@ impl Lets {
     }
 }
 
+/// Whether `m` is the image of `id` as both functors build it, `(x, λ̲v. v)`. The rules for
+/// `⟨f, g⟩` use it to build `R(⟨id, g⟩)` (the image of every source `let`) with `id`'s
+/// derivative already applied: `(λ̲v. v) • l` is `l` by β, nothing the simplifier must find.
+pub(crate) fn is_identity(m: &Mor) -> bool {
+    let TermKind::Pair(y, d) = &m.body.kind else {
+        return false;
+    };
+    matches!(&y.kind, TermKind::Var(x) if x.id == m.x.id)
+        && matches!(&d.kind, TermKind::LinLam(v, l)
+            if matches!(&l.kind, LTermKind::Var(u) if u.id == v.id))
+}
+
+/// The literal of `m` if it is the image of a constant, `(c, λ̲v. 0)` (`bang`'s `((), λ̲v. 0)`
+/// included): a value whose derivative is the zero map, with no computation to share. The
+/// rules for `g ∘ f` and `⟨f, g⟩` build their β-reduced form directly when such an image is
+/// composed or paired: `(λ̲v. 0) • l` is `0`, and a sum with it is the other summand.
+pub(crate) fn constant_image(m: &Mor) -> Option<&Term> {
+    let TermKind::Pair(y, d) = &m.body.kind else {
+        return None;
+    };
+    let zero = matches!(&d.kind, TermKind::LinLam(_, l) if matches!(l.kind, LTermKind::Zero(_)));
+    (zero && matches!(y.kind, TermKind::Lit(_))).then_some(y)
+}
+
 /// `λ̲v. body(v)` for a fresh linear variable `v : Lin l`.
-pub(crate) fn lin_lam(name: &str, l: LTy, body: impl FnOnce(LTerm) -> LTerm) -> Term {
-    let v = Var::linear(name, l);
+pub(crate) fn lin_lam(nm: &'static str, l: LTy, body: impl FnOnce(LTerm) -> LTerm) -> Term {
+    lin_lam_ty(nm, Ty::lin(l), body)
+}
+
+/// [`lin_lam`] with the variable's type `Lin l` given (memoised by the models).
+pub(crate) fn lin_lam_ty(nm: &'static str, ty: Ty, body: impl FnOnce(LTerm) -> LTerm) -> Term {
+    let v = Var::fresh(name(nm), ty);
     Term::lin_lam(&v, body(LTerm::var(&v)))
 }
 
@@ -316,7 +392,7 @@ pub(crate) fn per_element(f: Mor, gamma: &Var, a: &Var) -> Term {
 /// `map (λr. fst r) rs` or `map (λr. snd r) rs` for an array `rs` of primal-derivative pairs.
 pub(crate) fn map_proj(rs: &Var, second: bool) -> Term {
     let image = rs.ty.as_array().expect("an array of images").clone();
-    let r = Var::fresh("r", image);
+    let r = Var::fresh(name("r"), image);
     let body = if second {
         Term::snd(Term::var(&r))
     } else {
@@ -336,8 +412,8 @@ pub(crate) fn map2_images(
     xs: &Var,
     ys: &Var,
 ) -> Term {
-    let ai = Var::fresh("a", maps.primal(a));
-    let bi = Var::fresh("b", maps.primal(b));
+    let ai = Var::fresh(name("a"), maps.primal(a));
+    let bi = Var::fresh(name("b"), maps.primal(b));
     let arg = Term::pair(Term::var(g), Term::pair(Term::var(&ai), Term::var(&bi)));
     let f = Term::lam(&ai, Term::lam(&bi, Term::let_(&m.x, arg, m.body)));
     Term::mk(TermKind::Map2(f, Term::var(xs), Term::var(ys)))
@@ -352,11 +428,11 @@ pub(crate) fn case_split(
     (a, b, c): (&Type, &Type, &Type),
     mut branch: impl FnMut(bool, Term) -> Term,
 ) -> Term {
-    let av = Var::fresh("a", maps.primal(a));
-    let s = Var::fresh("s", maps.primal(&Type::sum(b.clone(), c.clone())));
+    let av = Var::fresh(name("a"), maps.primal(a));
+    let s = Var::fresh(name("s"), maps.primal(&Type::sum(b.clone(), c.clone())));
     let (bv, cv) = (
-        Var::fresh("b", maps.primal(b)),
-        Var::fresh("c", maps.primal(c)),
+        Var::fresh(name("b"), maps.primal(b)),
+        Var::fresh(name("c"), maps.primal(c)),
     );
     let l = branch(true, Term::pair(Term::var(&av), Term::var(&bv)));
     let r = branch(false, Term::pair(Term::var(&av), Term::var(&cv)));

@@ -83,8 +83,9 @@
 //! So the gradient of `sum (build n (λi. xs ! i * xs ! i))` is O(n), not O(n²).
 
 use super::{
-    Lets, Memo, Mor, TypeMaps, apply, case_split, lin_lam, map_proj, map2_images, new_mor,
-    per_element, projs_term, results, split_args, take_branch, tuple_linear,
+    Lets, Memo, Mor, TypeMaps, apply, case_split, constant_image, is_identity, lin_lam, lin_lam_ty,
+    map_proj, map2_images, name, new_mor, per_element, projs_term, results, split_args,
+    take_branch, tuple_linear,
 };
 use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
 use crate::ccc::{Comb, Path, Projs, Step, interpret};
@@ -118,6 +119,8 @@ pub fn transform(c: &Comb) -> Result<Mor> {
 pub struct Reverse {
     r1: Memo<Ty>,
     r2: Memo<LTy>,
+    /// `Lin R2(A)`, the type of a cotangent variable.
+    lin: Memo<Ty>,
 }
 
 impl Default for Reverse {
@@ -132,6 +135,7 @@ impl Reverse {
         Reverse {
             r1: Memo::new(),
             r2: Memo::new(),
+            lin: Memo::new(),
         }
     }
 
@@ -186,7 +190,8 @@ impl Reverse {
 
     /// `(y, λ̲v. lin(v))` with `v : R2(b)`.
     fn combined(&self, b: &Type, y: Term, lin: impl FnOnce(LTerm) -> LTerm) -> Term {
-        Term::pair(y, lin_lam("v", self.cotangent(b), lin))
+        let ty = self.lin.get(b, || Ty::lin(self.cotangent(b)));
+        Term::pair(y, lin_lam_ty("v", ty, lin))
     }
 }
 
@@ -226,7 +231,18 @@ impl Category for Reverse {
 
     fn compose(&self, g: Mor, f: Mor) -> Result<Mor> {
         // let (y, f') = R(f)[x] in let (z, g') = R(g)[y] in (z, λ̲v. f' • (g' • v))
-        let df = Var::fresh("df", self.derivative(&f.dom, &f.cod));
+        // For constant images (c ∘ bang) that is (c, λ̲v. (λ̲v. 0) • ((λ̲v. 0) • v)) after
+        // β for the lets, and (c, λ̲v. 0) after β for the applications: built directly.
+        if let (Some(c), Some(_)) = (constant_image(&g), constant_image(&f)) {
+            let body = self.combined(&g.cod, c.clone(), |_| LTerm::zero(self.cotangent(&f.dom)));
+            return Ok(Mor {
+                dom: f.dom,
+                cod: g.cod,
+                x: f.x,
+                body,
+            });
+        }
+        let df = Var::fresh(name("df"), self.derivative(&f.dom, &f.cod));
         let (z, dg) = results(self, &g, "z", "dg");
         let mut lets = Lets::new();
         lets.push_pair(&g.x, &df, f.body);
@@ -274,18 +290,44 @@ impl Cartesian for Reverse {
 
     fn pair(&self, f: Mor, g: Mor) -> Result<Mor> {
         // let (y, f') = R(f)[x] in let (z, g') = R(g)[x] in ((y, z), λ̲v. f' • fst v + g' • snd v)
+        // The let of every source line is ⟨id, g⟩: for R(f) = (x, λ̲v. v) the lets of y and f'
+        // are β-reduced, ((x, z), λ̲v. fst v + g' • snd v); for a constant image R(g) =
+        // (c, λ̲v. 0) those of z and g', ((y, c), λ̲v. f' • fst v + 0), and the + 0 dropped
+        // (the same for a constant image R(f)).
+        let cod = Type::prod(f.cod.clone(), g.cod.clone());
+        let id = is_identity(&f);
         let (y, df) = results(self, &f, "y", "df");
         let (z, dg) = results(self, &g, "z", "dg");
-        let cod = Type::prod(f.cod.clone(), g.cod.clone());
         let mut lets = Lets::new();
-        lets.push_pair(&y, &df, f.body);
-        lets.push(Pat::Var(g.x.clone()), Term::var(&f.x));
-        lets.push_pair(&z, &dg, g.body);
-        let body = lets.finish(self.combined(
-            &cod,
-            Term::pair(Term::var(&y), Term::var(&z)),
-            |v| LTerm::plus(apply(&df, LTerm::fst(v.clone())), apply(&dg, LTerm::snd(v))),
-        ));
+        let (ty, fv) = if id {
+            (Term::var(&f.x), None)
+        } else if let Some(c) = constant_image(&f) {
+            (c.clone(), None)
+        } else {
+            lets.push_pair(&y, &df, f.body);
+            (Term::var(&y), Some(df))
+        };
+        let (tz, gv) = match constant_image(&g) {
+            Some(c) => (c.clone(), None),
+            None => {
+                lets.push(Pat::Var(g.x.clone()), Term::var(&f.x));
+                lets.push_pair(&z, &dg, g.body);
+                (Term::var(&z), Some(dg))
+            }
+        };
+        let body = lets.finish(self.combined(&cod, Term::pair(ty, tz), |v| {
+            let first = match &fv {
+                Some(df) => Some(apply(df, LTerm::fst(v.clone()))),
+                None if id => Some(LTerm::fst(v.clone())),
+                None => None,
+            };
+            let second = gv.as_ref().map(|dg| apply(dg, LTerm::snd(v)));
+            match (first, second) {
+                (Some(a), Some(b)) => LTerm::plus(a, b),
+                (Some(a), None) | (None, Some(a)) => a,
+                (None, None) => LTerm::zero(self.cotangent(&f.dom)),
+            }
+        }));
         Ok(Mor {
             dom: f.dom,
             cod,
@@ -365,18 +407,18 @@ impl Closed for Reverse {
         // ( λb. let (c, f') = h b in (c, closureArg (h, f')),     -- = λ̲v. snd (f' • v), taped
         //   closureEnv h )                        -- = λ̲w. copowfold (λb. λ̲v. fst (snd (h b) • v)) w
         let bc = Type::fun(b.clone(), c.clone());
-        let x = Var::fresh("x", self.primal(a));
+        let x = Var::fresh(name("x"), self.primal(a));
         let h_ty = Ty::fun(self.primal(b), self.image(&f.dom, c));
-        let h = Var::fresh("h", h_ty.clone());
-        let b1 = Var::fresh("b", self.primal(b));
+        let h = Var::fresh(name("h"), h_ty.clone());
+        let b1 = Var::fresh(name("b"), self.primal(b));
         let h_def = Term::lam(
             &b1,
             Term::let_(&f.x, Term::pair(Term::var(&x), Term::var(&b1)), f.body),
         );
-        let b2 = Var::fresh("b", self.primal(b));
-        let cv = Var::fresh("c", self.primal(c));
+        let b2 = Var::fresh(name("b"), self.primal(b));
+        let cv = Var::fresh(name("c"), self.primal(c));
         let df_ty = self.derivative(&f.dom, c);
-        let df = Var::fresh("df", df_ty.clone());
+        let df = Var::fresh(name("df"), df_ty.clone());
         let arg = closure_arg(&h_ty, &df_ty, self.cotangent(c), self.cotangent(b));
         let fun = Term::lam(
             &b2,
@@ -411,10 +453,10 @@ impl Closed for Reverse {
         // where recordCall (b, g') • v = !b ⊗ v (with the call's tape, if g' has one)
         let dom = Type::prod(Type::fun(b.clone(), c.clone()), b.clone());
         new_mor(self, &dom, c, |x| {
-            let g = Var::fresh("g", self.primal(&Type::fun(b.clone(), c.clone())));
-            let bv = Var::fresh("b", self.primal(b));
-            let cv = Var::fresh("c", self.primal(c));
-            let dg = Var::fresh("dg", self.derivative(b, c));
+            let g = Var::fresh(name("g"), self.primal(&Type::fun(b.clone(), c.clone())));
+            let bv = Var::fresh(name("b"), self.primal(b));
+            let cv = Var::fresh(name("c"), self.primal(c));
+            let dg = Var::fresh(name("dg"), self.derivative(b, c));
             let mut lets = Lets::new();
             lets.push_pair(&g, &bv, Term::var(x));
             lets.push_pair(&cv, &dg, Term::app(Term::var(&g), Term::var(&bv)));
@@ -440,7 +482,7 @@ impl Primitives for Reverse {
 
     fn prim(&self, op: &Prim) -> Result<Mor> {
         let (dom, cod) = (op.domain(), op.result().clone());
-        let x = Var::fresh("x", self.primal(&dom));
+        let x = Var::fresh(name("x"), self.primal(&dom));
         let mut lets = Lets::new();
         let tys: Vec<Ty> = op.params().iter().map(|p| self.primal(p)).collect();
         let args = split_args(&x, &tys, &mut lets);
@@ -518,7 +560,7 @@ impl Coproducts for Reverse {
                 let mut lets = Lets::new();
                 lets.push(Pat::Var(m.x.clone()), arg);
                 lets.push_pair(&y, &dm, m.body);
-                let u = Var::linear("u", self.cotangent(&m.dom));
+                let u = Var::linear(name("u"), self.cotangent(&m.dom));
                 lets.finish(self.combined(d, Term::var(&y), |v| {
                     let inj = self.inject(left, LTerm::snd(LTerm::var(&u)), b, c);
                     LTerm::lin_let(
@@ -544,10 +586,10 @@ impl Coproducts for Reverse {
         new_mor(self, &dom, &cod, |x| {
             case_split(self, x, (a, b, c), |left, arg| {
                 let (primal, u) = if left {
-                    let u = Var::linear("u", self.cotangent(&ab));
+                    let u = Var::linear(name("u"), self.cotangent(&ab));
                     (TermKind::Inl(arg, self.primal(&ac)), u)
                 } else {
-                    let u = Var::linear("u", self.cotangent(&ac));
+                    let u = Var::linear(name("u"), self.cotangent(&ac));
                     (TermKind::Inr(self.primal(&ab), arg), u)
                 };
                 self.combined(&cod, Term::mk(primal), |v| {
@@ -606,7 +648,7 @@ fn lin_fun(v: &Value) -> LinFun {
 /// `let cs = zipWith (map snd rs) v in k(cs)`: every element's transposed derivative applied to
 /// its element of the output cotangent `v` (sparse `v`, sparse `cs`), with `cs : Array p`.
 fn element_cotangents(rs: &Var, v: LTerm, p: LTy, k: impl FnOnce(&Var) -> LTerm) -> LTerm {
-    let cs = Var::linear("cs", LTy::array(p));
+    let cs = Var::linear(name("cs"), LTy::array(p));
     let body = k(&cs);
     let zipped = LTerm::mk(LTermKind::ZipWith(map_proj(rs, true), v));
     LTerm::lin_let(&cs, zipped, body)
@@ -627,10 +669,10 @@ impl Arrays for Reverse {
         let image = self.image(&f.dom, b);
         let p = LTy::prod(self.cotangent(gamma), self.cotangent(a));
         new_mor(self, &dom, &cod, |x| {
-            let g = Var::fresh("γ", self.primal(gamma));
-            let xs = Var::fresh("as", self.primal(&Type::array(a.clone())));
-            let rs = Var::fresh("rs", Ty::array(image));
-            let ai = Var::fresh("a", self.primal(a));
+            let g = Var::fresh(name("γ"), self.primal(gamma));
+            let xs = Var::fresh(name("as"), self.primal(&Type::array(a.clone())));
+            let rs = Var::fresh(name("rs"), Ty::array(image));
+            let ai = Var::fresh(name("a"), self.primal(a));
             let mut lets = Lets::new();
             lets.push_pair(&g, &xs, Term::var(x));
             let mapped = Term::mk(TermKind::Map(per_element(f, &g, &ai), Term::var(&xs)));
@@ -659,10 +701,10 @@ impl Arrays for Reverse {
             LTy::prod(self.cotangent(a), self.cotangent(b)),
         );
         new_mor(self, &dom, &cod, |x| {
-            let g = Var::fresh("γ", self.primal(gamma));
-            let xs = Var::fresh("as", self.primal(&aa));
-            let ys = Var::fresh("bs", self.primal(&ab));
-            let rs = Var::fresh("rs", Ty::array(image));
+            let g = Var::fresh(name("γ"), self.primal(gamma));
+            let xs = Var::fresh(name("as"), self.primal(&aa));
+            let ys = Var::fresh(name("bs"), self.primal(&ab));
+            let rs = Var::fresh(name("rs"), Ty::array(image));
             let mut lets = Lets::new();
             lets.push(
                 Pat::Pair(
@@ -700,10 +742,10 @@ impl Arrays for Reverse {
         let image = self.image(&f.dom, a);
         let p = LTy::prod(self.cotangent(gamma), LTy::Unit);
         new_mor(self, &dom, &cod, |x| {
-            let g = Var::fresh("γ", self.primal(gamma));
-            let n = Var::fresh("n", Ty::Int);
-            let i = Var::fresh("i", Ty::Int);
-            let rs = Var::fresh("rs", Ty::array(image));
+            let g = Var::fresh(name("γ"), self.primal(gamma));
+            let n = Var::fresh(name("n"), Ty::Int);
+            let i = Var::fresh(name("i"), Ty::Int);
+            let rs = Var::fresh(name("rs"), Ty::array(image));
             let mut lets = Lets::new();
             lets.push_pair(&g, &n, Term::var(x));
             let built = Term::mk(TermKind::Build(Term::var(&n), per_element(f, &g, &i)));
@@ -721,8 +763,8 @@ impl Arrays for Reverse {
         // let (xs, i) = x in (xs ! i, λ̲v. (onehot (length xs) i v, 0))
         let dom = Type::prod(Type::array(a.clone()), Type::Int);
         new_mor(self, &dom, a, |x| {
-            let xs = Var::fresh("xs", self.primal(&Type::array(a.clone())));
-            let i = Var::fresh("i", Ty::Int);
+            let xs = Var::fresh(name("xs"), self.primal(&Type::array(a.clone())));
+            let i = Var::fresh(name("i"), Ty::Int);
             let mut lets = Lets::new();
             lets.push_pair(&xs, &i, Term::var(x));
             let primal = Term::mk(TermKind::Index(Term::var(&xs), Term::var(&i)));
@@ -749,8 +791,8 @@ impl Arrays for Reverse {
         let dom = Type::prod(Type::Int, a.clone());
         let cod = Type::array(a.clone());
         new_mor(self, &dom, &cod, |x| {
-            let n = Var::fresh("n", Ty::Int);
-            let e = Var::fresh("a", self.primal(a));
+            let n = Var::fresh(name("n"), Ty::Int);
+            let e = Var::fresh(name("a"), self.primal(a));
             let mut lets = Lets::new();
             lets.push_pair(&n, &e, Term::var(x));
             let primal = Term::mk(TermKind::Replicate(Term::var(&n), Term::var(&e)));

@@ -567,35 +567,128 @@ pub trait Rewrite {
     fn linear(&mut self, l: &LTerm) -> LTerm;
 }
 
+/// Whether two Cartesian handles are the same node.
+#[inline]
+fn same(a: &Term, b: &Term) -> bool {
+    Rc::ptr_eq(&a.0, &b.0)
+}
+
+/// Whether two linear handles are the same node.
+#[inline]
+fn lsame(a: &LTerm, b: &LTerm) -> bool {
+    Rc::ptr_eq(&a.0, &b.0)
+}
+
 impl Term {
     /// The same node (same binders, same span) over rewritten immediate subterms, left to right.
+    /// When every subterm comes back as the same node, this is `self` (shared, not rebuilt), so
+    /// a rewrite that changes little allocates only along the paths it changes.
     pub fn map_children(&self, r: &mut impl Rewrite) -> Term {
         use TermKind as K;
+        // `$new` is built only if some child changed.
+        macro_rules! rebuild {
+            ($($old:expr => $new:ident),+ ; $kind:expr) => {{
+                if $(same($old, &$new))&&+ {
+                    return self.clone();
+                }
+                $kind
+            }};
+        }
         let kind = match &self.kind {
             K::Var(_) | K::Lit(_) => return self.clone(),
-            K::Lam(x, b) => K::Lam(x.clone(), r.term(b)),
-            K::App(f, a) => K::App(r.term(f), r.term(a)),
-            K::Let(p, e, b) => K::Let(p.clone(), r.term(e), r.term(b)),
-            K::Pair(a, b) => K::Pair(r.term(a), r.term(b)),
-            K::Fst(e) => K::Fst(r.term(e)),
-            K::Snd(e) => K::Snd(r.term(e)),
-            K::If(c, a, b) => K::If(r.term(c), r.term(a), r.term(b)),
-            K::Inl(e, t) => K::Inl(r.term(e), t.clone()),
-            K::Inr(t, e) => K::Inr(t.clone(), r.term(e)),
-            K::Case(e, p, a, q, b) => {
-                K::Case(r.term(e), p.clone(), r.term(a), q.clone(), r.term(b))
+            K::Lam(x, b) => {
+                let b2 = r.term(b);
+                rebuild!(b => b2; K::Lam(x.clone(), b2))
             }
-            K::Prim(op, args) => K::Prim(op.clone(), args.iter().map(|a| r.term(a)).collect()),
-            K::Array(t, xs) => K::Array(t.clone(), xs.iter().map(|x| r.term(x)).collect()),
-            K::Map(f, xs) => K::Map(r.term(f), r.term(xs)),
-            K::Map2(f, xs, ys) => K::Map2(r.term(f), r.term(xs), r.term(ys)),
-            K::Build(n, f) => K::Build(r.term(n), r.term(f)),
-            K::Index(xs, i) => K::Index(r.term(xs), r.term(i)),
-            K::Length(xs) => K::Length(r.term(xs)),
-            K::Replicate(n, x) => K::Replicate(r.term(n), r.term(x)),
-            K::LinLam(v, l) => K::LinLam(v.clone(), r.linear(l)),
-            K::LinApp(f, t) => K::LinApp(r.term(f), r.term(t)),
-            K::LinPrim(k, t) => K::LinPrim(k.clone(), r.term(t)),
+            K::App(f, a) => {
+                let (f2, a2) = (r.term(f), r.term(a));
+                rebuild!(f => f2, a => a2; K::App(f2, a2))
+            }
+            K::Let(p, e, b) => {
+                let (e2, b2) = (r.term(e), r.term(b));
+                rebuild!(e => e2, b => b2; K::Let(p.clone(), e2, b2))
+            }
+            K::Pair(a, b) => {
+                let (a2, b2) = (r.term(a), r.term(b));
+                rebuild!(a => a2, b => b2; K::Pair(a2, b2))
+            }
+            K::Fst(e) => {
+                let e2 = r.term(e);
+                rebuild!(e => e2; K::Fst(e2))
+            }
+            K::Snd(e) => {
+                let e2 = r.term(e);
+                rebuild!(e => e2; K::Snd(e2))
+            }
+            K::If(c, a, b) => {
+                let (c2, a2, b2) = (r.term(c), r.term(a), r.term(b));
+                rebuild!(c => c2, a => a2, b => b2; K::If(c2, a2, b2))
+            }
+            K::Inl(e, t) => {
+                let e2 = r.term(e);
+                rebuild!(e => e2; K::Inl(e2, t.clone()))
+            }
+            K::Inr(t, e) => {
+                let e2 = r.term(e);
+                rebuild!(e => e2; K::Inr(t.clone(), e2))
+            }
+            K::Case(e, p, a, q, b) => {
+                let (e2, a2, b2) = (r.term(e), r.term(a), r.term(b));
+                rebuild!(e => e2, a => a2, b => b2; K::Case(e2, p.clone(), a2, q.clone(), b2))
+            }
+            K::Prim(op, args) => {
+                let args2: Vec<Term> = args.iter().map(|a| r.term(a)).collect();
+                if args.iter().zip(&args2).all(|(a, b)| same(a, b)) {
+                    return self.clone();
+                }
+                K::Prim(op.clone(), args2)
+            }
+            K::Array(t, xs) => {
+                let xs2: Vec<Term> = xs.iter().map(|x| r.term(x)).collect();
+                if xs.iter().zip(&xs2).all(|(a, b)| same(a, b)) {
+                    return self.clone();
+                }
+                K::Array(t.clone(), xs2)
+            }
+            K::Map(f, xs) => {
+                let (f2, xs2) = (r.term(f), r.term(xs));
+                rebuild!(f => f2, xs => xs2; K::Map(f2, xs2))
+            }
+            K::Map2(f, xs, ys) => {
+                let (f2, xs2, ys2) = (r.term(f), r.term(xs), r.term(ys));
+                rebuild!(f => f2, xs => xs2, ys => ys2; K::Map2(f2, xs2, ys2))
+            }
+            K::Build(n, f) => {
+                let (n2, f2) = (r.term(n), r.term(f));
+                rebuild!(n => n2, f => f2; K::Build(n2, f2))
+            }
+            K::Index(xs, i) => {
+                let (xs2, i2) = (r.term(xs), r.term(i));
+                rebuild!(xs => xs2, i => i2; K::Index(xs2, i2))
+            }
+            K::Length(xs) => {
+                let xs2 = r.term(xs);
+                rebuild!(xs => xs2; K::Length(xs2))
+            }
+            K::Replicate(n, x) => {
+                let (n2, x2) = (r.term(n), r.term(x));
+                rebuild!(n => n2, x => x2; K::Replicate(n2, x2))
+            }
+            K::LinLam(v, l) => {
+                let l2 = r.linear(l);
+                if lsame(l, &l2) {
+                    return self.clone();
+                }
+                K::LinLam(v.clone(), l2)
+            }
+            K::LinApp(f, t) => {
+                let (f2, t2) = (r.term(f), r.term(t));
+                rebuild!(f => f2, t => t2; K::LinApp(f2, t2))
+            }
+            K::LinPrim(k, t) => {
+                let t2 = r.term(t);
+                rebuild!(t => t2; K::LinPrim(k.clone(), t2))
+            }
         };
         Term::new(kind, self.span)
     }
@@ -603,36 +696,52 @@ impl Term {
 
 impl LTerm {
     /// The same node (same binders, same span) over rewritten immediate subterms, left to right.
+    /// When every subterm comes back as the same node, this is `self` (shared, not rebuilt).
     pub fn map_children(&self, r: &mut impl Rewrite) -> LTerm {
         use LTermKind as K;
+        // Children are `C` (Cartesian) or `L` (linear); `$kind` is built only if one changed.
+        macro_rules! rebuild {
+            ($($how:ident $old:expr => $new:ident),+ ; $kind:expr) => {{
+                $(let $new = rebuild!(@map $how $old);)+
+                if $(rebuild!(@same $how $old, &$new))&&+ {
+                    return self.clone();
+                }
+                $kind
+            }};
+            (@map C $old:expr) => { r.term($old) };
+            (@map L $old:expr) => { r.linear($old) };
+            (@same C $a:expr, $b:expr) => { same($a, $b) };
+            (@same L $a:expr, $b:expr) => { lsame($a, $b) };
+        }
         let kind = match &self.kind {
             K::Var(_) | K::Zero(_) => return self.clone(),
-            K::Plus(a, b) => K::Plus(r.linear(a), r.linear(b)),
-            K::Pair(a, b) => K::Pair(r.linear(a), r.linear(b)),
-            K::Fst(l) => K::Fst(r.linear(l)),
-            K::Snd(l) => K::Snd(r.linear(l)),
-            K::App(f, l) => K::App(r.term(f), r.linear(l)),
-            K::Let(p, t, l) => K::Let(p.clone(), r.term(t), r.linear(l)),
-            K::LinLet(u, a, b) => K::LinLet(u.clone(), r.linear(a), r.linear(b)),
-            K::Copower(t, l) => K::Copower(r.term(t), r.linear(l)),
-            K::CopowFold(t, l) => K::CopowFold(r.term(t), r.linear(l)),
-            K::PowLam(b, l) => K::PowLam(b.clone(), r.linear(l)),
-            K::PowApp(l, t) => K::PowApp(r.linear(l), r.term(t)),
-            K::Inl(l, t) => K::Inl(r.linear(l), t.clone()),
-            K::Inr(t, l) => K::Inr(t.clone(), r.linear(l)),
-            K::FromLeft(l) => K::FromLeft(r.linear(l)),
-            K::FromRight(l) => K::FromRight(r.linear(l)),
-            K::Replicate(n, l) => K::Replicate(r.term(n), r.linear(l)),
-            K::Sum(l) => K::Sum(r.linear(l)),
-            K::OneHot(n, i, l) => K::OneHot(r.term(n), r.term(i), r.linear(l)),
-            K::Index(l, i) => K::Index(r.linear(l), r.term(i)),
-            K::ZipWith(fs, l) => K::ZipWith(r.term(fs), r.linear(l)),
-            K::Map(f, l) => K::Map(r.term(f), r.linear(l)),
-            K::Build(n, i, l) => K::Build(r.term(n), i.clone(), r.linear(l)),
-            K::Scale(t, l) => K::Scale(r.term(t), r.linear(l)),
-            K::Case(t, p, a, q, b) => {
-                K::Case(r.term(t), p.clone(), r.linear(a), q.clone(), r.linear(b))
+            K::Plus(a, b) => rebuild!(L a => a2, L b => b2; K::Plus(a2, b2)),
+            K::Pair(a, b) => rebuild!(L a => a2, L b => b2; K::Pair(a2, b2)),
+            K::Fst(l) => rebuild!(L l => l2; K::Fst(l2)),
+            K::Snd(l) => rebuild!(L l => l2; K::Snd(l2)),
+            K::App(f, l) => rebuild!(C f => f2, L l => l2; K::App(f2, l2)),
+            K::Let(p, t, l) => rebuild!(C t => t2, L l => l2; K::Let(p.clone(), t2, l2)),
+            K::LinLet(u, a, b) => rebuild!(L a => a2, L b => b2; K::LinLet(u.clone(), a2, b2)),
+            K::Copower(t, l) => rebuild!(C t => t2, L l => l2; K::Copower(t2, l2)),
+            K::CopowFold(t, l) => rebuild!(C t => t2, L l => l2; K::CopowFold(t2, l2)),
+            K::PowLam(b, l) => rebuild!(L l => l2; K::PowLam(b.clone(), l2)),
+            K::PowApp(l, t) => rebuild!(L l => l2, C t => t2; K::PowApp(l2, t2)),
+            K::Inl(l, t) => rebuild!(L l => l2; K::Inl(l2, t.clone())),
+            K::Inr(t, l) => rebuild!(L l => l2; K::Inr(t.clone(), l2)),
+            K::FromLeft(l) => rebuild!(L l => l2; K::FromLeft(l2)),
+            K::FromRight(l) => rebuild!(L l => l2; K::FromRight(l2)),
+            K::Replicate(n, l) => rebuild!(C n => n2, L l => l2; K::Replicate(n2, l2)),
+            K::Sum(l) => rebuild!(L l => l2; K::Sum(l2)),
+            K::OneHot(n, i, l) => {
+                rebuild!(C n => n2, C i => i2, L l => l2; K::OneHot(n2, i2, l2))
             }
+            K::Index(l, i) => rebuild!(L l => l2, C i => i2; K::Index(l2, i2)),
+            K::ZipWith(fs, l) => rebuild!(C fs => fs2, L l => l2; K::ZipWith(fs2, l2)),
+            K::Map(f, l) => rebuild!(C f => f2, L l => l2; K::Map(f2, l2)),
+            K::Build(n, i, l) => rebuild!(C n => n2, L l => l2; K::Build(n2, i.clone(), l2)),
+            K::Scale(t, l) => rebuild!(C t => t2, L l => l2; K::Scale(t2, l2)),
+            K::Case(t, p, a, q, b) => rebuild!(C t => t2, L a => a2, L b => b2;
+                K::Case(t2, p.clone(), a2, q.clone(), b2)),
         };
         LTerm::new(kind, self.span)
     }
