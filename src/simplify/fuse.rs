@@ -1052,7 +1052,7 @@ impl Nest {
     /// With `unread`, instead a component that no use reads, of `rs`'s elements or of the
     /// elements of an array they carry.
     fn analyse(rs: &Var, e: &Term, scope: Scope<'_>, unread: bool) -> Option<Nest> {
-        if let Some(n) = Nest::direct(rs, e, scope, unread) {
+        if let Some(n) = Nest::direct(rs, e, scope, unread).into_iter().next() {
             return Some(n);
         }
         Nest::carried(rs, e, unread)
@@ -1061,27 +1061,37 @@ impl Nest {
     }
 
     /// `rs = e` itself: an array of closures, or (with `unread`) an array whose elements' tuples
-    /// hold a variable at a path that no use reads.
-    fn direct(rs: &Var, e: &Term, scope: Scope<'_>, unread: bool) -> Option<Nest> {
-        let (ty, inner) = if unread {
-            let (_, body) = element_of(e)?;
-            let elem_ty = rs.ty.as_array()?;
-            let mut leaves = Vec::new();
-            tuple_leaves(lets_of(body).1, &mut Vec::new(), &mut leaves);
-            let (path, _) = leaves
-                .into_iter()
-                .find(|(path, _)| uses_only(rs.id, scope, Kind::Unread(path)))?;
-            let ty = Ty::array(retype(elem_ty, &path, &Ty::Unit));
-            (ty, Inner::Unread(path))
-        } else {
-            let c = Closures::analyse(rs, e, scope)?;
-            (c.converted_ty(rs), Inner::Closures(c))
-        };
-        Some(Nest {
+    /// hold a variable at a path that no use reads (every such path, in order: a use further
+    /// out may read some of them).
+    fn direct(rs: &Var, e: &Term, scope: Scope<'_>, unread: bool) -> Vec<Nest> {
+        let single = |ty, inner| Nest {
             tys: vec![ty],
             levels: Vec::new(),
             inner,
-        })
+        };
+        if unread {
+            let Some((_, body)) = element_of(e) else {
+                return Vec::new();
+            };
+            let Some(elem_ty) = rs.ty.as_array() else {
+                return Vec::new();
+            };
+            let mut leaves = Vec::new();
+            tuple_leaves(lets_of(body).1, &mut Vec::new(), &mut leaves);
+            leaves
+                .into_iter()
+                .filter(|(path, _)| uses_only(rs.id, scope, Kind::Unread(path)))
+                .map(|(path, _)| {
+                    let ty = Ty::array(retype(elem_ty, &path, &Ty::Unit));
+                    single(ty, Inner::Unread(path))
+                })
+                .collect()
+        } else {
+            Closures::analyse(rs, e, scope)
+                .map(|c| single(c.converted_ty(rs), Inner::Closures(c)))
+                .into_iter()
+                .collect()
+        }
     }
 
     /// The closure arrays that the elements of `rs = e` carry in their tuples, directly or
@@ -1111,9 +1121,7 @@ impl Nest {
             // The scope of `x` in the element, without the component that returns it.
             let scope = wrap_lets(&lets[k + 1..], put(core, &path, Term::unit()));
             let def = lets[k].1;
-            let mut found: Vec<Nest> = Nest::direct(&x, def, Scope::C(&scope), unread)
-                .into_iter()
-                .collect();
+            let mut found: Vec<Nest> = Nest::direct(&x, def, Scope::C(&scope), unread);
             found.extend(
                 Nest::carried(&x, def, unread)
                     .into_iter()
@@ -1665,7 +1673,7 @@ impl Rewrite for Convert<'_> {
 /// length or an index of an atom by an atom (under projections), or at most
 /// [`REMAT_OPS`] additions, subtractions, multiplications and negations of such terms (of reals
 /// or integers), in a tree.
-pub(super) fn remat_form(_c: &Var, e: &Term) -> bool {
+pub(super) fn remat_form(c: &Var, e: &Term) -> bool {
     fn ops(e: &Term, budget: &mut usize) -> bool {
         match &e.kind {
             TermKind::Prim(op, args)
@@ -1705,8 +1713,35 @@ pub(super) fn remat_form(_c: &Var, e: &Term) -> bool {
         }
     }
     let mut budget = REMAT_OPS;
-    ops(e, &mut budget)
+    if ops(e, &mut budget) {
+        return true;
+    }
+    // Integer index arithmetic (the offset of a packed triangle, `d + c (2d - c - 1) / 2 + r -
+    // c - 1`) is cheaper to recompute than to store: stored, it costs a pair per element (and
+    // keeps the array of pairs alive on the tape); recomputed, a few integer instructions.
+    let mut budget = REMAT_INT_OPS;
+    c.ty == Ty::Int && int_ops(e, &mut budget)
 }
+
+/// Whether `e` is at most `budget` integer additions, subtractions, multiplications,
+/// divisions and negations of atoms and lengths of atoms, in a tree.
+fn int_ops(e: &Term, budget: &mut usize) -> bool {
+    match &e.kind {
+        TermKind::Prim(op, args)
+            if matches!(op.name(), "iadd" | "isub" | "imul" | "idiv" | "ineg") =>
+        {
+            if *budget == 0 {
+                return false;
+            }
+            *budget -= 1;
+            args.iter().all(|a| int_ops(a, budget))
+        }
+        _ => cheap(e),
+    }
+}
+
+/// The most integer operations a recomputed integer binding may have (see [`remat_form`]).
+const REMAT_INT_OPS: usize = 12;
 
 /// The most arithmetic operations a recomputed binding may have (see [`remat_form`]).
 const REMAT_OPS: usize = 3;

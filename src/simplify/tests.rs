@@ -1431,3 +1431,84 @@ fn snd_unused_drops_a_component_of_a_tape_that_no_use_reads() {
     assert!(on.contains("* m, (), m)") && !on.contains("cos"), "{on}");
     assert!(off.contains("* m, rs, m)") && off.contains("cos"), "{off}");
 }
+
+/// `rs = build (length xs) (\i -> let j = e i in (sin (xs ! j), λ̲v. onehot (length xs) j (y *
+/// v)))` with `y = xs ! i`, for an index expression `e`.
+fn closures_at(xs: &Var, e: impl FnOnce(&Var) -> Term) -> (Var, Term) {
+    let (i, j, y) = (int("i"), int("j"), real("y"));
+    let clo = dlam(|d| onehot(len(xs), v(&j), LTerm::scale(v(&y), lv(d))));
+    let elem = Term::let_(
+        &y,
+        at(v(xs), v(&i)),
+        Term::let_(
+            &j,
+            e(&i),
+            Term::pair(prim("sin", vec![at(v(xs), v(&j))]), clo),
+        ),
+    );
+    let pair = Ty::prod(Ty::Real, Ty::lin_fun(LTy::Real, LTy::array(LTy::Real)));
+    let rs = Var::fresh("rs", Ty::array(pair));
+    (rs, tk(TermKind::Build(len(xs), Term::lam(&i, elem))))
+}
+
+#[test]
+fn closure_convert_recomputes_integer_index_arithmetic() {
+    let xs = arr("xs");
+    let lit = |n| Term::lit(Lit::Int(n));
+    // j = ((length xs - 1) * 2 - 2 * i) / 2 = length xs - 1 - i: five integer operations, more
+    // than the budget for reals, but index arithmetic is recomputed rather than stored.
+    let mirror = |i: &Var| {
+        let top = prim("imul", vec![prim("isub", vec![len(&xs), lit(1)]), lit(2)]);
+        let twice = prim("imul", vec![lit(2), v(i)]);
+        prim("idiv", vec![prim("isub", vec![top, twice]), lit(2)])
+    };
+    let (rs, def) = closures_at(&xs, mirror);
+    let (on, _) = fused(&index_sum_shape(&rs, def, &xs), &xs, "closureConvert", true);
+    assert_eq!(
+        on,
+        "( build (length xs) (\\i -> sin (xs ! (((length xs - 1) * 2 - 2 * i) / 2))), \
+         \\v ⊸ lsum (lbuild (length xs) (\\i -> \
+         onehot (length xs) (((length xs - 1) * 2 - 2 * i) / 2) (xs ! i * v))) )"
+    );
+    // Thirteen operations are over the budget: `j` is stored.
+    let long = |i: &Var| (0..13).fold(v(i), |acc, _| prim("iadd", vec![acc, lit(0)]));
+    let (rs, def) = closures_at(&xs, long);
+    let (on, _) = fused(&index_sum_shape(&rs, def, &xs), &xs, "closureConvert", true);
+    assert!(on.contains("snd (rs ! i)"), "{on}");
+}
+
+#[test]
+fn snd_unused_tries_every_component_a_carried_array_does_not_read() {
+    let xs = arr("xs");
+    let m = real("m");
+    // mid's elements are `((a + b) * m, (a, b))` with `a = cos y`, `b = exp y`; inside outer's
+    // element neither component is
+    // read, but the use of outer reads `cos y`: the rule must pass over it and drop `exp y`.
+    let pairs = |m: &Var| {
+        let (i, y, a, b) = (int("i"), real("y"), real("a"), real("b"));
+        let first = prim("mul", vec![prim("add", vec![v(&a), v(&b)]), v(m)]);
+        let core = Term::pair(first, Term::pair(v(&a), v(&b)));
+        let elem = Term::let_(
+            &y,
+            prim("sin", vec![at(v(&xs), v(&i))]),
+            Term::let_(
+                &a,
+                prim("cos", vec![v(&y)]),
+                Term::let_(&b, prim("exp", vec![v(&y)]), core),
+            ),
+        );
+        let ty = Ty::prod(Ty::Real, Ty::prod(Ty::Real, Ty::Real));
+        let rs = Var::fresh("rs", Ty::array(ty));
+        (rs, tk(TermKind::Build(len(&xs), Term::lam(&i, elem))))
+    };
+    let (outer, def) = carrier(&xs, &m, pairs);
+    let back = dlam(|d| {
+        each_carried(&outer, true, |r, c| {
+            let a = Term::fst(Term::snd(at(v(r), Term::lit(Lit::Int(1)))));
+            LTerm::scale(prim("mul", vec![a, v(c)]), lv(d))
+        })
+    });
+    let (on, off) = fused(&tape_shape(&outer, def, back), &xs, "sndUnused", true);
+    assert!(on.contains("* m, a, ())"), "{on}");
+    assert!(off.contains("* m, a, b)"), "{off}");
+}
