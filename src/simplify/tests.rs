@@ -1512,3 +1512,79 @@ fn snd_unused_tries_every_component_a_carried_array_does_not_read() {
     assert!(on.contains("* m, a, ())"), "{on}");
     assert!(off.contains("* m, a, b)"), "{off}");
 }
+
+/// `map (\a -> λ̲v. sin a * (c * v)) xs`: an array of bare closures (no first components).
+fn bare_closures(xs: &Var, c: Term) -> Term {
+    let a = real("a");
+    let clo = dlam(|d| LTerm::scale(prim("sin", vec![v(&a)]), LTerm::scale(c, lv(d))));
+    tk(TermKind::Map(Term::lam(&a, clo), v(xs)))
+}
+
+#[test]
+fn closure_convert_takes_arrays_of_bare_closures() {
+    let xs = arr("xs");
+    let fty = Ty::array(Ty::lin_fun(LTy::Real, LTy::Real));
+    // let rs = map (\a -> λ̲v. ..) xs in (0.0, \v ⊸ lsum (zipWith rs (replicate n v)) + rs ! 1 • v)
+    let rs = Var::fresh("rs", fty.clone());
+    let back = dlam(|d| {
+        let all = lsum(lk(LTermKind::ZipWith(
+            v(&rs),
+            lk(LTermKind::Replicate(len(&xs), lv(d))),
+        )));
+        let one = LTerm::app(at(v(&rs), Term::lit(Lit::Int(1))), lv(d));
+        LTerm::plus(all, one)
+    });
+    let t = Term::let_(
+        &rs,
+        bare_closures(&xs, Term::lit(Lit::Real(2.0))),
+        Term::pair(Term::lit(Lit::Real(0.0)), back),
+    );
+    let (on, off) = fused(&t, &xs, "closureConvert", true);
+    assert!(!on.contains("zipWith") && !on.contains('•'), "{on}");
+    assert!(
+        on.contains("sin (xs ! i)") && on.contains("sin (xs ! 1)"),
+        "{on}"
+    );
+    assert!(off.contains("zipWith") && off.contains('•'), "{off}");
+    // Carried: written straight into the tuple of an outer array's elements (as the main pass
+    // leaves a `let` used once), next to the element's m, which the code reads.
+    let (k, m) = (int("k"), real("m"));
+    let elem = Term::let_(
+        &m,
+        at(v(&xs), v(&k)),
+        Term::pair(
+            prim("mul", vec![v(&m), v(&m)]),
+            Term::pair(bare_closures(&xs, v(&m)), v(&m)),
+        ),
+    );
+    let ety = Ty::prod(Ty::Real, Ty::prod(fty, Ty::Real));
+    let outer = Var::fresh("outer", Ty::array(ety));
+    let def = tk(TermKind::Build(Term::lit(Lit::Int(2)), Term::lam(&k, elem)));
+    let back = dlam(|d| {
+        each_carried(&outer, true, |r, c| {
+            lsum(lk(LTermKind::ZipWith(
+                v(r),
+                lk(LTermKind::Replicate(len(&xs), LTerm::scale(v(c), lv(d)))),
+            )))
+        })
+    });
+    let (on, off) = fused(&tape_shape(&outer, def, back), &xs, "closureConvert", true);
+    // No closure per element (`\a -> \v ⊸`) is built any more.
+    assert!(!on.contains("zipWith") && !on.contains("-> \\v ⊸"), "{on}");
+    assert!(on.contains("sin (xs ! i)"), "{on}");
+    // The environments are empty (`a` is `xs ! i`, `m` is stored once per outer element): the
+    // array of units left is dropped from the tuple (`sndUnused`).
+    assert!(on.contains("(m * m, ((), m), m)"), "{on}");
+    assert!(off.contains("zipWith"), "{off}");
+    // Used otherwise (taken out of the array and returned), the closures stay.
+    let rs = Var::fresh("rs", Ty::array(Ty::lin_fun(LTy::Real, LTy::Real)));
+    let t = Term::let_(
+        &rs,
+        bare_closures(&xs, Term::lit(Lit::Real(2.0))),
+        at(v(&rs), Term::lit(Lit::Int(0))),
+    );
+    let ty = check(&t, std::slice::from_ref(&xs)).unwrap();
+    let (s, stats) = simplify_with(&t, &Rules::all());
+    assert_eq!(check(&s, std::slice::from_ref(&xs)).unwrap(), ty);
+    assert!(!stats.fired.contains_key("closureConvert"), "{s}");
+}
