@@ -22,10 +22,13 @@
 //!   moves to the use. A Cartesian λ̲ has no free linear variables (the checker enforces it), so
 //!   `l`'s only linear variable is `v`. Building a tuple of variables cannot fail, and the
 //!   language is pure. Cost: per element a tuple instead of a closure; per use the closure's
-//!   body, as before.
+//!   body, as before. An array of *bare* closures, `rs = map (\y -> λ̲v. l) xs` (no first
+//!   components), used as `rs ! j • l'` and `zipWith rs w`, is converted the same way: its
+//!   elements become the environments alone, and the uses read `rs ! j` for `snd (rs ! j)`.
 //!   Bindings of the element that are cheap to evaluate again (an index of an atom, up to three
 //!   additions, subtractions, multiplications, negations or comparisons of atoms and such
-//!   indices, and `decide` of a comparison; a map's
+//!   indices, and `decide` of a comparison; integer index arithmetic, up to twelve integer
+//!   `+ - * /` and negations of atoms and lengths of atoms; a map's
 //!   parameter, as `xs ! j`) are recomputed at the use instead of stored, when their inputs are
 //!   outside the element, recomputed themselves, or stored anyway: the residual tuple of
 //!   Rosenbrock's derivative shrinks from five reals to none.
@@ -44,7 +47,9 @@
 //!   the array of closures of element `j`; it becomes that element's environments plus what
 //!   the code reads from element `j`, the same values. Cost: per outer element a tuple of
 //!   `ks` (variables) more, per inner element a tuple instead of a closure. One carried array
-//!   is converted per outer `let` and round ([`Nest`]); the next round takes the next.
+//!   is converted per outer `let` and round ([`Nest`]); the next round takes the next. A
+//!   closure array written straight into the element's tuple (a `let` used once, inlined by
+//!   the main pass) is first bound to a variable again ([`hoist_closures`]).
 //! * `caseSplit` (`src/simplify/split.rs`): the element of such an array whose pair is chosen by
 //!   a `case` (the derivative of an `if`) becomes a pair of the chosen value and one λ̲ over a
 //!   linear `case`, so that `closureConvert` applies in the next round.
@@ -55,7 +60,9 @@
 //!   tuples that no use reads: for `rs = build n (\i -> let bs in t)` (or `map`, `map2`) with a
 //!   variable at a path of `t`, when every `let p = proj (rs ! j)` binds nothing there and
 //!   every other use reads other components (as for carried closures, above), the component
-//!   becomes `()` (the patterns' `_` change type); also in the elements of an array that `rs`'s
+//!   becomes `()` (the patterns' `_` change type; every such component is tried, since a use
+//!   further out may read one that the element does not; an array of units `map (\y -> ())
+//!   xs` of an atom counts as a variable here); also in the elements of an array that `rs`'s
 //!   elements carry, at any depth (a [`Nest`] whose innermost step drops the component instead
 //!   of converting closures). A variable cannot fail, so dropping it discards no error; a
 //!   loop's tape no longer holds the arrays that closure conversion made unused (the outer
@@ -233,6 +240,17 @@ impl Rewrite for Fuse<'_> {
                 self.learn(p, &e2);
                 if let Pat::Var(rs) = p
                     && let Some((rs2, e3, c)) = self.nest(rs, &e2, Scope::C(body), false)
+                {
+                    let body2 = c.convert(rs, &rs2).term(body);
+                    return Term::new(TermKind::Let(Pat::Var(rs2), e3, body2), t.span);
+                }
+                // A closure array written straight into the elements' tuples (the main pass
+                // inlines a `let` used once) is carried too: bound to a variable first, it is
+                // found as above.
+                if self.rules.closure_convert
+                    && let Pat::Var(rs) = p
+                    && let Some(e2h) = hoist_closures(rs, &e2)
+                    && let Some((rs2, e3, c)) = self.nest(rs, &e2h, Scope::C(body), false)
                 {
                     let body2 = c.convert(rs, &rs2).term(body);
                     return Term::new(TermKind::Let(Pat::Var(rs2), e3, body2), t.span);
@@ -780,6 +798,9 @@ struct Closures {
     params: Vec<(Var, Term)>,
     /// Whether the closure (or a recomputed binding) uses the build's index.
     uses_index: bool,
+    /// The elements are bare closures `λ̲v. l` rather than pairs `(a, λ̲v. l)`: the converted
+    /// array holds the environments alone, and the uses are `rs ! j • l'` and `zipWith rs w`.
+    bare: bool,
 }
 
 impl Closures {
@@ -796,8 +817,10 @@ impl Closures {
             .into_iter()
             .map(|(p, e, s)| (p.clone(), e.clone(), s))
             .collect();
-        let TermKind::Pair(first, clo) = &core.kind else {
-            return None;
+        let (first, clo, bare) = match &core.kind {
+            TermKind::Pair(first, clo) => (first.clone(), clo, false),
+            TermKind::LinLam(..) => (Term::unit(), core, true),
+            _ => return None,
         };
         let TermKind::LinLam(v, code) = &clo.kind else {
             return None;
@@ -892,7 +915,7 @@ impl Closures {
         Some(Closures {
             maker,
             lets,
-            first: first.clone(),
+            first,
             pair_span: core.span,
             v: v.clone(),
             code: code.clone(),
@@ -900,6 +923,7 @@ impl Closures {
             remat,
             params,
             uses_index,
+            bare,
         })
     }
 
@@ -910,6 +934,9 @@ impl Closures {
 
     /// The type of the converted array: the first components paired with the environments.
     fn converted_ty(&self, rs: &Var) -> Ty {
+        if self.bare {
+            return Ty::array(self.env_tuple().1.ty());
+        }
         let a_ty = rs
             .ty
             .as_array()
@@ -923,7 +950,11 @@ impl Closures {
     fn converted_array(&self, rs: &Var, e: &Term) -> (Var, Term) {
         let (tuple, _) = self.env_tuple();
         let rs2 = Var::fresh(rs.name.clone(), self.converted_ty(rs));
-        let core = Term::new(TermKind::Pair(self.first.clone(), tuple), self.pair_span);
+        let core = if self.bare {
+            tuple
+        } else {
+            Term::new(TermKind::Pair(self.first.clone(), tuple), self.pair_span)
+        };
         let body = self.lets.iter().rev().fold(core, |acc, (p, x, s)| {
             Term::new(TermKind::Let(p.clone(), x.clone(), acc), *s)
         });
@@ -967,7 +998,8 @@ impl Closures {
             return LTerm::mk(LTermKind::Let(Pat::Var(j), k.clone(), body));
         }
         let (_, pat) = self.env_tuple();
-        let env = Term::snd(Term::mk(TermKind::Index(Term::var(rs2), k.clone())));
+        let env = Term::mk(TermKind::Index(Term::var(rs2), k.clone()));
+        let env = if self.bare { env } else { Term::snd(env) };
         let inner = LTerm::lin_let(&self.v, arg, self.code.clone());
         let inner = self.remat.iter().rev().fold(inner, |acc, (p, e, s)| {
             LTerm::new(LTermKind::Let(p.clone(), e.clone(), acc), *s)
@@ -1052,7 +1084,7 @@ impl Nest {
     /// With `unread`, instead a component that no use reads, of `rs`'s elements or of the
     /// elements of an array they carry.
     fn analyse(rs: &Var, e: &Term, scope: Scope<'_>, unread: bool) -> Option<Nest> {
-        if let Some(n) = Nest::direct(rs, e, scope, unread) {
+        if let Some(n) = Nest::direct(rs, e, scope, unread).into_iter().next() {
             return Some(n);
         }
         Nest::carried(rs, e, unread)
@@ -1061,27 +1093,41 @@ impl Nest {
     }
 
     /// `rs = e` itself: an array of closures, or (with `unread`) an array whose elements' tuples
-    /// hold a variable at a path that no use reads.
-    fn direct(rs: &Var, e: &Term, scope: Scope<'_>, unread: bool) -> Option<Nest> {
-        let (ty, inner) = if unread {
-            let (_, body) = element_of(e)?;
-            let elem_ty = rs.ty.as_array()?;
-            let mut leaves = Vec::new();
-            tuple_leaves(lets_of(body).1, &mut Vec::new(), &mut leaves);
-            let (path, _) = leaves
-                .into_iter()
-                .find(|(path, _)| uses_only(rs.id, scope, Kind::Unread(path)))?;
-            let ty = Ty::array(retype(elem_ty, &path, &Ty::Unit));
-            (ty, Inner::Unread(path))
-        } else {
-            let c = Closures::analyse(rs, e, scope)?;
-            (c.converted_ty(rs), Inner::Closures(c))
-        };
-        Some(Nest {
+    /// hold a variable at a path that no use reads (every such path, in order: a use further
+    /// out may read some of them).
+    fn direct(rs: &Var, e: &Term, scope: Scope<'_>, unread: bool) -> Vec<Nest> {
+        let single = |ty, inner| Nest {
             tys: vec![ty],
             levels: Vec::new(),
             inner,
-        })
+        };
+        if unread {
+            let Some((_, body)) = element_of(e) else {
+                return Vec::new();
+            };
+            let Some(elem_ty) = rs.ty.as_array() else {
+                return Vec::new();
+            };
+            let mut leaves = Vec::new();
+            tuple_leaves(lets_of(body).1, &mut Vec::new(), &mut leaves);
+            let mut paths: Vec<Vec<bool>> = leaves.into_iter().map(|(path, _)| path).collect();
+            // Arrays of units (what closure conversion leaves of closures with no
+            // environment), when the element writes them in place.
+            unit_arrays(lets_of(body).1, &mut Vec::new(), &mut paths);
+            paths
+                .into_iter()
+                .filter(|path| uses_only(rs.id, scope, Kind::Unread(path)))
+                .map(|path| {
+                    let ty = Ty::array(retype(elem_ty, &path, &Ty::Unit));
+                    single(ty, Inner::Unread(path))
+                })
+                .collect()
+        } else {
+            Closures::analyse(rs, e, scope)
+                .map(|c| single(c.converted_ty(rs), Inner::Closures(c)))
+                .into_iter()
+                .collect()
+        }
     }
 
     /// The closure arrays that the elements of `rs = e` carry in their tuples, directly or
@@ -1111,9 +1157,7 @@ impl Nest {
             // The scope of `x` in the element, without the component that returns it.
             let scope = wrap_lets(&lets[k + 1..], put(core, &path, Term::unit()));
             let def = lets[k].1;
-            let mut found: Vec<Nest> = Nest::direct(&x, def, Scope::C(&scope), unread)
-                .into_iter()
-                .collect();
+            let mut found: Vec<Nest> = Nest::direct(&x, def, Scope::C(&scope), unread);
             found.extend(
                 Nest::carried(&x, def, unread)
                     .into_iter()
@@ -1196,6 +1240,53 @@ impl Nest {
     }
 }
 
+/// The array `rs = e` (`build`, `map` or `map2` of a λ) with every closure array that its
+/// elements' tuples hold as a component (rather than as a variable) bound by a `let` just before
+/// the tuple; `None` if there is none. Meaning: a `let` of a term used once, where it was.
+fn hoist_closures(rs: &Var, e: &Term) -> Option<Term> {
+    fn leaves(t: &Term, ty: &Ty, out: &mut Vec<(Var, Term)>) -> Term {
+        match (&t.kind, ty.as_prod()) {
+            (TermKind::Pair(a, b), Some((ta, tb))) => {
+                let (a2, b2) = (leaves(a, ta, out), leaves(b, tb, out));
+                Term::new(TermKind::Pair(a2, b2), t.span)
+            }
+            _ if closure_array(t) => {
+                let x = Var::fresh("rs", ty.clone());
+                out.push((x.clone(), t.clone()));
+                Term::var(&x)
+            }
+            _ => t.clone(),
+        }
+    }
+    fn closure_array(t: &Term) -> bool {
+        let Some((_, body)) = element_of(t) else {
+            return false;
+        };
+        match &lets_of(body).1.kind {
+            TermKind::LinLam(..) => true,
+            TermKind::Pair(_, c) => matches!(c.kind, TermKind::LinLam(..)),
+            _ => false,
+        }
+    }
+    let elem_ty = rs.ty.as_array()?.clone();
+    map_body(e, |body| {
+        let (lets, core) = lets_of(body);
+        if !matches!(core.kind, TermKind::Pair(..)) {
+            return None;
+        }
+        let mut new = Vec::new();
+        let core2 = leaves(core, &elem_ty, &mut new);
+        if new.is_empty() {
+            return None;
+        }
+        let inner = new
+            .into_iter()
+            .rev()
+            .fold(core2, |acc, (x, d)| Term::let_(&x, d, acc));
+        Some(wrap_lets(&lets, inner))
+    })
+}
+
 /// The parameters (a build's index, a map's parameters) and the body of the element of a
 /// `build`, `map` or `map2` of a λ.
 fn element_of(e: &Term) -> Option<(Vec<Var>, &Term)> {
@@ -1236,6 +1327,27 @@ pub(super) fn wrap_lets(lets: &[(&Pat, &Term, Span)], core: Term) -> Term {
     lets.iter().rev().fold(core, |acc, (p, e, s)| {
         Term::new(TermKind::Let((*p).clone(), (*e).clone(), acc), *s)
     })
+}
+
+/// The paths of the leaves of the pair tree `t` that are `map (\y -> ()) xs` of an atom `xs`
+/// (or `build` of an atomic length): arrays of units, which cannot fail.
+fn unit_arrays(t: &Term, path: &mut Vec<bool>, out: &mut Vec<Vec<bool>>) {
+    match &t.kind {
+        TermKind::Pair(a, b) => {
+            for (first, c) in [(true, a), (false, b)] {
+                path.push(first);
+                unit_arrays(c, path, out);
+                path.pop();
+            }
+        }
+        TermKind::Map(f, xs) | TermKind::Build(xs, f)
+            if is_atomic(xs)
+                && matches!(&f.kind, TermKind::Lam(_, b) if matches!(b.kind, TermKind::Lit(Lit::Unit))) =>
+        {
+            out.push(path.clone());
+        }
+        _ => {}
+    }
 }
 
 /// The variables at the leaves of the pair tree `t`, with their paths.
@@ -1484,8 +1596,9 @@ fn uses_only(rs: VarId, scope: Scope<'_>, kind: Kind<'_>) -> bool {
                 },
                 LTermKind::ZipWith(fs, w)
                     if self.closures()
-                        && matches!(&fs.kind, TermKind::Map(f, a)
-                            if self.is_rs(a) && projection(f) == Some(false)) =>
+                        && (self.is_rs(fs)
+                            || matches!(&fs.kind, TermKind::Map(f, a)
+                            if self.is_rs(a) && projection(f) == Some(false))) =>
                 {
                     self.linear(w)
                 }
@@ -1506,10 +1619,11 @@ fn uses_only(rs: VarId, scope: Scope<'_>, kind: Kind<'_>) -> bool {
     }
 }
 
-/// `j` if `f` is `snd (rs ! j)`.
+/// `j` if `f` is `snd (rs ! j)` (or `rs ! j`, for an array of bare closures).
 fn applied(f: &Term, rs: VarId) -> Option<&Term> {
-    let TermKind::Snd(e) = &f.kind else {
-        return None;
+    let e = match &f.kind {
+        TermKind::Snd(e) => e,
+        _ => f,
     };
     let TermKind::Index(a, j) = &e.kind else {
         return None;
@@ -1625,8 +1739,9 @@ impl Rewrite for Convert<'_> {
             }
             LTermKind::ZipWith(fs, w)
                 if self.closures().is_some()
-                    && matches!(&fs.kind, TermKind::Map(_, a)
-                    if matches!(&a.kind, TermKind::Var(x) if x.id == self.old)) =>
+                    && (matches!(&fs.kind, TermKind::Var(x) if x.id == self.old)
+                        || matches!(&fs.kind, TermKind::Map(_, a)
+                    if matches!(&a.kind, TermKind::Var(x) if x.id == self.old))) =>
             {
                 let c = self.closures().expect("checked");
                 let w = self.linear(w);
@@ -1665,7 +1780,7 @@ impl Rewrite for Convert<'_> {
 /// length or an index of an atom by an atom (under projections), or at most
 /// [`REMAT_OPS`] additions, subtractions, multiplications and negations of such terms (of reals
 /// or integers), in a tree.
-pub(super) fn remat_form(_c: &Var, e: &Term) -> bool {
+pub(super) fn remat_form(c: &Var, e: &Term) -> bool {
     fn ops(e: &Term, budget: &mut usize) -> bool {
         match &e.kind {
             TermKind::Prim(op, args)
@@ -1705,8 +1820,35 @@ pub(super) fn remat_form(_c: &Var, e: &Term) -> bool {
         }
     }
     let mut budget = REMAT_OPS;
-    ops(e, &mut budget)
+    if ops(e, &mut budget) {
+        return true;
+    }
+    // Integer index arithmetic (the offset of a packed triangle, `d + c (2d - c - 1) / 2 + r -
+    // c - 1`) is cheaper to recompute than to store: stored, it costs a pair per element (and
+    // keeps the array of pairs alive on the tape); recomputed, a few integer instructions.
+    let mut budget = REMAT_INT_OPS;
+    c.ty == Ty::Int && int_ops(e, &mut budget)
 }
+
+/// Whether `e` is at most `budget` integer additions, subtractions, multiplications,
+/// divisions and negations of atoms and lengths of atoms, in a tree.
+fn int_ops(e: &Term, budget: &mut usize) -> bool {
+    match &e.kind {
+        TermKind::Prim(op, args)
+            if matches!(op.name(), "iadd" | "isub" | "imul" | "idiv" | "ineg") =>
+        {
+            if *budget == 0 {
+                return false;
+            }
+            *budget -= 1;
+            args.iter().all(|a| int_ops(a, budget))
+        }
+        _ => cheap(e),
+    }
+}
+
+/// The most integer operations a recomputed integer binding may have (see [`remat_form`]).
+const REMAT_INT_OPS: usize = 12;
 
 /// The most arithmetic operations a recomputed binding may have (see [`remat_form`]).
 const REMAT_OPS: usize = 3;
