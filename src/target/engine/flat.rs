@@ -172,17 +172,24 @@ impl Flat {
         match self.regs.try_borrow_mut() {
             Ok(mut regs) => {
                 let (r, l) = &mut *regs;
-                self.exec(&self.ins, fr, r, l, &mut Rt::default())
+                self.exec_straight(fr, r, l)
             }
             Err(_) => {
                 let mut r = self.init.0.clone();
                 let mut l = vec![None; self.init.1];
-                self.exec(&self.ins, fr, &mut r, &mut l, &mut Rt::default())
+                self.exec_straight(fr, &mut r, &mut l)
             }
         }
     }
 
-    #[inline]
+    /// A straight-line run: one out-of-line copy of the dispatch loop (a flat loop inlines
+    /// its own copy into its element loop).
+    #[inline(never)]
+    fn exec_straight(&self, fr: &mut Frame, r: &mut [f64], l: &mut [Option<f64>]) -> Result<()> {
+        self.exec(&self.ins, fr, r, l, &mut Rt::default())
+    }
+
+    #[inline(always)]
     fn exec(
         &self,
         ins: &[Ins],
