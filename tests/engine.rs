@@ -1110,3 +1110,338 @@ fn flat_scalar_runs_agree_with_the_reference_evaluator() {
         })
         .unwrap_or_else(|e| panic!("{e}"));
 }
+
+// ----- flat loops: lsum (lbuild ..) and unzipped lbuild of tuples of linear reals -----
+
+/// Random loops of the shape the engine runs as one flat loop: `lsum (lbuild n (\i -> body))`
+/// and `let lin cs = lbuild n (\i -> body) in uses`, whose body is a chain of real and
+/// linear-real bindings ending in a tuple of linear reals (or literal zeros). The bindings read
+/// what the loop hoists (variables bound outside it, projections of them: `fst p`, `snd q`),
+/// elements at the loop's index of arrays bound outside (`xs ! i`, `ds ! i`; out of range when
+/// the length is the parameter `m`) and at other indices (`xs ! j`), literals including `-0`
+/// and infinity. The uses sum, index or map columns out, or need the whole array; sometimes a
+/// binding that is not flat keeps the loop on the general path, for comparison.
+struct LoopGen<'a> {
+    choices: &'a [u8],
+    pos: usize,
+    /// Parameters: `xs : Array Real`, `p : Real × Real`, `c : Real`, `j, k, m : Int`.
+    xs: Var,
+    p: Var,
+    c: Var,
+    j: Var,
+    k: Var,
+    m: Var,
+    /// `v : Real` (the argument), `q : (Real, Real)`, `ds : Array Real` (linear, outside).
+    v: Var,
+    q: Var,
+    ds: Var,
+    /// Real and linear-real variables in scope in the loop body.
+    reals: Vec<Var>,
+    lins: Vec<Var>,
+    next_pos: u32,
+}
+
+impl LoopGen<'_> {
+    fn pick(&mut self, n: usize) -> usize {
+        let c = self.choices.get(self.pos).map_or_else(
+            || (self.pos as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40,
+            |&c| c as u64,
+        ) as usize;
+        self.pos += 1;
+        c % n
+    }
+
+    fn pos(&mut self) -> u32 {
+        self.next_pos += 2;
+        self.next_pos
+    }
+
+    fn real(&mut self, i: &Var, depth: u32) -> Term {
+        if depth == 0 || self.pick(3) == 0 {
+            return match self.pick(8) {
+                0 => {
+                    let lits = [0.0, -0.0, 0.25, 1.5, -2.0, f64::INFINITY];
+                    Term::real(lits[self.pick(lits.len())])
+                }
+                1 => Term::fst(Term::var(&self.p)),
+                2 => Term::snd(Term::var(&self.p)),
+                3 | 4 => {
+                    let pos = self.pos();
+                    idx(Term::var(&self.xs), Term::var(i), pos)
+                }
+                5 => {
+                    let pos = self.pos();
+                    idx(Term::var(&self.xs), Term::var(&self.j), pos)
+                }
+                _ => {
+                    let n = self.reals.len();
+                    let back = self.pick(n.min(3));
+                    Term::var(&self.reals[n - 1 - back])
+                }
+            };
+        }
+        match self.pick(7) {
+            0 => call(
+                ["sqrt", "sin", "neg", "exp"][self.pick(4)],
+                vec![self.real(i, depth - 1)],
+            ),
+            k => {
+                let name = ["add", "mul", "sub", "div", "max", "mul"][k - 1];
+                let a = self.real(i, depth - 1);
+                let b = self.real(i, depth - 1);
+                call(name, vec![a, b])
+            }
+        }
+    }
+
+    fn lin(&mut self, i: &Var, depth: u32) -> LTerm {
+        if depth == 0 || self.pick(3) == 0 {
+            return match self.pick(8) {
+                0 => LTerm::zero(LTy::Real),
+                1 => LTerm::fst(LTerm::var(&self.q)),
+                2 => LTerm::snd(LTerm::var(&self.q)),
+                3 => LTerm::mk(L::Index(LTerm::var(&self.ds), Term::var(i))),
+                4 => LTerm::mk(L::Index(LTerm::var(&self.ds), Term::var(&self.j))),
+                _ => {
+                    let n = self.lins.len();
+                    let back = self.pick(n.min(3));
+                    LTerm::var(&self.lins[n - 1 - back])
+                }
+            };
+        }
+        match self.pick(2) {
+            0 => LTerm::plus(self.lin(i, depth - 1), self.lin(i, depth - 1)),
+            _ => {
+                let d = self.pick(3) as u32;
+                let c = self.real(i, d);
+                LTerm::scale(c, self.lin(i, depth - 1))
+            }
+        }
+    }
+
+    /// A leaf of the body's tuple: a linear real, sometimes a literal zero.
+    fn leaf(&mut self, i: &Var) -> LTerm {
+        if self.pick(5) == 0 {
+            LTerm::zero(LTy::Real)
+        } else {
+            let d = self.pick(3) as u32;
+            self.lin(i, d)
+        }
+    }
+
+    /// The tuple ending the body, of type `tuple_ty(kind)`.
+    fn tuple(&mut self, kind: usize, i: &Var) -> LTerm {
+        match kind {
+            0 => self.leaf(i),
+            1 => LTerm::pair(self.leaf(i), self.leaf(i)),
+            _ => {
+                let a = if self.pick(5) == 0 {
+                    LTerm::zero(LTy::prod(LTy::Real, LTy::Real))
+                } else {
+                    LTerm::pair(self.leaf(i), self.leaf(i))
+                };
+                LTerm::pair(a, self.leaf(i))
+            }
+        }
+    }
+
+    /// A loop body: `n` bindings, then the tuple.
+    fn body(&mut self, n: usize, kind: usize, i: &Var) -> LTerm {
+        if n == 0 {
+            return self.tuple(kind, i);
+        }
+        match self.pick(9) {
+            0 => {
+                // Not flat: a linear pair, taken apart by a projection.
+                let z = Var::linear("z", LTy::prod(LTy::Real, LTy::Real));
+                let d = Var::linear("d", LTy::Real);
+                let pair = LTerm::pair(self.lin(i, 1), self.lin(i, 1));
+                self.lins.push(d.clone());
+                let rest = self.body(n - 1, kind, i);
+                LTerm::lin_let(
+                    &z,
+                    pair,
+                    LTerm::lin_let(&d, LTerm::snd(LTerm::var(&z)), rest),
+                )
+            }
+            1..=4 => {
+                let x = Var::fresh("a", Ty::Real);
+                let d = self.pick(3) as u32;
+                let e = self.real(i, d);
+                self.reals.push(x.clone());
+                LTerm::let_(&x, e, self.body(n - 1, kind, i))
+            }
+            _ => {
+                let u = Var::linear("w", LTy::Real);
+                let d = self.pick(4) as u32;
+                let e = self.lin(i, d);
+                self.lins.push(u.clone());
+                LTerm::lin_let(&u, e, self.body(n - 1, kind, i))
+            }
+        }
+    }
+
+    fn len(&mut self) -> Term {
+        match self.pick(5) {
+            0 => Term::var(&self.m),
+            _ => length(Term::var(&self.xs)),
+        }
+    }
+
+    /// A use of `cs : Array (tuple_ty(kind))`, and its type.
+    fn array_use(&mut self, kind: usize, cs: &Var) -> (LTy, LTerm) {
+        let ty = tuple_ty(kind);
+        let mut path = Vec::new();
+        let mut t = ty.clone();
+        while self.pick(3) > 0 {
+            let fst = self.pick(2) == 0;
+            match &t {
+                LTy::Prod(p) => {
+                    t = if fst { p.0.clone() } else { p.1.clone() };
+                    path.push(fst);
+                }
+                _ => break,
+            }
+        }
+        let project = |mut l: LTerm| {
+            for &fst in &path {
+                l = if fst { LTerm::fst(l) } else { LTerm::snd(l) };
+            }
+            l
+        };
+        match self.pick(7) {
+            0..=2 => (t, project(LTerm::mk(L::Sum(LTerm::var(cs))))),
+            3 => {
+                let ix = Term::var(&self.k);
+                (t, project(LTerm::mk(L::Index(LTerm::var(cs), ix))))
+            }
+            4 | 5 => {
+                let r = Var::linear("r", ty.clone());
+                let f = Term::lin_lam(&r, project(LTerm::var(&r)));
+                (LTy::array(t), LTerm::mk(L::Map(f, LTerm::var(cs))))
+            }
+            _ => (LTy::array(ty), LTerm::var(cs)),
+        }
+    }
+
+    /// `\v ⊸ let lin q = .. in let lin ds = .. in loop`, and the loop's type.
+    fn term(&mut self) -> (LTy, Term) {
+        let kind = self.pick(3);
+        let i = Var::fresh("i", Ty::Int);
+        self.reals.push(self.c.clone());
+        self.lins.push(self.v.clone());
+        let summed = self.pick(3) == 0;
+        let cs = Var::linear("cs", LTy::array(tuple_ty(kind)));
+        let mut uses = Vec::new();
+        if !summed {
+            for _ in 0..1 + self.pick(3) {
+                uses.push(self.array_use(kind, &cs));
+            }
+        }
+        let n = self.len();
+        let steps = self.pick(6);
+        let body = self.body(steps, kind, &i);
+        let span = chad::error::Span {
+            start: self.pos(),
+            end: self.next_pos + 1,
+        };
+        let build = LTerm::new(L::Build(n, i, body), span);
+        let (ty, l) = if summed {
+            (tuple_ty(kind), LTerm::mk(L::Sum(build)))
+        } else {
+            let (ty, l) = uses
+                .into_iter()
+                .reduce(|(ta, a), (tb, b)| (LTy::prod(ta, tb), LTerm::pair(a, b)))
+                .expect("a use");
+            (ty, LTerm::lin_let(&cs, build, l))
+        };
+        // The linear pair and array the loop reads, bound outside it.
+        let v = LTerm::var(&self.v);
+        let qv = match self.pick(3) {
+            0 => LTerm::zero(LTy::prod(LTy::Real, LTy::Real)),
+            1 => LTerm::pair(LTerm::zero(LTy::Real), v.clone()),
+            _ => LTerm::pair(v.clone(), LTerm::scale(Term::var(&self.c), v.clone())),
+        };
+        let t = Var::fresh("t", Ty::Int);
+        let dv = match self.pick(4) {
+            0 => LTerm::zero(LTy::array(LTy::Real)),
+            1 => LTerm::mk(L::Replicate(
+                Term::lit(chad::target::term::Lit::Int(2)),
+                v.clone(),
+            )),
+            _ => {
+                let pos = self.pos();
+                let e = idx(Term::var(&self.xs), Term::var(&t), pos);
+                LTerm::mk(L::Build(
+                    length(Term::var(&self.xs)),
+                    t,
+                    LTerm::scale(e, v.clone()),
+                ))
+            }
+        };
+        let l = LTerm::lin_let(&self.q, qv, LTerm::lin_let(&self.ds, dv, l));
+        (ty, Term::lin_lam(&self.v, l))
+    }
+}
+
+fn tuple_ty(kind: usize) -> LTy {
+    match kind {
+        0 => LTy::Real,
+        1 => LTy::prod(LTy::Real, LTy::Real),
+        _ => LTy::prod(LTy::prod(LTy::Real, LTy::Real), LTy::Real),
+    }
+}
+
+#[test]
+fn flat_loops_agree_with_the_reference_evaluator() {
+    let strategy = (
+        proptest::collection::vec(any::<u8>(), 0..160),
+        proptest::collection::vec(-2.0..2.0f64, 0..5),
+        (-2.0..2.0f64, -2.0..2.0f64, -2.0..2.0f64),
+        (-1i64..6, -1i64..6, -1i64..7),
+        any::<u64>(),
+    );
+    common::runner(common::cases(1500))
+        .run(&strategy, |(choices, xs, (a, b, c), (j, k, m), seed)| {
+            let mut g = LoopGen {
+                choices: &choices,
+                pos: 0,
+                xs: Var::fresh("xs", Ty::array(Ty::Real)),
+                p: Var::fresh("p", Ty::prod(Ty::Real, Ty::Real)),
+                c: Var::fresh("c", Ty::Real),
+                j: Var::fresh("j", Ty::Int),
+                k: Var::fresh("k", Ty::Int),
+                m: Var::fresh("m", Ty::Int),
+                v: Var::linear("v", LTy::Real),
+                q: Var::linear("q", LTy::prod(LTy::Real, LTy::Real)),
+                ds: Var::linear("ds", LTy::array(LTy::Real)),
+                reals: Vec::new(),
+                lins: Vec::new(),
+                next_pos: 0,
+            };
+            let (ty, t) = g.term();
+            let params = [g.xs, g.p, g.c, g.j, g.k, g.m];
+            let args = [
+                reals(&xs),
+                Value::pair(Value::Real(a), Value::Real(b)),
+                Value::Real(c),
+                Value::Int(j),
+                Value::Int(k),
+                Value::Int(m),
+            ];
+            let mut env = Env::new();
+            for (p, a) in params.iter().zip(&args) {
+                env = env.update(p.id, a.clone());
+            }
+            let reference = eval(&t, &env);
+            let engine = Code::compile(&params, &t).run(&args);
+            for x in [Lin::zero(), Lin::real(1.5), Lin::real(-0.0), Lin::real(c)] {
+                let apply =
+                    |r: &chad::Result<Value>| r.clone().and_then(|f| f.expect_lin_fun().apply(&x));
+                same_lin(&ty, &apply(&reference), &apply(&engine), seed)
+                    .map_err(|e| TestCaseError::fail(format!("at {x:?}: {e}\nin {t}")))?;
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+}

@@ -57,6 +57,13 @@
 //!   sums it (`fst (lsum cs)`), indexes it or maps a leaf out (`lmap (\p ⊸ snd p) cs`) is
 //!   stored as one linear array per leaf (no pair per element; a leaf that is always `0`
 //!   stores nothing); `lbuild` of linear reals builds its unboxed array directly.
+//! * **Flat loops.** `lsum (lbuild n (\i -> body))` and an unzipped `let lin cs = lbuild ..`
+//!   whose body is a chain of flat bindings ending in a tuple of flat linear reals run as one
+//!   flat run ([`flat::FlatLoop`]): loop-invariant reads (variables bound outside, their
+//!   index-free places) are hoisted before the loop, elements at the loop's index of arrays
+//!   bound outside are read from the array resolved once, and each leaf of the tuple is summed
+//!   in a register or pushed onto an unboxed column (a column only ever summed is kept as its
+//!   running sum).
 //! * **Moves.** A variable used exactly once, not inside a loop or closure body relative to its
 //!   binding, is moved out of its slot rather than copied, so a uniquely owned linear value
 //!   (a sparse cotangent accumulator) stays uniquely owned and [`Lin::plus`] can update it in
@@ -779,6 +786,9 @@ impl Compiler {
                 // lsum (lbuild n (\i -> l)): accumulate, without building the array. A length
                 // error is the lbuild's, at its position.
                 let span = e.span;
+                if let Some(lp) = self.flat_loop(n, i, body, span, vec![flat::Sink::Sum]) {
+                    return Box::new(move |fr| Ok(lin_opt(&lp.run(fr)?[0])));
+                }
                 let n = self.int(n);
                 let (s, body) = self.in_loop(|c| (c.bind(i), c.lin_real(body)));
                 Box::new(move |fr| {
@@ -1578,6 +1588,7 @@ fn run_steps(steps: &[Step], fr: &mut Frame) -> Result<()> {
             Step::Let(b) => b.run(fr)?,
             Step::LinLet(s, l) => fr[*s] = Value::Lin(l(fr)?),
             Step::LinUnzip(u) => u.run(fr)?,
+            Step::FlatUnzip(u) => u.run(fr)?,
         }
     }
     Ok(())
@@ -1676,6 +1687,7 @@ enum Step {
     Let(Bind),
     LinLet(usize, LFn),
     LinUnzip(Box<LinUnzip>),
+    FlatUnzip(Box<FlatUnzip>),
 }
 
 /// A compiled binding pattern.
@@ -2471,6 +2483,27 @@ fn assemble(shape: &LShape, leaf: &mut impl FnMut() -> Lin) -> Lin {
 struct LinCols {
     shape: Rc<LShape>,
     cols: Vec<Option<VarId>>,
+    /// Columns stored as their sum (every use of them sums them): see [`FlatUnzip`].
+    summed: Vec<bool>,
+}
+
+/// `let lin xs = lbuild n (\i -> l)` stored as columns by a flat loop: the outputs of the
+/// loop go to the columns' slots (a column only ever summed is stored as its sum).
+struct FlatUnzip {
+    lp: flat::FlatLoop,
+    cols: Vec<Option<usize>>,
+}
+
+impl FlatUnzip {
+    fn run(&self, fr: &mut Frame) -> Result<()> {
+        let outs = self.lp.run(fr)?;
+        for (v, slot) in outs.into_iter().zip(&self.cols) {
+            if let Some(s) = slot {
+                fr[*s] = Value::Lin(v);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `let lin xs = lbuild n (\i -> l)` stored as columns.
@@ -2691,6 +2724,21 @@ impl Compiler {
         let k = shape.count();
         let mut leaves = Vec::new();
         shape.leaves(&mut leaves);
+        let sinks = leaves
+            .iter()
+            .map(|l| match l {
+                LShape::Zero => flat::Sink::Zero,
+                _ => flat::Sink::Sum,
+            })
+            .collect();
+        if let Some(lp) = self.flat_loop(n, i, body, span, sinks) {
+            return Some(Box::new(move |fr| {
+                let mut outs = lp.run(fr)?.into_iter();
+                Ok(assemble(&shape, &mut || {
+                    outs.next().expect("an output per leaf")
+                }))
+            }));
+        }
         let mut size = k;
         let mut stored = Vec::new();
         let tg: Vec<Tgt> = leaves
@@ -2749,6 +2797,29 @@ impl Compiler {
             .iter()
             .map(|l| (!matches!(l, LShape::Zero)).then(VarId::fresh))
             .collect();
+        // Flat: columns only ever summed are summed as the loop runs.
+        let summed = lin_columns_summed(u.id, &shape, scope);
+        let sinks = leaves
+            .iter()
+            .zip(&summed)
+            .map(|(l, &sum)| match l {
+                LShape::Zero => flat::Sink::Zero,
+                _ if sum => flat::Sink::Sum,
+                _ => flat::Sink::Column,
+            })
+            .collect();
+        if let Some(lp) = self.flat_loop(n, i, body, l1.span, sinks) {
+            let cols = ids.iter().map(|id| id.map(|id| self.bind_id(id))).collect();
+            self.lin_unzipped.insert(
+                u.id,
+                LinCols {
+                    shape: Rc::new(shape),
+                    cols: ids,
+                    summed,
+                },
+            );
+            return Some(Step::FlatUnzip(Box::new(FlatUnzip { lp, cols })));
+        }
         let tg: Vec<Tgt> = (0..k).map(Tgt::Set).collect();
         let mut size = k;
         let n = self.int(n);
@@ -2759,6 +2830,7 @@ impl Compiler {
             LinCols {
                 shape: Rc::new(shape),
                 cols: ids,
+                summed: vec![false; k],
             },
         );
         Some(Step::LinUnzip(Box::new(LinUnzip {
@@ -2784,6 +2856,7 @@ impl Compiler {
         let info = self.lin_unzipped.get(&x.id)?;
         let shape = info.shape.clone();
         let cols = info.cols.clone();
+        let summed = info.summed.clone();
         // A map reads the leaf its function's projections reach.
         let path_owned: Vec<bool> = match &kind {
             ColUse::Map(f) => match &f.kind {
@@ -2800,6 +2873,7 @@ impl Compiler {
             .iter()
             .map(|c| c.map(|id| self.read_id(id).0))
             .collect();
+        let summed: Vec<bool> = summed[first..first + n_leaves].to_vec();
         let project = move |mut v: Lin| {
             for &fst in &rest {
                 v = if fst { v.fst() } else { v.snd() };
@@ -2812,10 +2886,12 @@ impl Compiler {
         };
         Some(match kind {
             ColUse::Sum => Box::new(move |fr| {
-                let mut it = slots.iter();
+                let mut it = slots.iter().zip(&summed);
                 let v = assemble(&node, &mut || match it.next().expect("a column") {
-                    Some(s) => col(fr, *s).sum(),
-                    None => Lin::zero(),
+                    // Stored summed already.
+                    (Some(s), true) => col(fr, *s),
+                    (Some(s), false) => col(fr, *s).sum(),
+                    (None, _) => Lin::zero(),
                 });
                 Ok(project(v))
             }),
@@ -2929,4 +3005,47 @@ fn lin_columns_suffice(x: VarId, shape: &LShape, scope: &LTerm, uses: Option<u32
         stack.extend(l.children());
     }
     Some(served) == uses
+}
+
+/// For each leaf of `shape` (the element of the unzipped linear array `x`): whether every use
+/// of `x` in `scope` that reaches it sums it (`lsum x` under projections), so that its column
+/// can be kept as a running sum. Assumes [`lin_columns_suffice`].
+fn lin_columns_summed(x: VarId, shape: &LShape, scope: &LTerm) -> Vec<bool> {
+    use LTermKind as K;
+    let is_x = |l: &LTerm| matches!(&l.kind, K::Var(y) if y.id == x);
+    let mut summed = vec![true; shape.count()];
+    let mut stack = vec![Child::L(scope)];
+    while let Some(c) = stack.pop() {
+        let l = match c {
+            Child::C(t) => {
+                stack.extend(t.children());
+                continue;
+            }
+            Child::L(l) => l,
+        };
+        let (path, root) = lin_path(l);
+        let path = match &root.kind {
+            K::Sum(e) if is_x(e) => continue,
+            K::Index(e, i) if is_x(e) => {
+                stack.push(Child::C(i));
+                path
+            }
+            K::Map(f, e) if is_x(e) => {
+                stack.push(Child::C(f));
+                match &f.kind {
+                    TermKind::LinLam(_, body) => lin_path(body).0,
+                    _ => Vec::new(),
+                }
+            }
+            _ => {
+                stack.extend(l.children());
+                continue;
+            }
+        };
+        let (node, first, _) = shape.walk(&path);
+        for s in &mut summed[first..first + node.count()] {
+            *s = false;
+        }
+    }
+    summed
 }

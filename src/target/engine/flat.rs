@@ -19,16 +19,22 @@
 //!   Registers are reused once their last reader has run, so the file stays small.
 //! * Only places (indexing) can fail; they run at their position in the order of the
 //!   reference evaluator (left operand first, the scale factor before the scaled term).
+//! * A *flat loop* ([`FlatLoop`]) runs a whole `lsum (lbuild ..)` or unzipped linear `lbuild`
+//!   whose body is flat: its loop-invariant reads run once before the loop, the element at the
+//!   loop's index is read from an array resolved before it, and the body's tuple leaves are
+//!   outputs, summed in registers or stored in unboxed columns.
 
-use super::{Compiler, Frame, LRFn, Place, RFn, plus_opt, scale_opt};
+use super::{Compiler, Frame, IFn, LRFn, Place, RFn, plus_opt, scale_opt};
 use crate::deep::deep;
-use crate::error::Result;
+use crate::error::{Result, Span};
 use crate::prim::Scalar;
+use crate::target::linear::Lin;
 use crate::target::term::{LTerm, LTermKind, Pat, Term, TermKind, Var, VarId};
 use crate::target::types::{LTy, Ty};
-use crate::value::Value;
+use crate::value::{self, Value};
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;
+use std::rc::Rc;
 
 type Reg = u32;
 
@@ -125,6 +131,35 @@ enum Ins {
         f: u32,
         dst: Reg,
     },
+    /// In a loop: `r[dst] = cols[c][k]`, element `k` (the loop's index) of an unboxed real
+    /// array resolved once before the loop; where that does not apply (out of range, a boxed
+    /// array), the full place `places[p]` is read instead (and fails as it would).
+    Col {
+        c: u32,
+        p: u32,
+        dst: Reg,
+    },
+    /// In a loop: `l[dst] = lcols[c] ! k`, element `k` of a linear array resolved once before
+    /// the loop (zero past its end, as [`Lin::index`]).
+    LCol {
+        c: u32,
+        dst: Reg,
+    },
+    /// In a loop: output `o` of the element is `l[a]`.
+    Out {
+        a: Reg,
+        o: u32,
+    },
+}
+
+/// The state of a flat loop's element (empty for a straight-line run).
+#[derive(Default)]
+struct Rt {
+    /// The element's index.
+    k: usize,
+    cols: Vec<Option<Rc<Vec<f64>>>>,
+    lcols: Vec<Option<Lin>>,
+    out: Vec<Option<f64>>,
 }
 
 /// A compiled flat run.
@@ -139,6 +174,12 @@ pub(super) struct Flat {
     regs: RefCell<(Vec<f64>, Vec<Option<f64>>)>,
     /// Fresh register files, for a run that starts while another one is under way.
     init: (Vec<f64>, usize),
+    /// For a loop: instructions run once before it (loop-invariant reads, into registers no
+    /// other instruction writes), the array places of [`Ins::Col`] (their index-free
+    /// prefixes) and the linear ones of [`Ins::LCol`].
+    pre: Vec<Ins>,
+    colp: Vec<Place>,
+    lcolp: Vec<(usize, Vec<bool>)>,
 }
 
 impl Flat {
@@ -146,18 +187,33 @@ impl Flat {
         match self.regs.try_borrow_mut() {
             Ok(mut regs) => {
                 let (r, l) = &mut *regs;
-                self.exec(fr, r, l)
+                self.exec_straight(fr, r, l)
             }
             Err(_) => {
                 let mut r = self.init.0.clone();
                 let mut l = vec![None; self.init.1];
-                self.exec(fr, &mut r, &mut l)
+                self.exec_straight(fr, &mut r, &mut l)
             }
         }
     }
 
-    fn exec(&self, fr: &mut Frame, r: &mut [f64], l: &mut [Option<f64>]) -> Result<()> {
-        for ins in &self.ins {
+    /// A straight-line run: one out-of-line copy of the dispatch loop (a flat loop inlines
+    /// its own copy into its element loop).
+    #[inline(never)]
+    fn exec_straight(&self, fr: &mut Frame, r: &mut [f64], l: &mut [Option<f64>]) -> Result<()> {
+        self.exec(&self.ins, fr, r, l, &mut Rt::default())
+    }
+
+    #[inline(always)]
+    fn exec(
+        &self,
+        ins: &[Ins],
+        fr: &mut Frame,
+        r: &mut [f64],
+        l: &mut [Option<f64>],
+        rt: &mut Rt,
+    ) -> Result<()> {
+        for ins in ins {
             match *ins {
                 Ins::Load { slot, dst } => r[dst as usize] = fr[slot as usize].expect_real(),
                 Ins::Place { p, dst } => {
@@ -196,6 +252,18 @@ impl Flat {
                     let (slot, path) = &self.lplaces[p as usize];
                     l[dst as usize] = super::lin_at(fr, *slot, path).and_then(super::lin_opt)
                 }
+                Ins::Col { c, p, dst } => {
+                    r[dst as usize] = match &rt.cols[c as usize] {
+                        Some(xs) if rt.k < xs.len() => xs[rt.k],
+                        _ => self.places[p as usize].read(fr, |g| g.real())?,
+                    }
+                }
+                Ins::LCol { c, dst } => {
+                    l[dst as usize] = rt.lcols[c as usize]
+                        .as_ref()
+                        .and_then(|xs| super::lin_opt(&xs.index(rt.k as i64)))
+                }
+                Ins::Out { a, o } => rt.out[o as usize] = l[a as usize],
             }
         }
         Ok(())
@@ -230,6 +298,124 @@ impl Arith {
             Arith::Mul => x * y,
             Arith::Div => x / y,
         }
+    }
+}
+
+/// What becomes of one output of a flat loop's elements.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Sink {
+    /// Added up (from zero, as [`plus_opt`]: `lsum` over the elements).
+    Sum,
+    /// Stored: the linear array of the outputs (as [`Lin::build_reals`]).
+    Column,
+    /// Always zero: not computed.
+    Zero,
+}
+
+/// `lsum (lbuild n (\i -> body))` or an unzipped `lbuild n (\i -> body)` whose body is a
+/// linear let chain of flat bindings ending in a tuple of flat linear reals: the whole loop
+/// runs in one flat run, with the loop-invariant reads hoisted before it, the element of an
+/// array at the loop's index read directly, and each leaf of the tuple summed into a register
+/// or stored into an unboxed column.
+pub(super) struct FlatLoop {
+    n: IFn,
+    var: usize,
+    span: Span,
+    flat: Flat,
+    sinks: Vec<Sink>,
+}
+
+impl FlatLoop {
+    /// Runs the loop: the value of each output (zero for [`Sink::Zero`]).
+    pub(super) fn run(&self, fr: &mut Frame) -> Result<Vec<Lin>> {
+        let n = value::check_len("lbuild", (self.n)(fr)?).map_err(|e| e.or_span(self.span))?;
+        let f = &self.flat;
+        let mut rt = Rt {
+            k: 0,
+            cols: Vec::with_capacity(f.colp.len()),
+            lcols: f
+                .lcolp
+                .iter()
+                .map(|(s, path)| super::lin_at(fr, *s, path).cloned())
+                .collect(),
+            out: vec![None; self.sinks.len()],
+        };
+        for p in &f.colp {
+            rt.cols.push(p.read(fr, |g| match g.value() {
+                Value::RealArray(xs) => Some(xs.clone()),
+                _ => None,
+            })?);
+        }
+        let mut sums = vec![None; self.sinks.len()];
+        let mut cols: Vec<(Vec<f64>, bool)> = self
+            .sinks
+            .iter()
+            .map(|s| match s {
+                Sink::Column => (Vec::with_capacity(n), false),
+                _ => (Vec::new(), false),
+            })
+            .collect();
+        let mut go = |r: &mut [f64], l: &mut [Option<f64>]| -> Result<()> {
+            f.exec(&f.pre, fr, r, l, &mut rt)?;
+            for k in 0..n {
+                fr[self.var] = Value::Int(k as i64);
+                rt.k = k;
+                f.exec(&f.ins, fr, r, l, &mut rt)?;
+                for (o, sink) in self.sinks.iter().enumerate() {
+                    match sink {
+                        Sink::Sum => sums[o] = plus_opt(sums[o], rt.out[o]),
+                        Sink::Column => {
+                            let x = rt.out[o];
+                            cols[o].0.push(x.unwrap_or(0.0));
+                            cols[o].1 |= x.is_some();
+                        }
+                        Sink::Zero => {}
+                    }
+                }
+            }
+            Ok(())
+        };
+        match f.regs.try_borrow_mut() {
+            Ok(mut regs) => {
+                let (r, l) = &mut *regs;
+                go(r, l)?
+            }
+            Err(_) => {
+                let mut r = f.init.0.clone();
+                let mut l = vec![None; f.init.1];
+                go(&mut r, &mut l)?
+            }
+        }
+        Ok(self
+            .sinks
+            .iter()
+            .zip(sums)
+            .zip(cols)
+            .map(|((sink, sum), (col, any))| match sink {
+                Sink::Sum => super::opt_lin(sum),
+                // As `Lin::build_reals`: unboxed if any element is a real.
+                Sink::Column if any => Lin::reals(col),
+                Sink::Column => Lin::array(vec![Lin::zero(); n]),
+                Sink::Zero => Lin::zero(),
+            })
+            .collect())
+    }
+}
+
+/// The leaves of a loop body's tuple (`None` for a literal `0`), if every other leaf is a
+/// flat linear real.
+pub(super) fn tuple_leaves<'t>(l: &'t LTerm, out: &mut Vec<Option<&'t LTerm>>) -> bool {
+    match &l.kind {
+        LTermKind::Pair(a, b) => tuple_leaves(a, out) && tuple_leaves(b, out),
+        LTermKind::Zero(_) => {
+            out.push(None);
+            true
+        }
+        _ if matches!(super::lty(l, 32), Some(LTy::Real)) && flat_lin(l, DEPTH) => {
+            out.push(Some(l));
+            true
+        }
+        _ => false,
     }
 }
 
@@ -541,6 +727,44 @@ struct Builder {
     zero: Option<Reg>,
     /// Register reads of each variable and projection place in the run.
     reads: FxHashMap<Key, u32>,
+    /// In a loop: what is hoisted out of it.
+    hoist: Option<Hoist>,
+}
+
+/// The loop-invariant part of a flat loop: reads of variables bound outside it and of their
+/// index-free places (`snd (fst x)`), run once before the loop into registers of their own
+/// (one per distinct read), and the arrays indexed at the loop's index.
+struct Hoist {
+    /// The loop's index variable.
+    index: VarId,
+    pre: Vec<Ins>,
+    /// Registers of hoisted reads: variable, projections, linear or not.
+    regs: FxHashMap<(VarId, Vec<bool>, bool), Reg>,
+    colp: Vec<Place>,
+    lcolp: Vec<(usize, Vec<bool>)>,
+}
+
+/// `t` as projections (outermost last, `true` for `fst`) of a variable, if it is one.
+fn proj_path(t: &Term) -> Option<(&Var, Vec<bool>)> {
+    let mut path = Vec::new();
+    let mut cur = t;
+    loop {
+        match &cur.kind {
+            TermKind::Fst(e) => {
+                path.push(true);
+                cur = e;
+            }
+            TermKind::Snd(e) => {
+                path.push(false);
+                cur = e;
+            }
+            TermKind::Var(x) => {
+                path.reverse();
+                return Some((x, path));
+            }
+            _ => return None,
+        }
+    }
 }
 
 impl Builder {
@@ -572,6 +796,12 @@ fn index(n: usize) -> u32 {
 impl Compiler {
     /// Compiles a flat run (see [`worth`]).
     pub(super) fn flat(&mut self, items: &[Item<'_>]) -> Flat {
+        let mut b = Self::builder(items, &[], None);
+        self.flat_items(&mut b, items);
+        Self::finish(b)
+    }
+
+    fn builder(items: &[Item<'_>], tail: &[&LTerm], hoist: Option<Hoist>) -> Builder {
         let mut reads = FxHashMap::default();
         for it in items {
             match *it {
@@ -579,7 +809,10 @@ impl Compiler {
                 Item::Lin(_, e) => count_lin(e, &mut reads),
             }
         }
-        let mut b = Builder {
+        for l in tail {
+            count_lin(l, &mut reads);
+        }
+        Builder {
             ins: Vec::new(),
             places: Vec::new(),
             lplaces: Vec::new(),
@@ -590,11 +823,15 @@ impl Compiler {
             consts: FxHashMap::default(),
             zero: None,
             reads,
-        };
+            hoist,
+        }
+    }
+
+    fn flat_items(&mut self, b: &mut Builder, items: &[Item<'_>]) {
         for it in items {
             match *it {
                 Item::Real(x, e) => {
-                    let o = self.flat_real(&mut b, e);
+                    let o = self.flat_real(b, e);
                     let reg = if o.last {
                         o.reg
                     } else {
@@ -602,8 +839,8 @@ impl Compiler {
                         b.ins(Ins::Mov { a: o.reg, dst });
                         dst
                     };
-                    let n = self.own_reads(&b, x);
-                    if let Some(slot) = self.stored(&b, x) {
+                    let n = self.own_reads(b, x);
+                    if let Some(slot) = self.stored(b, x) {
                         b.ins(Ins::Store { a: reg, slot });
                     }
                     b.r.settle();
@@ -611,7 +848,7 @@ impl Compiler {
                     b.r.hold(Key::Var(x.id), reg, n);
                 }
                 Item::Lin(u, e) => {
-                    let o = self.flat_lin(&mut b, e);
+                    let o = self.flat_lin(b, e);
                     let reg = if o.last {
                         o.reg
                     } else {
@@ -619,8 +856,8 @@ impl Compiler {
                         b.ins(Ins::LMov { a: o.reg, dst });
                         dst
                     };
-                    let n = self.own_reads(&b, u);
-                    if let Some(slot) = self.stored(&b, u) {
+                    let n = self.own_reads(b, u);
+                    if let Some(slot) = self.stored(b, u) {
                         b.ins(Ins::LStore { a: reg, slot });
                     }
                     b.r.settle();
@@ -629,11 +866,18 @@ impl Compiler {
                 }
             }
         }
+    }
+
+    fn finish(b: Builder) -> Flat {
         let mut r = vec![0.0; b.r.size as usize];
         for (&bits, &reg) in &b.consts {
             r[reg as usize] = f64::from_bits(bits);
         }
         let nl = b.l.size as usize;
+        let (pre, colp, lcolp) = match b.hoist {
+            Some(h) => (h.pre, h.colp, h.lcolp),
+            None => Default::default(),
+        };
         Flat {
             ins: b.ins,
             places: b.places,
@@ -642,7 +886,126 @@ impl Compiler {
             calls: b.calls,
             regs: RefCell::new((r.clone(), vec![None; nl])),
             init: (r, nl),
+            pre,
+            colp,
+            lcolp,
         }
+    }
+
+    /// A flat loop (see [`FlatLoop`]) for `lbuild n (\i -> body)`, whose outputs (one per
+    /// leaf of the body's tuple) go to `sinks` (a literal `0` leaf is never computed); `None`
+    /// if the body is not a chain of flat bindings ending in such a tuple.
+    pub(super) fn flat_loop(
+        &mut self,
+        n: &Term,
+        i: &Var,
+        body: &LTerm,
+        span: Span,
+        mut sinks: Vec<Sink>,
+    ) -> Option<FlatLoop> {
+        let (items, rest) = run_of_lterm(body);
+        if matches!(rest.kind, LTermKind::Let(..) | LTermKind::LinLet(..)) {
+            return None;
+        }
+        let mut leaves = Vec::new();
+        if !tuple_leaves(rest, &mut leaves) || leaves.len() != sinks.len() {
+            return None;
+        }
+        for (s, leaf) in sinks.iter_mut().zip(&leaves) {
+            if leaf.is_none() {
+                *s = Sink::Zero;
+            }
+        }
+        let tail: Vec<(usize, &LTerm)> = leaves
+            .iter()
+            .enumerate()
+            .filter(|&(o, _)| sinks[o] != Sink::Zero)
+            .filter_map(|(o, l)| Some((o, (*l)?)))
+            .collect();
+        let n = self.int(n);
+        let (var, flat) = self.in_loop(|c| {
+            let var = c.bind(i);
+            let hoist = Hoist {
+                index: i.id,
+                pre: Vec::new(),
+                regs: FxHashMap::default(),
+                colp: Vec::new(),
+                lcolp: Vec::new(),
+            };
+            let ls: Vec<&LTerm> = tail.iter().map(|p| p.1).collect();
+            let mut b = Self::builder(&items, &ls, Some(hoist));
+            c.flat_items(&mut b, &items);
+            for &(o, l) in &tail {
+                let a = c.flat_lin(&mut b, l);
+                b.ins(Ins::Out {
+                    a: a.reg,
+                    o: index(o),
+                });
+                b.l.release(a);
+                b.r.settle();
+                b.l.settle();
+            }
+            (var, Self::finish(b))
+        });
+        Some(FlatLoop {
+            n,
+            var,
+            span,
+            flat,
+            sinks,
+        })
+    }
+
+    /// A register holding a loop-invariant read (hoisted before the loop, once per distinct
+    /// read): `t` (a variable or an index-free place) when `lin` is false, else the linear
+    /// variable `x` under `path`.
+    fn hoisted(&mut self, b: &mut Builder, x: &Var, path: Vec<bool>, t: Option<&Term>) -> Opd {
+        let lin = t.is_none();
+        let key = (x.id, path, lin);
+        let h = b.hoist.as_ref().expect("in a loop");
+        if let Some(&reg) = h.regs.get(&key) {
+            return Opd { reg, last: false };
+        }
+        let reg = if lin { b.l.fresh() } else { b.r.fresh() };
+        let (slot, _) = self.read(x);
+        let ins = match t {
+            None if key.1.is_empty() => Ins::LLoad {
+                slot: index(slot),
+                dst: reg,
+            },
+            None => {
+                b.lplaces.push((slot, key.1.clone()));
+                Ins::LPlace {
+                    p: index(b.lplaces.len() - 1),
+                    dst: reg,
+                }
+            }
+            Some(_) if key.1.is_empty() => Ins::Load {
+                slot: index(slot),
+                dst: reg,
+            },
+            Some(t) => match self.place(t, 1) {
+                Some(p) => {
+                    b.places.push(p);
+                    Ins::Place {
+                        p: index(b.places.len() - 1),
+                        dst: reg,
+                    }
+                }
+                None => {
+                    let f = self.real(t);
+                    b.calls.push(f);
+                    Ins::Call {
+                        f: index(b.calls.len() - 1),
+                        dst: reg,
+                    }
+                }
+            },
+        };
+        let h = b.hoist.as_mut().expect("in a loop");
+        h.pre.push(ins);
+        h.regs.insert(key, reg);
+        Opd { reg, last: false }
     }
 
     fn own_reads(&self, b: &Builder, x: &Var) -> u32 {
@@ -672,6 +1035,10 @@ impl Compiler {
                     let key = Key::Var(x.id);
                     if let Some(o) = b.r.read(key) {
                         return o;
+                    }
+                    if b.hoist.is_some() {
+                        // Bound outside the loop (every variable bound in it is in a register).
+                        return self.hoisted(b, x, Vec::new(), Some(t));
                     }
                     let (slot, _) = self.read(x);
                     let dst = b.r.alloc();
@@ -724,6 +1091,35 @@ impl Compiler {
                 }
                 _ => {
                     // A place.
+                    if let Some(h) = &b.hoist {
+                        // Loop-invariant (its root is bound outside the loop), or the element
+                        // at the loop's index of an array that is.
+                        if let Some((x, path)) = proj_path(t) {
+                            return self.hoisted(b, x, path, Some(t));
+                        }
+                        if let K::Index(e, i) = &t.kind
+                            && matches!(&i.kind, K::Var(i) if i.id == h.index)
+                            && proj_path(e).is_some()
+                            && let Some(prefix) = self.place(e, 0)
+                            && prefix.indices == 0
+                            && let Some(p) = self.place(t, 1)
+                        {
+                            let h = b.hoist.as_mut().expect("in a loop");
+                            h.colp.push(prefix);
+                            let c = index(h.colp.len() - 1);
+                            b.places.push(p);
+                            let dst = b.r.alloc();
+                            b.ins(Ins::Col {
+                                c,
+                                p: index(b.places.len() - 1),
+                                dst,
+                            });
+                            return Opd {
+                                reg: dst,
+                                last: true,
+                            };
+                        }
+                    }
                     let key = real_place_key(t);
                     if let Some(o) = key.and_then(|k| b.r.read(k)) {
                         return o;
@@ -759,6 +1155,9 @@ impl Compiler {
                     let key = Key::Var(x.id);
                     if let Some(o) = b.l.read(key) {
                         return o;
+                    }
+                    if b.hoist.is_some() {
+                        return self.hoisted(b, x, Vec::new(), None);
                     }
                     let (slot, _) = self.read(x);
                     let dst = b.l.alloc();
@@ -844,6 +1243,9 @@ impl Compiler {
                 K::Fst(_) | K::Snd(_) => {
                     // A linear place, read by reference (it may be read again, so never moved).
                     let (v, path) = lin_path(l).expect("a flat linear place");
+                    if b.hoist.is_some() {
+                        return self.hoisted(b, v, path, None);
+                    }
                     let key = place_key(v, path.iter().copied());
                     if let Some(o) = key.and_then(|k| b.l.read(k)) {
                         return o;
@@ -861,6 +1263,23 @@ impl Compiler {
                             reg: dst,
                             last: true,
                         },
+                    }
+                }
+                K::Index(e, i)
+                    if let Some(h) = &b.hoist
+                        && matches!(&i.kind, TermKind::Var(i) if i.id == h.index) =>
+                {
+                    // The element at the loop's index of a linear array bound outside the loop.
+                    let (v, path) = lin_path(e).expect("a flat linear array");
+                    let (slot, _) = self.read(v);
+                    let h = b.hoist.as_mut().expect("in a loop");
+                    h.lcolp.push((slot, path));
+                    let c = index(h.lcolp.len() - 1);
+                    let dst = b.l.alloc();
+                    b.ins(Ins::LCol { c, dst });
+                    Opd {
+                        reg: dst,
+                        last: true,
                     }
                 }
                 K::Index(..) => {
