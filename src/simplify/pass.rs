@@ -297,6 +297,21 @@ fn lsame_cheap(a: &LTerm, b: &LTerm) -> bool {
         (K::Fst(x), K::Fst(y)) | (K::Snd(x), K::Snd(y)) => lsame_cheap(x, y),
         (K::Scale(t, x), K::Scale(u, y)) => same_cheap(t, u) && lsame_cheap(x, y),
         (K::Plus(x1, x2), K::Plus(y1, y2)) => lsame_cheap(x1, y1) && lsame_cheap(x2, y2),
+        // A linear primitive at the same cheap argument (`scaleArray x • v`).
+        (K::App(f, x), K::App(g, y)) => match (&f.kind, &g.kind) {
+            (TermKind::LinPrim(k, s), TermKind::LinPrim(j, t)) => {
+                // Kernels are built per use; one is known by its name and types (as `show`
+                // prints it).
+                (Rc::ptr_eq(k, j)
+                    || (k.name() == j.name()
+                        && k.param() == j.param()
+                        && k.dom() == j.dom()
+                        && k.cod() == j.cod()))
+                    && same_cheap(s, t)
+                    && lsame_cheap(x, y)
+            }
+            _ => false,
+        },
         _ => same_atom(a, b),
     }
 }

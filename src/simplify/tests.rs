@@ -295,6 +295,25 @@ fn algebra_folds_literals_and_units() {
         )
     });
     assert_eq!(simple(&t), "\\v ⊸ x * v + 0.5 * v");
+    // Also through a linear primitive at the same argument (kernels are built per use).
+    let ys = Var::fresh("ys", Ty::array(Ty::Real));
+    let sa = || {
+        Term::mk(TermKind::LinPrim(
+            crate::target::term::LinPrim::scale_array(),
+            v(&ys),
+        ))
+    };
+    let t = Term::let_(
+        &ys,
+        Term::mk(TermKind::Array(Ty::Real, vec![v(&x), Term::real(3.0)])),
+        dlam(|d| LTerm::plus(LTerm::app(sa(), lv(d)), LTerm::app(sa(), lv(d)))),
+    );
+    let (on, off) = both(&t, &x, "algebra");
+    assert!(on.ends_with("\\v ⊸ 2.0 * scaleArray ys • v"), "{on}");
+    assert!(
+        off.ends_with("\\v ⊸ scaleArray ys • v + scaleArray ys • v"),
+        "{off}"
+    );
 }
 
 #[test]
