@@ -1445,3 +1445,60 @@ fn flat_loops_agree_with_the_reference_evaluator() {
         })
         .unwrap_or_else(|e| panic!("{e}"));
 }
+
+// ----- a lone deep linear expression -----
+
+/// `\p ⊸ e` where `e` nests one scaling or sum per step, as forward mode of a long chain of
+/// products does when every line's tangent is used once (`2 * (x * (0.5 / y * (.. snd p)))`):
+/// the engine runs a big one as one flat run. Its values, zeros included, are the reference
+/// evaluator's.
+#[test]
+fn a_lone_deep_linear_expression_agrees_with_the_reference_evaluator() {
+    let strategy = (
+        proptest::collection::vec((0usize..5, -2.0f64..2.0), 1..90),
+        -2.0f64..2.0,
+        -2.0f64..2.0,
+        -2.0f64..2.0,
+        any::<bool>(),
+    );
+    common::runner(common::cases(300))
+        .run(&strategy, |(steps, x0, a, b, zero_first)| {
+            let x = Var::fresh("x", Ty::Real);
+            let p = Var::linear("p", LTy::prod(LTy::Real, LTy::Real));
+            let lp = || LTerm::var(&p);
+            let mut e = LTerm::snd(lp());
+            for (k, c) in &steps {
+                let c = if *k == 4 { 0.0 } else { *c };
+                e = match k {
+                    0 => LTerm::scale(Term::real(c), e),
+                    1 => LTerm::scale(
+                        Term::prim(&chad::prim::op("mul"), vec![Term::var(&x), Term::real(c)]),
+                        e,
+                    ),
+                    2 => LTerm::plus(e, LTerm::scale(Term::real(c), LTerm::fst(lp()))),
+                    3 => LTerm::plus(LTerm::scale(Term::var(&x), LTerm::snd(lp())), e),
+                    _ => LTerm::scale(Term::real(c), e),
+                };
+            }
+            let term = Term::lin_lam(&p, e);
+            let arg = Lin::pair(
+                if zero_first {
+                    Lin::zero()
+                } else {
+                    Lin::real(a)
+                },
+                Lin::real(b),
+            );
+            let mut env = Env::new();
+            env.insert(x.id, Value::Real(x0));
+            let reference = eval(&term, &env).and_then(|f| f.expect_lin_fun().apply(&arg));
+            let engine = Code::compile(std::slice::from_ref(&x), &term)
+                .run(&[Value::Real(x0)])
+                .and_then(|f| f.expect_lin_fun().apply(&arg));
+            let (r, g) = (reference.unwrap(), engine.unwrap());
+            prop_assert_eq!(r.to_real().to_bits(), g.to_real().to_bits(), "{}", term);
+            prop_assert_eq!(r.is_zero(), g.is_zero(), "{}", term);
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+}
