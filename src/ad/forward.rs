@@ -75,9 +75,9 @@
 //! whose `fromLeft` of a right injection is zero).
 
 use super::{
-    Lets, Memo, Mor, TypeMaps, apply, case_split, constant_image, is_identity, lin_lam, lin_lam_ty,
-    map_proj, map2_images, name, new_mor, path_lterm, path_term, per_element, projs_lterm,
-    projs_term, results, split_args, split_linear, take_branch,
+    Lets, Memo, Mor, PairParts, TypeMaps, apply, case_split, constant_image, lin_lam, lin_lam_ty,
+    map_proj, map2_images, name, new_mor, pair_parts, path_lterm, path_term, per_element,
+    projs_lterm, projs_term, results, split_args, split_linear, take_branch,
 };
 use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
 use crate::ccc::{Comb, Path, Projs, interpret};
@@ -243,26 +243,14 @@ impl Cartesian for Forward {
         // β-reduced for F(f) = (x, λ̲d. d) (the let of every source line is ⟨id, g⟩):
         // ((x, z), λ̲d. (d, g' • d)); and for a constant image F(g) = (c, λ̲d. 0):
         // ((y, c), λ̲d. (f' • d, 0)) (and the same for a constant image F(f)).
-        let id = is_identity(&f);
-        let (y, df) = results(self, &f, "y", "df");
-        let (z, dg) = results(self, &g, "z", "dg");
-        let mut lets = Lets::new();
-        let (ty, fv) = if id {
-            (Term::var(&f.x), None)
-        } else if let Some(c) = constant_image(&f) {
-            (c.clone(), None)
-        } else {
-            lets.push_pair(&y, &df, f.body);
-            (Term::var(&y), Some(df))
-        };
-        let (tz, gv) = match constant_image(&g) {
-            Some(c) => (c.clone(), None),
-            None => {
-                lets.push(Pat::Var(g.x.clone()), Term::var(&f.x));
-                lets.push_pair(&z, &dg, g.body);
-                (Term::var(&z), Some(dg))
-            }
-        };
+        let PairParts {
+            lets,
+            first: ty,
+            second: tz,
+            df: fv,
+            dg: gv,
+            id,
+        } = pair_parts(self, &f, &g);
         let body = lets.finish(self.combined(&f.dom, Term::pair(ty, tz), |d| {
             let first = match &fv {
                 Some(df) => apply(df, d.clone()),

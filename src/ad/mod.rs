@@ -146,6 +146,52 @@ pub(crate) fn results(
     )
 }
 
+/// The part of the image of a pairing `⟨f, g⟩` that both modes share: the lets binding the two
+/// sub-images' results, β-reduced where `f` is the identity (the `let` of every source line is
+/// `⟨id, g⟩`) and where an image is a constant's `(c, λ̲d. 0)`; the two primal components; and
+/// the derivative variables of `f` and `g` where they are bound (`None` for the identity and
+/// for constants: the caller builds `d` or `0` there).
+pub(crate) struct PairParts {
+    pub(crate) lets: Lets,
+    pub(crate) first: Term,
+    pub(crate) second: Term,
+    pub(crate) df: Option<Var>,
+    pub(crate) dg: Option<Var>,
+    /// Whether `f` is the identity.
+    pub(crate) id: bool,
+}
+
+pub(crate) fn pair_parts(maps: &impl TypeMaps, f: &Mor, g: &Mor) -> PairParts {
+    let id = is_identity(f);
+    let (y, df) = results(maps, f, "y", "df");
+    let (z, dg) = results(maps, g, "z", "dg");
+    let mut lets = Lets::new();
+    let (first, df) = if id {
+        (Term::var(&f.x), None)
+    } else if let Some(c) = constant_image(f) {
+        (c.clone(), None)
+    } else {
+        lets.push_pair(&y, &df, f.body.clone());
+        (Term::var(&y), Some(df))
+    };
+    let (second, dg) = match constant_image(g) {
+        Some(c) => (c.clone(), None),
+        None => {
+            lets.push(Pat::Var(g.x.clone()), Term::var(&f.x));
+            lets.push_pair(&z, &dg, g.body.clone());
+            (Term::var(&z), Some(dg))
+        }
+    };
+    PairParts {
+        lets,
+        first,
+        second,
+        df,
+        dg,
+        id,
+    }
+}
+
 /// The error for a primitive without a registered derivative.
 pub(crate) fn no_derivative(op: &Prim) -> Error {
     Error::new(

@@ -83,8 +83,8 @@
 //! So the gradient of `sum (build n (λi. xs ! i * xs ! i))` is O(n), not O(n²).
 
 use super::{
-    Lets, Memo, Mor, TypeMaps, apply, case_split, constant_image, is_identity, lin_lam, lin_lam_ty,
-    map_proj, map2_images, name, new_mor, per_element, projs_term, results, split_args,
+    Lets, Memo, Mor, PairParts, TypeMaps, apply, case_split, constant_image, lin_lam, lin_lam_ty,
+    map_proj, map2_images, name, new_mor, pair_parts, per_element, projs_term, results, split_args,
     take_branch, tuple_linear,
 };
 use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
@@ -295,26 +295,14 @@ impl Cartesian for Reverse {
         // (c, λ̲v. 0) those of z and g', ((y, c), λ̲v. f' • fst v + 0), and the + 0 dropped
         // (the same for a constant image R(f)).
         let cod = Type::prod(f.cod.clone(), g.cod.clone());
-        let id = is_identity(&f);
-        let (y, df) = results(self, &f, "y", "df");
-        let (z, dg) = results(self, &g, "z", "dg");
-        let mut lets = Lets::new();
-        let (ty, fv) = if id {
-            (Term::var(&f.x), None)
-        } else if let Some(c) = constant_image(&f) {
-            (c.clone(), None)
-        } else {
-            lets.push_pair(&y, &df, f.body);
-            (Term::var(&y), Some(df))
-        };
-        let (tz, gv) = match constant_image(&g) {
-            Some(c) => (c.clone(), None),
-            None => {
-                lets.push(Pat::Var(g.x.clone()), Term::var(&f.x));
-                lets.push_pair(&z, &dg, g.body);
-                (Term::var(&z), Some(dg))
-            }
-        };
+        let PairParts {
+            lets,
+            first: ty,
+            second: tz,
+            df: fv,
+            dg: gv,
+            id,
+        } = pair_parts(self, &f, &g);
         let body = lets.finish(self.combined(&cod, Term::pair(ty, tz), |v| {
             let first = match &fv {
                 Some(df) => Some(apply(df, LTerm::fst(v.clone()))),
