@@ -1547,7 +1547,12 @@ impl Compiler {
             }
             K::Scale(c, e) => {
                 let c = self.real(c);
-                let e = self.linear(e);
+                // `e` has `l`'s type, which `linear` found not to be Real (`lty` reads through
+                // scalings): asking again at every level of a chain would be quadratic.
+                let e = match self.lin_column_use(e) {
+                    Some(f) => f,
+                    None => deep(|| self.linear_node(e)),
+                };
                 Box::new(move |fr| {
                     let c = c(fr)?;
                     Ok(Lin::scale(c, &e(fr)?))
