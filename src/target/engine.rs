@@ -2245,7 +2245,52 @@ type Env = SmallVec<[Value; 4]>;
 
 /// The values of the given slots of a frame.
 fn captured(slots: &[usize], fr: &Frame) -> Env {
-    slots.iter().map(|&s| fr[s].clone()).collect()
+    let mut env = Env::with_capacity(slots.len());
+    for &s in slots {
+        env.push(copy(&fr[s]));
+    }
+    env
+}
+
+/// Whether a value owns no heap part (dropping it does nothing).
+#[inline(always)]
+fn scalar(v: &Value) -> bool {
+    matches!(
+        v,
+        Value::Real(_) | Value::Int(_) | Value::Bool(_) | Value::Unit
+    )
+}
+
+/// `v.clone()`, with the scalars (most captured values of derivative code: the primal's
+/// intermediate reals) copied inline rather than through the out-of-line `clone`.
+#[inline(always)]
+fn copy(v: &Value) -> Value {
+    match v {
+        Value::Real(x) => Value::Real(*x),
+        v => v.clone(),
+    }
+}
+
+/// `*slot = v`, without the out-of-line drop of the old value when it is a scalar (frame
+/// slots mostly hold scalars: pooled frames hold nothing else).
+#[inline(always)]
+pub(super) fn put(slot: &mut Value, v: Value) {
+    if scalar(slot) {
+        std::mem::forget(std::mem::replace(slot, v));
+    } else {
+        *slot = v;
+    }
+}
+
+/// Drops an environment, the scalars without a call each.
+fn release(env: &mut Env) {
+    for v in std::mem::take(env) {
+        if scalar(&v) {
+            std::mem::forget(v);
+        } else {
+            drop(v);
+        }
+    }
 }
 
 /// A closure value: compiled body and captured values.
@@ -2272,7 +2317,7 @@ fn with_frame<R>(
     // nothing and only new slots are written.
     frame.resize(size, Value::Unit);
     for (&s, v) in captures.iter().zip(env) {
-        frame[s] = v.clone();
+        put(&mut frame[s], copy(v));
     }
     let out = f(&mut frame);
     // Release what the call left in its slots (so that no value outlives the call, and
@@ -2318,6 +2363,18 @@ struct LinCode {
 struct EngineLinear {
     code: Rc<LinCode>,
     env: Env,
+}
+
+impl Drop for EngineLinear {
+    fn drop(&mut self) {
+        release(&mut self.env);
+    }
+}
+
+impl Drop for EngineClosure {
+    fn drop(&mut self) {
+        release(&mut self.env);
+    }
 }
 
 impl LinearMap for EngineLinear {

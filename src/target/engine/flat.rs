@@ -226,7 +226,15 @@ impl Flat {
                 Ins::Arith { op, a, b, dst } => {
                     r[dst as usize] = op.apply(r[a as usize], r[b as usize])
                 }
-                Ins::Store { a, slot } => fr[slot as usize] = Value::Real(r[a as usize]),
+                Ins::Store { a, slot } => {
+                    // The slot mostly holds a real already (pooled frames keep scalars), so
+                    // only the number is written: no drop of the old value, no tag.
+                    let x = r[a as usize];
+                    match &mut fr[slot as usize] {
+                        Value::Real(y) => *y = x,
+                        v => super::put(v, Value::Real(x)),
+                    }
+                }
                 Ins::LLoad { slot, dst } => {
                     l[dst as usize] = match &fr[slot as usize] {
                         Value::Lin(x) => super::lin_opt(x),
