@@ -19,6 +19,9 @@
 //!   Registers are reused once their last reader has run, so the file stays small.
 //! * Only places (indexing) can fail; they run at their position in the order of the
 //!   reference evaluator (left operand first, the scale factor before the scaled term).
+//! * A straight run's adjacent instruction pairs whose intermediate register dies are fused
+//!   into one instruction ([`fuse`]: a scaling into an `LAxpy`, chains of scalings, a captured
+//!   real loaded for one use), so derivative code pays one dispatch where it paid two.
 //! * A *flat loop* ([`FlatLoop`]) runs a whole `lsum (lbuild ..)` or unzipped linear `lbuild`
 //!   whose body is flat: its loop-invariant reads run once before the loop, the element at the
 //!   loop's index is read from an array resolved before it, and the body's tuple leaves are
@@ -150,6 +153,58 @@ enum Ins {
         a: Reg,
         o: u32,
     },
+    // Fused pairs (see [`fuse`]): each is two adjacent instructions of a straight-line run
+    // whose intermediate register nothing reads again, run as one.
+    /// `l[dst] = r[c] · l[a] + r[d] · l[b]` (`LScale` into `LAxpy`'s added term).
+    LDot {
+        c: Reg,
+        a: Reg,
+        d: Reg,
+        b: Reg,
+        dst: Reg,
+    },
+    /// `l[dst] = r[s] · (r[c] · l[a] + l[b])` (`LAxpy` into `LScale`).
+    LAxpyScale {
+        c: Reg,
+        a: Reg,
+        b: Reg,
+        s: Reg,
+        dst: Reg,
+    },
+    /// `l[dst] = r[c2] · (r[c1] · l[a])` (`LScale` into `LScale`).
+    LScale2 {
+        c1: Reg,
+        c2: Reg,
+        a: Reg,
+        dst: Reg,
+    },
+    /// `l[dst] = r[c3] · (r[c2] · (r[c1] · l[a]))` (`LScale2` into `LScale`).
+    LScale3 {
+        c1: Reg,
+        c2: Reg,
+        c3: Reg,
+        a: Reg,
+        dst: Reg,
+    },
+    /// `l[dst] = frame[slot] · l[a]` (`Load` into `LScale`'s factor).
+    LScaleLoad {
+        slot: u32,
+        a: Reg,
+        dst: Reg,
+    },
+    /// `r[dst] = f(frame[slot])` (`Load` into `R1`).
+    R1Load {
+        f: fn(f64) -> f64,
+        slot: u32,
+        dst: Reg,
+    },
+    /// `r[dst] = r[a] op frame[slot]` (`Load` into `Arith`'s right operand).
+    ArithLoad {
+        op: Arith,
+        a: Reg,
+        slot: u32,
+        dst: Reg,
+    },
 }
 
 /// The state of a flat loop's element (empty for a straight-line run).
@@ -201,11 +256,13 @@ impl Flat {
     /// its own copy into its element loop).
     #[inline(never)]
     fn exec_straight(&self, fr: &mut Frame, r: &mut [f64], l: &mut [Option<f64>]) -> Result<()> {
-        self.exec(&self.ins, fr, r, l, &mut Rt::default())
+        self.exec::<true>(&self.ins, fr, r, l, &mut Rt::default())
     }
 
+    /// Runs `ins`; `FUSED` if they may hold fused instructions (only straight runs do: a
+    /// loop's copy leaves their arms out).
     #[inline(always)]
-    fn exec(
+    fn exec<const FUSED: bool>(
         &self,
         ins: &[Ins],
         fr: &mut Frame,
@@ -272,10 +329,175 @@ impl Flat {
                         .and_then(|xs| super::lin_opt(&xs.index(rt.k as i64)))
                 }
                 Ins::Out { a, o } => rt.out[o as usize] = l[a as usize],
+                Ins::LDot { c, a, d, b, dst } => {
+                    fused::<FUSED>();
+                    let y = scale_opt(r[d as usize], l[b as usize]);
+                    l[dst as usize] = plus_opt(scale_opt(r[c as usize], l[a as usize]), y)
+                }
+                Ins::LAxpyScale { c, a, b, s, dst } => {
+                    fused::<FUSED>();
+                    let y = plus_opt(scale_opt(r[c as usize], l[a as usize]), l[b as usize]);
+                    l[dst as usize] = scale_opt(r[s as usize], y)
+                }
+                Ins::LScale2 { c1, c2, a, dst } => {
+                    fused::<FUSED>();
+                    let y = scale_opt(r[c1 as usize], l[a as usize]);
+                    l[dst as usize] = scale_opt(r[c2 as usize], y)
+                }
+                Ins::LScale3 { c1, c2, c3, a, dst } => {
+                    fused::<FUSED>();
+                    let y = scale_opt(r[c1 as usize], l[a as usize]);
+                    let y = scale_opt(r[c2 as usize], y);
+                    l[dst as usize] = scale_opt(r[c3 as usize], y)
+                }
+                Ins::LScaleLoad { slot, a, dst } => {
+                    fused::<FUSED>();
+                    l[dst as usize] = scale_opt(fr[slot as usize].expect_real(), l[a as usize])
+                }
+                Ins::R1Load { f, slot, dst } => {
+                    fused::<FUSED>();
+                    r[dst as usize] = f(fr[slot as usize].expect_real())
+                }
+                Ins::ArithLoad { op, a, slot, dst } => {
+                    fused::<FUSED>();
+                    r[dst as usize] = op.apply(r[a as usize], fr[slot as usize].expect_real())
+                }
             }
         }
         Ok(())
     }
+}
+
+/// Marks the arm of a fused instruction: a loop's copy of the dispatch loop never meets one
+/// (only straight runs are fused), so there the arm is only this panic, kept out of the way.
+#[inline(always)]
+fn fused<const FUSED: bool>() {
+    if !FUSED {
+        cold_fused()
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn cold_fused() -> ! {
+    unreachable!("a fused instruction outside a straight run")
+}
+
+/// A register: `true` for the linear file.
+type At = (bool, Reg);
+
+/// The registers an instruction reads (in operand order) and the one it writes.
+fn operands(i: &Ins) -> ([Option<At>; 3], Option<At>) {
+    let (r, l) = (|x: Reg| Some((false, x)), |x: Reg| Some((true, x)));
+    match *i {
+        Ins::Load { dst, .. } | Ins::Place { dst, .. } | Ins::Call { dst, .. } => {
+            ([None; 3], r(dst))
+        }
+        Ins::Col { dst, .. } => ([None; 3], r(dst)),
+        Ins::Mov { a, dst } | Ins::R1 { a, dst, .. } => ([r(a), None, None], r(dst)),
+        Ins::R2 { a, b, dst, .. } | Ins::Arith { a, b, dst, .. } => ([r(a), r(b), None], r(dst)),
+        Ins::Store { a, .. } => ([r(a), None, None], None),
+        Ins::LLoad { dst, .. } | Ins::LPlace { dst, .. } | Ins::LCall { dst, .. } => {
+            ([None; 3], l(dst))
+        }
+        Ins::LCol { dst, .. } => ([None; 3], l(dst)),
+        Ins::LMov { a, dst } => ([l(a), None, None], l(dst)),
+        Ins::LPlus { a, b, dst } => ([l(a), l(b), None], l(dst)),
+        Ins::LAxpy { c, a, b, dst } => ([r(c), l(a), l(b)], l(dst)),
+        Ins::LScale { c, a, dst } => ([r(c), l(a), None], l(dst)),
+        Ins::LStore { a, .. } | Ins::Out { a, .. } => ([l(a), None, None], None),
+        Ins::LDot { .. }
+        | Ins::LAxpyScale { .. }
+        | Ins::LScale2 { .. }
+        | Ins::LScale3 { .. }
+        | Ins::LScaleLoad { .. }
+        | Ins::R1Load { .. }
+        | Ins::ArithLoad { .. } => unreachable!("fused instructions are made only by `fuse`"),
+    }
+}
+
+/// Fuses adjacent pairs of a straight-line run into one instruction (the `LDot` .. `ArithLoad`
+/// variants of [`Ins`]) where the first writes a register that the second reads once and
+/// nothing reads after it: derivative code is mostly such pairs (a scaling into an `LAxpy`, a
+/// chain of scalings, a captured real loaded for one use), and each fused pair saves one
+/// dispatch. The fused instruction computes exactly what the pair did (same operations, same
+/// order; none of them can fail), and never writes the intermediate register.
+fn fuse(ins: Vec<Ins>) -> Vec<Ins> {
+    // dead[j]: bit k set if the k-th register instruction j reads is read by no later
+    // instruction before being written (or is written by j itself).
+    let mut dead = vec![0u8; ins.len()];
+    let mut next_read: FxHashMap<At, bool> = FxHashMap::default();
+    for (j, i) in ins.iter().enumerate().rev() {
+        let (reads, write) = operands(i);
+        for (k, x) in reads.iter().enumerate() {
+            if let Some(x) = x
+                && (Some(*x) == write || !next_read.get(x).copied().unwrap_or(false))
+            {
+                dead[j] |= 1 << k;
+            }
+        }
+        if let Some(w) = write {
+            next_read.insert(w, false);
+        }
+        for x in reads.iter().flatten() {
+            next_read.insert(*x, true);
+        }
+    }
+    // Whether instruction j reads `t` exactly once, at operand `k`, for the last time.
+    let last_use = |j: usize, k: usize, t: At| {
+        let (reads, _) = operands(&ins[j]);
+        reads.iter().filter(|x| **x == Some(t)).count() == 1
+            && reads[k] == Some(t)
+            && dead[j] & (1 << k) != 0
+    };
+    let mut out: Vec<Ins> = Vec::with_capacity(ins.len());
+    for (j, &x) in ins.iter().enumerate() {
+        let fused = out.last().and_then(|&e| {
+            Some(match (e, x) {
+                (Ins::LScale { c: d, a: b, dst: t }, Ins::LAxpy { c, a, b: t2, dst })
+                    if t2 == t && last_use(j, 2, (true, t)) =>
+                {
+                    Ins::LDot { c, a, d, b, dst }
+                }
+                (Ins::LAxpy { c, a, b, dst: t }, Ins::LScale { c: s, a: t2, dst })
+                    if t2 == t && last_use(j, 1, (true, t)) =>
+                {
+                    Ins::LAxpyScale { c, a, b, s, dst }
+                }
+                (Ins::LScale { c: c1, a, dst: t }, Ins::LScale { c: c2, a: t2, dst })
+                    if t2 == t && last_use(j, 1, (true, t)) =>
+                {
+                    Ins::LScale2 { c1, c2, a, dst }
+                }
+                (Ins::LScale2 { c1, c2, a, dst: t }, Ins::LScale { c: c3, a: t2, dst })
+                    if t2 == t && last_use(j, 1, (true, t)) =>
+                {
+                    Ins::LScale3 { c1, c2, c3, a, dst }
+                }
+                (Ins::Load { slot, dst: t }, Ins::LScale { c, a, dst })
+                    if c == t && last_use(j, 0, (false, t)) =>
+                {
+                    Ins::LScaleLoad { slot, a, dst }
+                }
+                (Ins::Load { slot, dst: t }, Ins::R1 { f, a, dst })
+                    if a == t && last_use(j, 0, (false, t)) =>
+                {
+                    Ins::R1Load { f, slot, dst }
+                }
+                (Ins::Load { slot, dst: t }, Ins::Arith { op, a, b, dst })
+                    if b == t && last_use(j, 1, (false, t)) =>
+                {
+                    Ins::ArithLoad { op, a, slot, dst }
+                }
+                _ => return None,
+            })
+        });
+        match fused {
+            Some(f) => *out.last_mut().expect("a fused pair's first half") = f,
+            None => out.push(x),
+        }
+    }
+    out
 }
 
 /// The primitives of [`Ins::Arith`] (their [`Scalar::Real2`] functions are exactly these).
@@ -364,11 +586,11 @@ impl FlatLoop {
             })
             .collect();
         let mut go = |r: &mut [f64], l: &mut [Option<f64>]| -> Result<()> {
-            f.exec(&f.pre, fr, r, l, &mut rt)?;
+            f.exec::<false>(&f.pre, fr, r, l, &mut rt)?;
             for k in 0..n {
                 fr[self.var] = Value::Int(k as i64);
                 rt.k = k;
-                f.exec(&f.ins, fr, r, l, &mut rt)?;
+                f.exec::<false>(&f.ins, fr, r, l, &mut rt)?;
                 for (o, sink) in self.sinks.iter().enumerate() {
                     match sink {
                         Sink::Sum => sums[o] = plus_opt(sums[o], rt.out[o]),
@@ -882,12 +1104,18 @@ impl Compiler {
             r[reg as usize] = f64::from_bits(bits);
         }
         let nl = b.l.size as usize;
+        // A loop's body runs again with its hoisted registers live: only straight runs fuse.
+        let ins = if b.hoist.is_none() {
+            fuse(b.ins)
+        } else {
+            b.ins
+        };
         let (pre, colp, lcolp) = match b.hoist {
             Some(h) => (h.pre, h.colp, h.lcolp),
             None => Default::default(),
         };
         Flat {
-            ins: b.ins,
+            ins,
             places: b.places,
             lplaces: b.lplaces,
             lcalls: b.lcalls,
@@ -1331,6 +1559,70 @@ mod tests {
             }
         }
         assert!(Arith::of("pow").is_none());
+    }
+
+    /// `fuse` merges a pair only where the intermediate register is read once, by the second
+    /// instruction, and never again before it is written; chains of scalings fuse up to three.
+    #[test]
+    fn pairs_fuse_only_where_the_intermediate_register_dies() {
+        use super::{Ins, fuse};
+        let kinds = |ins: &[Ins]| -> Vec<&'static str> {
+            ins.iter()
+                .map(|i| match i {
+                    Ins::LScale { .. } => "LScale",
+                    Ins::LAxpy { .. } => "LAxpy",
+                    Ins::LStore { .. } => "LStore",
+                    Ins::LDot { .. } => "LDot",
+                    Ins::LScale2 { .. } => "LScale2",
+                    Ins::LScale3 { .. } => "LScale3",
+                    Ins::LScaleLoad { .. } => "LScaleLoad",
+                    Ins::Load { .. } => "Load",
+                    _ => "other",
+                })
+                .collect()
+        };
+        // l1 = r0 · l0; l2 = r1 · l3 + l1: l1 dies, one LDot.
+        let dot = [
+            Ins::LScale { c: 0, a: 0, dst: 1 },
+            Ins::LAxpy {
+                c: 1,
+                a: 3,
+                b: 1,
+                dst: 2,
+            },
+            Ins::LStore { a: 2, slot: 0 },
+        ];
+        assert_eq!(kinds(&fuse(dot.to_vec())), ["LDot", "LStore"]);
+        // The same, but l1 is stored afterwards: no fusion.
+        let mut kept = dot.to_vec();
+        kept.push(Ins::LStore { a: 1, slot: 1 });
+        assert_eq!(kinds(&fuse(kept)), ["LScale", "LAxpy", "LStore", "LStore"]);
+        // l1 read twice by the second instruction: no fusion.
+        let twice = [
+            Ins::LScale { c: 0, a: 0, dst: 1 },
+            Ins::LAxpy {
+                c: 1,
+                a: 1,
+                b: 1,
+                dst: 2,
+            },
+        ];
+        assert_eq!(kinds(&fuse(twice.to_vec())), ["LScale", "LAxpy"]);
+        // Four scalings in a chain (each overwriting its input): LScale3, then the fourth.
+        let chain: Vec<Ins> = (0..4).map(|c| Ins::LScale { c, a: 0, dst: 0 }).collect();
+        assert_eq!(kinds(&fuse(chain)), ["LScale3", "LScale"]);
+        // A load whose register is read again later is not folded into its first reader.
+        let load = [
+            Ins::Load { slot: 3, dst: 5 },
+            Ins::LScale { c: 5, a: 0, dst: 1 },
+            Ins::LScale { c: 5, a: 1, dst: 2 },
+        ];
+        assert_eq!(kinds(&fuse(load.to_vec())), ["Load", "LScale2"]);
+        let load1 = [
+            Ins::Load { slot: 3, dst: 5 },
+            Ins::LScale { c: 5, a: 0, dst: 1 },
+        ];
+        assert_eq!(kinds(&fuse(load1.to_vec())), ["LScaleLoad"]);
     }
 
     #[test]
