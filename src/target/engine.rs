@@ -786,7 +786,9 @@ impl Compiler {
                 // lsum (lbuild n (\i -> l)): accumulate, without building the array. A length
                 // error is the lbuild's, at its position.
                 let span = e.span;
-                if let Some(lp) = self.flat_loop(n, i, body, span, vec![flat::Sink::Sum]) {
+                if let Some(lp) =
+                    self.flat_loop(Some(n), Some(i), body, span, vec![flat::Sink::Sum])
+                {
                     return Box::new(move |fr| Ok(lin_opt(&lp.run(fr)?[0])));
                 }
                 let n = self.int(n);
@@ -2695,6 +2697,22 @@ impl Compiler {
         let k = shape.count();
         let mut leaves = Vec::new();
         shape.leaves(&mut leaves);
+        // Flat: the one-hots of flat linear reals are added into dense accumulators.
+        let sinks = leaves
+            .iter()
+            .map(|l| match l {
+                LShape::Zero => flat::Sink::Zero,
+                _ => flat::Sink::Sum,
+            })
+            .collect();
+        if let Some(lp) = self.flat_loop(None, None, l, l.span, sinks) {
+            return Some(Box::new(move |fr| {
+                let mut outs = lp.run(fr)?.into_iter();
+                Ok(assemble(&shape, &mut || {
+                    outs.next().expect("an output per leaf")
+                }))
+            }));
+        }
         let mut size = k;
         let tg: Vec<Tgt> = leaves
             .iter()
@@ -2736,7 +2754,7 @@ impl Compiler {
                 _ => flat::Sink::Sum,
             })
             .collect();
-        if let Some(lp) = self.flat_loop(n, i, body, span, sinks) {
+        if let Some(lp) = self.flat_loop(Some(n), Some(i), body, span, sinks) {
             return Some(Box::new(move |fr| {
                 let mut outs = lp.run(fr)?.into_iter();
                 Ok(assemble(&shape, &mut || {
@@ -2813,7 +2831,7 @@ impl Compiler {
                 _ => flat::Sink::Column,
             })
             .collect();
-        if let Some(lp) = self.flat_loop(n, i, body, l1.span, sinks) {
+        if let Some(lp) = self.flat_loop(Some(n), Some(i), body, l1.span, sinks) {
             let cols = ids.iter().map(|id| id.map(|id| self.bind_id(id))).collect();
             self.lin_unzipped.insert(
                 u.id,
