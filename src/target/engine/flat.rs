@@ -205,6 +205,9 @@ struct Rt {
     /// Dense accumulators of one-hot outputs, and whether anything was added (otherwise the
     /// output is zero, as a sum of zero one-hots is).
     acc: Vec<(Vec<f64>, bool)>,
+    /// Running sums and columns of the outputs (by [`Sink`]).
+    sums: Vec<Option<f64>>,
+    columns: Vec<(Vec<f64>, bool)>,
 }
 
 /// A compiled flat run.
@@ -232,7 +235,9 @@ pub(super) struct Flat {
     iops: Vec<IOp>,
     hots: Vec<(u32, Span)>,
     iinit: Vec<i64>,
-    iregs: RefCell<Vec<i64>>,
+    /// A loop's element state, kept between runs (its vectors' allocations are reused; the
+    /// arrays it read are dropped at the end of each run).
+    rt: RefCell<Option<Box<Rt>>>,
 }
 
 /// An integer primitive in a loop: its function, the primitive (for its error) and position.
@@ -436,40 +441,54 @@ impl FlatLoop {
             None => 1,
         };
         let f = &self.flat;
-        let ints = f
-            .iregs
-            .try_borrow_mut()
-            .ok()
-            .map(|mut v| std::mem::take(&mut *v))
-            .filter(|v| v.len() == f.iinit.len())
-            .unwrap_or_else(|| f.iinit.clone());
-        let mut rt = Rt {
-            k: 0,
-            cols: Vec::with_capacity(f.colp.len()),
-            lcols: f
-                .lcolp
+        let mut rt =
+            f.rt.try_borrow_mut()
+                .ok()
+                .and_then(|mut rt| rt.take())
+                .unwrap_or_else(|| {
+                    Box::new(Rt {
+                        ints: f.iinit.clone(),
+                        ..Rt::default()
+                    })
+                });
+        let res = self.run_with(fr, n, &mut rt);
+        rt.cols.clear();
+        rt.lcols.clear();
+        if let Ok(mut slot) = f.rt.try_borrow_mut() {
+            *slot = Some(rt);
+        }
+        res
+    }
+
+    fn run_with(&self, fr: &mut Frame, n: usize, rt: &mut Rt) -> Result<Vec<Lin>> {
+        let f = &self.flat;
+        let m = self.sinks.len();
+        rt.k = 0;
+        rt.lcols.extend(
+            f.lcolp
                 .iter()
-                .map(|(s, path)| super::lin_at(fr, *s, path).cloned())
-                .collect(),
-            out: vec![None; self.sinks.len()],
-            ints,
-            acc: vec![(Vec::new(), false); self.sinks.len()],
-        };
+                .map(|(s, path)| super::lin_at(fr, *s, path).cloned()),
+        );
+        rt.out.clear();
+        rt.out.resize(m, None);
+        rt.sums.clear();
+        rt.sums.resize(m, None);
+        rt.acc.resize_with(m, Default::default);
+        rt.columns.resize_with(m, Default::default);
+        for (o, sink) in self.sinks.iter().enumerate() {
+            rt.acc[o].1 = false;
+            rt.acc[o].0.clear();
+            if *sink == Sink::Column {
+                rt.columns[o] = (Vec::with_capacity(n), false);
+            }
+        }
         for p in &f.colp {
-            rt.cols.push(p.read(fr, |g| match g.value() {
+            let c = p.read(fr, |g| match g.value() {
                 Value::RealArray(xs) => Some(xs.clone()),
                 _ => None,
-            })?);
+            })?;
+            rt.cols.push(c);
         }
-        let mut sums = vec![None; self.sinks.len()];
-        let mut cols: Vec<(Vec<f64>, bool)> = self
-            .sinks
-            .iter()
-            .map(|s| match s {
-                Sink::Column => (Vec::with_capacity(n), false),
-                _ => (Vec::new(), false),
-            })
-            .collect();
         let mut go = |r: &mut [f64], l: &mut [Option<f64>], rt: &mut Rt| -> Result<()> {
             f.exec(&f.pre, fr, r, l, rt)?;
             for k in 0..n {
@@ -481,11 +500,11 @@ impl FlatLoop {
                 f.exec(&f.ins, fr, r, l, rt)?;
                 for (o, sink) in self.sinks.iter().enumerate() {
                     match sink {
-                        Sink::Sum => sums[o] = plus_opt(sums[o], rt.out[o]),
+                        Sink::Sum => rt.sums[o] = plus_opt(rt.sums[o], rt.out[o]),
                         Sink::Column => {
                             let x = rt.out[o];
-                            cols[o].0.push(x.unwrap_or(0.0));
-                            cols[o].1 |= x.is_some();
+                            rt.columns[o].0.push(x.unwrap_or(0.0));
+                            rt.columns[o].1 |= x.is_some();
                         }
                         Sink::Zero | Sink::Dense => {}
                     }
@@ -493,35 +512,29 @@ impl FlatLoop {
             }
             Ok(())
         };
-        let res = match f.regs.try_borrow_mut() {
+        match f.regs.try_borrow_mut() {
             Ok(mut regs) => {
                 let (r, l) = &mut *regs;
-                go(r, l, &mut rt)
+                go(r, l, rt)?
             }
             Err(_) => {
                 let mut r = f.init.0.clone();
                 let mut l = vec![None; f.init.1];
-                go(&mut r, &mut l, &mut rt)
+                go(&mut r, &mut l, rt)?
             }
-        };
-        if let Ok(mut v) = f.iregs.try_borrow_mut() {
-            *v = std::mem::take(&mut rt.ints);
         }
-        res?;
         Ok(self
             .sinks
             .iter()
-            .zip(sums)
-            .zip(cols)
-            .zip(rt.acc)
-            .map(|(((sink, sum), (col, any)), (acc, hot))| match sink {
-                Sink::Sum => super::opt_lin(sum),
+            .enumerate()
+            .map(|(o, sink)| match sink {
+                Sink::Sum => super::opt_lin(rt.sums[o]),
                 // As `Lin::build_reals`: unboxed if any element is a real.
-                Sink::Column if any => Lin::reals(col),
+                Sink::Column if rt.columns[o].1 => Lin::reals(std::mem::take(&mut rt.columns[o].0)),
                 Sink::Column => Lin::array(vec![Lin::zero(); n]),
                 Sink::Zero => Lin::zero(),
                 // As a sum of one-hots: zero if every one added zero.
-                Sink::Dense if hot => Lin::reals(acc),
+                Sink::Dense if rt.acc[o].1 => Lin::reals(std::mem::take(&mut rt.acc[o].0)),
                 Sink::Dense => Lin::zero(),
             })
             .collect())
@@ -1122,7 +1135,7 @@ impl Compiler {
             icalls: b.ints.calls,
             iops: b.ints.ops,
             hots: b.ints.hots,
-            iregs: RefCell::new(iinit.clone()),
+            rt: RefCell::new(None),
             iinit,
         }
     }
