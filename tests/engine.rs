@@ -1627,3 +1627,59 @@ fn a_lone_deep_linear_expression_agrees_with_the_reference_evaluator() {
         })
         .unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// A lone real expression of 32 nodes or more with no `let`s, as the primal of a written-out
+/// index chain (`xs ! 0 + xs ! 1 + ..`), is one flat run: its value (bit for bit) and its
+/// errors (the first out-of-range index, at its position) are the reference evaluator's.
+#[test]
+fn a_lone_deep_real_expression_agrees_with_the_reference_evaluator() {
+    let strategy = (
+        proptest::collection::vec((0usize..6, -2.0f64..2.0, 0i64..6), 1..90),
+        proptest::collection::vec(-2.0f64..2.0, 0..6),
+        -2.0f64..2.0,
+    );
+    common::runner(common::cases(300))
+        .run(&strategy, |(steps, xs, x0)| {
+            let x = Var::fresh("x", Ty::Real);
+            let a = Var::fresh("xs", Ty::array(Ty::Real));
+            let mut e = Term::var(&x);
+            for (n, (k, c, j)) in steps.iter().enumerate() {
+                let pos = 2 * n as u32 + 1;
+                let at = || {
+                    idx(
+                        Term::var(&a),
+                        Term::lit(chad::target::term::Lit::Int(*j)),
+                        pos,
+                    )
+                };
+                e = match k {
+                    0 | 1 => call("add", vec![e, at()]),
+                    2 => call("mul", vec![Term::real(*c), e]),
+                    3 => call("sub", vec![at(), e]),
+                    4 => call("sin", vec![e]),
+                    _ => call("div", vec![e, Term::var(&x)]),
+                };
+            }
+            // As a component of a pair (a derivative's primal), so the term is compiled whole.
+            let term = Term::pair(e, Term::var(&x));
+            let mut env = Env::new();
+            env.insert(x.id, Value::Real(x0));
+            env.insert(a.id, reals(&xs));
+            let reference = eval(&term, &env);
+            let engine =
+                Code::compile(&[x.clone(), a.clone()], &term).run(&[Value::Real(x0), reals(&xs)]);
+            match (&reference, &engine) {
+                (Ok(r), Ok(g)) => {
+                    let first = |v: &Value| v.clone().expect_pair().0.clone().expect_real();
+                    prop_assert_eq!(first(r).to_bits(), first(g).to_bits());
+                }
+                (Err(r), Err(g)) => {
+                    prop_assert_eq!(r.message(), g.message());
+                    prop_assert_eq!(r.span(), g.span());
+                }
+                _ => prop_assert!(false, "reference {:?}, engine {:?}", reference, engine),
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+}

@@ -1032,6 +1032,19 @@ impl Compiler {
             K::Case(e, p, a, q, b) => {
                 self.case(e, p, q, |c, left| c.term(if left { a } else { b }))
             }
+            K::Prim(..) if flat::big_flat_real(t) => {
+                // A big real expression without lets (the primal of a written-out index chain):
+                // one flat run, not thousands of nested closures (as `linear` does for linear
+                // reals).
+                let x = Var::fresh("big", Ty::Real);
+                self.uses.insert(x.id, 1);
+                let run = self.flat(&[flat::Item::Real(&x, t)]);
+                let (s, _) = self.read(&x);
+                Box::new(move |fr| {
+                    run.run(fr)?;
+                    Ok(std::mem::replace(&mut fr[s], Value::Unit))
+                })
+            }
             K::Prim(op, args) => self.prim(op, args, span),
             K::Array(_, items) => {
                 let items: Vec<CFn> = items.iter().map(|x| self.term(x)).collect();

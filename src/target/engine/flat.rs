@@ -762,6 +762,25 @@ pub(super) fn big_flat_lin(l: &LTerm) -> bool {
     n >= BIG && flat_lin(l, DEPTH)
 }
 
+/// Whether a real expression with no `let`s is big enough to be a flat run of its own (as
+/// [`big_flat_lin`]: the primal sum of a written-out index chain), and flat.
+pub(super) fn big_flat_real(t: &Term) -> bool {
+    /// Nodes below which a lone expression stays closures.
+    const BIG: usize = 32;
+    let mut stack = vec![t];
+    let mut n = 0;
+    while let Some(t) = stack.pop() {
+        n += 1;
+        if n >= BIG {
+            break;
+        }
+        if let TermKind::Prim(_, args) = &t.kind {
+            stack.extend(args.iter());
+        }
+    }
+    n >= BIG && flat_real(t, DEPTH)
+}
+
 /// Whether a run is long enough to be compiled flat.
 pub(super) fn worth(items: &[Item<'_>]) -> bool {
     items.len() >= MIN_RUN
