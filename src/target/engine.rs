@@ -63,7 +63,12 @@
 //!   index-free places) are hoisted before the loop, elements at the loop's index of arrays
 //!   bound outside are read from the array resolved once, and each leaf of the tuple is summed
 //!   in a register or pushed onto an unboxed column (a column only ever summed is kept as its
-//!   running sum).
+//!   running sum). Integer lets (`let i_1 = i + 1`, a packed triangular index) live in integer
+//!   registers (and their slots), elements at computed indices are read from the resolved
+//!   array, and a summed leaf that is a sum of one-hots `onehot n k v` adds `v` at `k` into a
+//!   dense accumulator; a lone sum of one-hots outside any loop (the index chain's gradient)
+//!   runs the same way, as a loop of one element. A lone real expression of 32 nodes or more
+//!   without lets is a flat run of its own, like a linear one.
 //! * **Moves.** A variable used exactly once, not inside a loop or closure body relative to its
 //!   binding, is moved out of its slot rather than copied, so a uniquely owned linear value
 //!   (a sparse cotangent accumulator) stays uniquely owned and [`Lin::plus`] can update it in

@@ -22,7 +22,9 @@
 //! * A *flat loop* ([`FlatLoop`]) runs a whole `lsum (lbuild ..)` or unzipped linear `lbuild`
 //!   whose body is flat: its loop-invariant reads run once before the loop, the element at the
 //!   loop's index is read from an array resolved before it, and the body's tuple leaves are
-//!   outputs, summed in registers or stored in unboxed columns.
+//!   outputs, summed in registers or stored in unboxed columns. Integer bindings run in a
+//!   third register file (in the element state, with their checked arithmetic and errors), and
+//!   a leaf that is a sum of one-hots adds into a dense accumulator at the computed index.
 
 use super::{Compiler, Frame, IFn, LRFn, Place, RFn, plus_opt, scale_opt};
 use crate::deep::deep;
@@ -489,6 +491,11 @@ impl FlatLoop {
             })?;
             rt.cols.push(c);
         }
+        // Locals in the element loop (kept in the state between runs).
+        let (mut sums, mut columns) = (
+            std::mem::take(&mut rt.sums),
+            std::mem::take(&mut rt.columns),
+        );
         let mut go = |r: &mut [f64], l: &mut [Option<f64>], rt: &mut Rt| -> Result<()> {
             f.exec(&f.pre, fr, r, l, rt)?;
             for k in 0..n {
@@ -500,11 +507,11 @@ impl FlatLoop {
                 f.exec(&f.ins, fr, r, l, rt)?;
                 for (o, sink) in self.sinks.iter().enumerate() {
                     match sink {
-                        Sink::Sum => rt.sums[o] = plus_opt(rt.sums[o], rt.out[o]),
+                        Sink::Sum => sums[o] = plus_opt(sums[o], rt.out[o]),
                         Sink::Column => {
                             let x = rt.out[o];
-                            rt.columns[o].0.push(x.unwrap_or(0.0));
-                            rt.columns[o].1 |= x.is_some();
+                            columns[o].0.push(x.unwrap_or(0.0));
+                            columns[o].1 |= x.is_some();
                         }
                         Sink::Zero | Sink::Dense => {}
                     }
@@ -523,21 +530,23 @@ impl FlatLoop {
                 go(&mut r, &mut l, rt)?
             }
         }
-        Ok(self
+        let out = self
             .sinks
             .iter()
             .enumerate()
             .map(|(o, sink)| match sink {
-                Sink::Sum => super::opt_lin(rt.sums[o]),
+                Sink::Sum => super::opt_lin(sums[o]),
                 // As `Lin::build_reals`: unboxed if any element is a real.
-                Sink::Column if rt.columns[o].1 => Lin::reals(std::mem::take(&mut rt.columns[o].0)),
+                Sink::Column if columns[o].1 => Lin::reals(std::mem::take(&mut columns[o].0)),
                 Sink::Column => Lin::array(vec![Lin::zero(); n]),
                 Sink::Zero => Lin::zero(),
                 // As a sum of one-hots: zero if every one added zero.
                 Sink::Dense if rt.acc[o].1 => Lin::reals(std::mem::take(&mut rt.acc[o].0)),
                 Sink::Dense => Lin::zero(),
             })
-            .collect())
+            .collect();
+        (rt.sums, rt.columns) = (sums, columns);
+        Ok(out)
     }
 }
 
