@@ -1138,6 +1138,8 @@ struct LoopGen<'a> {
     /// Real and linear-real variables in scope in the loop body.
     reals: Vec<Var>,
     lins: Vec<Var>,
+    /// Integer variables bound in the body.
+    ints: Vec<Var>,
     next_pos: u32,
 }
 
@@ -1171,7 +1173,13 @@ impl LoopGen<'_> {
                 }
                 5 => {
                     let pos = self.pos();
-                    idx(Term::var(&self.xs), Term::var(&self.j), pos)
+                    let ix = if self.pick(2) == 0 {
+                        Term::var(&self.j)
+                    } else {
+                        // A computed index (`xs ! (i + 1)`, `xs ! t`).
+                        self.int(i, 2)
+                    };
+                    idx(Term::var(&self.xs), ix, pos)
                 }
                 _ => {
                     let n = self.reals.len();
@@ -1219,6 +1227,76 @@ impl LoopGen<'_> {
         }
     }
 
+    /// An integer: literals (one that overflows), the index, the parameters, integers bound in
+    /// the body, a length, primitives over them (which may overflow or divide by zero), and a
+    /// term the loop compiles on its own (`fst (i, j)`).
+    fn int(&mut self, i: &Var, depth: u32) -> Term {
+        if depth == 0 || self.pick(3) == 0 {
+            return match self.pick(9) {
+                0 => {
+                    let lits = [-1, 0, 1, 2, 3, i64::MAX];
+                    let x = lits[self.pick(lits.len())];
+                    Term::lit(chad::target::term::Lit::Int(x))
+                }
+                1 | 2 => Term::var(i),
+                3 => Term::var(&self.j),
+                4 => Term::var(&self.m),
+                5 => length(Term::var(&self.xs)),
+                6 | 7 if !self.ints.is_empty() => {
+                    let n = self.ints.len();
+                    let back = self.pick(n.min(3));
+                    Term::var(&self.ints[n - 1 - back])
+                }
+                6 | 7 => Term::var(i),
+                _ => Term::fst(Term::pair(Term::var(i), Term::var(&self.k))),
+            };
+        }
+        let name = ["iadd", "isub", "imul", "idiv", "iadd", "isub"][self.pick(6)];
+        let a = self.int(i, depth - 1);
+        let b = self.int(i, depth - 1);
+        let reg = chad::prim::Registry::builtin();
+        let op = reg.get(name).expect("a builtin").clone();
+        let pos = self.pos();
+        let span = chad::error::Span {
+            start: pos,
+            end: pos + 1,
+        };
+        Term::new(K::Prim(op, vec![a, b]), span)
+    }
+
+    /// A sum of `at_least` or more one-hots of linear reals (`onehot n t v`, at computed
+    /// lengths and indices, sometimes out of range), sometimes with a zero among them.
+    fn hots(&mut self, i: &Var, at_least: usize) -> LTerm {
+        let arr = LTy::array(LTy::Real);
+        let count = at_least + self.pick(3);
+        let mut acc: Option<LTerm> = None;
+        for _ in 0..count {
+            let n = match self.pick(4) {
+                0 => Term::var(&self.m),
+                1 => Term::lit(chad::target::term::Lit::Int(3)),
+                2 => self.int(i, 1),
+                _ => length(Term::var(&self.xs)),
+            };
+            let ix = self.int(i, 2);
+            let d = self.pick(3) as u32;
+            let v = self.lin(i, d);
+            let pos = self.pos();
+            let span = chad::error::Span {
+                start: pos,
+                end: pos + 1,
+            };
+            let mut h = LTerm::new(L::OneHot(n, ix, v), span);
+            if self.pick(6) == 0 {
+                h = LTerm::plus(LTerm::zero(arr.clone()), h);
+            }
+            acc = Some(match acc {
+                None => h,
+                Some(a) => LTerm::plus(a, h),
+            });
+        }
+        acc.expect("a one-hot")
+    }
+
     /// A leaf of the body's tuple: a linear real, sometimes a literal zero.
     fn leaf(&mut self, i: &Var) -> LTerm {
         if self.pick(5) == 0 {
@@ -1234,6 +1312,11 @@ impl LoopGen<'_> {
         match kind {
             0 => self.leaf(i),
             1 => LTerm::pair(self.leaf(i), self.leaf(i)),
+            3 => self.hots(i, 1),
+            4 => {
+                let a = self.leaf(i);
+                LTerm::pair(a, self.hots(i, 1))
+            }
             _ => {
                 let a = if self.pick(5) == 0 {
                     LTerm::zero(LTy::prod(LTy::Real, LTy::Real))
@@ -1264,12 +1347,20 @@ impl LoopGen<'_> {
                     LTerm::lin_let(&d, LTerm::snd(LTerm::var(&z)), rest),
                 )
             }
-            1..=4 => {
+            1..=3 => {
                 let x = Var::fresh("a", Ty::Real);
                 let d = self.pick(3) as u32;
                 let e = self.real(i, d);
                 self.reals.push(x.clone());
                 LTerm::let_(&x, e, self.body(n - 1, kind, i))
+            }
+            4 => {
+                // An integer binding (`let i_1 = i + 1`, a packed index).
+                let t = Var::fresh("t", Ty::Int);
+                let d = self.pick(3) as u32;
+                let e = self.int(i, d);
+                self.ints.push(t.clone());
+                LTerm::let_(&t, e, self.body(n - 1, kind, i))
             }
             _ => {
                 let u = Var::linear("w", LTy::Real);
@@ -1324,12 +1415,34 @@ impl LoopGen<'_> {
         }
     }
 
-    /// `\v ⊸ let lin q = .. in let lin ds = .. in loop`, and the loop's type.
+    /// `\v ⊸ let lin q = .. in let lin ds = .. in loop`, and the loop's type; sometimes,
+    /// instead of the loop, a chain of bindings ending in a sum of two or more one-hots.
     fn term(&mut self) -> (LTy, Term) {
-        let kind = self.pick(3);
+        let kind = self.pick(5);
         let i = Var::fresh("i", Ty::Int);
         self.reals.push(self.c.clone());
         self.lins.push(self.v.clone());
+        if self.pick(6) == 0 {
+            let steps = self.pick(4);
+            let j = self.j.clone();
+            let mut body = self.hots(&j, 2);
+            for _ in 0..steps {
+                body = match self.pick(2) {
+                    0 => {
+                        let t = Var::fresh("t", Ty::Int);
+                        let e = self.int(&j, 2);
+                        LTerm::let_(&t, e, body)
+                    }
+                    _ => {
+                        let x = Var::fresh("a", Ty::Real);
+                        let e = self.real(&j, 2);
+                        LTerm::let_(&x, e, body)
+                    }
+                };
+            }
+            let l = self.outside(body);
+            return (LTy::array(LTy::Real), l);
+        }
         let summed = self.pick(3) == 0;
         let cs = Var::linear("cs", LTy::array(tuple_ty(kind)));
         let mut uses = Vec::new();
@@ -1382,12 +1495,23 @@ impl LoopGen<'_> {
         let l = LTerm::lin_let(&self.q, qv, LTerm::lin_let(&self.ds, dv, l));
         (ty, Term::lin_lam(&self.v, l))
     }
+
+    /// `\v ⊸ let lin q = .. in let lin ds = .. in l` (as [`LoopGen::term`]'s).
+    fn outside(&mut self, l: LTerm) -> Term {
+        let v = LTerm::var(&self.v);
+        let qv = LTerm::pair(v.clone(), LTerm::scale(Term::var(&self.c), v.clone()));
+        let dv = LTerm::mk(L::Replicate(length(Term::var(&self.xs)), v));
+        let l = LTerm::lin_let(&self.q, qv, LTerm::lin_let(&self.ds, dv, l));
+        Term::lin_lam(&self.v, l)
+    }
 }
 
 fn tuple_ty(kind: usize) -> LTy {
     match kind {
         0 => LTy::Real,
         1 => LTy::prod(LTy::Real, LTy::Real),
+        3 => LTy::array(LTy::Real),
+        4 => LTy::prod(LTy::Real, LTy::array(LTy::Real)),
         _ => LTy::prod(LTy::prod(LTy::Real, LTy::Real), LTy::Real),
     }
 }
@@ -1417,6 +1541,7 @@ fn flat_loops_agree_with_the_reference_evaluator() {
                 ds: Var::linear("ds", LTy::array(LTy::Real)),
                 reals: Vec::new(),
                 lins: Vec::new(),
+                ints: Vec::new(),
                 next_pos: 0,
             };
             let (ty, t) = g.term();
@@ -1498,6 +1623,62 @@ fn a_lone_deep_linear_expression_agrees_with_the_reference_evaluator() {
             let (r, g) = (reference.unwrap(), engine.unwrap());
             prop_assert_eq!(r.to_real().to_bits(), g.to_real().to_bits(), "{}", term);
             prop_assert_eq!(r.is_zero(), g.is_zero(), "{}", term);
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// A lone real expression of 32 nodes or more with no `let`s, as the primal of a written-out
+/// index chain (`xs ! 0 + xs ! 1 + ..`), is one flat run: its value (bit for bit) and its
+/// errors (the first out-of-range index, at its position) are the reference evaluator's.
+#[test]
+fn a_lone_deep_real_expression_agrees_with_the_reference_evaluator() {
+    let strategy = (
+        proptest::collection::vec((0usize..6, -2.0f64..2.0, 0i64..6), 1..90),
+        proptest::collection::vec(-2.0f64..2.0, 0..6),
+        -2.0f64..2.0,
+    );
+    common::runner(common::cases(300))
+        .run(&strategy, |(steps, xs, x0)| {
+            let x = Var::fresh("x", Ty::Real);
+            let a = Var::fresh("xs", Ty::array(Ty::Real));
+            let mut e = Term::var(&x);
+            for (n, (k, c, j)) in steps.iter().enumerate() {
+                let pos = 2 * n as u32 + 1;
+                let at = || {
+                    idx(
+                        Term::var(&a),
+                        Term::lit(chad::target::term::Lit::Int(*j)),
+                        pos,
+                    )
+                };
+                e = match k {
+                    0 | 1 => call("add", vec![e, at()]),
+                    2 => call("mul", vec![Term::real(*c), e]),
+                    3 => call("sub", vec![at(), e]),
+                    4 => call("sin", vec![e]),
+                    _ => call("div", vec![e, Term::var(&x)]),
+                };
+            }
+            // As a component of a pair (a derivative's primal), so the term is compiled whole.
+            let term = Term::pair(e, Term::var(&x));
+            let mut env = Env::new();
+            env.insert(x.id, Value::Real(x0));
+            env.insert(a.id, reals(&xs));
+            let reference = eval(&term, &env);
+            let engine =
+                Code::compile(&[x.clone(), a.clone()], &term).run(&[Value::Real(x0), reals(&xs)]);
+            match (&reference, &engine) {
+                (Ok(r), Ok(g)) => {
+                    let first = |v: &Value| v.clone().expect_pair().0.clone().expect_real();
+                    prop_assert_eq!(first(r).to_bits(), first(g).to_bits());
+                }
+                (Err(r), Err(g)) => {
+                    prop_assert_eq!(r.message(), g.message());
+                    prop_assert_eq!(r.span(), g.span());
+                }
+                _ => prop_assert!(false, "reference {:?}, engine {:?}", reference, engine),
+            }
             Ok(())
         })
         .unwrap_or_else(|e| panic!("{e}"));

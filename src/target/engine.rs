@@ -63,7 +63,12 @@
 //!   index-free places) are hoisted before the loop, elements at the loop's index of arrays
 //!   bound outside are read from the array resolved once, and each leaf of the tuple is summed
 //!   in a register or pushed onto an unboxed column (a column only ever summed is kept as its
-//!   running sum).
+//!   running sum). Integer lets (`let i_1 = i + 1`, a packed triangular index) live in integer
+//!   registers (and their slots), elements at computed indices are read from the resolved
+//!   array, and a summed leaf that is a sum of one-hots `onehot n k v` adds `v` at `k` into a
+//!   dense accumulator; a lone sum of one-hots outside any loop (the index chain's gradient)
+//!   runs the same way, as a loop of one element. A lone real expression of 32 nodes or more
+//!   without lets is a flat run of its own, like a linear one.
 //! * **Moves.** A variable used exactly once, not inside a loop or closure body relative to its
 //!   binding, is moved out of its slot rather than copied, so a uniquely owned linear value
 //!   (a sparse cotangent accumulator) stays uniquely owned and [`Lin::plus`] can update it in
@@ -786,7 +791,9 @@ impl Compiler {
                 // lsum (lbuild n (\i -> l)): accumulate, without building the array. A length
                 // error is the lbuild's, at its position.
                 let span = e.span;
-                if let Some(lp) = self.flat_loop(n, i, body, span, vec![flat::Sink::Sum]) {
+                if let Some(lp) =
+                    self.flat_loop(Some(n), Some(i), body, span, vec![flat::Sink::Sum])
+                {
                     return Box::new(move |fr| Ok(lin_opt(&lp.run(fr)?[0])));
                 }
                 let n = self.int(n);
@@ -1029,6 +1036,19 @@ impl Compiler {
             }
             K::Case(e, p, a, q, b) => {
                 self.case(e, p, q, |c, left| c.term(if left { a } else { b }))
+            }
+            K::Prim(..) if flat::big_flat_real(t) => {
+                // A big real expression without lets (the primal of a written-out index chain):
+                // one flat run, not thousands of nested closures (as `linear` does for linear
+                // reals).
+                let x = Var::fresh("big", Ty::Real);
+                self.uses.insert(x.id, 1);
+                let run = self.flat(&[flat::Item::Real(&x, t)]);
+                let (s, _) = self.read(&x);
+                Box::new(move |fr| {
+                    run.run(fr)?;
+                    Ok(std::mem::replace(&mut fr[s], Value::Unit))
+                })
             }
             K::Prim(op, args) => self.prim(op, args, span),
             K::Array(_, items) => {
@@ -2752,6 +2772,22 @@ impl Compiler {
         let k = shape.count();
         let mut leaves = Vec::new();
         shape.leaves(&mut leaves);
+        // Flat: the one-hots of flat linear reals are added into dense accumulators.
+        let sinks = leaves
+            .iter()
+            .map(|l| match l {
+                LShape::Zero => flat::Sink::Zero,
+                _ => flat::Sink::Sum,
+            })
+            .collect();
+        if let Some(lp) = self.flat_loop(None, None, l, l.span, sinks) {
+            return Some(Box::new(move |fr| {
+                let mut outs = lp.run(fr)?.into_iter();
+                Ok(assemble(&shape, &mut || {
+                    outs.next().expect("an output per leaf")
+                }))
+            }));
+        }
         let mut size = k;
         let tg: Vec<Tgt> = leaves
             .iter()
@@ -2793,7 +2829,7 @@ impl Compiler {
                 _ => flat::Sink::Sum,
             })
             .collect();
-        if let Some(lp) = self.flat_loop(n, i, body, span, sinks) {
+        if let Some(lp) = self.flat_loop(Some(n), Some(i), body, span, sinks) {
             return Some(Box::new(move |fr| {
                 let mut outs = lp.run(fr)?.into_iter();
                 Ok(assemble(&shape, &mut || {
@@ -2870,7 +2906,7 @@ impl Compiler {
                 _ => flat::Sink::Column,
             })
             .collect();
-        if let Some(lp) = self.flat_loop(n, i, body, l1.span, sinks) {
+        if let Some(lp) = self.flat_loop(Some(n), Some(i), body, l1.span, sinks) {
             let cols = ids.iter().map(|id| id.map(|id| self.bind_id(id))).collect();
             self.lin_unzipped.insert(
                 u.id,

@@ -25,12 +25,14 @@
 //! * A *flat loop* ([`FlatLoop`]) runs a whole `lsum (lbuild ..)` or unzipped linear `lbuild`
 //!   whose body is flat: its loop-invariant reads run once before the loop, the element at the
 //!   loop's index is read from an array resolved before it, and the body's tuple leaves are
-//!   outputs, summed in registers or stored in unboxed columns.
+//!   outputs, summed in registers or stored in unboxed columns. Integer bindings run in a
+//!   third register file (in the element state, with their checked arithmetic and errors), and
+//!   a leaf that is a sum of one-hots adds into a dense accumulator at the computed index.
 
 use super::{Compiler, Frame, IFn, LRFn, Place, RFn, plus_opt, scale_opt};
 use crate::deep::deep;
-use crate::error::{Result, Span};
-use crate::prim::Scalar;
+use crate::error::{Error, Result, Span};
+use crate::prim::{Prim, Scalar};
 use crate::target::linear::Lin;
 use crate::target::term::{LTerm, LTermKind, Pat, Term, TermKind, Var, VarId};
 use crate::target::types::{LTy, Ty};
@@ -153,6 +155,46 @@ enum Ins {
         a: Reg,
         o: u32,
     },
+    /// In a loop: `i[dst] = icalls[f](frame)` (an integer term compiled on its own; may fail).
+    ICall {
+        f: u32,
+        dst: Reg,
+    },
+    /// In a loop: `i[dst] = i[a] op i[b]` for the integer primitive `iops[f]` (fails as the
+    /// primitive does, at its position).
+    IArith {
+        f: u32,
+        a: Reg,
+        b: Reg,
+        dst: Reg,
+    },
+    /// In a loop: `frame[slot] = i[a]` (an integer bound in the loop, for the code that reads it
+    /// from the frame: places indexed by it, integer terms compiled on their own).
+    IStore {
+        a: Reg,
+        slot: u32,
+    },
+    /// In a loop: `i[a]` is a valid length for the one-hot `hots[h]` (fails as `onehot` does).
+    ILen {
+        a: Reg,
+        h: u32,
+    },
+    /// In a loop: `r[dst] = cols[c][i[i]]`, an element at a computed index of an unboxed real
+    /// array resolved before the loop; out of range or boxed, the full place `places[p]`.
+    ColAt {
+        c: u32,
+        i: Reg,
+        p: u32,
+        dst: Reg,
+    },
+    /// In a loop: the one-hot `hots[h]` with length `i[n]`, index `i[i]` and value `l[a]` is
+    /// added into its output's dense accumulator (fails as `onehot` does if out of range).
+    OutAt {
+        a: Reg,
+        i: Reg,
+        n: Reg,
+        h: u32,
+    },
     // Fused pairs (see [`fuse`]): each is two adjacent instructions of a straight-line run
     // whose intermediate register nothing reads again, run as one.
     /// `l[dst] = r[c] · l[a] + r[d] · l[b]` (`LScale` into `LAxpy`'s added term).
@@ -215,6 +257,14 @@ struct Rt {
     cols: Vec<Option<Rc<Vec<f64>>>>,
     lcols: Vec<Option<Lin>>,
     out: Vec<Option<f64>>,
+    /// The integer registers.
+    ints: Vec<i64>,
+    /// Dense accumulators of one-hot outputs, and whether anything was added (otherwise the
+    /// output is zero, as a sum of zero one-hots is).
+    acc: Vec<(Vec<f64>, bool)>,
+    /// Running sums and columns of the outputs (by [`Sink`]).
+    sums: Vec<Option<f64>>,
+    columns: Vec<(Vec<f64>, bool)>,
 }
 
 /// A compiled flat run.
@@ -235,7 +285,20 @@ pub(super) struct Flat {
     pre: Vec<Ins>,
     colp: Vec<Place>,
     lcolp: Vec<(usize, Vec<bool>)>,
+    /// Integer code of a loop: terms compiled on their own, primitives, one-hots (their
+    /// output and position), the initial integer registers (literals in place) and the
+    /// registers kept between runs.
+    icalls: Vec<IFn>,
+    iops: Vec<IOp>,
+    hots: Vec<(u32, Span)>,
+    iinit: Vec<i64>,
+    /// A loop's element state, kept between runs (its vectors' allocations are reused; the
+    /// arrays it read are dropped at the end of each run).
+    rt: RefCell<Option<Box<Rt>>>,
 }
+
+/// An integer primitive in a loop: its function, the primitive (for its error) and position.
+type IOp = (fn(i64, i64) -> Option<i64>, Prim, Span);
 
 impl Flat {
     pub(super) fn run(&self, fr: &mut Frame) -> Result<()> {
@@ -329,6 +392,48 @@ impl Flat {
                         .and_then(|xs| super::lin_opt(&xs.index(rt.k as i64)))
                 }
                 Ins::Out { a, o } => rt.out[o as usize] = l[a as usize],
+                Ins::ICall { f, dst } => rt.ints[dst as usize] = (self.icalls[f as usize])(fr)?,
+                Ins::IArith { f, a, b, dst } => {
+                    let (x, y) = (rt.ints[a as usize], rt.ints[b as usize]);
+                    let (g, op, span) = &self.iops[f as usize];
+                    rt.ints[dst as usize] = match g(x, y) {
+                        Some(z) => z,
+                        None => op
+                            .eval_args(vec![Value::Int(x), Value::Int(y)])
+                            .map_err(|e| e.or_span(*span))?
+                            .expect_int(),
+                    }
+                }
+                Ins::IStore { a, slot } => fr[slot as usize] = Value::Int(rt.ints[a as usize]),
+                Ins::ILen { a, h } => {
+                    value::check_len("onehot", rt.ints[a as usize])
+                        .map_err(|e| e.or_span(self.hots[h as usize].1))?;
+                }
+                Ins::ColAt { c, i, p, dst } => {
+                    let k = rt.ints[i as usize];
+                    r[dst as usize] = match &rt.cols[c as usize] {
+                        Some(xs) if k >= 0 && (k as u64) < xs.len() as u64 => xs[k as usize],
+                        _ => self.places[p as usize].read(fr, |g| g.real())?,
+                    }
+                }
+                Ins::OutAt { a, i, n, h } => {
+                    let (n, i) = (rt.ints[n as usize] as usize, rt.ints[i as usize]);
+                    let (o, span) = self.hots[h as usize];
+                    if i < 0 || i as u64 >= n as u64 {
+                        return Err(Error::runtime(format!(
+                            "onehot: index {i} out of range for an array of length {n}"
+                        ))
+                        .or_span(span));
+                    }
+                    if let Some(x) = l[a as usize] {
+                        let (acc, any) = &mut rt.acc[o as usize];
+                        if acc.len() < n {
+                            acc.resize(n, 0.0);
+                        }
+                        acc[i as usize] += x;
+                        *any = true;
+                    }
+                }
                 Ins::LDot { c, a, d, b, dst } => {
                     fused::<FUSED>();
                     let y = scale_opt(r[d as usize], l[b as usize]);
@@ -406,6 +511,12 @@ fn operands(i: &Ins) -> ([Option<At>; 3], Option<At>) {
         Ins::LAxpy { c, a, b, dst } => ([r(c), l(a), l(b)], l(dst)),
         Ins::LScale { c, a, dst } => ([r(c), l(a), None], l(dst)),
         Ins::LStore { a, .. } | Ins::Out { a, .. } => ([l(a), None, None], None),
+        // Loops only (never fused); their integer registers are a file of their own.
+        Ins::ColAt { dst, .. } => ([None; 3], r(dst)),
+        Ins::OutAt { a, .. } => ([l(a), None, None], None),
+        Ins::ICall { .. } | Ins::IArith { .. } | Ins::IStore { .. } | Ins::ILen { .. } => {
+            ([None; 3], None)
+        }
         Ins::LDot { .. }
         | Ins::LAxpyScale { .. }
         | Ins::LScale2 { .. }
@@ -540,6 +651,9 @@ pub(super) enum Sink {
     Column,
     /// Always zero: not computed.
     Zero,
+    /// One-hots, added at their indices into a dense accumulator (set by [`Compiler::flat_loop`]
+    /// for a summed output whose leaf is a sum of one-hots).
+    Dense,
 }
 
 /// `lsum (lbuild n (\i -> body))` or an unzipped `lbuild n (\i -> body)` whose body is a
@@ -548,8 +662,10 @@ pub(super) enum Sink {
 /// array at the loop's index read directly, and each leaf of the tuple summed into a register
 /// or stored into an unboxed column.
 pub(super) struct FlatLoop {
-    n: IFn,
-    var: usize,
+    /// The number of elements (`None`: one, with no index: a lone sum of one-hots).
+    n: Option<IFn>,
+    /// The index's slot and integer register.
+    var: Option<(usize, Reg)>,
     span: Span,
     flat: Flat,
     sinks: Vec<Sink>,
@@ -558,48 +674,82 @@ pub(super) struct FlatLoop {
 impl FlatLoop {
     /// Runs the loop: the value of each output (zero for [`Sink::Zero`]).
     pub(super) fn run(&self, fr: &mut Frame) -> Result<Vec<Lin>> {
-        let n = value::check_len("lbuild", (self.n)(fr)?).map_err(|e| e.or_span(self.span))?;
-        let f = &self.flat;
-        let mut rt = Rt {
-            k: 0,
-            cols: Vec::with_capacity(f.colp.len()),
-            lcols: f
-                .lcolp
-                .iter()
-                .map(|(s, path)| super::lin_at(fr, *s, path).cloned())
-                .collect(),
-            out: vec![None; self.sinks.len()],
+        let n = match &self.n {
+            Some(n) => value::check_len("lbuild", n(fr)?).map_err(|e| e.or_span(self.span))?,
+            None => 1,
         };
+        let f = &self.flat;
+        let mut rt =
+            f.rt.try_borrow_mut()
+                .ok()
+                .and_then(|mut rt| rt.take())
+                .unwrap_or_else(|| {
+                    Box::new(Rt {
+                        ints: f.iinit.clone(),
+                        ..Rt::default()
+                    })
+                });
+        let res = self.run_with(fr, n, &mut rt);
+        rt.cols.clear();
+        rt.lcols.clear();
+        if let Ok(mut slot) = f.rt.try_borrow_mut() {
+            *slot = Some(rt);
+        }
+        res
+    }
+
+    fn run_with(&self, fr: &mut Frame, n: usize, rt: &mut Rt) -> Result<Vec<Lin>> {
+        let f = &self.flat;
+        let m = self.sinks.len();
+        rt.k = 0;
+        rt.lcols.extend(
+            f.lcolp
+                .iter()
+                .map(|(s, path)| super::lin_at(fr, *s, path).cloned()),
+        );
+        rt.out.clear();
+        rt.out.resize(m, None);
+        rt.sums.clear();
+        rt.sums.resize(m, None);
+        rt.acc.resize_with(m, Default::default);
+        rt.columns.resize_with(m, Default::default);
+        for (o, sink) in self.sinks.iter().enumerate() {
+            rt.acc[o].1 = false;
+            rt.acc[o].0.clear();
+            if *sink == Sink::Column {
+                rt.columns[o] = (Vec::with_capacity(n), false);
+            }
+        }
         for p in &f.colp {
-            rt.cols.push(p.read(fr, |g| match g.value() {
+            let c = p.read(fr, |g| match g.value() {
                 Value::RealArray(xs) => Some(xs.clone()),
                 _ => None,
-            })?);
+            })?;
+            rt.cols.push(c);
         }
-        let mut sums = vec![None; self.sinks.len()];
-        let mut cols: Vec<(Vec<f64>, bool)> = self
-            .sinks
-            .iter()
-            .map(|s| match s {
-                Sink::Column => (Vec::with_capacity(n), false),
-                _ => (Vec::new(), false),
-            })
-            .collect();
-        let mut go = |r: &mut [f64], l: &mut [Option<f64>]| -> Result<()> {
-            f.exec::<false>(&f.pre, fr, r, l, &mut rt)?;
+        // Locals in the element loop (kept in the state between runs).
+        let (mut sums, mut columns) = (
+            std::mem::take(&mut rt.sums),
+            std::mem::take(&mut rt.columns),
+        );
+        let mut go = |r: &mut [f64], l: &mut [Option<f64>], rt: &mut Rt| -> Result<()> {
+            f.exec::<false>(&f.pre, fr, r, l, rt)?;
             for k in 0..n {
-                fr[self.var] = Value::Int(k as i64);
+                if let Some((slot, reg)) = self.var {
+                    fr[slot] = Value::Int(k as i64);
+                    rt.ints[reg as usize] = k as i64;
+                }
                 rt.k = k;
-                f.exec::<false>(&f.ins, fr, r, l, &mut rt)?;
+                f.exec::<false>(&f.ins, fr, r, l, rt)?;
                 for (o, sink) in self.sinks.iter().enumerate() {
                     match sink {
                         Sink::Sum => sums[o] = plus_opt(sums[o], rt.out[o]),
                         Sink::Column => {
                             let x = rt.out[o];
-                            cols[o].0.push(x.unwrap_or(0.0));
-                            cols[o].1 |= x.is_some();
+                            columns[o].0.push(x.unwrap_or(0.0));
+                            columns[o].1 |= x.is_some();
                         }
-                        Sink::Zero => {}
+                        Sink::Zero | Sink::Dense => {}
                     }
                 }
             }
@@ -608,44 +758,31 @@ impl FlatLoop {
         match f.regs.try_borrow_mut() {
             Ok(mut regs) => {
                 let (r, l) = &mut *regs;
-                go(r, l)?
+                go(r, l, rt)?
             }
             Err(_) => {
                 let mut r = f.init.0.clone();
                 let mut l = vec![None; f.init.1];
-                go(&mut r, &mut l)?
+                go(&mut r, &mut l, rt)?
             }
         }
-        Ok(self
+        let out = self
             .sinks
             .iter()
-            .zip(sums)
-            .zip(cols)
-            .map(|((sink, sum), (col, any))| match sink {
-                Sink::Sum => super::opt_lin(sum),
+            .enumerate()
+            .map(|(o, sink)| match sink {
+                Sink::Sum => super::opt_lin(sums[o]),
                 // As `Lin::build_reals`: unboxed if any element is a real.
-                Sink::Column if any => Lin::reals(col),
+                Sink::Column if columns[o].1 => Lin::reals(std::mem::take(&mut columns[o].0)),
                 Sink::Column => Lin::array(vec![Lin::zero(); n]),
                 Sink::Zero => Lin::zero(),
+                // As a sum of one-hots: zero if every one added zero.
+                Sink::Dense if rt.acc[o].1 => Lin::reals(std::mem::take(&mut rt.acc[o].0)),
+                Sink::Dense => Lin::zero(),
             })
-            .collect())
-    }
-}
-
-/// The leaves of a loop body's tuple (`None` for a literal `0`), if every other leaf is a
-/// flat linear real.
-pub(super) fn tuple_leaves<'t>(l: &'t LTerm, out: &mut Vec<Option<&'t LTerm>>) -> bool {
-    match &l.kind {
-        LTermKind::Pair(a, b) => tuple_leaves(a, out) && tuple_leaves(b, out),
-        LTermKind::Zero(_) => {
-            out.push(None);
-            true
-        }
-        _ if matches!(super::lty(l, 32), Some(LTy::Real)) && flat_lin(l, DEPTH) => {
-            out.push(Some(l));
-            true
-        }
-        _ => false,
+            .collect();
+        (rt.sums, rt.columns) = (sums, columns);
+        Ok(out)
     }
 }
 
@@ -654,6 +791,8 @@ pub(super) fn tuple_leaves<'t>(l: &'t LTerm, out: &mut Vec<Option<&'t LTerm>>) -
 pub(super) enum Item<'t> {
     Real(&'t Var, &'t Term),
     Lin(&'t Var, &'t LTerm),
+    /// An integer (in a loop only): in a register, and stored into its slot.
+    Int(&'t Var, &'t Term),
 }
 
 /// Whether `t` (of type Real) is a tree of real scalar primitives over literals, variables
@@ -718,6 +857,19 @@ fn lin_path(l: &LTerm) -> Option<(&Var, Vec<bool>)> {
     Some((super::lin_var(root)?, path))
 }
 
+/// Whether the integer term `t` is literals, variables and lengths of places of projections
+/// under integer primitives: its compiled code reads the frame and moves nothing out of it.
+fn simple_int(t: &Term) -> bool {
+    deep(|| match &t.kind {
+        TermKind::Lit(_) | TermKind::Var(_) => true,
+        TermKind::Length(xs) => proj_path(xs).is_some(),
+        TermKind::Prim(op, args) => {
+            matches!(op.scalar(), Some(Scalar::Int2(_))) && args.iter().all(simple_int)
+        }
+        _ => false,
+    })
+}
+
 /// A flat Cartesian binding `let x = e in b` (or `(\x -> b) e`): `(x, e, b)`.
 fn real_let(t: &Term) -> Option<(&Var, &Term, &Term)> {
     let (x, e, b) = match &t.kind {
@@ -760,6 +912,75 @@ pub(super) fn run_of_lterm(mut l: &LTerm) -> (Vec<Item<'_>>, &LTerm) {
     }
 }
 
+/// The flat bindings of a loop body (as [`run_of_lterm`], and integer bindings), and what
+/// follows them.
+fn loop_run(mut l: &LTerm) -> (Vec<Item<'_>>, &LTerm) {
+    let mut items = Vec::new();
+    loop {
+        let (mut run, rest) = run_of_lterm(l);
+        items.append(&mut run);
+        match &rest.kind {
+            LTermKind::Let(Pat::Var(x), e, b) if matches!(x.ty, Ty::Int) => {
+                items.push(Item::Int(x, e));
+                l = b;
+            }
+            _ => return (items, rest),
+        }
+    }
+}
+
+/// A leaf of a loop body's tuple.
+enum Leaf<'t> {
+    /// A literal `0`.
+    Zero,
+    /// A flat linear real.
+    Real(&'t LTerm),
+    /// A sum of one-hots `onehot n i e` of flat linear reals `e` (and zeros), in order.
+    Hots(Vec<&'t LTerm>),
+}
+
+/// The leaves of a loop body's tuple, if each is a literal `0`, a flat linear real or a sum
+/// of one-hots of flat linear reals.
+fn loop_leaves<'t>(l: &'t LTerm, out: &mut Vec<Leaf<'t>>) -> bool {
+    match &l.kind {
+        LTermKind::Pair(a, b) => loop_leaves(a, out) && loop_leaves(b, out),
+        LTermKind::Zero(_) => {
+            out.push(Leaf::Zero);
+            true
+        }
+        LTermKind::Plus(..) | LTermKind::OneHot(..)
+            if let Some(hots) = one_hots(l).filter(|h| !h.is_empty()) =>
+        {
+            out.push(Leaf::Hots(hots));
+            true
+        }
+        _ if matches!(super::lty(l, 32), Some(LTy::Real)) && flat_lin(l, DEPTH) => {
+            out.push(Leaf::Real(l));
+            true
+        }
+        _ => false,
+    }
+}
+
+/// The one-hots of a `+`-tree of one-hots of flat linear reals and zeros, left to right.
+fn one_hots(l: &LTerm) -> Option<Vec<&LTerm>> {
+    let mut hots = Vec::new();
+    let mut stack = vec![l];
+    while let Some(l) = stack.pop() {
+        match &l.kind {
+            LTermKind::Plus(a, b) => stack.extend([b, a]),
+            LTermKind::Zero(_) => {}
+            LTermKind::OneHot(_, _, e)
+                if matches!(super::lty(e, 32), Some(LTy::Real)) && flat_lin(e, DEPTH) =>
+            {
+                hots.push(l)
+            }
+            _ => return None,
+        }
+    }
+    Some(hots)
+}
+
 /// Whether the body of a linear let chain, of type Real, can end its last flat run.
 pub(super) fn flat_tail(l: &LTerm) -> bool {
     flat_lin(l, DEPTH)
@@ -784,6 +1005,25 @@ pub(super) fn big_flat_lin(l: &LTerm) -> bool {
         }
     }
     n >= BIG && flat_lin(l, DEPTH)
+}
+
+/// Whether a real expression with no `let`s is big enough to be a flat run of its own (as
+/// [`big_flat_lin`]: the primal sum of a written-out index chain), and flat.
+pub(super) fn big_flat_real(t: &Term) -> bool {
+    /// Nodes below which a lone expression stays closures.
+    const BIG: usize = 32;
+    let mut stack = vec![t];
+    let mut n = 0;
+    while let Some(t) = stack.pop() {
+        n += 1;
+        if n >= BIG {
+            break;
+        }
+        if let TermKind::Prim(_, args) = &t.kind {
+            stack.extend(args.iter());
+        }
+    }
+    n >= BIG && flat_real(t, DEPTH)
 }
 
 /// Whether a run is long enough to be compiled flat.
@@ -959,6 +1199,29 @@ struct Builder {
     reads: FxHashMap<Key, u32>,
     /// In a loop: what is hoisted out of it.
     hoist: Option<Hoist>,
+    /// In a loop: its integer code (see [`Ints`]).
+    ints: Ints,
+}
+
+/// The integer code of a flat loop. Integer registers are never reused (a loop has few).
+#[derive(Default)]
+struct Ints {
+    size: u32,
+    /// Integers bound in the loop (and its index), in registers.
+    vars: FxHashMap<VarId, Reg>,
+    consts: FxHashMap<i64, Reg>,
+    /// Hoisted loop-invariant reads: a variable, or the length of an index-free place.
+    hoisted: FxHashMap<(VarId, Vec<bool>, bool), Reg>,
+    calls: Vec<IFn>,
+    ops: Vec<IOp>,
+    hots: Vec<(u32, Span)>,
+}
+
+impl Ints {
+    fn fresh(&mut self) -> Reg {
+        self.size += 1;
+        self.size - 1
+    }
 }
 
 /// The loop-invariant part of a flat loop: reads of variables bound outside it and of their
@@ -1037,6 +1300,7 @@ impl Compiler {
             match *it {
                 Item::Real(_, e) => count_real(e, &mut reads),
                 Item::Lin(_, e) => count_lin(e, &mut reads),
+                Item::Int(..) => {}
             }
         }
         for l in tail {
@@ -1054,6 +1318,7 @@ impl Compiler {
             zero: None,
             reads,
             hoist,
+            ints: Ints::default(),
         }
     }
 
@@ -1094,6 +1359,14 @@ impl Compiler {
                     b.l.settle();
                     b.l.hold(Key::Var(u.id), reg, n);
                 }
+                Item::Int(x, e) => {
+                    // Integer registers are written once per element (or once before the
+                    // loop) and never reused, so the variable can share its value's register.
+                    let reg = self.flat_int(b, e);
+                    let slot = index(self.bind(x));
+                    b.ins(Ins::IStore { a: reg, slot });
+                    b.ints.vars.insert(x.id, reg);
+                }
             }
         }
     }
@@ -1114,6 +1387,10 @@ impl Compiler {
             Some(h) => (h.pre, h.colp, h.lcolp),
             None => Default::default(),
         };
+        let mut iinit = vec![0; b.ints.size as usize];
+        for (&x, &reg) in &b.ints.consts {
+            iinit[reg as usize] = x;
+        }
         Flat {
             ins,
             places: b.places,
@@ -1125,61 +1402,105 @@ impl Compiler {
             pre,
             colp,
             lcolp,
+            icalls: b.ints.calls,
+            iops: b.ints.ops,
+            hots: b.ints.hots,
+            rt: RefCell::new(None),
+            iinit,
         }
     }
 
     /// A flat loop (see [`FlatLoop`]) for `lbuild n (\i -> body)`, whose outputs (one per
-    /// leaf of the body's tuple) go to `sinks` (a literal `0` leaf is never computed); `None`
-    /// if the body is not a chain of flat bindings ending in such a tuple.
+    /// leaf of the body's tuple) go to `sinks` (a literal `0` leaf is never computed; a summed
+    /// leaf that is a sum of one-hots is added into a dense accumulator); `None` if the body is
+    /// not a chain of flat bindings (real, linear real and integer) ending in such a tuple.
+    /// Without `n` and `i`, `body` is run once (a lone sum of one-hots, outside any loop).
     pub(super) fn flat_loop(
         &mut self,
-        n: &Term,
-        i: &Var,
+        n: Option<&Term>,
+        i: Option<&Var>,
         body: &LTerm,
         span: Span,
         mut sinks: Vec<Sink>,
     ) -> Option<FlatLoop> {
-        let (items, rest) = run_of_lterm(body);
+        let (items, rest) = loop_run(body);
         if matches!(rest.kind, LTermKind::Let(..) | LTermKind::LinLet(..)) {
             return None;
         }
         let mut leaves = Vec::new();
-        if !tuple_leaves(rest, &mut leaves) || leaves.len() != sinks.len() {
+        if !loop_leaves(rest, &mut leaves) || leaves.len() != sinks.len() {
             return None;
         }
         for (s, leaf) in sinks.iter_mut().zip(&leaves) {
-            if leaf.is_none() {
-                *s = Sink::Zero;
+            match leaf {
+                Leaf::Zero => *s = Sink::Zero,
+                Leaf::Hots(_) if *s == Sink::Sum => *s = Sink::Dense,
+                Leaf::Hots(_) => return None,
+                Leaf::Real(_) => {}
             }
         }
-        let tail: Vec<(usize, &LTerm)> = leaves
-            .iter()
-            .enumerate()
-            .filter(|&(o, _)| sinks[o] != Sink::Zero)
-            .filter_map(|(o, l)| Some((o, (*l)?)))
-            .collect();
-        let n = self.int(n);
+        let n = n.map(|n| self.int(n));
         let (var, flat) = self.in_loop(|c| {
-            let var = c.bind(i);
+            let var = i.map(|i| c.bind(i));
             let hoist = Hoist {
-                index: i.id,
+                index: i.map_or_else(VarId::fresh, |i| i.id),
                 pre: Vec::new(),
                 regs: FxHashMap::default(),
                 colp: Vec::new(),
                 lcolp: Vec::new(),
             };
-            let ls: Vec<&LTerm> = tail.iter().map(|p| p.1).collect();
+            // The register reads of the outputs: flat linear reals, one-hots' values.
+            let mut ls: Vec<&LTerm> = Vec::new();
+            for (leaf, s) in leaves.iter().zip(&sinks) {
+                match leaf {
+                    Leaf::Real(l) if *s != Sink::Zero => ls.push(l),
+                    Leaf::Hots(hs) => ls.extend(hs.iter().map(|h| match &h.kind {
+                        LTermKind::OneHot(_, _, e) => e,
+                        _ => unreachable!("a one-hot"),
+                    })),
+                    _ => {}
+                }
+            }
             let mut b = Self::builder(&items, &ls, Some(hoist));
+            let var = var.zip(i).map(|(slot, i)| {
+                let reg = b.ints.fresh();
+                b.ints.vars.insert(i.id, reg);
+                (slot, reg)
+            });
             c.flat_items(&mut b, &items);
-            for &(o, l) in &tail {
-                let a = c.flat_lin(&mut b, l);
-                b.ins(Ins::Out {
-                    a: a.reg,
-                    o: index(o),
-                });
-                b.l.release(a);
-                b.r.settle();
-                b.l.settle();
+            for (o, leaf) in leaves.iter().enumerate() {
+                match leaf {
+                    Leaf::Real(l) if sinks[o] != Sink::Zero => {
+                        let a = c.flat_lin(&mut b, l);
+                        b.ins(Ins::Out {
+                            a: a.reg,
+                            o: index(o),
+                        });
+                        b.l.release(a);
+                        b.r.settle();
+                        b.l.settle();
+                    }
+                    Leaf::Hots(hs) => {
+                        for h in hs {
+                            let LTermKind::OneHot(n, i, e) = &h.kind else {
+                                unreachable!("a one-hot")
+                            };
+                            // The reference evaluator's order: the length (checked), the
+                            // index, the value, then the index's range.
+                            b.ints.hots.push((index(o), h.span));
+                            let h = index(b.ints.hots.len() - 1);
+                            let n = c.flat_int(&mut b, n);
+                            b.ins(Ins::ILen { a: n, h });
+                            let i = c.flat_int(&mut b, i);
+                            let a = c.flat_lin(&mut b, e);
+                            b.ins(Ins::OutAt { a: a.reg, i, n, h });
+                            b.l.release(a);
+                            b.r.settle();
+                            b.l.settle();
+                        }
+                    }
+                    _ => {}
+                }
             }
             (var, Self::finish(b))
         });
@@ -1190,6 +1511,70 @@ impl Compiler {
             flat,
             sinks,
         })
+    }
+
+    /// An integer term in a loop, in a register: literals, the index and integers bound in the
+    /// loop, primitives over them inline; variables bound outside and lengths of their
+    /// index-free places hoisted before the loop; anything else compiled on its own (reading
+    /// the integers bound in the loop from their slots).
+    fn flat_int(&mut self, b: &mut Builder, t: &Term) -> Reg {
+        deep(|| {
+            use TermKind as K;
+            match &t.kind {
+                K::Lit(l) if let Value::Int(x) = l.value() => {
+                    let ints = &mut b.ints;
+                    if let Some(&r) = ints.consts.get(&x) {
+                        return r;
+                    }
+                    let r = ints.fresh();
+                    ints.consts.insert(x, r);
+                    r
+                }
+                K::Var(x) => match b.ints.vars.get(&x.id) {
+                    Some(&r) => r,
+                    None => self.int_hoisted(b, t, (x.id, Vec::new(), false)),
+                },
+                K::Length(xs) if let Some((x, path)) = proj_path(xs) => {
+                    self.int_hoisted(b, t, (x.id, path, true))
+                }
+                K::Prim(op, args) if let (Some(Scalar::Int2(f)), 2) = (op.scalar(), args.len()) => {
+                    let a = self.flat_int(b, &args[0]);
+                    let c = self.flat_int(b, &args[1]);
+                    b.ints.ops.push((f, op.clone(), t.span));
+                    let f = index(b.ints.ops.len() - 1);
+                    let dst = b.ints.fresh();
+                    b.ins(Ins::IArith { f, a, b: c, dst });
+                    dst
+                }
+                _ => {
+                    let f = self.int(t);
+                    b.ints.calls.push(f);
+                    let f = index(b.ints.calls.len() - 1);
+                    let dst = b.ints.fresh();
+                    b.ins(Ins::ICall { f, dst });
+                    dst
+                }
+            }
+        })
+    }
+
+    /// A loop-invariant integer that cannot fail (a variable bound outside the loop, the length
+    /// of an index-free place of one), read once before the loop.
+    fn int_hoisted(&mut self, b: &mut Builder, t: &Term, key: (VarId, Vec<bool>, bool)) -> Reg {
+        if let Some(&r) = b.ints.hoisted.get(&key) {
+            return r;
+        }
+        let f = self.int(t);
+        b.ints.calls.push(f);
+        let f = index(b.ints.calls.len() - 1);
+        let dst = b.ints.fresh();
+        b.hoist
+            .as_mut()
+            .expect("in a loop")
+            .pre
+            .push(Ins::ICall { f, dst });
+        b.ints.hoisted.insert(key, dst);
+        dst
     }
 
     /// A register holding a loop-invariant read (hoisted before the loop, once per distinct
@@ -1347,6 +1732,33 @@ impl Compiler {
                             let dst = b.r.alloc();
                             b.ins(Ins::Col {
                                 c,
+                                p: index(b.places.len() - 1),
+                                dst,
+                            });
+                            return Opd {
+                                reg: dst,
+                                last: true,
+                            };
+                        }
+                        // The element at a computed index (`xs ! (i + 1)`, `xs ! i_12`). The
+                        // index is compiled twice (in registers, and in the fallback place), so
+                        // only one whose code moves nothing out of the frame.
+                        if let K::Index(e, i) = &t.kind
+                            && simple_int(i)
+                            && proj_path(e).is_some()
+                            && let Some(prefix) = self.place(e, 0)
+                            && prefix.indices == 0
+                            && let Some(p) = self.place(t, 1)
+                        {
+                            let i = self.flat_int(b, i);
+                            let h = b.hoist.as_mut().expect("in a loop");
+                            h.colp.push(prefix);
+                            let c = index(h.colp.len() - 1);
+                            b.places.push(p);
+                            let dst = b.r.alloc();
+                            b.ins(Ins::ColAt {
+                                c,
+                                i,
                                 p: index(b.places.len() - 1),
                                 dst,
                             });
