@@ -119,7 +119,8 @@ pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usiz
         || rules.sum_build_proj
         || rules.sum_build_split
         || rules.sum_build_one_hot
-        || rules.plus_one_hot)
+        || rules.plus_one_hot
+        || rules.map_cse)
     {
         return (t.clone(), fired);
     }
@@ -130,6 +131,7 @@ pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usiz
         fired: &mut fired,
         lens: HashMap::default(),
         alens: HashMap::default(),
+        maps: Vec::new(),
     };
     let out = f.term(t);
     (out, fired)
@@ -142,11 +144,134 @@ struct Fuse<'r> {
     lens: HashMap<VarId, Term>,
     /// The lengths of let-bound arrays, when cheap.
     alens: HashMap<VarId, Term>,
+    /// `mapCse`: the maps of a primitive over an atom whose `let` is in scope, innermost last.
+    maps: Vec<MapFact>,
+}
+
+/// `let r = map (\b -> p args) xs` in scope, with `xs` an atom and `args` atoms (`b` among
+/// them, and atoms bound outside the map).
+struct MapFact {
+    xs: String,
+    r: Var,
+    op: crate::prim::Prim,
+    args: Vec<Term>,
+    b: Var,
+}
+
+impl MapFact {
+    /// The fact `let r = e` states, if `e` is such a map.
+    fn of(p: &Pat, e: &Term) -> Option<MapFact> {
+        let Pat::Var(r) = p else { return None };
+        let TermKind::Map(f, xs) = &e.kind else {
+            return None;
+        };
+        let (b, body) = lam_body(f)?;
+        let TermKind::Prim(op, args) = &body.kind else {
+            return None;
+        };
+        // Every argument an atom, and one mentioning `b` is `b` itself (so that matching an
+        // argument is syntactic equality or the parameter).
+        let param = |t: &Term| matches!(&t.kind, TermKind::Var(v) if v.id == b.id);
+        if !args
+            .iter()
+            .all(|t| param(t) || (is_atomic(t) && !vars_of_term(t).contains(&b.id)))
+            || !args.iter().any(param)
+        {
+            return None;
+        }
+        Some(MapFact {
+            xs: key(xs)?,
+            r: r.clone(),
+            op: op.clone(),
+            args: args.clone(),
+            b: b.clone(),
+        })
+    }
+
+    /// Whether `t` is `p args` with the parameter `a` for `b`.
+    fn matches(&self, t: &Term, a: &Var) -> bool {
+        let TermKind::Prim(op, args) = &t.kind else {
+            return false;
+        };
+        op.name() == self.op.name()
+            && args.len() == self.args.len()
+            && args.iter().zip(&self.args).all(|(x, y)| match &y.kind {
+                TermKind::Var(v) if v.id == self.b.id => {
+                    matches!(&x.kind, TermKind::Var(u) if u.id == a.id)
+                }
+                _ => syn_eq(x, y),
+            })
+    }
+}
+
+/// Replaces the applications a [`MapFact`] describes (at the parameter `a`) by `t`.
+struct MapCse<'a> {
+    fact: &'a MapFact,
+    a: &'a Var,
+    t: &'a Var,
+    hit: bool,
+}
+
+impl Rewrite for MapCse<'_> {
+    fn term(&mut self, t: &Term) -> Term {
+        if self.fact.matches(t, self.a) {
+            self.hit = true;
+            return Term::new(TermKind::Var(self.t.clone()), t.span);
+        }
+        super::pass::map_shared(t, self)
+    }
+
+    fn linear(&mut self, l: &LTerm) -> LTerm {
+        super::pass::lmap_shared(l, self)
+    }
 }
 
 impl Fuse<'_> {
     fn fire(&mut self, rule: &'static str) {
         *self.fired.entry(rule).or_default() += 1;
+    }
+
+    /// `mapCse` on `map (\a -> body) xs`: with `let r = map (\b -> p b) xs` in scope (the same
+    /// atom `xs`), `map2 (\a -> \t -> body[t/p a]) xs r`, or `r` itself when `body` is `p a`.
+    fn map_cse(&mut self, m: &Term) -> Option<Term> {
+        let TermKind::Map(f, xs) = &m.kind else {
+            return None;
+        };
+        let (a, body) = lam_body(f)?;
+        let k = key(xs)?;
+        let mut out = None;
+        // (The fact's own map, met as the `let`'s bound term, binds the same parameter.)
+        for fact in self
+            .maps
+            .iter()
+            .rev()
+            .filter(|fact| fact.xs == k && fact.b.id != a.id)
+        {
+            if fact.matches(body, a) {
+                out = Some(Term::new(TermKind::Var(fact.r.clone()), m.span));
+                break;
+            }
+            let elem = fact.r.ty.as_array()?.clone();
+            let t = Var::fresh("t", elem);
+            let mut r = MapCse {
+                fact,
+                a,
+                t: &t,
+                hit: false,
+            };
+            let body2 = r.term(body);
+            if r.hit {
+                let r_var = Term::new(TermKind::Var(fact.r.clone()), m.span);
+                let inner = Term::new(TermKind::Lam(t, body2), f.span);
+                let g = Term::new(TermKind::Lam(a.clone(), inner), f.span);
+                out = Some(Term::new(TermKind::Map2(g, xs.clone(), r_var), m.span));
+                break;
+            }
+        }
+        if out.is_some() {
+            self.fire("mapCse");
+        }
+        out
     }
 
     /// Records what is known about the length of `x = e`.
@@ -218,6 +343,49 @@ impl Fuse<'_> {
 
 impl Rewrite for Fuse<'_> {
     fn term(&mut self, t: &Term) -> Term {
+        deep(|| {
+            let fact = match &t.kind {
+                TermKind::Let(p, e, _) if self.rules.map_cse => MapFact::of(p, e),
+                _ => None,
+            };
+            let Some(fact) = fact else {
+                return self.term_(t);
+            };
+            // In scope in the `let`'s body only.
+            let depth = self.maps.len();
+            self.maps.push(fact);
+            let out = self.term_(t);
+            self.maps.truncate(depth);
+            out
+        })
+    }
+
+    fn linear(&mut self, l: &LTerm) -> LTerm {
+        deep(|| {
+            let fact = match &l.kind {
+                LTermKind::Let(p, e, _) if self.rules.map_cse => MapFact::of(p, e),
+                _ => None,
+            };
+            let Some(fact) = fact else {
+                return self.linear_(l);
+            };
+            let depth = self.maps.len();
+            self.maps.push(fact);
+            let out = self.linear_(l);
+            self.maps.truncate(depth);
+            out
+        })
+    }
+}
+
+impl Fuse<'_> {
+    fn term_(&mut self, t: &Term) -> Term {
+        if self.rules.map_cse
+            && !self.maps.is_empty()
+            && let Some(t2) = self.map_cse(t)
+        {
+            return self.term(&t2);
+        }
         deep(|| match &t.kind {
             TermKind::Let(p, e, body) => {
                 // A projection moves into the branches first, so that `caseSplit` does not
@@ -320,7 +488,7 @@ impl Rewrite for Fuse<'_> {
         })
     }
 
-    fn linear(&mut self, l: &LTerm) -> LTerm {
+    fn linear_(&mut self, l: &LTerm) -> LTerm {
         deep(|| {
             use LTermKind as K;
             if let K::Let(p, e, body) = &l.kind {
@@ -1113,7 +1281,8 @@ impl Nest {
             let mut paths: Vec<Vec<bool>> = leaves.into_iter().map(|(path, _)| path).collect();
             // Arrays of units (what closure conversion leaves of closures with no
             // environment), when the element writes them in place.
-            unit_arrays(lets_of(body).1, &mut Vec::new(), &mut paths);
+            let (lets, core) = lets_of(body);
+            unit_arrays(core, &lets, &mut Vec::new(), &mut paths);
             paths
                 .into_iter()
                 .filter(|path| uses_only(rs.id, scope, Kind::Unread(path)))
@@ -1331,23 +1500,49 @@ pub(super) fn wrap_lets(lets: &[(&Pat, &Term, Span)], core: Term) -> Term {
 
 /// The paths of the leaves of the pair tree `t` that are `map (\y -> ()) xs` of an atom `xs`
 /// (or `build` of an atomic length): arrays of units, which cannot fail.
-fn unit_arrays(t: &Term, path: &mut Vec<bool>, out: &mut Vec<Vec<bool>>) {
+///
+/// Also `map2 (\y -> \z -> ()) xs ys` of atoms of the same length: `ys` bound by one of `lets`
+/// (the element's) to a `map` over `xs` (what `mapCse` makes), so that `map2` cannot fail.
+fn unit_arrays(
+    t: &Term,
+    lets: &[(&Pat, &Term, Span)],
+    path: &mut Vec<bool>,
+    out: &mut Vec<Vec<bool>>,
+) {
+    let unit = |b: &Term| matches!(b.kind, TermKind::Lit(Lit::Unit));
     match &t.kind {
         TermKind::Pair(a, b) => {
             for (first, c) in [(true, a), (false, b)] {
                 path.push(first);
-                unit_arrays(c, path, out);
+                unit_arrays(c, lets, path, out);
                 path.pop();
             }
         }
         TermKind::Map(f, xs) | TermKind::Build(xs, f)
+            if is_atomic(xs) && matches!(&f.kind, TermKind::Lam(_, b) if unit(b)) =>
+        {
+            out.push(path.clone());
+        }
+        TermKind::Map2(f, xs, ys)
             if is_atomic(xs)
-                && matches!(&f.kind, TermKind::Lam(_, b) if matches!(b.kind, TermKind::Lit(Lit::Unit))) =>
+                && matches!(lam_body(f).and_then(|(_, g)| lam_body(g)), Some((_, b)) if unit(b))
+                && map_over(ys, xs, lets) =>
         {
             out.push(path.clone());
         }
         _ => {}
     }
+}
+
+/// Whether `ys` is a variable bound by one of `lets` to `map f xs` (so as long as `xs`).
+fn map_over(ys: &Term, xs: &Term, lets: &[(&Pat, &Term, Span)]) -> bool {
+    let TermKind::Var(y) = &ys.kind else {
+        return false;
+    };
+    lets.iter().any(|(p, e, _)| {
+        matches!(p, Pat::Var(v) if v.id == y.id)
+            && matches!(&e.kind, TermKind::Map(_, xs2) if syn_eq(xs2, xs))
+    })
 }
 
 /// The variables at the leaves of the pair tree `t`, with their paths.

@@ -207,6 +207,12 @@ rules! {
     /// application is `x`): a derivative such as `sqrt`'s `0.5 / sqrt x` or `exp`'s `exp x`
     /// reads the primal's result instead of computing it again in the linear map.
     cse = "cse",
+    /// `mapCse`: `let r = map (\b -> p b) xs in .. map (\a -> .. p a ..) xs .. ~> let r = .. in
+    /// .. map2 (\a -> \t -> .. t ..) xs r ..` for a primitive `p` on the parameter and atoms
+    /// and the same atom `xs` (and `map (\a -> p a) xs ~> r`): element `i` of `r` is `p (xs !
+    /// i)`, already computed (see `src/simplify/fuse.rs`). The MLP's `tanh'` reads the layer's
+    /// `map tanh` instead of computing `tanh` twice per element.
+    map_cse = "mapCse",
     /// `caseProj`: a projection of a `case` (or `if`, or a linear `case`) moves into its
     /// branches, and a linear `case` of pairs on an atom (or an index of one), binding nothing,
     /// is a pair of `case`s; then `pairProj`

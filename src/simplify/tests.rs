@@ -1619,3 +1619,146 @@ fn closure_convert_takes_arrays_of_bare_closures() {
     assert_eq!(check(&s, std::slice::from_ref(&xs)).unwrap(), ty);
     assert!(!stats.fired.contains_key("closureConvert"), "{s}");
 }
+
+/// `map (\a -> body a) xs`.
+fn map_of(xs: &Var, body: impl FnOnce(&Var) -> Term) -> Term {
+    let a = real("a");
+    let b = body(&a);
+    tk(TermKind::Map(Term::lam(&a, b), v(xs)))
+}
+
+/// `1.0 - p a * p a` (the shape of `tanh'`).
+fn one_minus_square(p: &str, a: &Var) -> Term {
+    let pa = || prim(p, vec![v(a)]);
+    prim(
+        "sub",
+        vec![Term::lit(Lit::Real(1.0)), prim("mul", vec![pa(), pa()])],
+    )
+}
+
+#[test]
+fn map_cse_reads_a_map_of_the_same_primitive_in_scope() {
+    let xs = arr("xs");
+    let r = arr("r");
+    let s = arr("s");
+    let tanhs = |xs: &Var| map_of(xs, |b| prim("tanh", vec![v(b)]));
+    // let r = map tanh xs in let s = map (\a -> 1 - tanh a * tanh a) xs in (r, s)
+    let t = Term::let_(
+        &r,
+        tanhs(&xs),
+        Term::let_(
+            &s,
+            map_of(&xs, |a| one_minus_square("tanh", a)),
+            Term::pair(v(&r), Term::pair(v(&s), v(&r))),
+        ),
+    );
+    let (on, off) = fused(&t, &xs, "mapCse", true);
+    assert_eq!(
+        on,
+        "let r = map (\\a -> tanh a) xs in (r, map2 (\\a -> \\t -> 1.0 - t * t) xs r, r)"
+    );
+    assert!(off.contains("tanh a * tanh a"), "{off}");
+    // The same map again is `r` itself.
+    let t = Term::let_(
+        &r,
+        tanhs(&xs),
+        Term::pair(v(&r), Term::pair(tanhs(&xs), v(&r))),
+    );
+    let (on, _) = fused(&t, &xs, "mapCse", true);
+    assert_eq!(on, "let r = map (\\a -> tanh a) xs in (r, r, r)");
+    // Not over another array, not another primitive, not out of `r`'s scope.
+    let ys = arr("ys");
+    let a = || Ty::array(Ty::Real);
+    let ty = Ty::prod(Ty::prod(a(), a()), a());
+    let c = real("c");
+    let twice = |r: &Var| Term::pair(v(r), v(r));
+    for t in [
+        Term::let_(
+            &r,
+            tanhs(&xs),
+            Term::pair(twice(&r), map_of(&ys, |a| one_minus_square("tanh", a))),
+        ),
+        Term::let_(
+            &r,
+            tanhs(&xs),
+            Term::pair(twice(&r), map_of(&xs, |a| one_minus_square("sin", a))),
+        ),
+        // (In a branch: the main pass does not float the `let` out of it.)
+        Term::pair(
+            tk(TermKind::If(
+                prim("gt", vec![at(v(&xs), Term::lit(Lit::Int(0))), v(&c)]),
+                Term::let_(&r, tanhs(&xs), twice(&r)),
+                twice(&ys),
+            )),
+            map_of(&xs, |a| one_minus_square("tanh", a)),
+        ),
+    ] {
+        let (s, stats) = simplify_with(&t, &Rules::all());
+        let free = [xs.clone(), ys.clone(), c.clone()];
+        assert_eq!(check(&s, &free).unwrap(), ty, "{s}");
+        assert!(!stats.fired.contains_key("mapCse"), "{s}");
+    }
+    // Closures (a derivative): after closure conversion the code reads `r ! i`, not
+    // `tanh (xs ! i)`: let r = map tanh xs in let rs = map (\a -> λ̲v. (1 - tanh a * tanh a) * v)
+    // xs in (r, \v ⊸ lsum (zipWith rs (replicate n v))).
+    let rs = Var::fresh("rs", Ty::array(Ty::lin_fun(LTy::Real, LTy::Real)));
+    let clo = |a: &Var| dlam(|d| LTerm::scale(one_minus_square("tanh", a), lv(d)));
+    let back = dlam(|d| {
+        lsum(lk(LTermKind::ZipWith(
+            v(&rs),
+            lk(LTermKind::Replicate(len(&xs), lv(d))),
+        )))
+    });
+    let t = Term::let_(
+        &r,
+        tanhs(&xs),
+        Term::let_(&rs, map_of(&xs, clo), Term::pair(twice(&r), back)),
+    );
+    let (on, off) = fused(&t, &xs, "mapCse", true);
+    assert!(on.contains("= r ! i") && !on.contains("tanh a *"), "{on}");
+    assert!(!on.contains("zipWith"), "{on}");
+    assert!(off.contains("tanh a * tanh a"), "{off}");
+}
+
+#[test]
+fn map_cse_on_a_tape_leaves_no_array_of_units() {
+    // The MLP's tanh layer: per outer element, `r = map tanh xs` and the bare closures of
+    // `tanh'` (reading `r` after `mapCse`) in the tuple; the converted closures have empty
+    // environments, and the `map2 (\a -> \t -> ()) xs r` left is dropped (`sndUnused`: `r` is a
+    // map over `xs`, so the `map2` cannot fail).
+    let xs = arr("xs");
+    let (k, m) = (int("k"), real("m"));
+    let r = arr("r");
+    let fty = Ty::array(Ty::lin_fun(LTy::Real, LTy::Real));
+    let clo = |a: &Var| dlam(|d| LTerm::scale(one_minus_square("tanh", a), lv(d)));
+    let elem = Term::let_(
+        &m,
+        at(v(&xs), v(&k)),
+        Term::let_(
+            &r,
+            map_of(&xs, |b| prim("tanh", vec![v(b)])),
+            Term::pair(
+                prim(
+                    "mul",
+                    vec![prim("sum", vec![v(&r)]), prim("sum", vec![v(&r)])],
+                ),
+                Term::pair(map_of(&xs, clo), v(&m)),
+            ),
+        ),
+    );
+    let ety = Ty::prod(Ty::Real, Ty::prod(fty, Ty::Real));
+    let outer = Var::fresh("outer", Ty::array(ety));
+    let def = tk(TermKind::Build(Term::lit(Lit::Int(2)), Term::lam(&k, elem)));
+    let back = dlam(|d| {
+        each_carried(&outer, true, |rr, c| {
+            lsum(lk(LTermKind::ZipWith(
+                v(rr),
+                lk(LTermKind::Replicate(len(&xs), LTerm::scale(v(c), lv(d)))),
+            )))
+        })
+    });
+    let (on, off) = fused(&tape_shape(&outer, def, back), &xs, "mapCse", true);
+    assert!(!on.contains("tanh a *") && !on.contains("zipWith"), "{on}");
+    assert!(on.contains("((), r)") && !on.contains("\\t -> ()"), "{on}");
+    assert!(off.contains("tanh a * tanh a"), "{off}");
+}

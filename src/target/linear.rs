@@ -583,6 +583,23 @@ fn add_arrays(a: Lin, b: Lin) -> Lin {
             }
             Lin(Repr::Reals(xs))
         }
+        (Repr::Items(a), Repr::Items(b)) => {
+            // Elementwise into the longer vector, preferring one nobody else holds; each
+            // element is moved out of it, so an element held only there (a row of a matrix
+            // cotangent being accumulated) is updated in place instead of copied.
+            let unique = |r: &Rc<Vec<Lin>>| Rc::strong_count(r) == 1 && Rc::weak_count(r) == 0;
+            let (mut xs, ys) = if a.len() > b.len() || (a.len() == b.len() && unique(&a)) {
+                (a, b)
+            } else {
+                (b, a)
+            };
+            let v = Rc::make_mut(&mut xs);
+            for (x, y) in v.iter_mut().zip(ys.iter()) {
+                let old = std::mem::replace(x, Lin::zero());
+                *x = Lin::plus(old, y.clone());
+            }
+            Lin(Repr::Items(xs))
+        }
         (x, y) => {
             let (x, y) = (Lin(x), Lin(y));
             let n = x.stored_len().max(y.stored_len());
@@ -1302,6 +1319,41 @@ mod tests {
         let keep = s.clone();
         let _ = Lin::plus(s, Lin::onehot(2, 1, Lin::real(1.0)).unwrap());
         assert_eq!(reals(&keep, 2), vec![1.0, 0.0]);
+    }
+
+    #[test]
+    fn arrays_of_arrays_add_elementwise_in_place_when_unique() {
+        let rows = |rs: &[&[f64]]| Lin::array(rs.iter().map(|r| Lin::reals(r.to_vec())).collect());
+        let a = rows(&[&[1.0, 2.0], &[3.0]]);
+        let b = rows(&[&[10.0, 20.0], &[30.0, 40.0], &[50.0]]);
+        let (keep_a, keep_b) = (a.clone(), b.clone());
+        let get = |l: &Lin, i: i64, n: usize| reals(&l.index(i), n);
+        for s in [
+            Lin::plus(a.clone(), b.clone()),
+            Lin::plus(b.clone(), a.clone()),
+        ] {
+            assert_eq!(get(&s, 0, 2), vec![11.0, 22.0]);
+            assert_eq!(get(&s, 1, 2), vec![33.0, 40.0]);
+            assert_eq!(get(&s, 2, 1), vec![50.0]);
+            assert_eq!(s.stored_len(), 3);
+        }
+        // Shared operands are untouched.
+        assert_eq!(get(&keep_a, 0, 2), vec![1.0, 2.0]);
+        assert_eq!(get(&keep_a, 1, 1), vec![3.0]);
+        assert_eq!(get(&keep_b, 1, 2), vec![30.0, 40.0]);
+        // A unique accumulator keeps its row buffers: a sum of many is not a copy per step.
+        let row_ptr = |l: &Lin| match &l.index(0).0 {
+            Repr::Reals(r) => Rc::as_ptr(r),
+            _ => panic!("a row of reals"),
+        };
+        let mut acc = rows(&[&[0.0, 0.0], &[0.0, 0.0]]);
+        let before = row_ptr(&acc);
+        for k in 0..4 {
+            acc = Lin::plus(acc, rows(&[&[1.0, k as f64], &[2.0, 2.0]]));
+        }
+        assert_eq!(row_ptr(&acc), before);
+        assert_eq!(get(&acc, 0, 2), vec![4.0, 6.0]);
+        assert_eq!(get(&acc, 1, 2), vec![8.0, 8.0]);
     }
 
     #[test]
