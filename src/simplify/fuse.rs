@@ -120,7 +120,8 @@ pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usiz
         || rules.sum_build_split
         || rules.sum_build_one_hot
         || rules.plus_one_hot
-        || rules.map_cse)
+        || rules.map_cse
+        || rules.build_proj)
     {
         return (t.clone(), fired);
     }
@@ -491,6 +492,14 @@ impl Fuse<'_> {
     fn linear_(&mut self, l: &LTerm) -> LTerm {
         deep(|| {
             use LTermKind as K;
+            if self.rules.build_proj
+                && let K::LinLet(cs, e, rest) = &l.kind
+                && let K::Build(n, i, body) = &e.kind
+                && let Some(rest2) = build_uses(cs, n, i, body, rest)
+            {
+                self.fire("buildProj");
+                return self.linear(&rest2);
+            }
             if let K::Let(p, e, body) = &l.kind {
                 let e2 = self.term(e);
                 self.learn(p, &e2);
@@ -563,6 +572,173 @@ impl Fuse<'_> {
                 _ => l,
             }
         })
+    }
+}
+
+/// `buildProj` on `let lin cs = lbuild n (\i -> let bs in t) in rest`: when every use of `cs`
+/// in `rest` is a projection of its sum, `P (lsum cs)`, or a map of a projection,
+/// `lmap (λ̲p. P p) cs` (`P` a path of `fst`/`snd`, possibly empty), each use becomes
+/// `lsum (lbuild n (\i -> let bs in P t))` or `lbuild n (\i -> let bs in P t)`, and `0` where
+/// `P t` is a literal zero of `t`'s tuple. More than one use that is not zero copies `bs` and
+/// `n`, so they must be cheap. `None` if the rule does not apply.
+fn build_uses(cs: &Var, n: &Term, i: &Var, body: &LTerm, rest: &LTerm) -> Option<LTerm> {
+    let elem = cs.lin_ty()?.as_array()?.clone();
+    let (bs, core) = peel(body);
+    let mut r = BuildUses {
+        cs: cs.id,
+        elem,
+        n,
+        i,
+        bs: &bs,
+        core: &core,
+        uses: 0,
+        bad: false,
+    };
+    let out = r.linear(rest);
+    if r.bad || (r.uses > 1 && !(cheap(n) && bs.iter().all(Bind::cheap))) {
+        return None;
+    }
+    Some(out)
+}
+
+struct BuildUses<'a> {
+    cs: VarId,
+    elem: crate::target::types::LTy,
+    n: &'a Term,
+    i: &'a Var,
+    bs: &'a [Bind],
+    core: &'a LTerm,
+    /// Uses rewritten to a copy of the element (not to zero).
+    uses: usize,
+    /// A use of another form was met.
+    bad: bool,
+}
+
+impl BuildUses<'_> {
+    /// `P t` for the path `P` (outermost projection first), with the zero of its type where the
+    /// path reaches a literal zero; `None` (a copy) or `Some(zero)`.
+    fn element_at(&mut self, path: &[bool]) -> LTerm {
+        let mut t = self.core.clone();
+        let mut ty = self.elem.clone();
+        let mut k = 0;
+        while k < path.len() {
+            let Some((a, b)) = ty.as_prod().map(|(a, b)| (a.clone(), b.clone())) else {
+                break;
+            };
+            ty = if path[k] { a } else { b };
+            t = match &t.kind {
+                LTermKind::Pair(x, y) => {
+                    if path[k] {
+                        x.clone()
+                    } else {
+                        y.clone()
+                    }
+                }
+                LTermKind::Zero(_) => LTerm::zero(ty.clone()),
+                _ => {
+                    // The rest of the path applies to the element as it is.
+                    let mut t = t.clone();
+                    for &first in &path[k..] {
+                        t = LTerm::mk(if first {
+                            LTermKind::Fst(t)
+                        } else {
+                            LTermKind::Snd(t)
+                        });
+                    }
+                    return self.copy(t);
+                }
+            };
+            k += 1;
+        }
+        if matches!(t.kind, LTermKind::Zero(_)) {
+            return LTerm::zero(ty);
+        }
+        self.copy(t)
+    }
+
+    fn copy(&mut self, core: LTerm) -> LTerm {
+        self.uses += 1;
+        let body = wrap(self.bs, core);
+        LTerm::mk(LTermKind::Build(self.n.clone(), self.i.clone(), body))
+    }
+}
+
+/// The projection path of `l` down to `inner` (outermost first).
+fn lpath(l: &LTerm) -> (Vec<bool>, &LTerm) {
+    let mut path = Vec::new();
+    let mut l = l;
+    loop {
+        match &l.kind {
+            LTermKind::Fst(e) => {
+                path.push(true);
+                l = e;
+            }
+            LTermKind::Snd(e) => {
+                path.push(false);
+                l = e;
+            }
+            _ => return (path, l),
+        }
+    }
+}
+
+impl Rewrite for BuildUses<'_> {
+    fn term(&mut self, t: &Term) -> Term {
+        if self.bad {
+            return t.clone();
+        }
+        super::pass::map_shared(t, self)
+    }
+
+    fn linear(&mut self, l: &LTerm) -> LTerm {
+        if self.bad {
+            return l.clone();
+        }
+        let is_cs = |l: &LTerm| matches!(&l.kind, LTermKind::Var(u) if u.id == self.cs);
+        let (path, inner) = lpath(l);
+        match &inner.kind {
+            LTermKind::Sum(a) if is_cs(a) => {
+                // Projections outermost first; `element_at` walks from the element outwards.
+                let mut inward = path.clone();
+                inward.reverse();
+                let e = self.element_at(&inward);
+                if matches!(e.kind, LTermKind::Zero(_)) {
+                    return e;
+                }
+                return LTerm::new(LTermKind::Sum(e), l.span);
+            }
+            LTermKind::Map(f, a) if is_cs(a) && path.is_empty() => {
+                if let TermKind::LinLam(p, pb) = &f.kind {
+                    let (mut inward, base) = lpath(pb);
+                    if matches!(&base.kind, LTermKind::Var(u) if u.id == p.id) {
+                        inward.reverse();
+                        let e = self.element_at(&inward);
+                        return match &e.kind {
+                            // The zero array (`element_at` gives the element's zero).
+                            LTermKind::Zero(ty) => {
+                                LTerm::zero(crate::target::types::LTy::array(ty.clone()))
+                            }
+                            _ => e,
+                        };
+                    }
+                }
+                self.bad = true;
+                return l.clone();
+            }
+            LTermKind::Var(u) if u.id == self.cs => {
+                self.bad = true;
+                return l.clone();
+            }
+            // A use in a loop's body would build the array once per iteration.
+            LTermKind::Build(_, _, b) | LTermKind::PowLam(_, b)
+                if vars_of_lin(b).contains(&self.cs) =>
+            {
+                self.bad = true;
+                return l.clone();
+            }
+            _ => {}
+        }
+        super::pass::lmap_shared(l, self)
     }
 }
 
@@ -861,13 +1037,14 @@ fn cheap_index(t: &Term) -> bool {
     }
 }
 
-/// A small linear term of atoms, scalings by atoms and sums.
+/// A small linear term of atoms, their indexes by atoms, scalings by atoms and sums.
 fn cheap_lin(l: &LTerm) -> bool {
     match &l.kind {
         LTermKind::Var(_) | LTermKind::Zero(_) => true,
         LTermKind::Fst(a) | LTermKind::Snd(a) => cheap_lin(a),
         LTermKind::Scale(t, a) => is_atomic(t) && cheap_lin(a),
         LTermKind::Plus(a, b) => cheap_lin(a) && cheap_lin(b),
+        LTermKind::Index(a, i) => cheap_lin(a) && is_atomic(i),
         _ => false,
     }
 }

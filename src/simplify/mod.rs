@@ -213,6 +213,12 @@ rules! {
     /// i)`, already computed (see `src/simplify/fuse.rs`). The MLP's `tanh'` reads the layer's
     /// `map tanh` instead of computing `tanh` twice per element.
     map_cse = "mapCse",
+    /// `buildProj`: `let lin cs = lbuild n (\i -> let bs in t)` used only as `P (lsum cs)` and
+    /// `lmap (λ̲p. P p) cs` (`P` a path of projections) ~> each use `lsum (lbuild n (\i -> let
+    /// bs in P t))` or `lbuild n (\i -> let bs in P t)`, and `0` where `P t` is a literal zero;
+    /// with more than one non-zero use only if `n` and `bs` are cheap (see
+    /// `src/simplify/fuse.rs`). GMM's `lbuild (0, v, -v)` of `x - μ` becomes two arrays.
+    build_proj = "buildProj",
     /// `caseProj`: a projection of a `case` (or `if`, or a linear `case`) moves into its
     /// branches, and a linear `case` of pairs on an atom (or an index of one), binding nothing,
     /// is a pair of `case`s; then `pairProj`

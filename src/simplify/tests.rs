@@ -1762,3 +1762,117 @@ fn map_cse_on_a_tape_leaves_no_array_of_units() {
     assert!(on.contains("((), r)") && !on.contains("\\t -> ()"), "{on}");
     assert!(off.contains("tanh a * tanh a"), "{off}");
 }
+
+/// `\v ⊸ let lin cs = lbuild (length xs) (\i -> let y = g (xs ! i) in ((0, y * v), (-y) * v))
+/// in uses cs` (paired with `0.0`), for `uses` of `cs` and the element's type.
+fn shared_triples(
+    xs: &Var,
+    g: impl FnOnce(Term) -> Term,
+    uses: impl FnOnce(&Var, &LTy) -> LTerm,
+) -> Term {
+    let (i, y) = (int("i"), real("y"));
+    let ety = LTy::prod(LTy::prod(LTy::Real, LTy::Real), LTy::Real);
+    let cs = Var::linear("cs", LTy::array(ety.clone()));
+    Term::pair(
+        Term::lit(Lit::Real(0.0)),
+        dlam(|d| {
+            let core = LTerm::pair(
+                LTerm::pair(zero(), LTerm::scale(v(&y), lv(d))),
+                LTerm::scale(prim("neg", vec![v(&y)]), lv(d)),
+            );
+            let body = lk(LTermKind::Let(
+                Pat::Var(y.clone()),
+                g(at(v(xs), v(&i))),
+                core,
+            ));
+            lk(LTermKind::LinLet(
+                cs.clone(),
+                lbuild(len(xs), &i, body),
+                uses(&cs, &ety),
+            ))
+        }),
+    )
+}
+
+/// `lmap (λ̲p. snd (fst p)) cs`.
+fn middle_column(cs: &Var, ety: &LTy) -> LTerm {
+    let p = Var::linear("p", ety.clone());
+    lk(LTermKind::Map(
+        Term::lin_lam(&p, LTerm::snd(LTerm::fst(lv(&p)))),
+        lv(cs),
+    ))
+}
+
+#[test]
+fn build_proj_splits_a_shared_array_of_tuples_into_the_used_components() {
+    let xs = arr("xs");
+    // ((fst (fst (lsum cs)), lmap (λ̲p. snd (fst p)) cs), (snd (lsum cs), snd (fst (lsum cs)))):
+    // the first is zero, the others are an array and sums of their own (`y = xs ! i` is cheap
+    // to copy).
+    let uses = |cs: &Var, ety: &LTy| {
+        LTerm::pair(
+            LTerm::pair(LTerm::fst(LTerm::fst(lsum(lv(cs)))), middle_column(cs, ety)),
+            LTerm::pair(
+                LTerm::snd(lsum(lv(cs))),
+                LTerm::snd(LTerm::fst(lsum(lv(cs)))),
+            ),
+        )
+    };
+    let t = shared_triples(&xs, |e| e, uses);
+    let (on, off) = fused(&t, &xs, "buildProj", true);
+    assert!(!on.contains("cs") && !on.contains("lmap"), "{on}");
+    assert!(
+        on.contains("(0, lbuild (length xs) (\\i -> xs ! i * v))")
+            && on.contains("lsum (lbuild (length xs) (\\i -> -xs ! i * v))"),
+        "{on}"
+    );
+    assert!(off.contains("lmap") && off.contains("lsum cs"), "{off}");
+    // With one use left that is not zero, a binding that is not cheap moves too (it is not
+    // copied).
+    // (`lmap (λ̲p. fst (fst p)) cs` is the zero array.)
+    let one = |cs: &Var, ety: &LTy| {
+        let p = Var::linear("p", ety.clone());
+        let zeros = lk(LTermKind::Map(
+            Term::lin_lam(&p, LTerm::fst(LTerm::fst(lv(&p)))),
+            lv(cs),
+        ));
+        LTerm::pair(
+            LTerm::pair(LTerm::fst(LTerm::fst(lsum(lv(cs)))), zeros),
+            middle_column(cs, ety),
+        )
+    };
+    let t = shared_triples(&xs, |e| prim("sin", vec![e]), one);
+    let ty = check(&t, std::slice::from_ref(&xs)).unwrap();
+    let (on, stats) = simplify_with(&t, &Rules::all());
+    assert!(stats.fired.contains_key("buildProj"), "{on}");
+    assert_eq!(check(&on, std::slice::from_ref(&xs)).unwrap(), ty, "{on}");
+    let mut env = Env::new();
+    env.insert(xs.id, Value::reals(vec![0.5, -1.25, 2.0]));
+    // The zero array is a structural zero after the rule, an array of zeros before.
+    let seen =
+        |t: &Term| observe(&eval(t, &env).unwrap()).replace("((0.0, [0.0, 0.0, 0.0])", "(0.0");
+    assert_eq!(seen(&on), seen(&t), "{on}");
+    assert!(!on.to_string().contains("lmap"), "{on}");
+    // Not with two such uses (the sine would be computed twice), nor with a use in a loop (the
+    // array would be built per iteration), nor with another kind of use.
+    let in_loop = |cs: &Var, ety: &LTy| {
+        let j = int("j");
+        LTerm::pair(
+            middle_column(cs, ety),
+            lsum(lbuild(Term::lit(Lit::Int(2)), &j, LTerm::snd(lsum(lv(cs))))),
+        )
+    };
+    let indexed = |cs: &Var, ety: &LTy| {
+        LTerm::pair(
+            middle_column(cs, ety),
+            LTerm::snd(lk(LTermKind::Index(lv(cs), Term::lit(Lit::Int(1))))),
+        )
+    };
+    for t in [
+        shared_triples(&xs, |e| prim("sin", vec![e]), uses),
+        shared_triples(&xs, |e| e, in_loop),
+        shared_triples(&xs, |e| e, indexed),
+    ] {
+        fused(&t, &xs, "buildProj", false);
+    }
+}
