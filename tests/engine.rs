@@ -999,17 +999,31 @@ impl ChainGen<'_> {
         match self.pick(9) {
             8 => {
                 // A linear array (not flat) and an element of it (flat), at the index `j`
-                // (out of range when it is -1: the run fails there) or a literal.
+                // (out of range when it is -1: the run fails there) or a literal (in range or
+                // past the end).
                 let a = Var::linear("a", LTy::array(LTy::Real));
                 let d = Var::linear("d", LTy::Real);
-                let arr = LTerm::mk(L::Replicate(
-                    Term::lit(chad::target::term::Lit::Int(2)),
-                    self.lin(1),
-                ));
+                let arr = if self.pick(2) == 0 {
+                    LTerm::mk(L::Replicate(
+                        Term::lit(chad::target::term::Lit::Int(2)),
+                        self.lin(1),
+                    ))
+                } else {
+                    // Distinct elements: `[l, l', 0]`.
+                    let three = || Term::lit(chad::target::term::Lit::Int(3));
+                    let at = |k| Term::lit(chad::target::term::Lit::Int(k));
+                    let (x, y) = (self.lin(1), self.lin(1));
+                    LTerm::plus(
+                        LTerm::mk(L::OneHot(three(), at(0), x)),
+                        LTerm::mk(L::OneHot(three(), at(1), y)),
+                    )
+                };
                 let i = if self.pick(2) == 0 {
                     Term::var(&self.j)
                 } else {
-                    Term::lit(chad::target::term::Lit::Int(1))
+                    // A literal, sometimes past the end (the element is zero).
+                    let k = [0, 1, 1, 2, 5][self.pick(5)];
+                    Term::lit(chad::target::term::Lit::Int(k))
                 };
                 let elem = LTerm::mk(L::Index(LTerm::var(&a), i));
                 let elem = if self.pick(2) == 0 {

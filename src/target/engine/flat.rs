@@ -155,6 +155,13 @@ enum Ins {
         a: Reg,
         o: u32,
     },
+    /// `l[dst] = lplaces[p] ! k`: an element at a literal index of a linear array variable or
+    /// place (zero past its end, as [`Lin::index`]; cannot fail).
+    LIndex {
+        p: u32,
+        k: u32,
+        dst: Reg,
+    },
     /// In a loop: `i[dst] = icalls[f](frame)` (an integer term compiled on its own; may fail).
     ICall {
         f: u32,
@@ -259,12 +266,41 @@ struct Rt {
     out: Vec<Option<f64>>,
     /// The integer registers.
     ints: Vec<i64>,
-    /// Dense accumulators of one-hot outputs, and whether anything was added (otherwise the
-    /// output is zero, as a sum of zero one-hots is).
-    acc: Vec<(Vec<f64>, bool)>,
+    /// Dense accumulators of one-hot outputs.
+    acc: Vec<Acc>,
     /// Running sums and columns of the outputs (by [`Sink`]).
     sums: Vec<Option<f64>>,
     columns: Vec<(Vec<f64>, bool)>,
+}
+
+/// The dense accumulator of a one-hot output: the values, which indices were added to, and
+/// how many one-hots were (as the reference evaluator's sparse array's entries: it is dense
+/// once it has more entries than elements, and zero without any).
+#[derive(Default)]
+struct Acc {
+    vals: Vec<f64>,
+    touched: Vec<bool>,
+    count: usize,
+}
+
+impl Acc {
+    /// The sum, represented as the reference evaluator's sum of the one-hots would be.
+    fn take(&mut self) -> Result<Lin> {
+        let n = self.vals.len();
+        if self.count == 0 {
+            return Ok(Lin::zero());
+        }
+        if self.count > n {
+            return Ok(Lin::reals(std::mem::take(&mut self.vals)));
+        }
+        let mut v = Lin::zero();
+        for (i, &t) in self.touched.iter().enumerate() {
+            if t {
+                v.add_one_hot_in_place(n, i as i64, Lin::real(self.vals[i]))?;
+            }
+        }
+        Ok(v)
+    }
 }
 
 /// A compiled flat run.
@@ -392,6 +428,11 @@ impl Flat {
                         .and_then(|xs| super::lin_opt(&xs.index(rt.k as i64)))
                 }
                 Ins::Out { a, o } => rt.out[o as usize] = l[a as usize],
+                Ins::LIndex { p, k, dst } => {
+                    let (slot, path) = &self.lplaces[p as usize];
+                    l[dst as usize] = super::lin_at(fr, *slot, path)
+                        .and_then(|xs| super::lin_opt(&xs.index(i64::from(k))))
+                }
                 Ins::ICall { f, dst } => rt.ints[dst as usize] = (self.icalls[f as usize])(fr)?,
                 Ins::IArith { f, a, b, dst } => {
                     let (x, y) = (rt.ints[a as usize], rt.ints[b as usize]);
@@ -426,12 +467,20 @@ impl Flat {
                         .or_span(span));
                     }
                     if let Some(x) = l[a as usize] {
-                        let (acc, any) = &mut rt.acc[o as usize];
-                        if acc.len() < n {
-                            acc.resize(n, 0.0);
+                        let acc = &mut rt.acc[o as usize];
+                        if acc.vals.len() < n {
+                            acc.vals.resize(n, 0.0);
+                            acc.touched.resize(n, false);
                         }
-                        acc[i as usize] += x;
-                        *any = true;
+                        let i = i as usize;
+                        if acc.touched[i] {
+                            acc.vals[i] += x;
+                        } else {
+                            // The first entry is the value itself (`-0` stays `-0`).
+                            acc.vals[i] = x;
+                            acc.touched[i] = true;
+                        }
+                        acc.count += 1;
                     }
                 }
                 Ins::LDot { c, a, d, b, dst } => {
@@ -714,8 +763,9 @@ impl FlatLoop {
         rt.acc.resize_with(m, Default::default);
         rt.columns.resize_with(m, Default::default);
         for (o, sink) in self.sinks.iter().enumerate() {
-            rt.acc[o].1 = false;
-            rt.acc[o].0.clear();
+            rt.acc[o].vals.clear();
+            rt.acc[o].touched.clear();
+            rt.acc[o].count = 0;
             if *sink == Sink::Column {
                 rt.columns[o] = (Vec::with_capacity(n), false);
             }
@@ -770,17 +820,18 @@ impl FlatLoop {
             .sinks
             .iter()
             .enumerate()
-            .map(|(o, sink)| match sink {
-                Sink::Sum => super::opt_lin(sums[o]),
-                // As `Lin::build_reals`: unboxed if any element is a real.
-                Sink::Column if columns[o].1 => Lin::reals(std::mem::take(&mut columns[o].0)),
-                Sink::Column => Lin::array(vec![Lin::zero(); n]),
-                Sink::Zero => Lin::zero(),
-                // As a sum of one-hots: zero if every one added zero.
-                Sink::Dense if rt.acc[o].1 => Lin::reals(std::mem::take(&mut rt.acc[o].0)),
-                Sink::Dense => Lin::zero(),
+            .map(|(o, sink)| {
+                Ok(match sink {
+                    Sink::Sum => super::opt_lin(sums[o]),
+                    // As `Lin::build_reals`: unboxed if any element is a real.
+                    Sink::Column if columns[o].1 => Lin::reals(std::mem::take(&mut columns[o].0)),
+                    Sink::Column => Lin::array(vec![Lin::zero(); n]),
+                    Sink::Zero => Lin::zero(),
+                    // As a sum of one-hots: zero, sparse or dense as the reference evaluator's.
+                    Sink::Dense => rt.acc[o].take()?,
+                })
             })
-            .collect();
+            .collect::<Result<Vec<Lin>>>()?;
         (rt.sums, rt.columns) = (sums, columns);
         Ok(out)
     }
@@ -1925,6 +1976,30 @@ impl Compiler {
                     let c = index(h.lcolp.len() - 1);
                     let dst = b.l.alloc();
                     b.ins(Ins::LCol { c, dst });
+                    Opd {
+                        reg: dst,
+                        last: true,
+                    }
+                }
+                K::Index(e, i)
+                    if let TermKind::Lit(k) = &i.kind
+                        && let Value::Int(k) = k.value()
+                        && let Ok(k) = u32::try_from(k)
+                        && let Some((v, path)) = match &e.kind {
+                            K::Var(v) => Some((v, Vec::new())),
+                            _ => lin_path(e),
+                        } =>
+                {
+                    // An element at a literal index (`snd d ! 7`, the forward derivative of a
+                    // written-out index chain): read along the place, no closure.
+                    let (slot, _) = self.read(v);
+                    b.lplaces.push((slot, path));
+                    let dst = b.l.alloc();
+                    b.ins(Ins::LIndex {
+                        p: index(b.lplaces.len() - 1),
+                        k,
+                        dst,
+                    });
                     Opd {
                         reg: dst,
                         last: true,
