@@ -2264,6 +2264,18 @@ struct FunCode {
 type Env = SmallVec<[Value; 4]>;
 
 /// The values of the given slots of a frame.
+/// The sinks of a summed flat loop: a literal zero leaf is never computed, every other leaf
+/// is summed.
+fn sum_sinks(leaves: &[&LShape]) -> Vec<flat::Sink> {
+    leaves
+        .iter()
+        .map(|l| match l {
+            LShape::Zero => flat::Sink::Zero,
+            _ => flat::Sink::Sum,
+        })
+        .collect()
+}
+
 fn captured(slots: &[usize], fr: &Frame) -> Env {
     let mut env = Env::with_capacity(slots.len());
     for &s in slots {
@@ -2773,13 +2785,7 @@ impl Compiler {
         let mut leaves = Vec::new();
         shape.leaves(&mut leaves);
         // Flat: the one-hots of flat linear reals are added into dense accumulators.
-        let sinks = leaves
-            .iter()
-            .map(|l| match l {
-                LShape::Zero => flat::Sink::Zero,
-                _ => flat::Sink::Sum,
-            })
-            .collect();
+        let sinks = sum_sinks(&leaves);
         if let Some(lp) = self.flat_loop(None, None, l, l.span, sinks) {
             return Some(Box::new(move |fr| {
                 let mut outs = lp.run(fr)?.into_iter();
@@ -2822,13 +2828,7 @@ impl Compiler {
         let k = shape.count();
         let mut leaves = Vec::new();
         shape.leaves(&mut leaves);
-        let sinks = leaves
-            .iter()
-            .map(|l| match l {
-                LShape::Zero => flat::Sink::Zero,
-                _ => flat::Sink::Sum,
-            })
-            .collect();
+        let sinks = sum_sinks(&leaves);
         if let Some(lp) = self.flat_loop(Some(n), Some(i), body, span, sinks) {
             return Some(Box::new(move |fr| {
                 let mut outs = lp.run(fr)?.into_iter();

@@ -532,6 +532,17 @@ impl Sparse {
     }
 }
 
+/// Of two arrays to add, the one to accumulate into (first) and the other: the longer, or of
+/// equal lengths one nobody else holds (then it is updated in place).
+fn accumulator<T>(a: Rc<Vec<T>>, b: Rc<Vec<T>>) -> (Rc<Vec<T>>, Rc<Vec<T>>) {
+    let unique = |r: &Rc<Vec<T>>| Rc::strong_count(r) == 1 && Rc::weak_count(r) == 0;
+    if a.len() > b.len() || (a.len() == b.len() && unique(&a)) {
+        (a, b)
+    } else {
+        (b, a)
+    }
+}
+
 /// Adds two array values (neither zero), reusing a uniquely owned dense buffer.
 fn add_arrays(a: Lin, b: Lin) -> Lin {
     match (a.0, b.0) {
@@ -570,13 +581,7 @@ fn add_arrays(a: Lin, b: Lin) -> Lin {
             acc
         }
         (Repr::Reals(a), Repr::Reals(b)) => {
-            // Accumulate into the longer buffer, preferring one nobody else holds.
-            let unique = |r: &Rc<Vec<f64>>| Rc::strong_count(r) == 1 && Rc::weak_count(r) == 0;
-            let (mut xs, ys) = if a.len() > b.len() || (a.len() == b.len() && unique(&a)) {
-                (a, b)
-            } else {
-                (b, a)
-            };
+            let (mut xs, ys) = accumulator(a, b);
             let v = Rc::make_mut(&mut xs);
             for (x, y) in v.iter_mut().zip(ys.iter()) {
                 *x += y;
@@ -584,15 +589,10 @@ fn add_arrays(a: Lin, b: Lin) -> Lin {
             Lin(Repr::Reals(xs))
         }
         (Repr::Items(a), Repr::Items(b)) => {
-            // Elementwise into the longer vector, preferring one nobody else holds; each
-            // element is moved out of it, so an element held only there (a row of a matrix
-            // cotangent being accumulated) is updated in place instead of copied.
-            let unique = |r: &Rc<Vec<Lin>>| Rc::strong_count(r) == 1 && Rc::weak_count(r) == 0;
-            let (mut xs, ys) = if a.len() > b.len() || (a.len() == b.len() && unique(&a)) {
-                (a, b)
-            } else {
-                (b, a)
-            };
+            // Elementwise into the accumulator; each element is moved out of it, so an element
+            // held only there (a row of a matrix cotangent being accumulated) is updated in
+            // place instead of copied.
+            let (mut xs, ys) = accumulator(a, b);
             let v = Rc::make_mut(&mut xs);
             for (x, y) in v.iter_mut().zip(ys.iter()) {
                 let old = std::mem::replace(x, Lin::zero());

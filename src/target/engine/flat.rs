@@ -1772,49 +1772,28 @@ impl Compiler {
                         if let Some((x, path)) = proj_path(t) {
                             return self.hoisted(b, x, path, Some(t));
                         }
+                        // The element at the loop's index, or at a computed index (`xs ! (i +
+                        // 1)`, `xs ! i_12`). A computed index is compiled twice (in registers,
+                        // and in the fallback place), so only one whose code moves nothing out
+                        // of the frame.
+                        let at_loop = |i: &Term| matches!(&i.kind, K::Var(i) if i.id == h.index);
                         if let K::Index(e, i) = &t.kind
-                            && matches!(&i.kind, K::Var(i) if i.id == h.index)
+                            && (at_loop(i) || simple_int(i))
                             && proj_path(e).is_some()
                             && let Some(prefix) = self.place(e, 0)
                             && prefix.indices == 0
                             && let Some(p) = self.place(t, 1)
                         {
+                            let at = (!at_loop(i)).then(|| self.flat_int(b, i));
                             let h = b.hoist.as_mut().expect("in a loop");
                             h.colp.push(prefix);
                             let c = index(h.colp.len() - 1);
                             b.places.push(p);
+                            let p = index(b.places.len() - 1);
                             let dst = b.r.alloc();
-                            b.ins(Ins::Col {
-                                c,
-                                p: index(b.places.len() - 1),
-                                dst,
-                            });
-                            return Opd {
-                                reg: dst,
-                                last: true,
-                            };
-                        }
-                        // The element at a computed index (`xs ! (i + 1)`, `xs ! i_12`). The
-                        // index is compiled twice (in registers, and in the fallback place), so
-                        // only one whose code moves nothing out of the frame.
-                        if let K::Index(e, i) = &t.kind
-                            && simple_int(i)
-                            && proj_path(e).is_some()
-                            && let Some(prefix) = self.place(e, 0)
-                            && prefix.indices == 0
-                            && let Some(p) = self.place(t, 1)
-                        {
-                            let i = self.flat_int(b, i);
-                            let h = b.hoist.as_mut().expect("in a loop");
-                            h.colp.push(prefix);
-                            let c = index(h.colp.len() - 1);
-                            b.places.push(p);
-                            let dst = b.r.alloc();
-                            b.ins(Ins::ColAt {
-                                c,
-                                i,
-                                p: index(b.places.len() - 1),
-                                dst,
+                            b.ins(match at {
+                                None => Ins::Col { c, p, dst },
+                                Some(i) => Ins::ColAt { c, i, p, dst },
                             });
                             return Opd {
                                 reg: dst,
