@@ -2263,7 +2263,6 @@ struct FunCode {
 /// Captured values, stored inline in the closure's allocation when there are few.
 type Env = SmallVec<[Value; 4]>;
 
-/// The values of the given slots of a frame.
 /// The sinks of a summed flat loop: a literal zero leaf is never computed, every other leaf
 /// is summed.
 fn sum_sinks(leaves: &[&LShape]) -> Vec<flat::Sink> {
@@ -2276,6 +2275,7 @@ fn sum_sinks(leaves: &[&LShape]) -> Vec<flat::Sink> {
         .collect()
 }
 
+/// The values of the given slots of a frame.
 fn captured(slots: &[usize], fr: &Frame) -> Env {
     let mut env = Env::with_capacity(slots.len());
     for &s in slots {
