@@ -657,12 +657,21 @@ impl LinGen<'_> {
     /// `((Real, Array Real), Real)`, with lets around it.
     fn body(&mut self, kind: usize, i: &Var, p: &Var, depth: u32) -> LTerm {
         let w = Var::linear("w", LTy::Real);
-        let inner = match self.pick(if depth == 0 { 2 } else { 4 }) {
+        let inner = match self.pick(if depth == 0 { 2 } else { 6 }) {
             0 | 1 => self.literal(kind, i, Some(&w), depth),
             2 => LTerm::plus(
                 self.body(kind, i, p, depth - 1),
                 self.body(kind, i, p, depth - 1),
             ),
+            3 => self.forwarded(kind, i, &w, depth - 1),
+            4 => {
+                // A sum nested in the body (added into the enclosing accumulators).
+                let q = Var::fresh("q", Ty::Int);
+                let n = self.len();
+                let e = self.value(&body_ty(kind), &q, Some(&w), depth - 1);
+                let span = self.span();
+                LTerm::mk(L::Sum(LTerm::new(L::Build(n, q, e), span)))
+            }
             _ if kind > 0 => LTerm::plus(LTerm::var(p), self.body(kind, i, p, depth - 1)),
             _ => LTerm::zero(body_ty(kind)),
         };
@@ -676,6 +685,65 @@ impl LinGen<'_> {
             }
             _ => body,
         }
+    }
+
+    /// A term of type `ty` (reals, arrays of reals and pairs of them): a literal tuple, a sum
+    /// of two, or a nested `lsum (lbuild ..)` of one.
+    fn value(&mut self, ty: &LTy, i: &Var, w: Option<&Var>, depth: u32) -> LTerm {
+        match (self.pick(if depth == 0 { 1 } else { 4 }), ty) {
+            (1, _) => LTerm::plus(
+                self.value(ty, i, w, depth - 1),
+                self.value(ty, i, w, depth - 1),
+            ),
+            (2, _) => {
+                let q = Var::fresh("q", Ty::Int);
+                let n = self.len();
+                let e = self.value(ty, &q, w, depth - 1);
+                let span = self.span();
+                LTerm::mk(L::Sum(LTerm::new(L::Build(n, q, e), span)))
+            }
+            (_, LTy::Prod(ab)) => LTerm::pair(
+                self.value(&ab.0, i, w, depth),
+                self.value(&ab.1, i, w, depth),
+            ),
+            (_, LTy::Real) => self.real(i, w, depth.min(1)),
+            _ => self.array(i, w, depth.min(2)),
+        }
+    }
+
+    /// `let lin u = e in t` of type `body_ty(kind)`, where `t` is pairs, zeros and projections
+    /// of `u`: each leaf of `u` placed once (possibly rearranged, some unread), or one placed
+    /// twice.
+    fn forwarded(&mut self, kind: usize, i: &Var, w: &Var, depth: u32) -> LTerm {
+        let (r, a) = (LTy::Real, LTy::array(LTy::Real));
+        let u_ty = |c: usize| match (kind, c) {
+            (0, _) => LTy::prod(a.clone(), r.clone()),
+            (1, 0) => LTy::prod(a.clone(), r.clone()),
+            (1, _) => LTy::prod(r.clone(), a.clone()),
+            (_, 0) => LTy::prod(r.clone(), LTy::prod(a.clone(), r.clone())),
+            (_, 1) => LTy::prod(a.clone(), r.clone()),
+            (_, 2) => LTy::prod(LTy::prod(r.clone(), a.clone()), r.clone()),
+            (_, 3) => LTy::prod(a.clone(), LTy::prod(r.clone(), r.clone())),
+            _ => LTy::prod(r.clone(), a.clone()),
+        };
+        let c = self.pick(if kind == 2 { 5 } else { 2 });
+        let ty = u_ty(c);
+        let u = Var::linear("u", ty.clone());
+        let e = self.value(&ty, i, Some(w), depth);
+        let v = || LTerm::var(&u);
+        let (f, sn) = (LTerm::fst, LTerm::snd);
+        let t = match (kind, c) {
+            (0, _) => f(v()),
+            (1, 0) => LTerm::pair(f(v()), sn(v())),
+            (1, _) => LTerm::pair(sn(v()), f(v())),
+            (_, 0) => LTerm::pair(LTerm::pair(f(v()), f(sn(v()))), sn(sn(v()))),
+            (_, 1) => LTerm::pair(LTerm::pair(LTerm::zero(LTy::Real), f(v())), sn(v())),
+            (_, 2) if self.pick(2) == 0 => v(),
+            (_, 2) => LTerm::pair(LTerm::pair(f(f(v())), sn(f(v()))), sn(v())),
+            (_, 3) => LTerm::pair(LTerm::pair(f(sn(v())), f(v())), LTerm::zero(LTy::Real)),
+            _ => LTerm::pair(LTerm::pair(f(v()), sn(v())), f(v())),
+        };
+        LTerm::lin_let(&u, e, t)
     }
 
     fn literal(&mut self, kind: usize, i: &Var, w: Option<&Var>, depth: u32) -> LTerm {

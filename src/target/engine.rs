@@ -811,7 +811,7 @@ impl Compiler {
             K::Let(..) | K::LinLet(..) => {
                 let tail = Var::linear("tail", LTy::Real);
                 self.uses.insert(tail.id, 1);
-                let (steps, body) = self.linear_let_chain_into(l, Some(&tail));
+                let (steps, body) = self.linear_let_chain_into(l, Some(&tail), None);
                 let body = match body {
                     Some(body) => self.lin_real(body),
                     None => {
@@ -872,7 +872,7 @@ impl Compiler {
 
     /// A linear let chain: its steps (compiled in order) and its body (not compiled).
     fn linear_let_chain<'t>(&mut self, l: &'t LTerm) -> (Vec<Step>, &'t LTerm) {
-        match self.linear_let_chain_into(l, None) {
+        match self.linear_let_chain_into(l, None, None) {
             (steps, Some(body)) => (steps, body),
             (_, None) => unreachable!("no tail variable given"),
         }
@@ -881,16 +881,21 @@ impl Compiler {
     /// [`Self::linear_let_chain`]; with a variable `tail` (of type `Lin Real`, counted as used
     /// once), a linear-real body that is flat joins the chain's last flat run, bound to `tail`
     /// (then `None` is returned for the body: read `tail`). A loop body `let .. in expr` then
-    /// runs as one flat run instead of a run and a tree of closures.
+    /// runs as one flat run instead of a run and a tree of closures. With `stop` (a let node
+    /// of the chain that no flat run can take), the chain ends before it: it is the body.
     fn linear_let_chain_into<'t>(
         &mut self,
         l: &'t LTerm,
         tail: Option<&'t Var>,
+        stop: Option<&'t LTerm>,
     ) -> (Vec<Step>, Option<&'t LTerm>) {
         use LTermKind as K;
         let mut steps = Vec::new();
         let mut cur = l;
         loop {
+            if stop.is_some_and(|s| std::ptr::eq(s, cur)) {
+                return (steps, Some(cur));
+            }
             let (mut run, rest) = flat::run_of_lterm(cur);
             let last = !matches!(rest.kind, K::Let(..) | K::LinLet(..));
             let with_tail = last && !run.is_empty() && tail.is_some() && flat::flat_tail(rest);
@@ -2468,15 +2473,54 @@ enum LShape {
 
 impl LShape {
     fn of(l: &LTerm) -> LShape {
+        LShape::of_in(l, &mut Vec::new())
+    }
+
+    /// [`LShape::of`], given the shapes of the values of the linear variables let-bound around
+    /// `l` in it (innermost last): a projection of such a variable (`fst v`, which
+    /// [`Compiler::lin_let_forward`] sends the leaves of `v`'s value to) has the shape of that
+    /// part of the value, and a nested `lsum (lbuild n (\i -> b))` (added into the enclosing
+    /// accumulators by [`Compiler::lin_into`]) has the shape of `b`.
+    fn of_in(l: &LTerm, env: &mut Vec<(VarId, LShape)>) -> LShape {
         use LTermKind as K;
         deep(|| match &l.kind {
             K::Zero(_) => LShape::Zero,
             K::OneHot(..) => LShape::Leaf(true),
-            K::Plus(a, b) => LShape::of(a).merge(LShape::of(b)),
-            K::Let(_, _, b) | K::LinLet(_, _, b) => LShape::of(b),
-            K::Pair(a, b) => LShape::Pair(Box::new(LShape::of(a)), Box::new(LShape::of(b))),
+            K::Plus(a, b) => LShape::of_in(a, env).merge(LShape::of_in(b, env)),
+            K::Let(_, _, b) => LShape::of_in(b, env),
+            K::LinLet(u, e, b) => {
+                let s = LShape::of_in(e, env);
+                env.push((u.id, s));
+                let out = LShape::of_in(b, env);
+                env.pop();
+                out
+            }
+            K::Pair(a, b) => LShape::Pair(
+                Box::new(LShape::of_in(a, env)),
+                Box::new(LShape::of_in(b, env)),
+            ),
+            K::Sum(e) if let K::Build(_, _, b) = &e.kind => LShape::of_in(b, env),
+            K::Var(_) | K::Fst(_) | K::Snd(_) => {
+                let (path, root) = lin_path(l);
+                let bound =
+                    lin_var(root).and_then(|u| env.iter().rev().find(|(id, _)| *id == u.id));
+                match bound.map(|(_, s)| s.walk(&path)) {
+                    Some((node, _, [])) => node.clone(),
+                    Some((LShape::Zero, _, _)) => LShape::Zero,
+                    _ => LShape::Leaf(false),
+                }
+            }
             _ => LShape::Leaf(false),
         })
+    }
+
+    /// Whether two shapes have the same pair structure (leaves and zeros alike).
+    fn same_pairs(&self, other: &LShape) -> bool {
+        match (self, other) {
+            (LShape::Pair(a, b), LShape::Pair(c, d)) => a.same_pairs(c) && b.same_pairs(d),
+            (LShape::Pair(..), _) | (_, LShape::Pair(..)) => false,
+            _ => true,
+        }
     }
 
     fn merge(self, other: LShape) -> LShape {
@@ -2541,6 +2585,55 @@ impl LShape {
 enum Tgt {
     Add(usize),
     Set(usize),
+}
+
+/// For [`Compiler::lin_let_forward`]: walks `t` (pairs, zeros and projections of the linear
+/// variable `v`, whose value has shape `vshape`) along the position's `shape` and targets
+/// `tg`, recording in `map` the target of each leaf of `v`'s value that `t` places, and in
+/// `zeros` the stored targets `t` sets to zero. False if `t` is anything else, a projection
+/// does not end at a node of `vshape` with the position's pair structure, or a leaf is placed
+/// twice.
+fn route(
+    t: &LTerm,
+    shape: &LShape,
+    tg: &[Tgt],
+    v: VarId,
+    vshape: &LShape,
+    map: &mut [Option<Tgt>],
+    zeros: &mut Vec<usize>,
+) -> bool {
+    use LTermKind as K;
+    match (&t.kind, shape) {
+        (K::Pair(a, b), LShape::Pair(sa, sb)) => {
+            let k = sa.count();
+            route(a, sa, &tg[..k], v, vshape, map, zeros)
+                && route(b, sb, &tg[k..], v, vshape, map, zeros)
+        }
+        (K::Zero(_), _) => {
+            zeros.extend(tg.iter().filter_map(|t| match t {
+                Tgt::Set(s) => Some(*s),
+                Tgt::Add(_) => None,
+            }));
+            true
+        }
+        (K::Var(_) | K::Fst(_) | K::Snd(_), _) => {
+            let (path, root) = lin_path(t);
+            if lin_var(root).is_none_or(|u| u.id != v) {
+                return false;
+            }
+            let (node, first, rest) = vshape.walk(&path);
+            if !rest.is_empty() || !node.same_pairs(shape) || node.count() != tg.len() {
+                return false;
+            }
+            for (m, &target) in tg.iter().enumerate() {
+                if map[first + m].replace(target).is_some() {
+                    return false;
+                }
+            }
+            true
+        }
+        _ => false,
+    }
 }
 
 /// Adds or stores the leaves of a linear value.
@@ -2676,6 +2769,9 @@ impl Compiler {
                 })
             }
             (K::Let(..) | K::LinLet(..), _) => {
+                if let Some(f) = self.lin_let_forward(l, shape, tg, size) {
+                    return f;
+                }
                 let (steps, body) = self.linear_let_chain(l);
                 let body = self.lin_into(body, shape, tg, size);
                 Box::new(move |fr, buf| {
@@ -2726,6 +2822,56 @@ impl Compiler {
                     Ok(())
                 })
             }
+            // A sum nested in an accumulated position: each element adds into the enclosing
+            // accumulators, as its one-hots would into the sum's own (the same entries,
+            // so the same sparse or dense result), with no array per element or per sum.
+            (K::Sum(e), _) if all_add && let K::Build(n, i, body) = &e.kind => {
+                // A length error is the lbuild's, at its position.
+                let span = e.span;
+                // Flat, if the body is flat bindings ending in (a tuple of) sums of one-hots.
+                let mut leaves = Vec::new();
+                shape.leaves(&mut leaves);
+                let sinks = leaves
+                    .iter()
+                    .map(|l| match l {
+                        LShape::Zero => flat::Sink::Zero,
+                        _ => flat::Sink::Into,
+                    })
+                    .collect();
+                if LShape::of(body).same_pairs(shape)
+                    && let Some(lp) = self.flat_loop(Some(n), Some(i), body, span, sinks)
+                {
+                    let into: Vec<usize> = tg
+                        .iter()
+                        .map(|t| match t {
+                            Tgt::Add(j) => *j,
+                            Tgt::Set(_) => unreachable!("every target adds"),
+                        })
+                        .collect();
+                    return Box::new(move |fr, buf| {
+                        let mut accs: SmallVec<[Lin; 4]> = into
+                            .iter()
+                            .map(|&j| std::mem::replace(&mut buf[j], Lin::zero()))
+                            .collect();
+                        let res = lp.run_into(fr, &mut accs);
+                        for (&j, a) in into.iter().zip(accs) {
+                            buf[j] = a;
+                        }
+                        res
+                    });
+                }
+                let at = move |e: Error| e.or_span(span);
+                let n = self.int(n);
+                let (s, body) = self.in_loop(|c| (c.bind(i), c.lin_into(body, shape, tg, size)));
+                Box::new(move |fr, buf| {
+                    let n = value::check_len("lbuild", n(fr)?).map_err(at)?;
+                    for k in 0..n {
+                        fr[s] = Value::Int(k as i64);
+                        body(fr, buf)?;
+                    }
+                    Ok(())
+                })
+            }
             (K::OneHot(n, i, e), _) if all_add && tg.len() == 1 => {
                 let Tgt::Add(j) = tg[0] else { unreachable!() };
                 let at = move |e: Error| e.or_span(span);
@@ -2759,6 +2905,61 @@ impl Compiler {
                 })
             }
         }
+    }
+
+    /// `let .. in let lin v = e in t` where `t` is pairs, zeros and projections of `v` that
+    /// take each leaf of `v`'s value once (`((0, fst v), snd v)`: a reverse derivative's
+    /// cotangent of a loop body, rearranged into the enclosing tuple): `e` is compiled straight
+    /// into the targets of the positions `t` sends its leaves to, so `v` is never built, and a
+    /// one-hot or nested sum in `e` adds into the enclosing accumulators. `None` if the chain
+    /// does not end so.
+    fn lin_let_forward(
+        &mut self,
+        l: &LTerm,
+        shape: &LShape,
+        tg: &[Tgt],
+        size: &mut usize,
+    ) -> Option<AFn> {
+        use LTermKind as K;
+        let mut last = l;
+        while let K::Let(_, _, b) | K::LinLet(_, _, b) = &last.kind
+            && matches!(b.kind, K::Let(..) | K::LinLet(..))
+        {
+            last = b;
+        }
+        let K::LinLet(v, e, t) = &last.kind else {
+            return None;
+        };
+        let vshape = LShape::of(e);
+        if !matches!(vshape, LShape::Pair(..)) {
+            return None;
+        }
+        let mut map = vec![None; vshape.count()];
+        let mut zeros = Vec::new();
+        if !route(t, shape, tg, v.id, &vshape, &mut map, &mut zeros) {
+            return None;
+        }
+        let (steps, _) = self.linear_let_chain_into(l, None, Some(last));
+        // A leaf nothing reads is still computed (its errors are the reference's), into a
+        // slot of its own.
+        let mapped: Vec<Tgt> = map
+            .into_iter()
+            .map(|t| {
+                t.unwrap_or_else(|| {
+                    *size += 1;
+                    Tgt::Set(*size - 1)
+                })
+            })
+            .collect();
+        let e = self.lin_into(e, &vshape, &mapped, size);
+        Some(Box::new(move |fr, buf| {
+            run_steps(&steps, fr)?;
+            e(fr, buf)?;
+            for &s in &zeros {
+                buf[s] = Lin::zero();
+            }
+            Ok(())
+        }))
     }
 
     /// A `+`-tree with one-hot leaves outside an `lsum (lbuild ..)` (`onehot n 0 v + onehot n 1 v

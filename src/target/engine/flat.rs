@@ -268,6 +268,8 @@ struct Rt {
     ints: Vec<i64>,
     /// Dense accumulators of one-hot outputs.
     acc: Vec<Acc>,
+    /// For [`FlatLoop::run_into`]: the caller's accumulators of [`Sink::Into`] outputs.
+    into: Vec<Lin>,
     /// Running sums and columns of the outputs (by [`Sink`]).
     sums: Vec<Option<f64>>,
     columns: Vec<(Vec<f64>, bool)>,
@@ -470,6 +472,11 @@ impl Flat {
                         .or_span(span));
                     }
                     if let Some(x) = l[a as usize] {
+                        if let Some(acc) = rt.into.get_mut(o as usize) {
+                            // `Sink::Into`: in range, so this cannot fail.
+                            acc.add_one_hot_in_place(n, i, Lin::real(x))?;
+                            continue;
+                        }
                         let acc = &mut rt.acc[o as usize];
                         if acc.vals.len() < n {
                             acc.vals.resize(n, 0.0);
@@ -706,6 +713,10 @@ pub(super) enum Sink {
     /// One-hots, added at their indices into a dense accumulator (set by [`Compiler::flat_loop`]
     /// for a summed output whose leaf is a sum of one-hots).
     Dense,
+    /// One-hots, each added into the caller's linear accumulator in place, as
+    /// [`Lin::add_one_hot_in_place`] (see [`FlatLoop::run_into`]); every output of such a loop
+    /// is one of these or [`Sink::Zero`].
+    Into,
 }
 
 /// `lsum (lbuild n (\i -> body))` or an unzipped `lbuild n (\i -> body)` whose body is a
@@ -724,12 +735,29 @@ pub(super) struct FlatLoop {
 }
 
 impl FlatLoop {
+    /// Runs a loop whose outputs are [`Sink::Into`] (or zero): the one-hots of output `o` are
+    /// added into `accs[o]` in place, one by one, exactly as the enclosing accumulation would
+    /// add them.
+    pub(super) fn run_into(&self, fr: &mut Frame, accs: &mut [Lin]) -> Result<()> {
+        self.with_rt(|rt| {
+            rt.into
+                .extend(accs.iter_mut().map(|a| std::mem::replace(a, Lin::zero())));
+            let res = self.run_with(fr, rt);
+            for (a, x) in accs.iter_mut().zip(rt.into.drain(..)) {
+                *a = x;
+            }
+            res.map(drop)
+        })
+    }
+
     /// Runs the loop: the value of each output (zero for [`Sink::Zero`]).
     pub(super) fn run(&self, fr: &mut Frame) -> Result<Vec<Lin>> {
-        let n = match &self.n {
-            Some(n) => value::check_len("lbuild", n(fr)?).map_err(|e| e.or_span(self.span))?,
-            None => 1,
-        };
+        self.with_rt(|rt| self.run_with(fr, rt))
+    }
+
+    /// Runs `go` with the loop's state (kept between runs; a fresh one for a run that starts
+    /// while another is under way).
+    fn with_rt<T>(&self, go: impl FnOnce(&mut Rt) -> T) -> T {
         let f = &self.flat;
         let mut rt =
             f.rt.try_borrow_mut()
@@ -741,7 +769,7 @@ impl FlatLoop {
                         ..Rt::default()
                     })
                 });
-        let res = self.run_with(fr, n, &mut rt);
+        let res = go(&mut rt);
         rt.cols.clear();
         rt.lcols.clear();
         if let Ok(mut slot) = f.rt.try_borrow_mut() {
@@ -750,7 +778,11 @@ impl FlatLoop {
         res
     }
 
-    fn run_with(&self, fr: &mut Frame, n: usize, rt: &mut Rt) -> Result<Vec<Lin>> {
+    fn run_with(&self, fr: &mut Frame, rt: &mut Rt) -> Result<Vec<Lin>> {
+        let n = match &self.n {
+            Some(n) => value::check_len("lbuild", n(fr)?).map_err(|e| e.or_span(self.span))?,
+            None => 1,
+        };
         let f = &self.flat;
         let m = self.sinks.len();
         rt.k = 0;
@@ -802,7 +834,7 @@ impl FlatLoop {
                             columns[o].0.push(x.unwrap_or(0.0));
                             columns[o].1 |= x.is_some();
                         }
-                        Sink::Zero | Sink::Dense => {}
+                        Sink::Zero | Sink::Dense | Sink::Into => {}
                     }
                 }
             }
@@ -829,7 +861,7 @@ impl FlatLoop {
                     // As `Lin::build_reals`: unboxed if any element is a real.
                     Sink::Column if columns[o].1 => Lin::reals(std::mem::take(&mut columns[o].0)),
                     Sink::Column => Lin::array(vec![Lin::zero(); n]),
-                    Sink::Zero => Lin::zero(),
+                    Sink::Zero | Sink::Into => Lin::zero(),
                     // As a sum of one-hots: zero, sparse or dense as the reference evaluator's.
                     Sink::Dense => rt.acc[o].take()?,
                 })
@@ -1489,7 +1521,9 @@ impl Compiler {
             match leaf {
                 Leaf::Zero => *s = Sink::Zero,
                 Leaf::Hots(_) if *s == Sink::Sum => *s = Sink::Dense,
+                Leaf::Hots(_) if *s == Sink::Into => {}
                 Leaf::Hots(_) => return None,
+                Leaf::Real(_) if *s == Sink::Into => return None,
                 Leaf::Real(_) => {}
             }
         }
