@@ -351,7 +351,11 @@ impl Lin {
         let i = i as usize;
         match &mut self.0 {
             Repr::Zero => {
-                *self = Lin::sparse(n, vec![(i, x)]);
+                // Room for a few more: an accumulator usually gets them (a row of a triangular
+                // loop, a gradient's entries), and growing from one entry reallocates often.
+                let mut entries = Vec::with_capacity(n.min(16));
+                entries.push((i, x));
+                *self = Lin::sparse(n, entries);
                 return Ok(());
             }
             Repr::Sparse(s) => {
