@@ -53,6 +53,11 @@
 //!   reference evaluator's order. The only difference is where two one-hots of one element hit
 //!   the same index: their contributions are added into the accumulator one by one, which the
 //!   reference evaluator itself does or not depending on its sparse/dense representation.
+//!   A sum nested in such a body (`.. + lsum (lbuild m (\j -> ..))`: a triangular loop's row)
+//!   adds its elements into the same accumulators (a flat loop when its body is flat
+//!   one-hots), and a body ending in `let lin v = e in ((0, fst v), snd v)` (a tuple of
+//!   projections placing each leaf of `v` once) computes `e` straight into the positions the
+//!   tuple puts its leaves in, so neither the nested sum nor `v` is ever built.
 //! * **Unzipped linear arrays.** `let lin cs = lbuild n (\i -> (.., ..))` whose every use
 //!   sums it (`fst (lsum cs)`), indexes it or maps a leaf out (`lmap (\p ⊸ snd p) cs`) is
 //!   stored as one linear array per leaf (no pair per element; a leaf that is always `0`
