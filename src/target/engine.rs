@@ -2273,14 +2273,14 @@ struct FunCode {
 /// Captured values, stored inline in the closure's allocation when there are few.
 type Env = SmallVec<[Value; 4]>;
 
-/// The sinks of a summed flat loop: a literal zero leaf is never computed, every other leaf
-/// is summed.
-fn sum_sinks(leaves: &[&LShape]) -> Vec<flat::Sink> {
+/// The sinks of a flat loop that accumulates: a literal zero leaf is never computed, every
+/// other leaf goes to `sink` (summed, or added into the caller's accumulators).
+fn sinks_of(leaves: &[&LShape], sink: flat::Sink) -> Vec<flat::Sink> {
     leaves
         .iter()
         .map(|l| match l {
             LShape::Zero => flat::Sink::Zero,
-            _ => flat::Sink::Sum,
+            _ => sink,
         })
         .collect()
 }
@@ -2836,13 +2836,7 @@ impl Compiler {
                 // Flat, if the body is flat bindings ending in (a tuple of) sums of one-hots.
                 let mut leaves = Vec::new();
                 shape.leaves(&mut leaves);
-                let sinks = leaves
-                    .iter()
-                    .map(|l| match l {
-                        LShape::Zero => flat::Sink::Zero,
-                        _ => flat::Sink::Into,
-                    })
-                    .collect();
+                let sinks = sinks_of(&leaves, flat::Sink::Into);
                 if LShape::of(body).same_pairs(shape)
                     && let Some(lp) = self.flat_loop(Some(n), Some(i), body, span, sinks)
                 {
@@ -2991,7 +2985,7 @@ impl Compiler {
         let mut leaves = Vec::new();
         shape.leaves(&mut leaves);
         // Flat: the one-hots of flat linear reals are added into dense accumulators.
-        let sinks = sum_sinks(&leaves);
+        let sinks = sinks_of(&leaves, flat::Sink::Sum);
         if let Some(lp) = self.flat_loop(None, None, l, l.span, sinks) {
             return Some(Box::new(move |fr| {
                 let mut outs = lp.run(fr)?.into_iter();
@@ -3034,7 +3028,7 @@ impl Compiler {
         let k = shape.count();
         let mut leaves = Vec::new();
         shape.leaves(&mut leaves);
-        let sinks = sum_sinks(&leaves);
+        let sinks = sinks_of(&leaves, flat::Sink::Sum);
         if let Some(lp) = self.flat_loop(Some(n), Some(i), body, span, sinks) {
             return Some(Box::new(move |fr| {
                 let mut outs = lp.run(fr)?.into_iter();
