@@ -2706,17 +2706,19 @@ struct LinUnzip {
     /// Buffer size; the element's leaves are at `0..cols.len()`.
     size: usize,
     cols: Vec<Option<usize>>,
+    /// Columns kept as their running sum (their leaves' targets add; see
+    /// [`Compiler::lin_unzip`]).
+    summed: Vec<bool>,
     span: Span,
 }
 
 impl LinUnzip {
     fn run(&self, fr: &mut Frame) -> Result<()> {
         let n = value::check_len("lbuild", (self.n)(fr)?).map_err(|e| e.or_span(self.span))?;
-        let mut cols: Vec<Vec<Lin>> = self
-            .cols
-            .iter()
-            .map(|c| {
-                if c.is_some() {
+        let stored = |j: usize| self.cols[j].is_some() && !self.summed[j];
+        let mut cols: Vec<Vec<Lin>> = (0..self.cols.len())
+            .map(|j| {
+                if stored(j) {
                     Vec::with_capacity(n)
                 } else {
                     Vec::new()
@@ -2728,14 +2730,18 @@ impl LinUnzip {
             fr[self.var] = Value::Int(k as i64);
             (self.body)(fr, &mut buf)?;
             for (j, col) in cols.iter_mut().enumerate() {
-                if self.cols[j].is_some() {
+                if stored(j) {
                     col.push(std::mem::replace(&mut buf[j], Lin::zero()));
                 }
             }
         }
-        for (col, slot) in cols.into_iter().zip(&self.cols) {
+        for (j, (col, slot)) in cols.into_iter().zip(&self.cols).enumerate() {
             if let Some(s) = slot {
-                fr[*s] = Value::Lin(Lin::array(col));
+                fr[*s] = Value::Lin(if self.summed[j] {
+                    std::mem::replace(&mut buf[j], Lin::zero())
+                } else {
+                    Lin::array(col)
+                });
             }
         }
         Ok(())
@@ -2827,12 +2833,26 @@ impl Compiler {
                     Ok(())
                 })
             }
-            // A sum nested in an accumulated position: each element adds into the enclosing
-            // accumulators, as its one-hots would into the sum's own (the same entries,
-            // so the same sparse or dense result), with no array per element or per sum.
-            (K::Sum(e), _) if all_add && let K::Build(n, i, body) = &e.kind => {
+            // A nested sum: each element adds into the enclosing accumulators, as its one-hots
+            // would into the sum's own (the same entries, so the same sparse or dense result),
+            // with no array per element or per sum. A stored leaf is the sum itself: its slot
+            // starts at zero and accumulates the elements' leaves (`lsum`'s fold from zero).
+            (K::Sum(e), _) if let K::Build(n, i, body) = &e.kind => {
                 // A length error is the lbuild's, at its position.
                 let span = e.span;
+                let sets: Vec<usize> = tg
+                    .iter()
+                    .filter_map(|t| match t {
+                        Tgt::Set(s) => Some(*s),
+                        Tgt::Add(_) => None,
+                    })
+                    .collect();
+                let into: Vec<usize> = tg
+                    .iter()
+                    .map(|t| match *t {
+                        Tgt::Add(j) | Tgt::Set(j) => j,
+                    })
+                    .collect();
                 // Flat, if the body is flat bindings ending in (a tuple of) sums of one-hots.
                 let mut leaves = Vec::new();
                 shape.leaves(&mut leaves);
@@ -2840,14 +2860,10 @@ impl Compiler {
                 if LShape::of(body).same_pairs(shape)
                     && let Some(lp) = self.flat_loop(Some(n), Some(i), body, span, sinks)
                 {
-                    let into: Vec<usize> = tg
-                        .iter()
-                        .map(|t| match t {
-                            Tgt::Add(j) => *j,
-                            Tgt::Set(_) => unreachable!("every target adds"),
-                        })
-                        .collect();
                     return Box::new(move |fr, buf| {
+                        for &s in &sets {
+                            buf[s] = Lin::zero();
+                        }
                         let mut accs: SmallVec<[Lin; 4]> = into
                             .iter()
                             .map(|&j| std::mem::replace(&mut buf[j], Lin::zero()))
@@ -2861,9 +2877,13 @@ impl Compiler {
                 }
                 let at = move |e: Error| e.or_span(span);
                 let n = self.int(n);
-                let (s, body) = self.in_loop(|c| (c.bind(i), c.lin_into(body, shape, tg, size)));
+                let adds: Vec<Tgt> = into.iter().map(|&j| Tgt::Add(j)).collect();
+                let (s, body) = self.in_loop(|c| (c.bind(i), c.lin_into(body, shape, &adds, size)));
                 Box::new(move |fr, buf| {
                     let n = value::check_len("lbuild", n(fr)?).map_err(at)?;
+                    for &s in &sets {
+                        buf[s] = Lin::zero();
+                    }
                     for k in 0..n {
                         fr[s] = Value::Int(k as i64);
                         body(fr, buf)?;
@@ -3118,7 +3138,17 @@ impl Compiler {
             );
             return Some(Step::FlatUnzip(Box::new(FlatUnzip { lp, cols })));
         }
-        let tg: Vec<Tgt> = (0..k).map(Tgt::Set).collect();
+        // A column only ever summed is a running sum: its leaf of every element adds into one
+        // accumulator (so a nested sum in the element adds straight into it, and no column of
+        // per-element values is kept), the fold from zero in order that `lsum` would compute.
+        let summed: Vec<bool> = summed
+            .iter()
+            .zip(&ids)
+            .map(|(&s, id)| s && id.is_some())
+            .collect();
+        let tg: Vec<Tgt> = (0..k)
+            .map(|j| if summed[j] { Tgt::Add(j) } else { Tgt::Set(j) })
+            .collect();
         let mut size = k;
         let n = self.int(n);
         let (var, body) = self.in_loop(|c| (c.bind(i), c.lin_into(body, &shape, &tg, &mut size)));
@@ -3128,7 +3158,7 @@ impl Compiler {
             LinCols {
                 shape: Rc::new(shape),
                 cols: ids,
-                summed: vec![false; k],
+                summed: summed.clone(),
             },
         );
         Some(Step::LinUnzip(Box::new(LinUnzip {
@@ -3137,6 +3167,7 @@ impl Compiler {
             body,
             size,
             cols,
+            summed,
             span: l1.span,
         })))
     }
