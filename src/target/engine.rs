@@ -55,13 +55,16 @@
 //!   reference evaluator itself does or not depending on its sparse/dense representation.
 //!   A sum nested in such a body (`.. + lsum (lbuild m (\j -> ..))`: a triangular loop's row)
 //!   adds its elements into the same accumulators (a flat loop when its body is flat
-//!   one-hots), and a body ending in `let lin v = e in ((0, fst v), snd v)` (a tuple of
+//!   one-hots; where a leaf is stored rather than added, into its slot from zero), and a body ending in `let lin v = e in ((0, fst v), snd v)` (a tuple of
 //!   projections placing each leaf of `v` once) computes `e` straight into the positions the
 //!   tuple puts its leaves in, so neither the nested sum nor `v` is ever built.
 //! * **Unzipped linear arrays.** `let lin cs = lbuild n (\i -> (.., ..))` whose every use
 //!   sums it (`fst (lsum cs)`), indexes it or maps a leaf out (`lmap (\p ⊸ snd p) cs`) is
 //!   stored as one linear array per leaf (no pair per element; a leaf that is always `0`
-//!   stores nothing); `lbuild` of linear reals builds its unboxed array directly.
+//!   stores nothing); `lbuild` of linear reals builds its unboxed array directly. A leaf that
+//!   every use only sums is kept as its running sum: each element's leaf adds into one
+//!   accumulator (and a sum nested in the element adds straight into it), so no column of
+//!   per-element values is built (GMM's per-point cotangent of the whole environment).
 //! * **Flat loops.** `lsum (lbuild n (\i -> body))` and an unzipped `let lin cs = lbuild ..`
 //!   whose body is a chain of flat bindings ending in a tuple of flat linear reals run as one
 //!   flat run ([`flat::FlatLoop`]): loop-invariant reads (variables bound outside, their
