@@ -349,6 +349,16 @@ impl Lin {
             return Ok(());
         }
         let i = i as usize;
+        match (&mut self.0, &x.0) {
+            // The common case of a dense accumulator: a real added at its place, in place.
+            (Repr::Reals(xs), Repr::Real(y)) if n <= xs.len() => {
+                if let Some(v) = Rc::get_mut(xs) {
+                    v[i] += y;
+                    return Ok(());
+                }
+            }
+            _ => {}
+        }
         match &mut self.0 {
             Repr::Zero => {
                 // Room for a few more: an accumulator usually gets them (a row of a triangular
