@@ -964,11 +964,23 @@ impl ChainGen<'_> {
                 _ => self.real_var(),
             };
         }
-        match self.pick(7) {
+        match self.pick(8) {
             0 => call(
                 ["sqrt", "sin", "neg", "exp"][self.pick(4)],
                 vec![self.real(depth - 1)],
             ),
+            7 => {
+                // The shapes of derivative code over a recent variable (read again nearby):
+                // `-sin v`, `v * (1 - v)`, `1 - v * v`, `sin v`.
+                let v = self.real_var();
+                let one = || Term::real(1.0);
+                match self.pick(4) {
+                    0 => call("neg", vec![call("sin", vec![v])]),
+                    1 => call("mul", vec![v.clone(), call("sub", vec![one(), v])]),
+                    2 => call("sub", vec![one(), call("mul", vec![v.clone(), v])]),
+                    _ => call("sin", vec![v]),
+                }
+            }
             k => {
                 let name = ["add", "mul", "sub", "div", "max", "add"][k - 1];
                 let a = self.real(depth - 1);

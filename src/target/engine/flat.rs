@@ -21,7 +21,8 @@
 //!   reference evaluator (left operand first, the scale factor before the scaled term).
 //! * A straight run's adjacent instruction pairs whose intermediate register dies are fused
 //!   into one instruction ([`fuse`]: a scaling into an `LAxpy`, chains of scalings, a captured
-//!   real loaded for one use), so derivative code pays one dispatch where it paid two.
+//!   real loaded for one use, a real computed and stored for a later closure), so derivative
+//!   code pays one dispatch where it paid two.
 //! * A *flat loop* ([`FlatLoop`]) runs a whole `lsum (lbuild ..)` or unzipped linear `lbuild`
 //!   whose body is flat: its loop-invariant reads run once before the loop, the element at the
 //!   loop's index is read from an array resolved before it, and the body's tuple leaves are
@@ -50,7 +51,7 @@ const DEPTH: u32 = 1 << 20;
 const MIN_RUN: usize = 2;
 
 /// One instruction (24 bytes).
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 enum Ins {
     /// `r[dst] = frame[slot]` (a real).
     Load {
@@ -73,6 +74,11 @@ enum Ins {
     },
     R1 {
         f: fn(f64) -> f64,
+        a: Reg,
+        dst: Reg,
+    },
+    /// `r[dst] = -r[a]`: the primitive `neg`, inline rather than through a function pointer.
+    Neg {
         a: Reg,
         dst: Reg,
     },
@@ -241,19 +247,98 @@ enum Ins {
         a: Reg,
         dst: Reg,
     },
-    /// `r[dst] = f(frame[slot])` (`Load` into `R1`).
+    // A `Load` into its first reader also writes the loaded register `x` (first), so it fuses
+    // whether or not the register is read again (`x` is the reader's `dst` where it is not).
+    /// `r[x] = frame[slot]; r[dst] = f(r[x])` (`Load` into `R1`).
     R1Load {
         f: fn(f64) -> f64,
         slot: u32,
+        x: Reg,
         dst: Reg,
     },
-    /// `r[dst] = r[a] op frame[slot]` (`Load` into `Arith`'s right operand).
+    /// `r[x] = frame[slot]; r[dst] = r[a] op r[x]` (`Load` into `Arith`'s right operand).
     ArithLoad {
         op: Arith,
         a: Reg,
         slot: u32,
+        x: Reg,
         dst: Reg,
     },
+    /// `r[x] = frame[slot]; r[dst] = r[x] op r[b]` (`Load` into `Arith`'s left operand).
+    LoadArith {
+        op: Arith,
+        slot: u32,
+        b: Reg,
+        x: Reg,
+        dst: Reg,
+    },
+    /// `r[dst] = -f(r[a])` (`R1` into `Neg`: the derivative of `cos`).
+    R1Neg {
+        f: fn(f64) -> f64,
+        a: Reg,
+        dst: Reg,
+    },
+    /// `r[x] = frame[slot]; r[dst] = -f(r[x])` (`R1Load` into `Neg`).
+    R1LoadNeg {
+        f: fn(f64) -> f64,
+        slot: u32,
+        x: Reg,
+        dst: Reg,
+    },
+    // A producer fused with the `Store` of its result (a real bound in the run and read
+    // outside it, as the forward derivative's tangent reads the primal's reals): the register
+    // is written as by the producer, and the slot as by `Store`.
+    /// `r[dst] = r[a] op r[b]; frame[slot] = r[dst]`.
+    ArithStore {
+        op: Arith,
+        a: Reg,
+        b: Reg,
+        dst: Reg,
+        slot: u32,
+    },
+    /// `r[dst] = f(r[a]); frame[slot] = r[dst]`.
+    R1Store {
+        f: fn(f64) -> f64,
+        a: Reg,
+        dst: Reg,
+        slot: u32,
+    },
+    /// `r[x] = frame[at]; r[dst] = r[a] op r[x]; frame[slot] = r[dst]` (`ArithLoad` into
+    /// `Store`).
+    ArithLoadStore {
+        op: Arith,
+        a: Reg,
+        at: u32,
+        x: Reg,
+        dst: Reg,
+        slot: u32,
+    },
+    /// `r[dst] = f(frame[at]); frame[slot] = r[dst]` (`R1Load` whose loaded register is not
+    /// read again, into `Store`).
+    R1LoadStore {
+        f: fn(f64) -> f64,
+        at: u32,
+        dst: Reg,
+        slot: u32,
+    },
+}
+
+const _: () = assert!(std::mem::size_of::<Ins>() == 24);
+
+/// `frame[slot] = x`, as [`Ins::Store`]: the slot mostly holds a real already (pooled frames
+/// keep scalars), so only the number is written: no drop of the old value, no tag.
+#[inline(always)]
+fn store_real(fr: &mut Frame, slot: u32, x: f64) {
+    match &mut fr[slot as usize] {
+        Value::Real(y) => *y = x,
+        v => store_other(v, x),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn store_other(v: &mut Value, x: f64) {
+    super::put(v, Value::Real(x))
 }
 
 /// The state of a flat loop's element (empty for a straight-line run).
@@ -383,19 +468,15 @@ impl Flat {
                 Ins::Call { f, dst } => r[dst as usize] = (self.calls[f as usize])(fr)?,
                 Ins::Mov { a, dst } => r[dst as usize] = r[a as usize],
                 Ins::R1 { f, a, dst } => r[dst as usize] = f(r[a as usize]),
+                Ins::Neg { a, dst } => {
+                    fused::<FUSED>();
+                    r[dst as usize] = -r[a as usize]
+                }
                 Ins::R2 { f, a, b, dst } => r[dst as usize] = f(r[a as usize], r[b as usize]),
                 Ins::Arith { op, a, b, dst } => {
                     r[dst as usize] = op.apply(r[a as usize], r[b as usize])
                 }
-                Ins::Store { a, slot } => {
-                    // The slot mostly holds a real already (pooled frames keep scalars), so
-                    // only the number is written: no drop of the old value, no tag.
-                    let x = r[a as usize];
-                    match &mut fr[slot as usize] {
-                        Value::Real(y) => *y = x,
-                        v => super::put(v, Value::Real(x)),
-                    }
-                }
+                Ins::Store { a, slot } => store_real(fr, slot, r[a as usize]),
                 Ins::LLoad { slot, dst } => {
                     l[dst as usize] = match &fr[slot as usize] {
                         Value::Lin(x) => super::lin_opt(x),
@@ -518,13 +599,81 @@ impl Flat {
                     fused::<FUSED>();
                     l[dst as usize] = scale_opt(fr[slot as usize].expect_real(), l[a as usize])
                 }
-                Ins::R1Load { f, slot, dst } => {
+                Ins::R1Load { f, slot, x, dst } => {
                     fused::<FUSED>();
-                    r[dst as usize] = f(fr[slot as usize].expect_real())
+                    let v = fr[slot as usize].expect_real();
+                    r[x as usize] = v;
+                    r[dst as usize] = f(v)
                 }
-                Ins::ArithLoad { op, a, slot, dst } => {
+                Ins::ArithLoad {
+                    op,
+                    a,
+                    slot,
+                    x,
+                    dst,
+                } => {
                     fused::<FUSED>();
-                    r[dst as usize] = op.apply(r[a as usize], fr[slot as usize].expect_real())
+                    r[x as usize] = fr[slot as usize].expect_real();
+                    r[dst as usize] = op.apply(r[a as usize], r[x as usize])
+                }
+                Ins::LoadArith {
+                    op,
+                    slot,
+                    b,
+                    x,
+                    dst,
+                } => {
+                    fused::<FUSED>();
+                    r[x as usize] = fr[slot as usize].expect_real();
+                    r[dst as usize] = op.apply(r[x as usize], r[b as usize])
+                }
+                Ins::R1Neg { f, a, dst } => {
+                    fused::<FUSED>();
+                    r[dst as usize] = -f(r[a as usize])
+                }
+                Ins::R1LoadNeg { f, slot, x, dst } => {
+                    fused::<FUSED>();
+                    let v = fr[slot as usize].expect_real();
+                    r[x as usize] = v;
+                    r[dst as usize] = -f(v)
+                }
+                Ins::ArithStore {
+                    op,
+                    a,
+                    b,
+                    dst,
+                    slot,
+                } => {
+                    fused::<FUSED>();
+                    let x = op.apply(r[a as usize], r[b as usize]);
+                    r[dst as usize] = x;
+                    store_real(fr, slot, x)
+                }
+                Ins::R1Store { f, a, dst, slot } => {
+                    fused::<FUSED>();
+                    let x = f(r[a as usize]);
+                    r[dst as usize] = x;
+                    store_real(fr, slot, x)
+                }
+                Ins::ArithLoadStore {
+                    op,
+                    a,
+                    at,
+                    x,
+                    dst,
+                    slot,
+                } => {
+                    fused::<FUSED>();
+                    r[x as usize] = fr[at as usize].expect_real();
+                    let y = op.apply(r[a as usize], r[x as usize]);
+                    r[dst as usize] = y;
+                    store_real(fr, slot, y)
+                }
+                Ins::R1LoadStore { f, at, dst, slot } => {
+                    fused::<FUSED>();
+                    let x = f(fr[at as usize].expect_real());
+                    r[dst as usize] = x;
+                    store_real(fr, slot, x)
                 }
             }
         }
@@ -558,7 +707,9 @@ fn operands(i: &Ins) -> ([Option<At>; 3], Option<At>) {
             ([None; 3], r(dst))
         }
         Ins::Col { dst, .. } => ([None; 3], r(dst)),
-        Ins::Mov { a, dst } | Ins::R1 { a, dst, .. } => ([r(a), None, None], r(dst)),
+        Ins::Mov { a, dst } | Ins::R1 { a, dst, .. } | Ins::Neg { a, dst } => {
+            ([r(a), None, None], r(dst))
+        }
         Ins::R2 { a, b, dst, .. } | Ins::Arith { a, b, dst, .. } => ([r(a), r(b), None], r(dst)),
         Ins::Store { a, .. } => ([r(a), None, None], None),
         Ins::LLoad { dst, .. } | Ins::LPlace { dst, .. } | Ins::LCall { dst, .. } => {
@@ -582,7 +733,14 @@ fn operands(i: &Ins) -> ([Option<At>; 3], Option<At>) {
         | Ins::LScale3 { .. }
         | Ins::LScaleLoad { .. }
         | Ins::R1Load { .. }
-        | Ins::ArithLoad { .. } => unreachable!("fused instructions are made only by `fuse`"),
+        | Ins::ArithLoad { .. }
+        | Ins::LoadArith { .. }
+        | Ins::R1Neg { .. }
+        | Ins::R1LoadNeg { .. }
+        | Ins::ArithStore { .. }
+        | Ins::R1Store { .. }
+        | Ins::ArithLoadStore { .. }
+        | Ins::R1LoadStore { .. } => unreachable!("fused instructions are made only by `fuse`"),
     }
 }
 
@@ -591,7 +749,9 @@ fn operands(i: &Ins) -> ([Option<At>; 3], Option<At>) {
 /// nothing reads after it: derivative code is mostly such pairs (a scaling into an `LAxpy`, a
 /// chain of scalings, a captured real loaded for one use), and each fused pair saves one
 /// dispatch. The fused instruction computes exactly what the pair did (same operations, same
-/// order; none of them can fail), and never writes the intermediate register.
+/// order; none of them can fail), and never writes the intermediate register. A producer of a
+/// real and the `Store` of its result into its frame slot (`ArithStore` .. `R1LoadStore`) fuse
+/// whether or not the register is read again: the fused instruction writes both.
 fn fuse(ins: Vec<Ins>) -> Vec<Ins> {
     // dead[j]: bit k set if the k-th register instruction j reads is read by no later
     // instruction before being written (or is written by j itself).
@@ -649,16 +809,82 @@ fn fuse(ins: Vec<Ins>) -> Vec<Ins> {
                 {
                     Ins::LScaleLoad { slot, a, dst }
                 }
-                (Ins::Load { slot, dst: t }, Ins::R1 { f, a, dst })
-                    if a == t && last_use(j, 0, (false, t)) =>
-                {
-                    Ins::R1Load { f, slot, dst }
+                // A load into a real reader, whether or not it is read again (the fused
+                // instruction writes the loaded register first, so a reader of it in both
+                // operands sees it); where it is not, `R1Load` writes its `dst` twice instead,
+                // so it can fuse with a `Store` or `Neg`.
+                (Ins::Load { slot, dst: t }, Ins::R1 { f, a, dst }) if a == t => {
+                    let x = if last_use(j, 0, (false, t)) { dst } else { t };
+                    Ins::R1Load { f, slot, x, dst }
                 }
-                (Ins::Load { slot, dst: t }, Ins::Arith { op, a, b, dst })
-                    if b == t && last_use(j, 1, (false, t)) =>
-                {
-                    Ins::ArithLoad { op, a, slot, dst }
+                (Ins::Load { slot, dst: t }, Ins::Arith { op, a, b, dst }) if b == t => {
+                    Ins::ArithLoad {
+                        op,
+                        a,
+                        slot,
+                        x: t,
+                        dst,
+                    }
                 }
+                (Ins::Load { slot, dst: t }, Ins::Arith { op, a, b, dst }) if a == t => {
+                    Ins::LoadArith {
+                        op,
+                        slot,
+                        b,
+                        x: t,
+                        dst,
+                    }
+                }
+                (Ins::R1 { f, a, dst: t }, Ins::Neg { a: t2, dst })
+                    if t2 == t && last_use(j, 0, (false, t)) =>
+                {
+                    Ins::R1Neg { f, a, dst }
+                }
+                (Ins::R1Load { f, slot, x, dst: t }, Ins::Neg { a: t2, dst })
+                    if t2 == t && last_use(j, 0, (false, t)) =>
+                {
+                    Ins::R1LoadNeg { f, slot, x, dst }
+                }
+                // A producer and the store of its result (the register is still written:
+                // whether it is read again does not matter).
+                (Ins::Arith { op, a, b, dst }, Ins::Store { a: t, slot }) if t == dst => {
+                    Ins::ArithStore {
+                        op,
+                        a,
+                        b,
+                        dst,
+                        slot,
+                    }
+                }
+                (Ins::R1 { f, a, dst }, Ins::Store { a: t, slot }) if t == dst => {
+                    Ins::R1Store { f, a, dst, slot }
+                }
+                (
+                    Ins::ArithLoad {
+                        op,
+                        a,
+                        slot: at,
+                        x,
+                        dst,
+                    },
+                    Ins::Store { a: t, slot },
+                ) if t == dst => Ins::ArithLoadStore {
+                    op,
+                    a,
+                    at,
+                    x,
+                    dst,
+                    slot,
+                },
+                (
+                    Ins::R1Load {
+                        f,
+                        slot: at,
+                        x,
+                        dst,
+                    },
+                    Ins::Store { a: t, slot },
+                ) if t == dst && x == dst => Ins::R1LoadStore { f, at, dst, slot },
                 _ => return None,
             })
         });
@@ -671,7 +897,7 @@ fn fuse(ins: Vec<Ins>) -> Vec<Ins> {
 }
 
 /// The primitives of [`Ins::Arith`] (their [`Scalar::Real2`] functions are exactly these).
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 enum Arith {
     Add,
     Sub,
@@ -1763,7 +1989,11 @@ impl Compiler {
                             let a = self.flat_real(b, &args[0]);
                             b.r.release(a);
                             let dst = b.r.alloc();
-                            Ins::R1 { f, a: a.reg, dst }
+                            if op.name() == "neg" && b.hoist.is_none() {
+                                Ins::Neg { a: a.reg, dst }
+                            } else {
+                                Ins::R1 { f, a: a.reg, dst }
+                            }
                         }
                         (Some(Scalar::Real2(f)), 2) => {
                             let a = self.flat_real(b, &args[0]);
@@ -1789,7 +2019,10 @@ impl Compiler {
                         _ => unreachable!("a flat primitive"),
                     };
                     b.ins(o);
-                    let (Ins::R1 { dst, .. } | Ins::R2 { dst, .. } | Ins::Arith { dst, .. }) = o
+                    let (Ins::R1 { dst, .. }
+                    | Ins::Neg { dst, .. }
+                    | Ins::R2 { dst, .. }
+                    | Ins::Arith { dst, .. }) = o
                     else {
                         unreachable!()
                     };
@@ -2126,6 +2359,111 @@ mod tests {
             Ins::LScale { c: 5, a: 0, dst: 1 },
         ];
         assert_eq!(kinds(&fuse(load1.to_vec())), ["LScaleLoad"]);
+    }
+
+    /// Fused code computes what the code it was fused from computes: random straight runs of
+    /// loads, unary functions (and `neg`), arithmetic and stores over a few registers and
+    /// slots (so loaded and stored registers are read again, or not), run fused and unfused;
+    /// every register is stored at the end, and the frames must agree bit for bit. Every
+    /// fused real form is made along the way.
+    #[test]
+    fn fused_real_code_computes_what_it_was_fused_from() {
+        use super::{Arith, Flat, Ins, Rt, fuse};
+        use crate::value::Value;
+        let flat = |ins: Vec<Ins>| Flat {
+            ins,
+            places: Vec::new(),
+            lplaces: Vec::new(),
+            calls: Vec::new(),
+            lcalls: Vec::new(),
+            regs: Default::default(),
+            init: (Vec::new(), 0),
+            pre: Vec::new(),
+            colp: Vec::new(),
+            lcolp: Vec::new(),
+            icalls: Vec::new(),
+            iops: Vec::new(),
+            hots: Vec::new(),
+            iinit: Vec::new(),
+            rt: Default::default(),
+        };
+        let run = |f: &Flat| {
+            let mut fr: Vec<Value> = (0..12)
+                .map(|k| Value::Real([0.5, -0.0, 2.0, -1.25][k % 4]))
+                .collect();
+            let mut r = vec![0.0; 4];
+            f.exec::<true>(&f.ins, &mut fr, &mut r, &mut [], &mut Rt::default())
+                .expect("no failing instructions");
+            fr.iter()
+                .map(|v| v.expect_real().to_bits())
+                .collect::<Vec<u64>>()
+        };
+        let fs: [fn(f64) -> f64; 2] = [f64::sin, f64::exp];
+        let ops = [Arith::Add, Arith::Sub, Arith::Mul, Arith::Div];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut pick = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n) as u32
+        };
+        let mut made = std::collections::BTreeSet::new();
+        for _ in 0..3000 {
+            let mut ins = Vec::new();
+            for _ in 0..2 + pick(10) {
+                let (a, b, dst) = (pick(4), pick(4), pick(4));
+                ins.push(match pick(6) {
+                    0 | 1 => Ins::Load { slot: pick(8), dst },
+                    2 => Ins::R1 {
+                        f: fs[pick(2) as usize],
+                        a,
+                        dst,
+                    },
+                    3 => Ins::Neg { a, dst },
+                    4 => Ins::Arith {
+                        op: ops[pick(4) as usize],
+                        a,
+                        b,
+                        dst,
+                    },
+                    _ => Ins::Store { a, slot: pick(8) },
+                });
+            }
+            ins.extend((0..4).map(|a| Ins::Store { a, slot: 8 + a }));
+            let fused = fuse(ins.clone());
+            for i in &fused {
+                made.insert(format!("{i:?}").split([' ', '{']).next().map(str::to_owned));
+            }
+            assert_eq!(run(&flat(fused)), run(&flat(ins.clone())), "{ins:?}");
+        }
+        // `neg` inline is the primitive's function, zeros' signs included.
+        let Some(crate::prim::Scalar::Real1(neg)) = crate::prim::op("neg").scalar() else {
+            panic!("neg is a scalar primitive");
+        };
+        let negs = vec![
+            Ins::Load { slot: 1, dst: 0 },
+            Ins::Neg { a: 0, dst: 1 },
+            Ins::Store { a: 1, slot: 9 },
+            Ins::Load { slot: 0, dst: 0 },
+            Ins::Neg { a: 0, dst: 2 },
+            Ins::Store { a: 2, slot: 10 },
+        ];
+        let out = run(&flat(negs));
+        assert_eq!(out[9], neg(-0.0).to_bits());
+        assert_eq!(out[10], neg(0.5).to_bits());
+        for k in [
+            "R1Load",
+            "ArithLoad",
+            "LoadArith",
+            "R1Neg",
+            "R1LoadNeg",
+            "ArithStore",
+            "R1Store",
+            "ArithLoadStore",
+            "R1LoadStore",
+        ] {
+            assert!(made.contains(&Some(k.to_owned())), "{k} never made");
+        }
     }
 
     #[test]
