@@ -439,7 +439,7 @@ impl Fuse<'_> {
                 if let Pat::Var(rs) = p
                     && let Some((rs2, e3, c)) = self.nest(rs, &e2, Scope::C(body), false)
                 {
-                    let body2 = c.convert(rs, &rs2).term(body);
+                    let body2 = self.term(&c.convert(rs, &rs2).term(body));
                     return Term::new(TermKind::Let(Pat::Var(rs2), e3, body2), t.span);
                 }
                 // A closure array written straight into the elements' tuples (the main pass
@@ -450,7 +450,7 @@ impl Fuse<'_> {
                     && let Some(e2h) = hoist_closures(rs, &e2)
                     && let Some((rs2, e3, c)) = self.nest(rs, &e2h, Scope::C(body), false)
                 {
-                    let body2 = c.convert(rs, &rs2).term(body);
+                    let body2 = self.term(&c.convert(rs, &rs2).term(body));
                     return Term::new(TermKind::Let(Pat::Var(rs2), e3, body2), t.span);
                 }
                 if self.rules.snd_unused
@@ -465,7 +465,7 @@ impl Fuse<'_> {
                 if let Pat::Var(rs) = p
                     && let Some((rs2, e3, c)) = self.nest(rs, &e2, Scope::C(body), true)
                 {
-                    let body2 = c.convert(rs, &rs2).term(body);
+                    let body2 = self.term(&c.convert(rs, &rs2).term(body));
                     return Term::new(TermKind::Let(Pat::Var(rs2), e3, body2), t.span);
                 }
                 if self.rules.case_split
@@ -535,7 +535,7 @@ impl Fuse<'_> {
                 if let Pat::Var(rs) = p
                     && let Some((rs2, e3, c)) = self.nest(rs, &e2, Scope::L(body), false)
                 {
-                    let body2 = c.convert(rs, &rs2).linear(body);
+                    let body2 = self.linear(&c.convert(rs, &rs2).linear(body));
                     return LTerm::new(K::Let(Pat::Var(rs2), e3, body2), l.span);
                 }
                 if self.rules.snd_unused
@@ -550,7 +550,7 @@ impl Fuse<'_> {
                 if let Pat::Var(rs) = p
                     && let Some((rs2, e3, c)) = self.nest(rs, &e2, Scope::L(body), true)
                 {
-                    let body2 = c.convert(rs, &rs2).linear(body);
+                    let body2 = self.linear(&c.convert(rs, &rs2).linear(body));
                     return LTerm::new(K::Let(Pat::Var(rs2), e3, body2), l.span);
                 }
                 if self.rules.case_split
@@ -716,7 +716,7 @@ impl Rewrite for BuildUses<'_> {
         if self.bad {
             return t.clone();
         }
-        super::pass::map_shared(t, self)
+        deep(|| super::pass::map_shared(t, self))
     }
 
     fn linear(&mut self, l: &LTerm) -> LTerm {
@@ -767,7 +767,8 @@ impl Rewrite for BuildUses<'_> {
             }
             _ => {}
         }
-        super::pass::lmap_shared(l, self)
+        // Under `deep`: `rest` is as deep as the let chain after the array (a long program).
+        deep(|| super::pass::lmap_shared(l, self))
     }
 }
 

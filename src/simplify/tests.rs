@@ -1085,6 +1085,26 @@ fn fusion_removes_the_closures_from_ad_output_of_array_programs() {
 }
 
 #[test]
+fn fusion_converts_every_closure_array_of_a_let_chain_in_one_round() {
+    // A straight-line program mapping a closure every 50th line (20 maps): after converting one
+    // closure array the fusion pass goes on into the `let`'s body, so the arrays further down
+    // the chain are converted in the same round, not one per round (28 passes before, and the
+    // 64-pass guard at 3000 lines).
+    let text = crate::random::straight_line_ad_source(1000, 7, false, true);
+    let prog = crate::source::load(&text, &crate::prim::Registry::builtin()).unwrap();
+    let comb = crate::ccc::compile_entry(&prog.entry(prog.defs.len() - 1));
+    for mor in [
+        crate::ad::reverse::transform(&comb).unwrap(),
+        crate::ad::forward::transform(&comb).unwrap(),
+    ] {
+        let (s, stats) = simplify_with(&mor.body, &Rules::all());
+        assert!(stats.fired.get("closureConvert") >= Some(&19), "{stats:?}");
+        assert!(stats.passes <= 12, "{stats:?}");
+        assert!(!s.to_string().contains("zipWith"));
+    }
+}
+
+#[test]
 fn binding_deeply_nested_pairs_does_not_overflow_the_stack() {
     // `let y = ((..(sin x, sin x)..), sin x) in (y, y)` and, linearly,
     // `\v ⊸ let lin u = ((..(x * v, x * v)..), x * v) in u + u`: binding a pair whose
