@@ -138,6 +138,35 @@ pub(super) fn run(t: &Term, rules: &Rules) -> (Term, BTreeMap<&'static str, usiz
     (out, fired)
 }
 
+/// Whether `t` holds a `caseProj` redex: `fst`/`snd` of a `case` or an `if`, or `let (x, _) =`
+/// (or `(_, x)`) of one. On a term without array forms ([`super::pass`]'s `arrays`) this is the
+/// only rule [`run`] could fire, and a read-only look is much cheaper than a run that rebuilds
+/// nothing (≈ 65 ms on the 10⁴-line straight-line derivative, whose `max` gives `if`s).
+pub(super) fn case_proj_redex(t: &Term) -> bool {
+    use crate::target::term::Child;
+    let branch = |e: &Term| matches!(e.kind, TermKind::Case(..) | TermKind::If(..));
+    let mut stack = vec![Child::C(t)];
+    while let Some(c) = stack.pop() {
+        match c {
+            Child::C(t) => {
+                match &t.kind {
+                    TermKind::Fst(e) | TermKind::Snd(e) if branch(e) => return true,
+                    TermKind::Let(Pat::Pair(p1, p2), e, _)
+                        if branch(e)
+                            && (matches!(**p1, Pat::Wild(_)) || matches!(**p2, Pat::Wild(_))) =>
+                    {
+                        return true;
+                    }
+                    _ => {}
+                }
+                stack.extend(t.children());
+            }
+            Child::L(l) => stack.extend(l.children()),
+        }
+    }
+    false
+}
+
 struct Fuse<'r> {
     rules: &'r Rules,
     fired: &'r mut BTreeMap<&'static str, usize>,
@@ -410,7 +439,7 @@ impl Fuse<'_> {
                 if let Pat::Var(rs) = p
                     && let Some((rs2, e3, c)) = self.nest(rs, &e2, Scope::C(body), false)
                 {
-                    let body2 = c.convert(rs, &rs2).term(body);
+                    let body2 = self.term(&c.convert(rs, &rs2).term(body));
                     return Term::new(TermKind::Let(Pat::Var(rs2), e3, body2), t.span);
                 }
                 // A closure array written straight into the elements' tuples (the main pass
@@ -421,7 +450,7 @@ impl Fuse<'_> {
                     && let Some(e2h) = hoist_closures(rs, &e2)
                     && let Some((rs2, e3, c)) = self.nest(rs, &e2h, Scope::C(body), false)
                 {
-                    let body2 = c.convert(rs, &rs2).term(body);
+                    let body2 = self.term(&c.convert(rs, &rs2).term(body));
                     return Term::new(TermKind::Let(Pat::Var(rs2), e3, body2), t.span);
                 }
                 if self.rules.snd_unused
@@ -436,7 +465,7 @@ impl Fuse<'_> {
                 if let Pat::Var(rs) = p
                     && let Some((rs2, e3, c)) = self.nest(rs, &e2, Scope::C(body), true)
                 {
-                    let body2 = c.convert(rs, &rs2).term(body);
+                    let body2 = self.term(&c.convert(rs, &rs2).term(body));
                     return Term::new(TermKind::Let(Pat::Var(rs2), e3, body2), t.span);
                 }
                 if self.rules.case_split
@@ -506,7 +535,7 @@ impl Fuse<'_> {
                 if let Pat::Var(rs) = p
                     && let Some((rs2, e3, c)) = self.nest(rs, &e2, Scope::L(body), false)
                 {
-                    let body2 = c.convert(rs, &rs2).linear(body);
+                    let body2 = self.linear(&c.convert(rs, &rs2).linear(body));
                     return LTerm::new(K::Let(Pat::Var(rs2), e3, body2), l.span);
                 }
                 if self.rules.snd_unused
@@ -521,7 +550,7 @@ impl Fuse<'_> {
                 if let Pat::Var(rs) = p
                     && let Some((rs2, e3, c)) = self.nest(rs, &e2, Scope::L(body), true)
                 {
-                    let body2 = c.convert(rs, &rs2).linear(body);
+                    let body2 = self.linear(&c.convert(rs, &rs2).linear(body));
                     return LTerm::new(K::Let(Pat::Var(rs2), e3, body2), l.span);
                 }
                 if self.rules.case_split
@@ -687,7 +716,7 @@ impl Rewrite for BuildUses<'_> {
         if self.bad {
             return t.clone();
         }
-        super::pass::map_shared(t, self)
+        deep(|| super::pass::map_shared(t, self))
     }
 
     fn linear(&mut self, l: &LTerm) -> LTerm {
@@ -738,7 +767,8 @@ impl Rewrite for BuildUses<'_> {
             }
             _ => {}
         }
-        super::pass::lmap_shared(l, self)
+        // Under `deep`: `rest` is as deep as the let chain after the array (a long program).
+        deep(|| super::pass::lmap_shared(l, self))
     }
 }
 

@@ -311,6 +311,7 @@ pub fn simplify_passes(t: &Term, rules: &Rules, max_passes: usize) -> (Term, Sta
             fired,
             dirty,
             arrays,
+            branches,
         } = pass::run(&cur, rules);
         cur = term;
         let (idle, fixed) = (fired.is_empty(), fired.is_empty() || !dirty);
@@ -327,7 +328,12 @@ pub fn simplify_passes(t: &Term, rules: &Rules, max_passes: usize) -> (Term, Sta
             "a pass reported a fixed point, but another fires {:?} on\n{cur}",
             pass::run(&cur, rules).fired
         );
-        if stats.passes == max_passes || !arrays {
+        if stats.passes == max_passes || !(arrays || branches && fuse::case_proj_redex(&cur)) {
+            // Without array forms, `caseProj` is the only fusion rule that could fire.
+            debug_assert!(
+                stats.passes == max_passes || fuse::run(&cur, rules).1.is_empty(),
+                "the fusion rules fire on a term without array forms or caseProj redexes:\n{cur}"
+            );
             break;
         }
         // The array fusion rules, whose output the next main pass cleans up.

@@ -53,9 +53,11 @@ pub(super) struct Outcome {
     /// Whether another pass might fire a rule on the output (if not, it is a fixed point).
     pub(super) dirty: bool,
     /// Whether the output may hold the forms the fusion rules rewrite (`build`, `map`, `map2`,
-    /// `lsum`, `lbuild`, `onehot`, and `case`/`if` for `caseProj`): if not, [`super::fuse`] has
-    /// nothing to do.
+    /// `lsum`, `lbuild`, `onehot`): if not, [`super::fuse`] has nothing to do but `caseProj`.
     pub(super) arrays: bool,
+    /// Whether the output may hold an `if` or a `case`: without array forms, `caseProj` is the
+    /// only fusion rule that might apply ([`super::fuse::case_proj_redex`] looks).
+    pub(super) branches: bool,
 }
 
 /// Runs one pass over `t`.
@@ -83,6 +85,8 @@ pub(super) fn run(t: &Term, rules: &Rules) -> Outcome {
         dirty: !(rules.let_rotate && rules.let_proj && rules.let_float && rules.plus_let),
         open: 0,
         arrays: false,
+        branches: false,
+        once: Vec::new(),
         moved: Vec::new(),
         avail: HashMap::default(),
         fired: HashMap::default(),
@@ -98,6 +102,7 @@ pub(super) fn run(t: &Term, rules: &Rules) -> Outcome {
         fired,
         dirty: p.dirty,
         arrays: p.arrays,
+        branches: p.branches,
     }
 }
 
@@ -195,6 +200,10 @@ struct Pass<'r> {
     open: usize,
     /// Whether an array form the fusion rules rewrite was met (see [`Outcome::arrays`]).
     arrays: bool,
+    /// Whether an `if` or a `case` was met (see [`Outcome::branches`]).
+    branches: bool,
+    /// Variables left used once by late inlining's `l + l ~> 2 * l` (see [`Pass::late`]).
+    once: Vec<VarId>,
     /// The variables inlined as output terms (`Subst::Moved`), per open block.
     moved: Vec<VarId>,
     /// `cse`: output primitive applications on atoms bound by a `let` on the stack, with the
@@ -318,6 +327,27 @@ fn lsame_cheap(a: &LTerm, b: &LTerm) -> bool {
 
 fn is_latom(l: &LTerm) -> bool {
     atom(l)
+}
+
+/// Calls `f` with every variable occurrence under `root`.
+fn each_var(root: Child<'_>, f: &mut impl FnMut(VarId)) {
+    let mut stack = vec![root];
+    while let Some(c) = stack.pop() {
+        match c {
+            Child::C(t) => {
+                stack.extend(t.children());
+                if let TermKind::Var(x) = &t.kind {
+                    f(x.id);
+                }
+            }
+            Child::L(l) => {
+                stack.extend(l.children());
+                if let LTermKind::Var(u) = &l.kind {
+                    f(u.id);
+                }
+            }
+        }
+    }
 }
 
 /// Whether two terms are the same variable under the same projections.
@@ -1272,6 +1302,13 @@ impl Pass<'_> {
                 _ => a.clone(),
             };
             let b2 = match comps() {
+                // Equal cheap components share one variable: the product rule's `(x • v, x • v)`
+                // (of `y * y`) is summed to `u + u ~> 2 * u` here, not found equal only when
+                // late inlining puts both back (and `u`'s operand left used once for a next pass).
+                Some(_) if !is_latom(b) && self.rules.algebra && lsame_cheap(a, b) => {
+                    self.ldrop(b);
+                    self.lcopy(&a2)
+                }
                 Some((_, tb)) if !is_latom(b) => self.latomize(b, &u.name, &tb.clone(), span),
                 _ => b.clone(),
             };
@@ -1376,7 +1413,7 @@ impl Pass<'_> {
                 self.snd(e2, span)
             }
             K::If(c, a, b) => {
-                self.arrays = true;
+                self.branches = true;
                 let c2 = self.c(c);
                 if self.rules.case_known
                     && let K::Lit(Lit::Bool(v)) = c2.kind
@@ -1390,7 +1427,7 @@ impl Pass<'_> {
             K::Inl(e, ty) => mk(K::Inl(self.c(e), ty.clone())),
             K::Inr(ty, e) => mk(K::Inr(ty.clone(), self.c(e))),
             K::Case(e, p, a, q, b) => {
-                self.arrays = true;
+                self.branches = true;
                 let e2 = self.c(e);
                 if self.rules.case_known {
                     let known = match &e2.kind {
@@ -1918,7 +1955,7 @@ impl Pass<'_> {
                 self.scale(t2, a2, span)
             }
             K::Case(e, p, a, q, b) => {
-                self.arrays = true;
+                self.branches = true;
                 let e2 = self.c(e);
                 if self.rules.case_known {
                     let known = match &e2.kind {

@@ -317,6 +317,51 @@ fn algebra_folds_literals_and_units() {
 }
 
 #[test]
+fn algebra_on_operands_made_equal_by_late_inlining_in_one_pass() {
+    let x = real("x");
+    let pty = LTy::prod(LTy::Real, LTy::Real);
+    // \v ⊸ let lin p = (x * v, v) in let lin q = (x * v, v) in (fst p + fst q) + (snd p + snd q):
+    // the pairs' non-atomic components get variables of their own, which are inlined late
+    // (when `p` and `q` are dead); the sum of the two equal operands is doubled there, not by a
+    // second pass.
+    let t = dlam(|d| {
+        let (p, q) = (Var::linear("p", pty.clone()), Var::linear("q", pty.clone()));
+        let pair = || LTerm::pair(LTerm::scale(v(&x), lv(d)), lv(d));
+        LTerm::lin_let(
+            &p,
+            pair(),
+            LTerm::lin_let(
+                &q,
+                pair(),
+                LTerm::plus(
+                    LTerm::plus(LTerm::fst(lv(&p)), LTerm::fst(lv(&q))),
+                    LTerm::plus(LTerm::snd(lv(&p)), LTerm::snd(lv(&q))),
+                ),
+            ),
+        )
+    });
+    let (on, off) = both(&t, &x, "algebra");
+    assert_eq!(on, "\\v ⊸ 2.0 * (x * v) + 2.0 * v");
+    assert_eq!(off, "\\v ⊸ x * v + x * v + (v + v)");
+    assert_eq!(simplify_with(&t, &Rules::all()).1.passes, 1);
+    // \v ⊸ let lin p = (x * v, x * v) in fst p + snd p (the product rule of `x * x`): the
+    // equal components share one variable, so the sum is doubled when it is built.
+    let t = dlam(|d| {
+        let p = Var::linear("p", pty.clone());
+        let xv = || LTerm::scale(v(&x), lv(d));
+        LTerm::lin_let(
+            &p,
+            LTerm::pair(xv(), xv()),
+            LTerm::plus(LTerm::fst(lv(&p)), LTerm::snd(lv(&p))),
+        )
+    });
+    let (on, off) = both(&t, &x, "algebra");
+    assert_eq!(on, "\\v ⊸ 2.0 * (x * v)");
+    assert_eq!(off, "\\v ⊸ x * v + x * v");
+    assert_eq!(simplify_with(&t, &Rules::all()).1.passes, 1);
+}
+
+#[test]
 fn lin_beta_eta_and_copower_singleton() {
     let x = real("x");
     // \v ⊸ (\u ⊸ x * u) • v ~> \v ⊸ x * v
@@ -1036,6 +1081,26 @@ fn fusion_removes_the_closures_from_ad_output_of_array_programs() {
         }
         let (g0, g1) = (before.grad(&args).unwrap(), after.grad(&args).unwrap());
         assert_eq!(format!("{g0:?}"), format!("{g1:?}"), "{text}");
+    }
+}
+
+#[test]
+fn fusion_converts_every_closure_array_of_a_let_chain_in_one_round() {
+    // A straight-line program mapping a closure every 50th line (20 maps): after converting one
+    // closure array the fusion pass goes on into the `let`'s body, so the arrays further down
+    // the chain are converted in the same round, not one per round (28 passes before, and the
+    // 64-pass guard at 3000 lines).
+    let text = crate::random::straight_line_ad_source(1000, 7, false, true);
+    let prog = crate::source::load(&text, &crate::prim::Registry::builtin()).unwrap();
+    let comb = crate::ccc::compile_entry(&prog.entry(prog.defs.len() - 1));
+    for mor in [
+        crate::ad::reverse::transform(&comb).unwrap(),
+        crate::ad::forward::transform(&comb).unwrap(),
+    ] {
+        let (s, stats) = simplify_with(&mor.body, &Rules::all());
+        assert!(stats.fired.get("closureConvert") >= Some(&19), "{stats:?}");
+        assert!(stats.passes <= 12, "{stats:?}");
+        assert!(!s.to_string().contains("zipWith"));
     }
 }
 

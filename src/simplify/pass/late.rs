@@ -213,6 +213,19 @@ impl Pass<'_> {
                 _ => Core::L(l),
             },
         };
+        if !self.once.is_empty() {
+            let once = std::mem::take(&mut self.once);
+            for b in &self.stack[start..] {
+                let (id, atom) = match b {
+                    Binding::Cart(Pat::Var(x), e, ..) => (x.id, is_atom(e)),
+                    Binding::Lin(u, l, ..) => (u.id, is_latom(l)),
+                    _ => continue,
+                };
+                if !atom && once.contains(&id) && self.uses_of(id) == 1 {
+                    self.dirty = true;
+                }
+            }
+        }
         for i in pending {
             let (id, value) = match &self.stack[i] {
                 Binding::Cart(Pat::Var(x), e, ..) => (x.id, is_value(e)),
@@ -299,16 +312,40 @@ impl Pass<'_> {
                     }
                     changed.then(|| {
                         let l = l.map_children(&mut Replay { kids: out, next: 0 });
-                        // Operands made equal by the replacement: `l + l ~> 2 * l` is the next
-                        // pass's.
-                        if let LTermKind::Plus(a, b) = &l.kind {
-                            self.dirty |= self.rules.algebra && super::lsame_cheap(a, b);
+                        // Operands made equal by the replacement: `l + l ~> 2 * l` here, as
+                        // `Pass::plus` would (no rule before it applies: neither operand is `0`
+                        // or a pair, and a term equal to a cheap one is no pair).
+                        if let LTermKind::Plus(a, b) = &l.kind
+                            && self.rules.algebra
+                            && super::lsame_cheap(a, b)
+                        {
+                            return Core::L(self.twice(a, b, l.span));
                         }
                         Core::L(l)
                     })
                 })
             }
         }
+    }
+
+    /// `a + b ~> 2 * a` for equal cheap operands (`algebra`), met where late inlining made them
+    /// equal. Dropping `b` takes a use from each of its variables (each occurs in `a` too, so
+    /// none becomes dead); one left used once is noted in `once`: if this block binds it, the
+    /// block has passed its binding already, and the next pass inlines it (dirty).
+    fn twice(&mut self, a: &LTerm, b: &LTerm, span: crate::error::Span) -> LTerm {
+        self.fire("algebra");
+        self.ldrop(b);
+        let mut once = std::mem::take(&mut self.once);
+        super::each_var(Child::L(b), &mut |id| {
+            if self.uses_of(id) == 1 {
+                once.push(id);
+            }
+        });
+        self.once = once;
+        LTerm::new(
+            LTermKind::Scale(crate::target::term::Term::real(2.0), a.clone()),
+            span,
+        )
     }
 
     /// The use of variable `v` at `pos`: its term if it is a pending candidate that may go there.
