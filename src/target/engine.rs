@@ -2595,6 +2595,16 @@ enum Tgt {
     Set(usize),
 }
 
+/// The slots of the `Set` targets among `tg`.
+fn set_slots(tg: &[Tgt]) -> Vec<usize> {
+    tg.iter()
+        .filter_map(|t| match t {
+            Tgt::Set(s) => Some(*s),
+            Tgt::Add(_) => None,
+        })
+        .collect()
+}
+
 /// For [`Compiler::lin_let_forward`]: walks `t` (pairs, zeros and projections of the linear
 /// variable `v`, whose value has shape `vshape`) along the position's `shape` and targets
 /// `tg`, recording in `map` the target of each leaf of `v`'s value that `t` places, and in
@@ -2618,10 +2628,7 @@ fn route(
                 && route(b, sb, &tg[k..], v, vshape, map, zeros)
         }
         (K::Zero(_), _) => {
-            zeros.extend(tg.iter().filter_map(|t| match t {
-                Tgt::Set(s) => Some(*s),
-                Tgt::Add(_) => None,
-            }));
+            zeros.extend(set_slots(tg));
             true
         }
         (K::Var(_) | K::Fst(_) | K::Snd(_), _) => {
@@ -2768,13 +2775,7 @@ impl Compiler {
         let all_add = tg.iter().all(|t| matches!(t, Tgt::Add(_)));
         match (&l.kind, shape) {
             (K::Zero(_), _) => {
-                let sets: Vec<usize> = tg
-                    .iter()
-                    .filter_map(|t| match t {
-                        Tgt::Set(s) => Some(*s),
-                        Tgt::Add(_) => None,
-                    })
-                    .collect();
+                let sets = set_slots(tg);
                 Box::new(move |_, buf| {
                     for &s in &sets {
                         buf[s] = Lin::zero();
@@ -2843,13 +2844,7 @@ impl Compiler {
             (K::Sum(e), _) if let K::Build(n, i, body) = &e.kind => {
                 // A length error is the lbuild's, at its position.
                 let span = e.span;
-                let sets: Vec<usize> = tg
-                    .iter()
-                    .filter_map(|t| match t {
-                        Tgt::Set(s) => Some(*s),
-                        Tgt::Add(_) => None,
-                    })
-                    .collect();
+                let sets = set_slots(tg);
                 let into: Vec<usize> = tg
                     .iter()
                     .map(|t| match *t {
