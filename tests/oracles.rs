@@ -256,7 +256,7 @@ fn agree_on_deeper_higher_order_programs() {
     run(
         "deeper programs",
         cfg,
-        common::cases(150),
+        common::cases(600),
         0.15,
         one_random_direction,
     );
