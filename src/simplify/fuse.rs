@@ -1117,24 +1117,9 @@ pub(super) fn vars_of_lin(l: &LTerm) -> HashSet<VarId> {
 }
 
 fn collect(root: crate::target::term::Child<'_>, out: &mut HashSet<VarId>) {
-    use crate::target::term::Child;
-    let mut stack = vec![root];
-    while let Some(c) = stack.pop() {
-        match c {
-            Child::C(t) => {
-                if let TermKind::Var(x) = &t.kind {
-                    out.insert(x.id);
-                }
-                stack.extend(t.children());
-            }
-            Child::L(l) => {
-                if let LTermKind::Var(u) = &l.kind {
-                    out.insert(u.id);
-                }
-                stack.extend(l.children());
-            }
-        }
-    }
+    root.each_var(|x| {
+        out.insert(x.id);
+    });
 }
 
 // ----- closure conversion -----

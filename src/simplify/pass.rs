@@ -329,27 +329,6 @@ fn is_latom(l: &LTerm) -> bool {
     atom(l)
 }
 
-/// Calls `f` with every variable occurrence under `root`.
-fn each_var(root: Child<'_>, f: &mut impl FnMut(VarId)) {
-    let mut stack = vec![root];
-    while let Some(c) = stack.pop() {
-        match c {
-            Child::C(t) => {
-                stack.extend(t.children());
-                if let TermKind::Var(x) = &t.kind {
-                    f(x.id);
-                }
-            }
-            Child::L(l) => {
-                stack.extend(l.children());
-                if let LTermKind::Var(u) = &l.kind {
-                    f(u.id);
-                }
-            }
-        }
-    }
-}
-
 /// Whether two terms are the same variable under the same projections.
 fn same_atom<T: Atomic>(a: &T, b: &T) -> bool {
     let (mut a, mut b) = (a, b);

@@ -2445,24 +2445,7 @@ struct PowCode {
 
 /// Counts the occurrences of every variable.
 fn count_uses(root: super::term::Child<'_>, uses: &mut FxHashMap<VarId, u32>) {
-    use super::term::Child;
-    let mut stack = vec![root];
-    while let Some(c) = stack.pop() {
-        match c {
-            Child::C(t) => {
-                if let TermKind::Var(x) = &t.kind {
-                    *uses.entry(x.id).or_default() += 1;
-                }
-                stack.extend(t.children());
-            }
-            Child::L(l) => {
-                if let LTermKind::Var(x) = &l.kind {
-                    *uses.entry(x.id).or_default() += 1;
-                }
-                stack.extend(l.children());
-            }
-        }
-    }
+    root.each_var(|x| *uses.entry(x.id).or_default() += 1);
 }
 
 // ----- linear accumulation and unzipped linear arrays -----

@@ -361,6 +361,30 @@ pub enum Child<'a> {
     L(&'a LTerm),
 }
 
+impl Child<'_> {
+    /// Calls `f` with every variable occurrence (Cartesian or linear) in the term, in no
+    /// particular order, with an explicit stack (no recursion, however deep the term).
+    pub fn each_var(self, mut f: impl FnMut(&Var)) {
+        let mut stack = vec![self];
+        while let Some(c) = stack.pop() {
+            match c {
+                Child::C(t) => {
+                    if let TermKind::Var(x) = &t.kind {
+                        f(x);
+                    }
+                    stack.extend(t.children());
+                }
+                Child::L(l) => {
+                    if let LTermKind::Var(x) = &l.kind {
+                        f(x);
+                    }
+                    stack.extend(l.children());
+                }
+            }
+        }
+    }
+}
+
 impl Term {
     /// A node.
     pub fn new(kind: TermKind, span: Span) -> Term {

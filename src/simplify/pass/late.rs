@@ -336,9 +336,9 @@ impl Pass<'_> {
         self.fire("algebra");
         self.ldrop(b);
         let mut once = std::mem::take(&mut self.once);
-        super::each_var(Child::L(b), &mut |id| {
-            if self.uses_of(id) == 1 {
-                once.push(id);
+        Child::L(b).each_var(|x| {
+            if self.uses_of(x.id) == 1 {
+                once.push(x.id);
             }
         });
         self.once = once;
