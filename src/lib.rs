@@ -85,6 +85,7 @@ pub mod ccc;
 pub mod deep;
 pub mod error;
 pub mod eval;
+pub mod ir;
 pub mod optimize;
 pub mod oracle;
 pub mod prim;
