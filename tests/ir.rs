@@ -164,14 +164,6 @@ fn the_ir_agrees_on_deeper_higher_order_programs() {
 }
 
 #[test]
-fn every_example_definition_agrees() {
-    for file in ["fig1a", "fig1b", "fig2a", "fig2b", "ml", "gmm", "mlp"] {
-        let prog = load(&format!("examples/{file}.chad"));
-        let _ = prog;
-    }
-}
-
-#[test]
 fn fig2b_primal_and_gradient() {
     let prog = load("examples/fig2b.chad");
     let entry = prog.entry(prog.defs.len() - 1);
@@ -183,30 +175,4 @@ fn fig2b_primal_and_gradient() {
     assert_eq!(v.expect_real(), 12.0);
     assert_eq!(g[0].expect_real(), 6.0);
     assert_eq!(g[1].expect_reals(), &[2.0, 2.0, 2.0]);
-}
-
-#[test]
-#[ignore]
-fn debug_file() {
-    let path = std::env::var("IRDBG").unwrap();
-    let prog = load(&path);
-    let entry = prog.entry(prog.defs.len() - 1);
-    let c = Compiled::new(&entry).unwrap();
-    println!("{}", c.program);
-    chad::ir::check::check(&c.program).unwrap();
-    if let Ok(args) = std::env::var("IRARGS") {
-        let tys = entry.param_types();
-        let args: Vec<Value> = args
-            .split(';')
-            .zip(&tys)
-            .map(|(a, t)| chad::source::parse_value(a, t).unwrap())
-            .collect();
-        println!("eval: {:?}", c.eval(&args).map(|v| v.to_string()));
-        if let Ok((v, g)) = c.grad(&args) {
-            println!(
-                "grad: {v} {:?}",
-                g.iter().map(|x| x.to_string()).collect::<Vec<_>>()
-            );
-        }
-    }
 }
