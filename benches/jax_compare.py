@@ -90,8 +90,14 @@ def log(*args, end="\n"):
 # ----- the JAX worker (runs inside the virtual environment) -----------------------------------
 
 
-def jax_worker():
-    """Serves requests, one JSON object a line on stdin, one answer a line on stdout."""
+def jax_worker(memory_gb):
+    """Serves requests, one JSON object a line on stdin, one answer a line on stdout, with its
+    address space limited to `memory_gb` GiB (0: no limit)."""
+    if memory_gb > 0:
+        import resource
+
+        limit = int(memory_gb * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     # Anything JAX or XLA prints must not end up in the protocol: keep stdout for the answers and
     # point file descriptor 1 at stderr.
     out = os.fdopen(os.dup(1), "w")
@@ -437,9 +443,10 @@ def time_case(jax, current, repeat, min_time):
 class Jax:
     """The JAX worker process in the virtual environment."""
 
-    def __init__(self, python, timeout):
+    def __init__(self, python, timeout, memory_gb):
         self.python = python
         self.timeout = timeout
+        self.memory_gb = memory_gb
         self._start()
         hello = self._read(120)
         if not hello.get("ok"):
@@ -450,7 +457,7 @@ class Jax:
     def _start(self):
         env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_ENABLE_X64="1", PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [self.python, os.path.abspath(__file__), "--jax-worker"],
+            [self.python, os.path.abspath(__file__), "--jax-worker", str(self.memory_gb)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -458,28 +465,43 @@ class Jax:
         )
 
     def _read(self, timeout):
-        """The worker's next answer, or None after `timeout` seconds (the worker answers one
-        line per request, so nothing is left in the pipe's buffer between answers)."""
+        """The worker's next answer; None after `timeout` seconds; {"died": status} if the
+        worker exited. (The worker answers one line per request, so nothing is left in the
+        pipe's buffer between answers.)"""
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         if not ready:
             return None
         line = self.proc.stdout.readline()
         if not line:
-            sys.exit("the JAX worker exited (status %s); its errors are above" % self.proc.wait())
+            return {"ok": False, "died": self.proc.wait()}
         return json.loads(line)
 
+    def _restart(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._start()
+        if not (self._read(120) or {}).get("ok"):
+            sys.exit("the JAX worker did not restart")
+
     def ask(self, req):
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write(json.dumps(req) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # the worker died: _read says so
         got = self._read(self.timeout)
         if got is None:
             # A compile or a timing that does not end: stop this worker, start a fresh one.
-            self.proc.kill()
-            self.proc.wait()
-            self._start()
-            if not (self._read(120) or {}).get("ok"):
-                sys.exit("the JAX worker did not restart")
+            self._restart()
             return {"ok": False, "error": "timeout after %g s" % self.timeout}
+        if "died" in got:
+            status = got["died"]
+            self._restart()
+            why = "exit status %s" % status
+            if status in (1, -6, -9, -11, 134, 137, 139):
+                why += ", out of memory? (--jax-memory %g GiB)" % self.memory_gb
+            return {"ok": False, "error": "the JAX worker died (%s)" % why}
         return got
 
     def close(self):
@@ -759,8 +781,8 @@ def existing_rows(text, width):
 
 
 def main():
-    if sys.argv[1:] == ["--jax-worker"]:
-        jax_worker()
+    if sys.argv[1:2] == ["--jax-worker"]:
+        jax_worker(float(sys.argv[2]) if len(sys.argv) > 2 else 0)
         return
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0].replace("\n", " "),
@@ -795,6 +817,11 @@ def main():
                     help="the virtual environment for JAX (default %s)" % DEFAULT_VENV)
     ap.add_argument("--jax-spec", default="jax",
                     help="what pip installs there when it has no JAX (default: jax)")
+    ap.add_argument("--jax-memory", type=float, default=8, metavar="GIB",
+                    help="limit the JAX process's address space to GIB GiB (default 8, 0: none); "
+                         "a case over it is reported, not fatal")
+    ap.add_argument("--skip", action="append", default=[], metavar="CASE",
+                    help="leave out a case, e.g. straight_line/lets=10000 (repeatable)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per chad command and per JAX compile or timing (default 900)")
     args = ap.parse_args()
     if args.repeat is None:
@@ -844,6 +871,11 @@ def main():
     missing = [f for f in families if not any(c["family"] == f for c in cases)]
     if missing:
         sys.exit("the suite has no family %s" % ", ".join(missing))
+    names = {"%s/%s" % (c["family"], c["label"]) for c in cases}
+    unknown = [s for s in args.skip if s not in names]
+    if unknown:
+        sys.exit("no case %s (cases are named like %s)" % (", ".join(unknown), sorted(names)[0]))
+    selected = [c for c in selected if "%s/%s" % (c["family"], c["label"]) not in args.skip]
     if args.quick:
         smallest = {}
         for c in selected:
@@ -851,7 +883,7 @@ def main():
                 smallest[c["family"]] = c
         selected = [c for c in selected if smallest[c["family"]] is c]
     python = ensure_venv(args.venv, args.jax_spec)
-    jax = Jax(python, args.timeout)
+    jax = Jax(python, args.timeout, args.jax_memory)
     log("JAX %s on %s; chad %s (%s)" % (jax.version, ", ".join(jax.devices), chad, " and ".join(backends)))
 
     records = []
@@ -871,6 +903,7 @@ def main():
         + (["--quick"] if args.quick else [])
         + (["--all"] if args.all else [])
         + ["--only %s" % f for f in args.only]
+        + ["--skip %s" % c for c in args.skip]
         + ["--repeat %d" % args.repeat]
     )
     load = "load average %.1f at the end" % os.getloadavg()[0] if hasattr(os, "getloadavg") else ""
