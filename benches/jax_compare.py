@@ -912,10 +912,10 @@ def main():
         "mode, JAX's jitted `value_and_grad`); \"Rust primal\" is the hand-written objective of "
         "`benches/native` (`–`: none); \"compile\" is chad's compile_s and JAX's ahead-of-time "
         "compile of the primal and the gradient. Values and gradients were checked against JAX "
-        "first (relative %g and %g). JAX %s (CPU, jit, float64); last run: `python3 "
+        "first (relative %g and %g). chad: %s; JAX %s (CPU, jit, float64); last run: `python3 "
         "benches/jax_compare.py %s`, %s, %d cores, %s."
-        % (VALUE_TOL, GRAD_TOL, jax.version, flags, datetime.date.today().isoformat(),
-           os.cpu_count() or 0, load)
+        % (VALUE_TOL, GRAD_TOL, " and ".join(backends), jax.version, flags,
+           datetime.date.today().isoformat(), os.cpu_count() or 0, load)
     )
     out = table(head, rows, note)
     print(out)
