@@ -47,10 +47,16 @@ Usage:
     python3 benches/jax_compare.py [--chad PATH] [--backend native|engine] [--repeat N]
                                    [--only FAMILY]... [--all] [--quick] [--markdown OUT]
                                    [--json OUT] [--readme] [--dir DIR | --use-dir DIR]
-                                   [--no-build] [--no-native] [--venv DIR] [--jax-spec SPEC]
+                                   [--skip CASE]... [--no-build] [--no-native] [--venv DIR]
+                                   [--jax-spec SPEC] [--jax-memory GIB] [--timeout S]
+
+The JAX process's address space is capped (--jax-memory, default 8 GiB): XLA's compile of the
+unrolled gradients of the 10^4-line generated programs needs more than that (a straight-line one
+took 8 minutes and over 12 GB), and a case over the cap is reported without stopping the run.
 """
 
 import argparse
+import atexit
 import datetime
 import json
 import math
@@ -848,12 +854,12 @@ def main():
         else:
             log("note: %s has no --backend flag (the native backend has not landed): "
                 "comparing the engine with JAX" % chad)
-    tmp = None
     if args.use_dir:
         suite_dir = args.use_dir
     else:
         suite_dir = args.dir or tempfile.mkdtemp(prefix="chad-jax-")
-        tmp = None if args.dir else suite_dir
+        if not args.dir:
+            atexit.register(shutil.rmtree, suite_dir, ignore_errors=True)
         writer = binary("examples", "bench_suite")
         if not os.path.exists(writer):
             sys.exit("no %s (run without --no-build)" % writer)
@@ -892,8 +898,6 @@ def main():
             records.append(measure(c, args, chad, backends, jax, native))
     finally:
         jax.close()
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
 
     # the table
     head = header(backends)
