@@ -170,6 +170,7 @@ pub struct Primitive {
     eval: Box<EvalFn>,
     scalar: Option<Scalar>,
     derivative: Derivative,
+    rust: Option<String>,
 }
 
 /// A scalar primitive's evaluation on unboxed operands, which a compiling evaluator
@@ -217,7 +218,23 @@ impl Primitive {
             eval: Box::new(eval),
             scalar: None,
             derivative,
+            rust: None,
         }
+    }
+
+    /// Declares the primitive's implementation in Rust for the native backend: an expression
+    /// of type `f64`, `i64` or `bool` (the result's Rust type; see `chad::ir::rust`) in which
+    /// `{0}`, `{1}`, ... stand for the arguments, e.g. `"{0}.exp().ln_1p()"` for `softplus`.
+    /// It must compute what the evaluation computes and cannot fail. A program using a
+    /// primitive without one runs everywhere but natively.
+    pub fn with_rust(mut self, template: impl Into<String>) -> Primitive {
+        self.rust = Some(template.into());
+        self
+    }
+
+    /// The Rust implementation, if declared (see [`Primitive::with_rust`]).
+    pub fn rust(&self) -> Option<&str> {
+        self.rust.as_deref()
     }
 
     /// Declares the primitive's evaluation on unboxed operands (see [`Scalar`]).

@@ -74,7 +74,11 @@ fn agrees(p: &TestProgram, seed: u64) -> Result<bool, String> {
     let ad = chad::ad::check_supported(&entry.body).is_ok()
         && entry.body.ty.is_first_order()
         && entry.params.iter().all(|x| x.ty.is_first_order());
-    let parts = chad::ir::compile::Parts { jvp: ad, vjp: ad };
+    let parts = chad::ir::compile::Parts {
+        jvp: ad,
+        vjp: ad,
+        required: true,
+    };
     let c = Compiled::with_parts(entry, parts).map_err(|e| format!("lowering: {e}"))?;
     chad::ir::check::check(&c.program).map_err(|e| format!("IR check: {e}\n{}", c.program))?;
     let optimized = optimize(entry);

@@ -17,6 +17,71 @@ use crate::target::embed;
 use crate::types::Type;
 use crate::value::Value;
 
+/// The IR functions of one definition.
+#[derive(Clone, Debug)]
+pub struct DefCode {
+    /// The definition (its parameters and result type; the body as written).
+    pub entry: Entry,
+    /// `NAME(x1, .., xn)`: the primal.
+    pub primal: FuncId,
+    /// `NAME_jvp(ctx, dctx) = (y, dy)`, if compiled.
+    pub jvp: Option<FuncId>,
+    /// `NAME_vjp(ctx, ct) = (y, dctx)`, if compiled.
+    pub vjp: Option<FuncId>,
+}
+
+/// Several definitions compiled into one IR program (sharing its types and closures).
+pub struct Module {
+    /// The program.
+    pub program: Program,
+    /// The definitions, in the order given.
+    pub defs: Vec<DefCode>,
+}
+
+impl Module {
+    /// Compiles each entry's primal and, where `parts` asks and AD supports the entry (first-
+    /// order parameters and result), its derivatives; an entry AD cannot differentiate gets
+    /// only its primal.
+    pub fn new(entries: &[Entry], parts: Parts) -> Result<Module> {
+        let mut low = Lowering::new();
+        let mut defs = Vec::new();
+        for entry in entries {
+            let optimized = optimize(entry);
+            let (params, body) = embed::entry(&optimized);
+            let name = crate::ir::lower::sanitize(&entry.name);
+            let primal = low.function(&name, &params, &simplify(&body))?;
+            let jvp = match parts.jvp.then(|| Jvp::new(&optimized)).transpose() {
+                Ok(Some(j)) => {
+                    let j = j.map_body(simplify);
+                    Some(low.jvp(&format!("{name}_jvp"), j.mor())?)
+                }
+                Ok(None) => None,
+                Err(e) if parts.required => return Err(e),
+                Err(_) => None,
+            };
+            let vjp = match parts.vjp.then(|| Vjp::new(&optimized)).transpose() {
+                Ok(Some(v)) => {
+                    let v = v.map_body(simplify);
+                    Some(low.vjp(&format!("{name}_vjp"), v.mor())?)
+                }
+                Ok(None) => None,
+                Err(e) if parts.required => return Err(e),
+                Err(_) => None,
+            };
+            defs.push(DefCode {
+                entry: entry.clone(),
+                primal,
+                jvp,
+                vjp,
+            });
+        }
+        Ok(Module {
+            program: low.finish()?,
+            defs,
+        })
+    }
+}
+
 /// A definition's primal and derivatives as one IR program.
 pub struct Compiled {
     /// The program.
@@ -38,13 +103,16 @@ pub struct Parts {
     pub jvp: bool,
     /// The reverse derivative.
     pub vjp: bool,
+    /// Whether a derivative AD cannot build is an error (else it is left out).
+    pub required: bool,
 }
 
 impl Parts {
-    /// Primal, forward and reverse.
+    /// Primal, forward and reverse, all required.
     pub const ALL: Parts = Parts {
         jvp: true,
         vjp: true,
+        required: true,
     };
 }
 
@@ -54,32 +122,16 @@ impl Compiled {
         Compiled::with_parts(entry, Parts::ALL)
     }
 
-    /// Compiles the primal and the chosen derivatives (an entry AD does not support gets
-    /// none, unless one was asked for: then its error).
+    /// Compiles the primal and the chosen derivatives.
     pub fn with_parts(entry: &Entry, parts: Parts) -> Result<Compiled> {
-        let optimized = optimize(entry);
-        let mut low = Lowering::new();
-        let (params, body) = embed::entry(&optimized);
-        let name = crate::ir::lower::sanitize(&entry.name);
-        let primal = low.function(&name, &params, &simplify(&body))?;
-        let jvp = if parts.jvp {
-            let j = Jvp::new(&optimized)?.map_body(simplify);
-            Some(low.jvp(&format!("{name}_jvp"), j.mor())?)
-        } else {
-            None
-        };
-        let vjp = if parts.vjp {
-            let v = Vjp::new(&optimized)?.map_body(simplify);
-            Some(low.vjp(&format!("{name}_vjp"), v.mor())?)
-        } else {
-            None
-        };
+        let mut m = Module::new(std::slice::from_ref(entry), parts)?;
+        let d = m.defs.pop().expect("one definition");
         Ok(Compiled {
-            program: low.finish()?,
-            entry: entry.clone(),
-            primal,
-            jvp,
-            vjp,
+            program: m.program,
+            entry: d.entry,
+            primal: d.primal,
+            jvp: d.jvp,
+            vjp: d.vjp,
         })
     }
 

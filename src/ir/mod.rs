@@ -50,6 +50,7 @@ pub mod compile;
 pub mod interp;
 pub mod lower;
 pub mod print;
+pub mod rust;
 
 use crate::error::Span;
 use crate::prim::Prim;
