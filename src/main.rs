@@ -58,6 +58,13 @@ enum Command {
     Grad {
         #[command(flatten)]
         run: RunArgs,
+        /// Which reverse mode: reverse CHAD (default), or dual-numbers reverse AD at run time.
+        #[arg(long, value_enum, default_value_t = GradEngine::Chad)]
+        engine: GradEngine,
+        /// With `--engine dual`: run the backpropagators naively (exponential under sharing;
+        /// for demonstrations).
+        #[arg(long, hide = true, requires = "engine")]
+        naive: bool,
         /// Print `{"value": V, "gradient": [G1, ...]}`.
         #[arg(long)]
         json: bool,
@@ -169,6 +176,14 @@ enum Engine {
     Ccc,
     /// Walk the typed source term.
     Direct,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum GradEngine {
+    /// Reverse CHAD: the derivative program, simplified, on the execution engine.
+    Chad,
+    /// Dual-numbers reverse AD (Smeding & Vákár 2023) on the program as written, at run time.
+    Dual,
 }
 
 /// A failure and the source it refers to, for rendering.
@@ -457,7 +472,29 @@ fn run(cli: Cli) -> CliResult<String> {
                 Ok(format!("{value}\n"))
             }
         }
-        Command::Grad { run, json } => {
+        Command::Grad {
+            run,
+            engine: GradEngine::Dual,
+            naive,
+            json,
+        } => {
+            let (src, entry, args) = prepare(&run)?;
+            let options = chad::dual_reverse::Options {
+                naive,
+                ..Default::default()
+            };
+            let out = with_source(
+                chad::dual_reverse::DualReverse::new(&entry, options).and_then(|d| d.grad(&args)),
+                &src,
+            )?;
+            Ok(gradient_output(&entry, &out.value, &out.gradient, json))
+        }
+        Command::Grad {
+            run, naive, json, ..
+        } => {
+            if naive {
+                return Err(Error::new(ErrorKind::Argument, "--naive needs --engine dual").into());
+            }
             let (src, entry, args) = prepare(&run)?;
             let vjp = with_source(ad::Vjp::new(&optimize(&entry)), &src)?.map_body(simplify);
             let (value, grads) = with_source(vjp.grad(&args), &src)?;

@@ -701,3 +701,132 @@ fn deep_programs_on_a_small_thread_stack() {
         .unwrap();
     h.join().expect("no stack overflow or panic");
 }
+
+/// Runs the `chad` binary; (exit status, stdout, stderr).
+fn chad_cli(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_chad"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run chad");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(!err.contains("panicked"), "chad panicked: {err}");
+    (
+        out.status.code().expect("exited normally"),
+        String::from_utf8(out.stdout).unwrap(),
+        err,
+    )
+}
+
+fn json_leaves(j: &serde_json::Value, out: &mut Vec<f64>) {
+    match j {
+        serde_json::Value::Number(n) => out.push(n.as_f64().unwrap()),
+        serde_json::Value::Array(xs) => xs.iter().for_each(|x| json_leaves(x, out)),
+        serde_json::Value::Object(o) => o.values().for_each(|x| json_leaves(x, out)),
+        _ => {}
+    }
+}
+
+/// `chad grad --engine dual` prints what `chad grad` prints (to rounding: reverse CHAD runs the
+/// optimised program, the engine the program as written), in text and JSON, on the examples.
+#[test]
+fn cli_grad_engine_dual_prints_what_grad_prints() {
+    let cases: [&[&str]; 5] = [
+        &[
+            "examples/fig1b.chad",
+            "--arg",
+            "1",
+            "--arg",
+            "2",
+            "--arg",
+            "3",
+            "--arg",
+            "4",
+        ],
+        &["examples/fig2b.chad", "--arg", "1.5", "--arg", "[1, 2, 3]"],
+        &[
+            "examples/ml.chad",
+            "--arg",
+            "0.7",
+            "--arg",
+            "[0.5, -1.0, 2.0]",
+        ],
+        &["examples/gmm.chad", "--args-file", "examples/gmm.args.json"],
+        &["examples/mlp.chad", "--args-file", "examples/mlp.args.json"],
+    ];
+    for case in cases {
+        let run = |extra: &[&str]| {
+            let mut args = vec!["grad"];
+            args.extend_from_slice(case);
+            args.extend_from_slice(extra);
+            let (code, out, err) = chad_cli(&args);
+            assert_eq!(code, 0, "{args:?}: {err}");
+            out
+        };
+        let (chad, dual) = (run(&["--json"]), run(&["--engine", "dual", "--json"]));
+        let parse = |s: &str| {
+            let j: serde_json::Value = serde_json::from_str(s).unwrap();
+            let mut l = Vec::new();
+            json_leaves(&j, &mut l);
+            (l, j["gradient"].as_array().unwrap().len())
+        };
+        let ((a, n), (b, m)) = (parse(&chad), parse(&dual));
+        assert_eq!(n, m, "{case:?}");
+        assert!(all_close(&a, &b, 1e-10), "{case:?}:\n{chad}\n{dual}");
+        // The text output has the same lines (names), whatever the last digits.
+        let names = |s: &str| -> Vec<String> {
+            s.lines()
+                .map(|l| l.split('=').next().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(names(&run(&[])), names(&run(&["--engine", "dual"])));
+    }
+    // Naively too, on a program without much sharing.
+    let naive = run_naive(&[
+        "grad",
+        "examples/fig2b.chad",
+        "--arg",
+        "1.5",
+        "--arg",
+        "[1, 2, 3]",
+    ]);
+    assert!(naive.contains("x1 = 6.0"), "{naive}");
+}
+
+fn run_naive(args: &[&str]) -> String {
+    let mut a = args.to_vec();
+    a.extend_from_slice(&["--engine", "dual", "--naive"]);
+    let (code, out, err) = chad_cli(&a);
+    assert_eq!(code, 0, "{err}");
+    out
+}
+
+/// Runtime errors are reported as `chad grad` reports them (the evaluator's message and
+/// position), with exit status 1; `--naive` needs `--engine dual`.
+#[test]
+fn cli_grad_engine_dual_errors() {
+    let dir = std::env::temp_dir().join(format!("chad-dual-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("oob.chad");
+    std::fs::write(
+        &path,
+        "def f (xs : Array Real) : Real =\n  let g = \\(i : Int) -> xs ! i in\n  g 0 + g 3\n",
+    )
+    .unwrap();
+    let p = path.to_str().unwrap();
+    let (c1, _, e1) = chad_cli(&["grad", p, "--arg", "[1.0, 2.0]"]);
+    let (c2, _, e2) = chad_cli(&["grad", p, "--arg", "[1.0, 2.0]", "--engine", "dual"]);
+    assert_eq!((c1, c2), (1, 1));
+    assert!(
+        e2.contains("index 3 out of range") && e2.contains("oob.chad:2:"),
+        "{e2}"
+    );
+    assert_eq!(e1, e2);
+    let (c, _, e) = chad_cli(&["grad", p, "--arg", "[1.0, 2.0]", "--naive"]);
+    assert_eq!(c, 2, "{e}");
+    let (c, _, e) = chad_cli(&["grad", p, "--arg", "[1.0]", "--engine", "chad", "--naive"]);
+    assert_eq!(c, 1, "{e}");
+    assert!(e.contains("--naive needs --engine dual"), "{e}");
+    let (c, _, e) = chad_cli(&["grad", p, "--arg", "[1.0, 2.0]", "--engine", "tape"]);
+    assert_eq!(c, 2, "{e}");
+}
