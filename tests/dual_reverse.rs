@@ -830,3 +830,35 @@ fn cli_grad_engine_dual_errors() {
     let (c, _, e) = chad_cli(&["grad", p, "--arg", "[1.0, 2.0]", "--engine", "tape"]);
     assert_eq!(c, 2, "{e}");
 }
+
+/// `chad bench` times the baseline beside reverse CHAD, unless told not to.
+#[test]
+fn cli_bench_reports_the_baseline() {
+    let args = [
+        "bench",
+        "examples/fig2b.chad",
+        "--arg",
+        "1.5",
+        "--arg",
+        "[1, 2, 3]",
+    ];
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let mut a = args.to_vec();
+        a.extend_from_slice(&["--repeat", "2", "--json"]);
+        a.extend_from_slice(extra);
+        let (code, out, err) = chad_cli(&a);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str(&out).unwrap()
+    };
+    let j = json(&[]);
+    let (d, r) = (
+        j["dual_reverse_s"].as_f64().unwrap(),
+        j["reverse_s"].as_f64().unwrap(),
+    );
+    assert!(d > 0.0 && close(j["dual_over_reverse"].as_f64().unwrap(), d / r, 1e-12));
+    let j = json(&["--no-dual"]);
+    assert!(j.get("dual_reverse_s").is_none() && j.get("dual_over_reverse").is_none());
+    let (code, out, _) = chad_cli(&args);
+    assert_eq!(code, 0);
+    assert!(out.lines().any(|l| l.starts_with("dual ")), "{out}");
+}
