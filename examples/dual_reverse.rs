@@ -22,6 +22,10 @@ use chad::dual_reverse::{DualReverse, Options};
 use chad::value::Value;
 use std::time::Instant;
 
+/// The allocator `chad` itself uses (src/main.rs), so times compare with `chad bench`'s.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     let n = xs.len();
