@@ -1,11 +1,18 @@
 //! Dual-numbers reverse AD against reverse CHAD on the benchmark suite, in one run, and the
 //! sharing chain's backpropagator calls (the README's and theory note 08's tables).
 //!
-//! For every case of the suite (`benches/programs/suite.json`, every size): [`Bench::measure`]
-//! times the primal, forward and reverse CHAD on the execution engine and dual-numbers reverse
-//! AD of the same optimised program, interleaved; then the direct evaluator (the interpreter the
-//! dual engine's forward pass is built like) is timed on the same program, so that the table can
-//! separate the cost of taping from the cost of interpreting. Medians of `--repeat` rounds.
+//! For every case of the suite (`benches/programs/suite.json`, every size):
+//!
+//! * *compiled*: [`Bench::measure`] times the primal, forward and reverse CHAD on the execution
+//!   engine and dual-numbers reverse AD of the same optimised program, interleaved;
+//! * *interpreted*: then, interleaved again, the direct evaluator on the optimised source program
+//!   (the interpreter the dual engine's forward pass is built like), reverse CHAD's simplified
+//!   derivative code run by the tree-walking target evaluator (`target::eval`, an interpreter of
+//!   the same design), and dual-numbers reverse AD once more.
+//!
+//! Dual-numbers reverse AD interprets the program, so "dual / reverse CHAD" on the engine compares
+//! an interpreter with compiled code; the interpreted columns compare taping with source
+//! transformation on equal terms. Medians of `--repeat` rounds.
 //!
 //! ```text
 //! cargo run --release --example dual_reverse -- [--repeat N] [--only FAMILY]... [--quick]
@@ -16,6 +23,7 @@
 //! `<!-- dual-table:begin -->` and `<!-- dual-table:end -->` in README.md. `--calls`: only the
 //! sharing-chain table (backpropagator calls of the final and the naive algorithm).
 
+use chad::ad::Vjp;
 use chad::bench::Bench;
 use chad::bench::suite::Suite;
 use chad::dual_reverse::{DualReverse, Options};
@@ -44,6 +52,25 @@ fn seconds(t: f64) -> String {
     } else {
         format!("{:.3} µs", t * 1e6)
     }
+}
+
+/// Medians over `repeat` interleaved rounds of each of `fs`, after one warm-up run of each.
+fn interleaved(
+    repeat: usize,
+    fs: &mut [&mut dyn FnMut() -> chad::Result<()>],
+) -> chad::Result<Vec<f64>> {
+    for f in fs.iter_mut() {
+        f()?;
+    }
+    let mut times = vec![Vec::new(); fs.len()];
+    for _ in 0..repeat {
+        for (f, t) in fs.iter_mut().zip(&mut times) {
+            let start = Instant::now();
+            f()?;
+            t.push(start.elapsed().as_secs_f64().max(1e-9));
+        }
+    }
+    Ok(times.into_iter().map(median).collect())
 }
 
 fn calls_table() -> chad::Result<String> {
@@ -90,9 +117,10 @@ fn main() -> chad::Result<()> {
     }
     let suite = Suite::load_default()?;
     let mut table = String::from(
-        "| program | size | primal | reverse CHAD / primal | dual / primal | dual / reverse \
-         CHAD | dual / direct evaluator | tape (IDs) |\n| --- | --- | ---: | ---: | ---: | ---: \
-         | ---: | ---: |\n",
+        "| program | size | primal (compiled) | reverse CHAD / primal (compiled) | dual / reverse \
+         CHAD (compiled) | primal (interpreted) | reverse CHAD / primal (interpreted) | dual / \
+         primal (interpreted) | dual / reverse CHAD (interpreted) | tape (IDs) |\n| --- | --- | \
+         ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
     for family in &suite.families {
         if !only.is_empty() && !only.contains(&&family.name) {
@@ -108,32 +136,41 @@ fn main() -> chad::Result<()> {
             let bench = Bench::new(&entry, args.clone())?;
             let r = bench.measure(repeat)?;
             let dual = r.dual_reverse_s.expect("measured");
-            // The direct evaluator on the program the engine runs (the optimised one).
+            // The interpreters, on the program the engine runs (the optimised one).
             let optimized = chad::optimize::optimize(&entry);
-            std::hint::black_box(chad::eval::eval_entry(&optimized, &args)?);
-            let direct = median(
-                (0..repeat)
-                    .map(|_| {
-                        let t = Instant::now();
-                        let v = chad::eval::eval_entry(&optimized, &args);
-                        let s = t.elapsed().as_secs_f64();
-                        std::hint::black_box(v).map(|_| s)
-                    })
-                    .collect::<chad::Result<Vec<f64>>>()?,
-            );
-            let ids = DualReverse::new(&optimized, Options::default())?
-                .vjp(&args, bench.cotangent())?
-                .stats
-                .ids;
+            let engine = DualReverse::new(&optimized, Options::default())?;
+            let vjp = Vjp::new(&optimized)?.map_body(chad::simplify::simplify);
+            let mor = vjp.mor();
+            let x = chad::ccc::eval::context_value(&args);
+            let ty = optimized.body.ty.clone();
+            let ct = bench.cotangent().clone();
+            let mut direct = || chad::eval::eval_entry(&optimized, &args).map(drop);
+            let mut chad_interpreted = || -> chad::Result<()> {
+                let env = chad::target::eval::Env::new().update(mor.x.id, x.clone());
+                let image = chad::target::eval::eval(&mor.body, &env)?;
+                let (y, f) = image.expect_pair();
+                let v = chad::ad::to_tangent(&ty, y, &ct)?;
+                std::hint::black_box(f.expect_lin_fun().apply(&v)?);
+                Ok(())
+            };
+            let mut dual_run = || engine.vjp(&args, &ct).map(drop);
+            let t = interleaved(
+                repeat,
+                &mut [&mut direct, &mut chad_interpreted, &mut dual_run],
+            )?;
+            let (direct, chad_i, dual_i) = (t[0], t[1], t[2]);
+            let ids = engine.vjp(&args, &ct)?.stats.ids;
             let row = format!(
-                "| {} | {} | {} | {:.2} | {:.1} | {:.1} | {:.2} | {ids} |\n",
+                "| {} | {} | {} | {:.2} | {:.1} | {} | {:.2} | {:.2} | {:.2} | {ids} |\n",
                 family.name,
                 case.label().replace('=', " = "),
                 seconds(r.primal_s),
                 r.reverse_over_primal(),
-                dual / r.primal_s,
                 dual / r.reverse_s,
-                dual / direct,
+                seconds(direct),
+                chad_i / direct,
+                dual_i / direct,
+                dual_i / chad_i,
             );
             eprint!("{row}");
             table.push_str(&row);
