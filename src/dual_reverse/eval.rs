@@ -15,7 +15,7 @@
 //! Iteration and recursion (when the language gets them) need no new idea either: a loop form
 //! is evaluated by running its body repeatedly here, each iteration's primitive applications
 //! taking fresh, increasing IDs (§10, "Recursion": `letrec` is treated like `let`). The place to
-//! add them is [`eval_node`], one arm per form, as in the direct evaluator.
+//! add them is `eval_node`, one arm per form, as in the direct evaluator.
 
 use super::prims;
 use super::tape::{Id, NONE, Tape};

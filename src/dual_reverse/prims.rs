@@ -18,7 +18,7 @@
 //!   `x ⊢ (op x, λ̲v. DopT(x; v))` is compiled once per primitive and run at each application,
 //!   giving the linear map `R2(result) ⊸ R2(argument)` there. For a `Real` result it is applied
 //!   to the cotangent `1` now, giving the partials; for a result with several scalars (a tuple
-//!   or array) the map itself goes on the tape as a [`Block`](super::tape::Block) and runs once,
+//!   or array) the map itself goes on the tape as a [`Block`] and runs once,
 //!   backwards, on the cotangent of the whole result. [`Derivative::Native`] kernels work the
 //!   same way.
 //!
