@@ -89,6 +89,7 @@ pub mod deep;
 pub mod dual_reverse;
 pub mod error;
 pub mod eval;
+pub mod ir;
 pub mod optimize;
 pub mod oracle;
 pub mod prim;

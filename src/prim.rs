@@ -617,8 +617,10 @@ fn builtins() -> Vec<Primitive> {
             }
         }),
         Primitive::function("sum", vec![arr()], real(), |x| {
-            // A fold from +0.0: std's `Sum` for f64 starts from -0.0, so `sum []` would print `-0.0`.
-            Ok(Value::Real(x.expect_reals().iter().fold(0.0, |a, b| a + b)))
+            // The fixed summation order (from +0.0: std's `Sum` for f64 starts from -0.0).
+            Ok(Value::Real(crate::value::sum_reals(
+                x.expect_reals().iter().copied(),
+            )))
         })
         .with_derivative(Derivative::terms(
             |_, d| LTerm::mk(LTermKind::Sum(d[0].clone())),
@@ -637,9 +639,9 @@ fn builtins() -> Vec<Primitive> {
                     b.len()
                 )));
             }
-            Ok(Value::Real(
-                a.iter().zip(b).fold(0.0, |s, (x, y)| s + x * y),
-            ))
+            Ok(Value::Real(crate::value::sum_reals(
+                a.iter().zip(b).map(|(x, y)| x * y),
+            )))
         })
         .with_derivative(Derivative::terms(
             |x, d| {
