@@ -447,7 +447,9 @@ fn check_point(
         let col = col.expect("the simplified derivative ran");
         let (_, t_ir) = ir.jvp(args, dx).map_err(|e| err("IR jvp", e))?;
         if !all_close(&fd::leaves(&t_ir), &col, 1e-9) {
-            return Err(format!("the IR's jvp along {dx:?} gives {t_ir}, forward CHAD {col:?}"));
+            return Err(format!(
+                "the IR's jvp along {dx:?} gives {t_ir}, forward CHAD {col:?}"
+            ));
         }
         match finite_difference(entry, args, dx) {
             Ok(approx) => {
