@@ -708,7 +708,8 @@ def measure(case, args, chad, backends, jax, native):
 
     # 2. times, all in this run
     for b in backends:
-        r, err = run_json(chad_cmd(chad, "bench", case, b, "--repeat", str(args.repeat)), args.timeout)
+        r, err = run_json(chad_cmd(chad, "bench", case, b, "--repeat", str(args.repeat),
+                                  "--no-dual"), args.timeout)
         if r is None:
             log(" chad bench (%s) failed:" % b, err)
             return dict(rec, status="chad bench (%s) failed: %s" % (b, err))

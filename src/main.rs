@@ -58,6 +58,13 @@ enum Command {
     Grad {
         #[command(flatten)]
         run: RunArgs,
+        /// Which reverse mode: reverse CHAD (default), or dual-numbers reverse AD at run time.
+        #[arg(long, value_enum, default_value_t = GradEngine::Chad)]
+        engine: GradEngine,
+        /// With `--engine dual`: run the backpropagators naively (exponential under sharing;
+        /// for demonstrations).
+        #[arg(long, hide = true, requires = "engine")]
+        naive: bool,
         /// Print `{"value": V, "gradient": [G1, ...]}`.
         #[arg(long)]
         json: bool,
@@ -97,8 +104,9 @@ enum Command {
     /// Each phase runs on the execution engine: the primal is the optimised source program
     /// (simplified, helper functions inlined), forward and reverse mode its derivatives;
     /// forward mode runs one JVP along a fixed pseudo-random tangent, reverse mode one VJP of a
-    /// fixed pseudo-random cotangent (1 for a Real result: the gradient). Times are medians of
-    /// `--repeat` interleaved rounds after a warm-up.
+    /// fixed pseudo-random cotangent (1 for a Real result: the gradient). Beside them, the
+    /// baseline: dual-numbers reverse AD (run-time taping) of the optimised program with the same
+    /// cotangent. Times are medians of `--repeat` interleaved rounds after a warm-up.
     Bench {
         #[command(flatten)]
         run: RunArgs,
@@ -106,9 +114,14 @@ enum Command {
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
         repeat: u64,
         /// Print `{"primal_s": .., "forward_s": .., "reverse_s": .., "forward_over_primal": ..,
-        /// "reverse_over_primal": .., "compile_s": ..}`.
+        /// "reverse_over_primal": .., "compile_s": .., "dual_reverse_s": ..,
+        /// "dual_over_reverse": ..}`.
         #[arg(long)]
         json: bool,
+        /// Leave out the dual-numbers baseline (it interprets the program, so on big inputs it
+        /// takes many times longer than the other phases together).
+        #[arg(long)]
+        no_dual: bool,
     },
     /// Print a definition at a stage of the pipeline.
     Show {
@@ -169,6 +182,14 @@ enum Engine {
     Ccc,
     /// Walk the typed source term.
     Direct,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum GradEngine {
+    /// Reverse CHAD: the derivative program, simplified, on the execution engine.
+    Chad,
+    /// Dual-numbers reverse AD (Smeding & Vákár 2023) on the program as written, at run time.
+    Dual,
 }
 
 /// A failure and the source it refers to, for rendering.
@@ -382,10 +403,14 @@ fn bench_output(r: &chad::bench::Report, repeat: u64, json: bool) -> String {
     }
     let mut out = format!("{:<8} {:>14} {:>10}\n", "phase", "median (s)", "/ primal");
     for (phase, t) in [
-        ("primal", r.primal_s),
-        ("forward", r.forward_s),
-        ("reverse", r.reverse_s),
-    ] {
+        ("primal", Some(r.primal_s)),
+        ("forward", Some(r.forward_s)),
+        ("reverse", Some(r.reverse_s)),
+        ("dual", r.dual_reverse_s),
+    ]
+    .into_iter()
+    .filter_map(|(p, t)| Some((p, t?)))
+    {
         out.push_str(&format!("{phase:<8} {t:>14.6e} {:>10.2}\n", t / r.primal_s));
     }
     out.push_str(&format!(
@@ -457,7 +482,29 @@ fn run(cli: Cli) -> CliResult<String> {
                 Ok(format!("{value}\n"))
             }
         }
-        Command::Grad { run, json } => {
+        Command::Grad {
+            run,
+            engine: GradEngine::Dual,
+            naive,
+            json,
+        } => {
+            let (src, entry, args) = prepare(&run)?;
+            let options = chad::dual_reverse::Options {
+                naive,
+                ..Default::default()
+            };
+            let out = with_source(
+                chad::dual_reverse::DualReverse::new(&entry, options).and_then(|d| d.grad(&args)),
+                &src,
+            )?;
+            Ok(gradient_output(&entry, &out.value, &out.gradient, json))
+        }
+        Command::Grad {
+            run, naive, json, ..
+        } => {
+            if naive {
+                return Err(Error::new(ErrorKind::Argument, "--naive needs --engine dual").into());
+            }
             let (src, entry, args) = prepare(&run)?;
             let vjp = with_source(ad::Vjp::new(&optimize(&entry)), &src)?.map_body(simplify);
             let (value, grads) = with_source(vjp.grad(&args), &src)?;
@@ -499,10 +546,15 @@ fn run(cli: Cli) -> CliResult<String> {
             let (value, grads) = with_source(vjp.vjp(&args, &ct), &src)?;
             Ok(gradient_output(&entry, &value, &grads, json))
         }
-        Command::Bench { run, repeat, json } => {
+        Command::Bench {
+            run,
+            repeat,
+            json,
+            no_dual,
+        } => {
             let (src, entry, args) = prepare(&run)?;
             let bench = with_source(Bench::new(&entry, args), &src)?;
-            let report = with_source(bench.measure(repeat as usize), &src)?;
+            let report = with_source(bench.measure_with(repeat as usize, !no_dual), &src)?;
             Ok(bench_output(&report, repeat, json))
         }
         Command::Show {
