@@ -90,6 +90,7 @@ pub mod dual_reverse;
 pub mod error;
 pub mod eval;
 pub mod ir;
+pub mod native;
 pub mod optimize;
 pub mod oracle;
 pub mod prim;

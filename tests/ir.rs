@@ -180,3 +180,118 @@ fn fig2b_primal_and_gradient() {
     assert_eq!(g[0].expect_real(), 6.0);
     assert_eq!(g[1].expect_reals(), &[2.0, 2.0, 2.0]);
 }
+
+#[test]
+fn fig2b_natively() {
+    let prog = load("examples/fig2b.chad");
+    let entry = prog.entry(prog.defs.len() - 1);
+    let c = Compiled::new(&entry).unwrap();
+    let n = chad::native::Native::new(c, None, true).unwrap_or_else(|e| panic!("{}", e.render(None)));
+    let args = [Value::Real(2.0), Value::reals(vec![1.0, 2.0, 3.0])];
+    assert_eq!(n.eval(&args).unwrap().expect_real(), 12.0);
+    let (v, g) = n.grad(&args).unwrap();
+    assert_eq!(v.expect_real(), 12.0);
+    assert_eq!(g[0].expect_real(), 6.0);
+    assert_eq!(g[1].expect_reals(), &[2.0, 2.0, 2.0]);
+}
+
+/// The native backend (`chad::native`: the IR as Rust, built by rustc and loaded) against the
+/// reference interpreter, on random programs compiled into one library: primal, JVP and VJP
+/// values, or the same error at the same position.
+#[test]
+fn the_native_backend_agrees_with_the_interpreter_on_random_programs() {
+    use proptest::strategy::{Strategy, ValueTree};
+    assert!(
+        chad::native::available(),
+        "the native backend needs rustc on the path"
+    );
+    let n = common::cases(60) as usize;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let configs = [
+        Config::default(),
+        Config {
+            array_bias: true,
+            ..Config::default()
+        },
+        Config {
+            sum_bias: true,
+            ..Config::default()
+        },
+        Config {
+            depth: 6,
+            ..Config::default()
+        },
+    ];
+    let mut programs = Vec::new();
+    for cfg in &configs {
+        let strategy = chad::random::program(cfg.clone());
+        for _ in 0..n {
+            programs.push(strategy.new_tree(&mut runner).unwrap().current());
+        }
+    }
+    let entries: Vec<_> = programs.iter().map(|p| p.entry.clone()).collect();
+    let parts = chad::ir::compile::Parts {
+        jvp: true,
+        vjp: true,
+        required: false,
+    };
+    let module = chad::ir::compile::Module::new(&entries, parts).unwrap();
+    chad::ir::check::check(&module.program).unwrap();
+    let native = chad::native::Native::module(module, None, false)
+        .unwrap_or_else(|e| panic!("{}", e.render(None)));
+    let mut ran = 0;
+    for (k, p) in programs.iter().enumerate() {
+        let d = &native.defs[k];
+        let prog = &native.program;
+        let interp_eval = d
+            .args(&p.inputs)
+            .and_then(|xs| chad::ir::interp::run(prog, d.primal, xs))
+            .map(|v| chad::ir::interp::to_value(&d.entry.body.ty, &v));
+        let nat = native.eval_def(k, &p.inputs);
+        let fail = |e: String| panic!("{e}\nprogram:\n{p:?}");
+        same_result("native primal", &nat, &interp_eval, |a, b| close(a, b, 1e-12))
+            .unwrap_or_else(fail);
+        let Ok(y) = &interp_eval else { continue };
+        ran += 1;
+        let mut rng = Rng::new(k as u64 + 7);
+        if let Some(f) = d.jvp {
+            let tangents: Vec<Value> = d
+                .entry
+                .params
+                .iter()
+                .zip(&p.inputs)
+                .map(|(x, a)| random_tangent(&x.ty, a, &mut rng))
+                .collect();
+            let i = d.context(&p.inputs).and_then(|x| {
+                let dx = d.context_tangent(&p.inputs, &tangents)?;
+                chad::ir::interp::run(prog, f, vec![x, dx]).map(|r| d.jvp_result(&r))
+            });
+            let nv = native.jvp_def(k, &p.inputs, &tangents);
+            same_result("native jvp", &nv, &i, |a, b| {
+                close(&a.0, &b.0, 1e-12)?;
+                close(&a.1, &b.1, 1e-12)
+            })
+            .unwrap_or_else(fail);
+        }
+        if let Some(f) = d.vjp {
+            let ct = match d.entry.body.ty {
+                Type::Real => Value::Real(1.0),
+                ref ty => random_tangent(ty, y, &mut rng),
+            };
+            let i = d.context(&p.inputs).and_then(|x| {
+                let c = d.cotangent(&ct)?;
+                chad::ir::interp::run(prog, f, vec![x, c]).map(|r| d.vjp_result(&p.inputs, &r))
+            });
+            let nv = native.vjp_def(k, &p.inputs, &ct);
+            same_result("native vjp", &nv, &i, |a, b| {
+                close(&a.0, &b.0, 1e-12)?;
+                for (x, y) in a.1.iter().zip(&b.1) {
+                    close(x, y, 1e-12)?;
+                }
+                Ok(())
+            })
+            .unwrap_or_else(fail);
+        }
+    }
+    assert!(ran * 2 >= programs.len(), "only {ran} programs ran");
+}

@@ -86,14 +86,15 @@ impl Module {
 pub struct Compiled {
     /// The program.
     pub program: Program,
-    /// The definition (its parameters and result type; the body as written).
-    pub entry: Entry,
-    /// `NAME(x1, .., xn)`: the primal.
-    pub primal: FuncId,
-    /// `NAME_jvp(ctx, dctx) = (y, dy)`, if forward mode applies (first-order entry).
-    pub jvp: Option<FuncId>,
-    /// `NAME_vjp(ctx, ct) = (y, dctx)`, if reverse mode applies.
-    pub vjp: Option<FuncId>,
+    /// The definition's functions (also reachable through `Deref`).
+    pub def: DefCode,
+}
+
+impl std::ops::Deref for Compiled {
+    type Target = DefCode;
+    fn deref(&self) -> &DefCode {
+        &self.def
+    }
 }
 
 /// Which code to compile.
@@ -125,16 +126,46 @@ impl Compiled {
     /// Compiles the primal and the chosen derivatives.
     pub fn with_parts(entry: &Entry, parts: Parts) -> Result<Compiled> {
         let mut m = Module::new(std::slice::from_ref(entry), parts)?;
-        let d = m.defs.pop().expect("one definition");
+        let def = m.defs.pop().expect("one definition");
         Ok(Compiled {
             program: m.program,
-            entry: d.entry,
-            primal: d.primal,
-            jvp: d.jvp,
-            vjp: d.vjp,
+            def,
         })
     }
 
+    /// The primal on the reference interpreter.
+    pub fn eval(&self, args: &[Value]) -> Result<Value> {
+        let xs = self.args(args)?;
+        let v = interp::run(&self.program, self.primal, xs)?;
+        Ok(interp::to_value(&self.entry.body.ty, &v))
+    }
+
+    /// Forward mode on the reference interpreter: the value and the tangent of the result.
+    pub fn jvp(&self, args: &[Value], tangents: &[Value]) -> Result<(Value, Value)> {
+        let f = self.def.jvp.ok_or_else(|| not_compiled("forward mode"))?;
+        let x = self.context(args)?;
+        let dx = self.context_tangent(args, tangents)?;
+        let r = interp::run(&self.program, f, vec![x, dx])?;
+        Ok(self.jvp_result(&r))
+    }
+
+    /// Reverse mode on the reference interpreter: the value and each argument's cotangent.
+    pub fn vjp(&self, args: &[Value], cotangent: &Value) -> Result<(Value, Vec<Value>)> {
+        let f = self.def.vjp.ok_or_else(|| not_compiled("reverse mode"))?;
+        let x = self.context(args)?;
+        let ct = self.cotangent(cotangent)?;
+        let r = interp::run(&self.program, f, vec![x, ct])?;
+        Ok(self.vjp_result(args, &r))
+    }
+
+    /// The gradient of a `Real`-valued definition on the reference interpreter.
+    pub fn grad(&self, args: &[Value]) -> Result<(Value, Vec<Value>)> {
+        self.vjp(args, &Value::Real(1.0))
+    }
+}
+
+/// Conversions between source values and the IR values of a definition's functions.
+impl DefCode {
     fn param_types(&self) -> Vec<Type> {
         self.entry.param_types()
     }
@@ -144,7 +175,7 @@ impl Compiled {
         self.param_types().into_iter().fold(Type::Unit, Type::prod)
     }
 
-    /// The arguments as IR values, one per parameter.
+    /// The arguments as IR values, one per parameter (checked against the parameters).
     pub fn args(&self, args: &[Value]) -> Result<Vec<Val>> {
         crate::eval::check_args(&self.entry, args)?;
         Ok(self
@@ -167,11 +198,7 @@ impl Compiled {
         if tangents.len() != args.len() {
             return Err(Error::new(
                 ErrorKind::Argument,
-                format!(
-                    "{} tangents given for {} arguments",
-                    tangents.len(),
-                    args.len()
-                ),
+                format!("{} tangents given for {} arguments", tangents.len(), args.len()),
             ));
         }
         let mut out = Val::Unit;
@@ -183,22 +210,6 @@ impl Compiled {
         Ok(out)
     }
 
-    /// The primal on the reference interpreter.
-    pub fn eval(&self, args: &[Value]) -> Result<Value> {
-        let xs = self.args(args)?;
-        let v = interp::run(&self.program, self.primal, xs)?;
-        Ok(interp::to_value(&self.entry.body.ty, &v))
-    }
-
-    /// Forward mode on the reference interpreter: the value and the tangent of the result.
-    pub fn jvp(&self, args: &[Value], tangents: &[Value]) -> Result<(Value, Value)> {
-        let f = self.jvp.ok_or_else(|| not_compiled("forward mode"))?;
-        let x = self.context(args)?;
-        let dx = self.context_tangent(args, tangents)?;
-        let r = interp::run(&self.program, f, vec![x, dx])?;
-        Ok(self.jvp_result(&r))
-    }
-
     /// The value and tangent in the result of `NAME_jvp`.
     pub fn jvp_result(&self, r: &Val) -> (Value, Value) {
         let (y, dy) = pair(r);
@@ -206,15 +217,6 @@ impl Compiled {
         let y = interp::to_value(ty, y);
         let dy = interp::tangent_to_value(ty, &y, dy);
         (y, dy)
-    }
-
-    /// Reverse mode on the reference interpreter: the value and each argument's cotangent.
-    pub fn vjp(&self, args: &[Value], cotangent: &Value) -> Result<(Value, Vec<Value>)> {
-        let f = self.vjp.ok_or_else(|| not_compiled("reverse mode"))?;
-        let x = self.context(args)?;
-        let ct = self.cotangent(cotangent)?;
-        let r = interp::run(&self.program, f, vec![x, ct])?;
-        Ok(self.vjp_result(args, &r))
     }
 
     /// The output cotangent as an IR value (checked against the result type).
@@ -242,11 +244,6 @@ impl Compiled {
             ctx = rest;
         }
         (y, out)
-    }
-
-    /// The gradient of a `Real`-valued definition on the reference interpreter.
-    pub fn grad(&self, args: &[Value]) -> Result<(Value, Vec<Value>)> {
-        self.vjp(args, &Value::Real(1.0))
     }
 }
 

@@ -675,6 +675,9 @@ pub struct Program {
     pub sites: Vec<Site>,
     /// Source of fresh variable ids.
     pub next_var: u32,
+    /// The site of operations that cannot fail (indexing in range in a loop), if any: never
+    /// reported, so backends need not check them.
+    pub internal_site: Option<SiteId>,
 }
 
 impl Program {

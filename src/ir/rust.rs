@@ -1015,6 +1015,10 @@ impl<'a> Emitter<'a> {
                 if acc {
                     let init = match e {
                         Expr::Zero(t) => self.zero_acc(*t),
+                        // Reals (and tuples of them) are accumulated as themselves.
+                        _ if self.at(m.0.ty) == self.vt(m.0.ty) => {
+                            self.expr(e, depth, Some(m.0.ty))?
+                        }
                         _ => {
                             return Err(internal("an accumulator initialised with a value"));
                         }
@@ -1122,7 +1126,11 @@ impl<'a> Emitter<'a> {
             Expr::Prim(p, xs, site) => self.prim(p, xs, *site)?,
             Expr::Tuple(xs) => {
                 let x: Vec<String> = xs.iter().map(|a| self.own(a)).collect();
-                format!("({},)", x.join(", "))
+                match x.len() {
+                    0 => "()".into(),
+                    1 => x[0].clone(),
+                    _ => format!("({},)", x.join(", ")),
+                }
             }
             Expr::Proj(a, k) => {
                 let t = ty.expect("a projection's type");
@@ -1243,13 +1251,8 @@ impl<'a> Emitter<'a> {
     }
 
     fn internal_site(&self) -> Option<SiteId> {
-        // The lowering's internal site has an empty span and is never reported; every
-        // indexing through it is in range by construction.
-        self.p
-            .sites
-            .iter()
-            .position(|s| s.span == crate::error::Span::default())
-            .map(|k| SiteId(k as u32))
+        // Every indexing through the lowering's internal site is in range by construction.
+        self.p.internal_site
     }
 
     fn match_(&mut self, a: &Atom, arms: &[Arm], depth: usize) -> Result<String> {
@@ -1794,7 +1797,7 @@ impl Emitter<'_> {
                 let ck = self.codec(el, codecs);
                 (
                     format!(
-                        "let n = r.u64()? as usize;\n    if n > r.remaining() {{ return None; }}\n    let mut xs = Vec::with_capacity(n);\n    for _ in 0..n {{ xs.push(dec_{ck}(r)?); }}\n    Some(std::sync::Arc::new(xs))"
+                        "let n = r.u64()? as usize;\n    let mut xs = Vec::with_capacity(n.min(r.remaining()));\n    for _ in 0..n {{ xs.push(dec_{ck}(r)?); }}\n    Some(std::sync::Arc::new(xs))"
                     ),
                     format!(
                         "w.extend_from_slice(&(v.len() as u64).to_le_bytes());\n    for x in v.iter() {{ enc_{ck}(x, w); }}"
@@ -1806,7 +1809,7 @@ impl Emitter<'_> {
                 let vk = self.codec(val, codecs);
                 (
                     format!(
-                        "let n = r.u64()? as usize;\n    if n > r.remaining() {{ return None; }}\n    let mut xs = Vec::with_capacity(n);\n    for _ in 0..n {{ xs.push((dec_{kk}(r)?, dec_{vk}(r)?)); }}\n    Some(std::sync::Arc::new(xs))"
+                        "let n = r.u64()? as usize;\n    let mut xs = Vec::with_capacity(n.min(r.remaining()));\n    for _ in 0..n {{ xs.push((dec_{kk}(r)?, dec_{vk}(r)?)); }}\n    Some(std::sync::Arc::new(xs))"
                     ),
                     format!(
                         "w.extend_from_slice(&(v.len() as u64).to_le_bytes());\n    for x in v.iter() {{ enc_{kk}(&x.0, w); enc_{vk}(&x.1, w); }}"

@@ -118,8 +118,6 @@ pub struct Lowering {
     /// Materialisations in progress: a sunk variable may not occur inside one (its
     /// destination would be an accumulator already read), see [`Lowering::sink_level`].
     barriers: usize,
-    /// The site of operations that cannot fail (indexing in range in a loop).
-    internal_site: Option<SiteId>,
     /// Nodes inlined by static application so far, and the budget.
     inlined: usize,
     inline_budget: usize,
@@ -181,7 +179,6 @@ impl Lowering {
             must_materialise: FxHashSet::default(),
             sinks: Vec::new(),
             barriers: 0,
-            internal_site: None,
             inlined: 0,
             inline_budget: 0,
         }
@@ -349,11 +346,11 @@ impl Lowering {
     }
 
     fn internal_site(&mut self) -> SiteId {
-        match self.internal_site {
+        match self.prog.internal_site {
             Some(s) => s,
             None => {
                 let s = self.prog.site(Span::default());
-                self.internal_site = Some(s);
+                self.prog.internal_site = Some(s);
                 s
             }
         }
