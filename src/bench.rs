@@ -215,6 +215,96 @@ impl Bench {
             forward_s: median(f),
             reverse_s: median(r),
             dual_reverse_s: dual.then(|| median(d)),
+            rustc_s: None,
+        })
+    }
+}
+
+/// One program at one input compiled to native code ([`crate::native`]): the same three
+/// phases as [`Bench`], built from the same optimised, differentiated and simplified code,
+/// lowered to the IR and compiled by `rustc`; runs are timed inside the library.
+pub struct NativeBench {
+    native: crate::native::Native,
+    args: Vec<crate::ir::interp::Val>,
+    forward_args: Vec<crate::ir::interp::Val>,
+    reverse_args: Vec<crate::ir::interp::Val>,
+    compile_s: f64,
+}
+
+impl NativeBench {
+    /// Prepares `entry` at `args` with the fixed tangents and cotangent of [`Bench`]:
+    /// compiles (or loads from the cache) the native code and runs the primal once.
+    pub fn new(entry: &Entry, args: Vec<Value>, verbose: bool) -> Result<NativeBench> {
+        crate::eval::check_args(entry, &args)?;
+        let start = Instant::now();
+        let code = crate::ir::compile::Compiled::new(entry)?;
+        let native = crate::native::Native::new(code, None, verbose)?;
+        let compile_s = start.elapsed().as_secs_f64();
+        let d = &native.defs[0];
+        let mut rng = Rng::new(TANGENT_SEED);
+        let tangents: Vec<Value> = entry
+            .params
+            .iter()
+            .zip(&args)
+            .map(|(p, a)| random_tangent(&p.ty, a, &mut rng))
+            .collect();
+        let result = native.eval(&args)?;
+        let cotangent = match entry.body.ty {
+            Type::Real => Value::Real(1.0),
+            ref ty => random_tangent(ty, &result, &mut Rng::new(COTANGENT_SEED)),
+        };
+        let x = d.context(&args)?;
+        let forward_args = vec![x.clone(), d.context_tangent(&args, &tangents)?];
+        let reverse_args = vec![x, d.cotangent(&cotangent)?];
+        Ok(NativeBench {
+            args: d.args(&args)?,
+            native,
+            forward_args,
+            reverse_args,
+            compile_s,
+        })
+    }
+
+    /// The native code (to run the phases directly).
+    pub fn native(&self) -> &crate::native::Native {
+        &self.native
+    }
+
+    /// Times the phases like [`Bench::measure`]: a warm-up run of each, then `repeat`
+    /// interleaved rounds; each time is the median over the rounds, measured inside the
+    /// library (argument conversion excluded).
+    pub fn measure(&self, repeat: usize) -> Result<Report> {
+        if repeat == 0 {
+            return Err(Error::new(
+                ErrorKind::Argument,
+                "the number of repetitions must be at least 1",
+            ));
+        }
+        let d = &self.native.defs[0];
+        let jvp = d.jvp.expect("forward mode compiled");
+        let vjp = d.vjp.expect("reverse mode compiled");
+        let mut phases = [
+            self.native.prepare(d.primal, &self.args)?,
+            self.native.prepare(jvp, &self.forward_args)?,
+            self.native.prepare(vjp, &self.reverse_args)?,
+        ];
+        for p in &mut phases {
+            p.run(1)?;
+        }
+        let mut times = [Vec::new(), Vec::new(), Vec::new()];
+        for _ in 0..repeat {
+            for (p, t) in phases.iter_mut().zip(&mut times) {
+                t.push(p.run(1)?.1[0].max(1e-9));
+            }
+        }
+        let [p, f, r] = times;
+        Ok(Report {
+            compile_s: self.compile_s,
+            primal_s: median(p),
+            forward_s: median(f),
+            reverse_s: median(r),
+            dual_reverse_s: None,
+            rustc_s: Some(self.native.rustc_s),
         })
     }
 }
@@ -255,6 +345,9 @@ pub struct Report {
     pub reverse_s: f64,
     /// The median dual-numbers reverse-mode run (the baseline), if it was measured.
     pub dual_reverse_s: Option<f64>,
+    /// For native code: the seconds `rustc` took (0 when the library was cached), part of
+    /// `compile_s`.
+    pub rustc_s: Option<f64>,
 }
 
 impl Report {
@@ -293,6 +386,10 @@ impl Report {
         ) {
             o.insert("dual_reverse_s".into(), d.into());
             o.insert("dual_over_reverse".into(), r.into());
+        }
+        if let (Some(r), Some(o)) = (self.rustc_s, j.as_object_mut()) {
+            o.insert("rustc_s".into(), r.into());
+            o.insert("backend".into(), "native".into());
         }
         j
     }

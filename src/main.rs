@@ -122,6 +122,13 @@ enum Command {
         /// takes many times longer than the other phases together).
         #[arg(long)]
         no_dual: bool,
+        /// Where the phases run: the execution engine, or native code compiled by rustc
+        /// (adds `"backend": "native"` and `"rustc_s"` to the JSON; no dual baseline).
+        #[arg(long, value_enum, default_value_t = Backend::Engine)]
+        backend: Backend,
+        /// Print where native code is cached.
+        #[arg(long)]
+        verbose: bool,
     },
     /// Print a definition at a stage of the pipeline.
     Show {
@@ -162,6 +169,14 @@ struct RunArgs {
     /// Read the arguments as a JSON array instead.
     #[arg(long, value_name = "PATH")]
     args_file: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum Backend {
+    /// The execution engine (interpreted, compiled in milliseconds).
+    Engine,
+    /// Native code: the IR compiled to Rust, built by rustc (cached), loaded in process.
+    Native,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -414,8 +429,13 @@ fn bench_output(r: &chad::bench::Report, repeat: u64, json: bool) -> String {
         out.push_str(&format!("{phase:<8} {t:>14.6e} {:>10.2}\n", t / r.primal_s));
     }
     out.push_str(&format!(
-        "compile: {:.6e} s (primal, forward and reverse code); medians of {repeat} run{}\n",
+        "compile: {:.6e} s (primal, forward and reverse code{}); medians of {repeat} run{}\n",
         r.compile_s,
+        match r.rustc_s {
+            Some(t) if t > 0.0 => format!("; native, rustc included"),
+            Some(_) => "; native, loaded from the cache".to_string(),
+            None => String::new(),
+        },
         if repeat == 1 { "" } else { "s" }
     ));
     out
@@ -551,10 +571,18 @@ fn run(cli: Cli) -> CliResult<String> {
             repeat,
             json,
             no_dual,
+            backend,
+            verbose,
         } => {
             let (src, entry, args) = prepare(&run)?;
-            let bench = with_source(Bench::new(&entry, args), &src)?;
-            let report = with_source(bench.measure_with(repeat as usize, !no_dual), &src)?;
+            let report = if backend == Backend::Native {
+                let bench =
+                    with_source(chad::bench::NativeBench::new(&entry, args, verbose), &src)?;
+                with_source(bench.measure(repeat as usize), &src)?
+            } else {
+                let bench = with_source(Bench::new(&entry, args), &src)?;
+                with_source(bench.measure_with(repeat as usize, !no_dual), &src)?
+            };
             Ok(bench_output(&report, repeat, json))
         }
         Command::Show {

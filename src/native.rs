@@ -108,7 +108,11 @@ fn fnv(parts: &[&[u8]]) -> u64 {
 /// path and whether it was cached.
 pub fn build(source: &str, verbose: bool) -> Result<(PathBuf, bool)> {
     let version = rustc_version()?;
-    let key = fnv(&[source.as_bytes(), version.as_bytes(), FLAGS.join(" ").as_bytes()]);
+    let key = fnv(&[
+        source.as_bytes(),
+        version.as_bytes(),
+        FLAGS.join(" ").as_bytes(),
+    ]);
     let dir = cache_dir();
     let name = format!(
         "{}chad_{key:016x}{}",

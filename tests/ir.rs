@@ -186,7 +186,8 @@ fn fig2b_natively() {
     let prog = load("examples/fig2b.chad");
     let entry = prog.entry(prog.defs.len() - 1);
     let c = Compiled::new(&entry).unwrap();
-    let n = chad::native::Native::new(c, None, true).unwrap_or_else(|e| panic!("{}", e.render(None)));
+    let n =
+        chad::native::Native::new(c, None, true).unwrap_or_else(|e| panic!("{}", e.render(None)));
     let args = [Value::Real(2.0), Value::reals(vec![1.0, 2.0, 3.0])];
     assert_eq!(n.eval(&args).unwrap().expect_real(), 12.0);
     let (v, g) = n.grad(&args).unwrap();
@@ -249,8 +250,10 @@ fn the_native_backend_agrees_with_the_interpreter_on_random_programs() {
             .map(|v| chad::ir::interp::to_value(&d.entry.body.ty, &v));
         let nat = native.eval_def(k, &p.inputs);
         let fail = |e: String| panic!("{e}\nprogram:\n{p:?}");
-        same_result("native primal", &nat, &interp_eval, |a, b| close(a, b, 1e-12))
-            .unwrap_or_else(fail);
+        same_result("native primal", &nat, &interp_eval, |a, b| {
+            close(a, b, 1e-12)
+        })
+        .unwrap_or_else(fail);
         let Ok(y) = &interp_eval else { continue };
         ran += 1;
         let mut rng = Rng::new(k as u64 + 7);
@@ -294,4 +297,14 @@ fn the_native_backend_agrees_with_the_interpreter_on_random_programs() {
         }
     }
     assert!(ran * 2 >= programs.len(), "only {ran} programs ran");
+}
+
+/// Prints a definition's IR (a debugging aid: `IR_SHOW=file.chad cargo test --test ir -- --ignored show`).
+#[test]
+#[ignore]
+fn show() {
+    let path = std::env::var("IR_SHOW").unwrap();
+    let prog = load(&path);
+    let entry = prog.entry(prog.defs.len() - 1);
+    println!("{}", Compiled::new(&entry).unwrap().program);
 }

@@ -198,7 +198,11 @@ impl DefCode {
         if tangents.len() != args.len() {
             return Err(Error::new(
                 ErrorKind::Argument,
-                format!("{} tangents given for {} arguments", tangents.len(), args.len()),
+                format!(
+                    "{} tangents given for {} arguments",
+                    tangents.len(),
+                    args.len()
+                ),
             ));
         }
         let mut out = Val::Unit;

@@ -288,6 +288,8 @@ struct Emitter<'a> {
     accs: FxHashSet<u32>,
     /// Mutable variables that are changed (others are declared without `mut`).
     mutated: FxHashSet<u32>,
+    /// Variables bound to a reference into another value (a field or element only read).
+    borrowed: FxHashSet<u32>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -297,6 +299,8 @@ struct Use {
     /// A use at a deeper loop (or closure) than the definition: the variable is read again
     /// and again, so it is never moved.
     deeper: bool,
+    /// Uses that consume the value (the others only read it: indexing, lengths, fields).
+    owned: u32,
 }
 
 fn var_name(x: &super::Var) -> String {
@@ -327,6 +331,7 @@ impl<'a> Emitter<'a> {
             uses: FxHashMap::default(),
             accs: FxHashSet::default(),
             mutated: FxHashSet::default(),
+            borrowed: FxHashSet::default(),
         };
         e.find_recursive();
         e
@@ -730,6 +735,7 @@ impl<'a> Emitter<'a> {
         self.uses.clear();
         self.accs.clear();
         self.mutated.clear();
+        self.borrowed.clear();
         for x in &f.params {
             self.uses.entry(x.id).or_default();
         }
@@ -740,10 +746,21 @@ impl<'a> Emitter<'a> {
         self.uses.entry(x.id).or_default().def_depth = depth;
     }
 
+    /// A read of an operand.
     fn use_atom(&mut self, a: &Atom, depth: u32) {
+        self.use_as(a, depth, false);
+    }
+
+    /// A use of an operand that consumes it.
+    fn use_owned(&mut self, a: &Atom, depth: u32) {
+        self.use_as(a, depth, true);
+    }
+
+    fn use_as(&mut self, a: &Atom, depth: u32, owned: bool) {
         if let Atom::Var(x) = a {
             let u = self.uses.entry(x.id).or_default();
             u.count += 1;
+            u.owned += u32::from(owned);
             if depth > u.def_depth {
                 u.deeper = true;
             }
@@ -755,7 +772,7 @@ impl<'a> Emitter<'a> {
             for s in &b.stmts {
                 self.walk_stmt(s, depth);
             }
-            self.use_atom(&b.result, depth);
+            self.use_owned(&b.result, depth);
         })
     }
 
@@ -778,7 +795,7 @@ impl<'a> Emitter<'a> {
                 self.def(&m.0, depth);
             }
             Stmt::Set(m, a) => {
-                self.use_atom(a, depth);
+                self.use_owned(a, depth);
                 self.mutated.insert(m.0.id);
             }
             Stmt::AddTo {
@@ -818,17 +835,16 @@ impl<'a> Emitter<'a> {
 
     fn walk_expr(&mut self, e: &Expr, depth: u32) {
         match e {
-            Expr::Atom(a) | Expr::Proj(a, _) | Expr::Variant(_, _, a) | Expr::Len(a) => {
-                self.use_atom(a, depth)
-            }
-            Expr::Op(_, xs) | Expr::Prim(_, xs, _) | Expr::Tuple(xs) | Expr::Array(_, xs) => {
+            Expr::Atom(a) | Expr::Variant(_, _, a) => self.use_owned(a, depth),
+            Expr::Proj(a, _) | Expr::Len(a) => self.use_atom(a, depth),
+            Expr::Op(_, xs) | Expr::Prim(_, xs, _) => {
                 for x in xs {
                     self.use_atom(x, depth);
                 }
             }
-            Expr::Call(_, xs) => {
+            Expr::Tuple(xs) | Expr::Array(_, xs) | Expr::Call(_, xs) => {
                 for x in xs {
-                    self.use_atom(x, depth);
+                    self.use_owned(x, depth);
                 }
             }
             Expr::Index(a, i, _) | Expr::IndexOr0(a, i) | Expr::Add(a, i) | Expr::Scale(a, i) => {
@@ -837,7 +853,7 @@ impl<'a> Emitter<'a> {
             }
             Expr::Replicate(n, x, _) => {
                 self.use_atom(n, depth);
-                self.use_atom(x, depth);
+                self.use_owned(x, depth);
             }
             Expr::Build(n, i, b, _) | Expr::Sum(n, i, b) => {
                 self.use_atom(n, depth);
@@ -850,7 +866,7 @@ impl<'a> Emitter<'a> {
                 self.walk_block(b, depth);
             }
             Expr::Match(a, arms) => {
-                self.use_atom(a, depth);
+                self.use_owned(a, depth);
                 for arm in arms {
                     if let Some(x) = &arm.bind {
                         self.def(x, depth);
@@ -869,14 +885,20 @@ impl<'a> Emitter<'a> {
         }
     }
 
+    /// Whether a variable can be moved at its use: used once, not repeatedly by a loop, and
+    /// owned (not a reference into another value).
+    fn movable(&self, x: &super::Var) -> bool {
+        let u = self.uses.get(&x.id).copied().unwrap_or_default();
+        u.count == 1 && !u.deeper && !self.borrowed.contains(&x.id)
+    }
+
     /// An operand where a value is consumed: moved if this is the variable's only use (not
     /// repeated by a loop), cloned otherwise.
     fn own(&self, a: &Atom) -> String {
         match a {
             Atom::Var(x) => {
                 let name = var_name(x);
-                let u = self.uses.get(&x.id).copied().unwrap_or_default();
-                if self.is_copy(x.ty) || (u.count == 1 && !u.deeper) {
+                if self.is_copy(x.ty) || self.movable(x) {
                     name
                 } else {
                     format!("{name}.clone()")
@@ -1001,8 +1023,27 @@ impl<'a> Emitter<'a> {
         let mut line = String::new();
         match s {
             Stmt::Let(x, e) => {
-                let e = self.expr(e, depth, Some(x.ty))?;
-                let _ = write!(line, "let {}: {} = {e};", self.decl_name(x), self.vt(x.ty));
+                let u = self.uses.get(&x.id).copied().unwrap_or_default();
+                let reference = match e {
+                    _ if self.is_copy(x.ty) || u.owned > 0 => None,
+                    Expr::Proj(a, k) => Some(format!("&{}.{k}", self.read(a))),
+                    Expr::Index(a, i, site) if Some(*site) == self.internal_site() => {
+                        Some(format!("&{}[{} as usize]", self.read(a), self.read(i)))
+                    }
+                    _ => None,
+                };
+                match reference {
+                    // A field or element that is only read: borrowed, not cloned.
+                    Some(r) => {
+                        self.borrowed.insert(x.id);
+                        let _ =
+                            write!(line, "let {}: &{} = {r};", self.decl_name(x), self.vt(x.ty));
+                    }
+                    None => {
+                        let e = self.expr(e, depth, Some(x.ty))?;
+                        let _ = write!(line, "let {}: {} = {e};", self.decl_name(x), self.vt(x.ty));
+                    }
+                }
             }
             Stmt::Mut(m, e) => {
                 let acc = self.accs.contains(&m.0.id);
@@ -1136,10 +1177,7 @@ impl<'a> Emitter<'a> {
                 let t = ty.expect("a projection's type");
                 let base = self.read(a);
                 let movable = match a {
-                    Atom::Var(x) => {
-                        let u = self.uses.get(&x.id).copied().unwrap_or_default();
-                        u.count == 1 && !u.deeper
-                    }
+                    Atom::Var(x) => self.movable(x),
                     _ => true,
                 };
                 if self.is_copy(t) || movable {
