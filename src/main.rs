@@ -432,7 +432,7 @@ fn bench_output(r: &chad::bench::Report, repeat: u64, json: bool) -> String {
         "compile: {:.6e} s (primal, forward and reverse code{}); medians of {repeat} run{}\n",
         r.compile_s,
         match r.rustc_s {
-            Some(t) if t > 0.0 => format!("; native, rustc included"),
+            Some(t) if t > 0.0 => "; native, rustc included".to_string(),
             Some(_) => "; native, loaded from the cache".to_string(),
             None => String::new(),
         },
