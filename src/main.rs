@@ -130,6 +130,18 @@ enum Command {
         #[arg(long)]
         verbose: bool,
     },
+    /// Write Rust source of the definitions' primal and derivatives (safe Rust, std only).
+    EmitRust {
+        /// The program.
+        file: PathBuf,
+        /// Only this definition (default: every definition with first-order parameters and
+        /// result).
+        #[arg(long)]
+        def: Option<String>,
+        /// Write to this file instead of standard output.
+        #[arg(short, long, value_name = "OUT.rs")]
+        output: Option<PathBuf>,
+    },
     /// Print a definition at a stage of the pipeline.
     Show {
         /// The program.
@@ -189,6 +201,9 @@ enum Stage {
     Forward,
     /// Reverse-mode CHAD: primal and transposed derivative (a linear map of cotangents).
     Reverse,
+    /// The execution IR: the primal, forward and reverse code lowered to loops and
+    /// accumulators (what the native backend compiles).
+    Ir,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -585,6 +600,32 @@ fn run(cli: Cli) -> CliResult<String> {
             };
             Ok(bench_output(&report, repeat, json))
         }
+        Command::EmitRust { file, def, output } => {
+            let (src, prog) = load(&file)?;
+            let indices: Vec<usize> = match def {
+                Some(name) => vec![with_source(select(&src, &prog, Some(&name)), &src)?],
+                None => (0..prog.defs.len())
+                    .filter(|&i| {
+                        let e = prog.entry(i);
+                        e.params.iter().all(|p| p.ty.is_first_order())
+                            && e.body.ty.is_first_order()
+                    })
+                    .collect(),
+            };
+            let text = with_source(chad::native::emit_rust(&prog, &indices, &src), &src)?;
+            match output {
+                Some(path) => {
+                    std::fs::write(&path, text).map_err(|e| {
+                        Error::new(
+                            ErrorKind::Input,
+                            format!("cannot write `{}`: {e}", path.display()),
+                        )
+                    })?;
+                    Ok(String::new())
+                }
+                None => Ok(text),
+            }
+        }
         Command::Show {
             file,
             def,
@@ -595,6 +636,16 @@ fn run(cli: Cli) -> CliResult<String> {
             let (src, prog) = load(&file)?;
             let index = with_source(select(&src, &prog, def.as_deref()), &src)?;
             match stage {
+                Stage::Ir => {
+                    let entry = prog.entry(index);
+                    let parts = chad::ir::compile::Parts {
+                        jvp: true,
+                        vjp: true,
+                        required: false,
+                    };
+                    let m = with_source(chad::ir::compile::Module::new(&[entry], parts), &src)?;
+                    Ok(m.program.to_string())
+                }
                 Stage::Source => {
                     let mut which = prog.dependencies(index);
                     which.push(index);

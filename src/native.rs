@@ -517,6 +517,50 @@ fn decode_error(p: &Program, bytes: &[u8]) -> Error {
     })
 }
 
+/// The Rust module of `chad emit-rust`: the definitions `indices` of `prog` (each with
+/// first-order parameters and result) with their primal, forward and reverse code and the
+/// public API of [`crate::ir::rust`].
+pub fn emit_rust(
+    prog: &crate::source::term::Program,
+    indices: &[usize],
+    source: &Source,
+) -> Result<String> {
+    let entries: Vec<_> = indices.iter().map(|&i| prog.entry(i)).collect();
+    for e in &entries {
+        if !(e.params.iter().all(|p| p.ty.is_first_order()) && e.body.ty.is_first_order()) {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "`{}` takes or returns functions, which the Rust API cannot type",
+                    e.name
+                ),
+            ));
+        }
+    }
+    let parts = crate::ir::compile::Parts {
+        jvp: true,
+        vjp: true,
+        required: false,
+    };
+    let m = Module::new(&entries, parts)?;
+    let exports: Vec<crate::ir::rust::Export<'_>> = m
+        .defs
+        .iter()
+        .map(|d| crate::ir::rust::Export {
+            name: &d.entry.name,
+            params: d.entry.param_types(),
+            result: d.entry.body.ty.clone(),
+            primal: d.primal,
+            jvp: d.jvp,
+            vjp: d.vjp,
+        })
+        .collect();
+    let src = crate::ir::rust::SourceInfo {
+        source: Some(source),
+    };
+    crate::ir::rust::module(&m.program, &exports, &src)
+}
+
 /// Whether native code can be built here (a working `rustc`).
 pub fn available() -> bool {
     rustc_version().is_ok()

@@ -89,6 +89,9 @@ const HEADER: &str = "\
 ";
 
 const PRELUDE: &str = r#"
+/// An array: shared, immutable (cloning it copies a pointer).
+pub type Arr<T> = std::sync::Arc<Vec<T>>;
+
 /// A runtime error of the chad program: what failed, at which error site (see [`SITES`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Error {
@@ -380,9 +383,9 @@ impl<'a> Emitter<'a> {
                 let cs: Vec<String> = cs.iter().map(|c| self.vt(*c)).collect();
                 format!("({},)", cs.join(", "))
             }
-            TyKind::Array(e) => format!("std::sync::Arc<Vec<{}>>", self.vt(*e)),
+            TyKind::Array(e) => format!("Arr<{}>", self.vt(*e)),
             TyKind::List(k, v) => {
-                format!("std::sync::Arc<Vec<({}, {})>>", self.vt(*k), self.vt(*v))
+                format!("Arr<({}, {})>", self.vt(*k), self.vt(*v))
             }
             TyKind::Enum(e) => self.types().enums()[*e as usize].name.clone(),
         })

@@ -50,11 +50,18 @@ pub(crate) enum LBind {
 /// The linear variables in scope.
 pub(crate) type LEnv = im::HashMap<VarId, LBind>;
 
-/// A sunk variable being lowered: the block depth it was bound at and the destinations of its
-/// occurrences so far.
+/// A sunk variable being lowered: where it was bound, the destinations of its occurrences so
+/// far, and its bound term, lowered into their merge once the last occurrence is seen.
+#[derive(Clone)]
 pub(crate) struct Sink {
+    /// The block depth of the binding: every occurrence must be in that block.
     depth: usize,
-    dests: Vec<Dest>,
+    /// The destinations, each with the materialisation it was recorded in (if any).
+    dests: Vec<(Dest, Option<u64>)>,
+    /// How many occurrences the variable has (all of them must be seen).
+    expected: u32,
+    /// The bound term, until it is lowered.
+    term: Option<(LTerm, Env, LEnv, LTy)>,
     failed: bool,
 }
 
@@ -606,16 +613,30 @@ impl Lowering {
         let t = self.lin_ty(ty);
         let acc = self.mut_("acc", t, Expr::Zero(t));
         let d = self.dest_of_place(&Place::of(&acc), ty);
-        self.barriers += 1;
+        self.enter_barrier();
         let r = self.linear(l, env, lenv, d);
-        self.barriers -= 1;
+        self.exit_barrier();
         r?;
         Ok(self.let_("v", t, Expr::Take(acc)))
     }
 
-    /// Where sunk variables may occur: the block depth, raised inside materialisations.
-    pub(super) fn sink_level(&self) -> usize {
-        self.blocks.len() + self.barriers
+
+
+    /// Starts a materialisation: an accumulator that is read when it ends.
+    fn enter_barrier(&mut self) {
+        self.next_barrier += 1;
+        self.barriers.push(self.next_barrier);
+    }
+
+    /// Ends a materialisation: a sunk variable with a destination inside it whose term is
+    /// not lowered yet can no longer be sunk (its contribution would come after the read).
+    fn exit_barrier(&mut self) {
+        let b = self.barriers.pop();
+        for s in &mut self.sinks {
+            if s.term.is_some() && s.dests.iter().any(|(_, x)| *x == b) {
+                s.failed = true;
+            }
+        }
     }
 
     /// The materialised value of a linear variable captured by a power.
@@ -652,9 +673,9 @@ impl Lowering {
         let acc = self.mut_("acc", t, Expr::Zero(t));
         let d = self.dest_of_place(&Place::of(&acc), cod);
         let ft = TTy::lin_fun(dom.clone(), cod.clone());
-        self.barriers += 1;
+        self.enter_barrier();
         let r = self.lin_app(&FunRef::Static(f.clone(), ft), LArg::Mat(x), d);
-        self.barriers -= 1;
+        self.exit_barrier();
         r?;
         Ok(self.let_("v", t, Expr::Take(acc)))
     }
@@ -747,47 +768,78 @@ impl Lowering {
             _ => {}
         }
         if !nested && !self.must_materialise.contains(&v.id) {
-            let depth = self.sink_level();
             let mark = self.blocks.last().map_or(0, Vec::len);
             // What the enclosing sinks have collected so far: a discarded attempt must not
-            // leave its destinations behind.
-            let snapshot: Vec<(usize, bool)> = self
-                .sinks
-                .iter()
-                .map(|s| (s.dests.len(), s.failed))
-                .collect();
+            // leave its destinations (or its early lowering of their terms) behind.
+            let snapshot = self.sinks.clone();
             let id = self.sinks.len();
             self.sinks.push(Sink {
-                depth,
+                depth: self.blocks.len(),
                 dests: Vec::new(),
+                expected: count,
+                term: Some((l.clone(), env.clone(), lenv.clone(), ty.clone())),
                 failed: false,
             });
             k(self, LBind::Sink(id))?;
-            let sink = std::mem::replace(
-                &mut self.sinks[id],
-                Sink {
-                    depth,
-                    dests: Vec::new(),
-                    failed: true,
-                },
-            );
+            let sink = self.sinks[id].clone();
             if !sink.failed {
-                let d = sink.dests.into_iter().fold(Dest::zero(ty.clone()), merge);
-                return self.linear(&l, &env, &lenv, d);
+                match sink.term {
+                    // Lowered when its last occurrence was (inside a materialisation).
+                    None => {
+                        self.sinks.truncate(id);
+                        return Ok(());
+                    }
+                    // Occurrences missing (a use with nowhere to go is skipped): lower the term
+                    // into what was recorded, all of it live (a destination inside a
+                    // materialisation that ended failed the sink).
+                    Some((l, env, lenv, ty)) => {
+                        self.sinks.truncate(id);
+                        let d = sink
+                            .dests
+                            .into_iter()
+                            .map(|(d, _)| d)
+                            .fold(Dest::zero(ty), merge);
+                        return self.linear(&l, &env, &lenv, d);
+                    }
+                }
             }
             // An occurrence was nested after all: undo and materialise.
             self.blocks
                 .last_mut()
                 .expect("the binding block")
                 .truncate(mark);
-            for (s, (n, failed)) in self.sinks.iter_mut().zip(snapshot) {
-                s.dests.truncate(n);
-                s.failed = failed;
-            }
+            self.sinks = snapshot;
             self.must_materialise.insert(v.id);
         }
         let x = self.lin_value(&l, &env, &lenv, ty)?;
         k(self, LBind::Mat(x))
+    }
+
+    /// Records an occurrence of a sunk variable into `d`; with its last occurrence, lowers
+    /// its term into all of them here (so that a materialisation in progress, whose
+    /// accumulator some of them target, sees the contributions before it is read).
+    fn sink_occurrence(&mut self, k: usize, d: Dest) -> Result<()> {
+        let blocks = self.blocks.len();
+        let barrier = self.barriers.last().copied();
+        let s = &mut self.sinks[k];
+        if s.failed || s.term.is_none() {
+            s.failed = true;
+            return Ok(());
+        }
+        if s.depth != blocks {
+            s.failed = true;
+            return Ok(());
+        }
+        s.dests.push((d, barrier));
+        if s.dests.len() as u32 == s.expected {
+            let (l, env, lenv, ty) = s.term.take().expect("checked");
+            let d = std::mem::take(&mut s.dests)
+                .into_iter()
+                .map(|(d, _)| d)
+                .fold(Dest::zero(ty), merge);
+            self.linear(&l, &env, &lenv, d)?;
+        }
+        Ok(())
     }
 
     /// Adds a materialised linear value into a destination.
@@ -897,16 +949,7 @@ impl Lowering {
                     let a = a.clone();
                     self.add_value(&a, d)
                 }
-                Some(LBind::Sink(k)) => {
-                    let level = self.blocks.len() + self.barriers;
-                    let s = &mut self.sinks[*k];
-                    if s.depth == level {
-                        s.dests.push(d);
-                    } else {
-                        s.failed = true;
-                    }
-                    Ok(())
-                }
+                Some(LBind::Sink(k)) => self.sink_occurrence(*k, d),
                 Some(LBind::Zero) => Ok(()),
                 None => panic!("internal error: unbound linear variable {u:?}"),
             },

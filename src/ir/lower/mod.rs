@@ -115,9 +115,9 @@ pub struct Lowering {
     /// Linear variables that must be materialised (a sinking attempt failed).
     must_materialise: FxHashSet<VarId>,
     sinks: Vec<linear::Sink>,
-    /// Materialisations in progress: a sunk variable may not occur inside one (its
-    /// destination would be an accumulator already read), see [`Lowering::sink_level`].
-    barriers: usize,
+    /// Materialisations in progress (ids; see `linear::Sink`).
+    barriers: Vec<u64>,
+    next_barrier: u64,
     /// Nodes inlined by static application so far, and the budget.
     inlined: usize,
     inline_budget: usize,
@@ -178,7 +178,8 @@ impl Lowering {
             occ: linear::Occurrences::default(),
             must_materialise: FxHashSet::default(),
             sinks: Vec::new(),
-            barriers: 0,
+            barriers: Vec::new(),
+            next_barrier: 0,
             inlined: 0,
             inline_budget: 0,
         }
