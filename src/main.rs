@@ -607,8 +607,7 @@ fn run(cli: Cli) -> CliResult<String> {
                 None => (0..prog.defs.len())
                     .filter(|&i| {
                         let e = prog.entry(i);
-                        e.params.iter().all(|p| p.ty.is_first_order())
-                            && e.body.ty.is_first_order()
+                        e.params.iter().all(|p| p.ty.is_first_order()) && e.body.ty.is_first_order()
                     })
                     .collect(),
             };

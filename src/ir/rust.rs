@@ -89,8 +89,38 @@ const HEADER: &str = "\
 ";
 
 const PRELUDE: &str = r#"
-/// An array: shared, immutable (cloning it copies a pointer).
-pub type Arr<T> = std::sync::Arc<Vec<T>>;
+/// An array: shared and immutable (a clone copies a pointer); an empty one allocates nothing.
+#[derive(Debug, PartialEq)]
+pub struct Arr<T>(Option<std::sync::Arc<Vec<T>>>);
+
+impl<T> Arr<T> {
+    /// The array of the vector's elements.
+    pub fn new(v: Vec<T>) -> Arr<T> {
+        if v.is_empty() { Arr(None) } else { Arr(Some(std::sync::Arc::new(v))) }
+    }
+}
+
+impl<T> Clone for Arr<T> {
+    fn clone(&self) -> Arr<T> {
+        Arr(self.0.clone())
+    }
+}
+
+impl<T> std::ops::Deref for Arr<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match &self.0 {
+            Some(v) => v,
+            None => &[],
+        }
+    }
+}
+
+impl<T> FromIterator<T> for Arr<T> {
+    fn from_iter<I: IntoIterator<Item = T>>(it: I) -> Arr<T> {
+        Arr::new(it.into_iter().collect())
+    }
+}
 
 /// A runtime error of the chad program: what failed, at which error site (see [`SITES`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -198,6 +228,13 @@ fn at<T: Clone>(xs: &[T], i: i64, site: usize) -> Result<T, Error> {
     }
 }
 
+fn at_ref<T>(xs: &[T], i: i64, site: usize) -> Result<&T, Error> {
+    match usize::try_from(i).ok().and_then(|k| xs.get(k)) {
+        Some(x) => Ok(x),
+        None => Err(Error { site, kind: ErrorKind::Index { index: i, len: xs.len() } }),
+    }
+}
+
 fn at_or<T: Clone>(xs: &[T], i: i64, zero: impl FnOnce() -> T) -> T {
     match usize::try_from(i).ok().and_then(|k| xs.get(k)) {
         Some(x) => x.clone(),
@@ -293,6 +330,10 @@ struct Emitter<'a> {
     mutated: FxHashSet<u32>,
     /// Variables bound to a reference into another value (a field or element only read).
     borrowed: FxHashSet<u32>,
+    /// Accumulator slices hoisted out of the loops being emitted: the root, the path to the
+    /// array, the loop index that selects an element, and the slice's name.
+    slices: Vec<(u32, Vec<Step>, u32, String)>,
+    next_slice: usize,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -335,6 +376,8 @@ impl<'a> Emitter<'a> {
             accs: FxHashSet::default(),
             mutated: FxHashSet::default(),
             borrowed: FxHashSet::default(),
+            slices: Vec::new(),
+            next_slice: 0,
         };
         e.find_recursive();
         e
@@ -389,6 +432,15 @@ impl<'a> Emitter<'a> {
             }
             TyKind::Enum(e) => self.types().enums()[*e as usize].name.clone(),
         })
+    }
+
+    /// The Rust type of a reference to a value of type `t` (a slice for an array).
+    fn vref(&self, t: Ty) -> String {
+        match self.types().kind(t) {
+            TyKind::Array(e) => format!("&[{}]", self.vt(*e)),
+            TyKind::List(k, v) => format!("&[({}, {})]", self.vt(*k), self.vt(*v)),
+            _ => format!("&{}", self.vt(t)),
+        }
     }
 
     /// The Rust type of accumulators of the additive type `t`.
@@ -471,7 +523,7 @@ impl<'a> Emitter<'a> {
                     let parts: Vec<String> = cs.iter().map(|c| self.zero_val(*c)).collect();
                     format!("({},)", parts.join(", "))
                 }
-                TyKind::Array(_) | TyKind::List(..) => "std::sync::Arc::new(Vec::new())".into(),
+                TyKind::Array(_) | TyKind::List(..) => "Arr::new(Vec::new())".into(),
                 other => panic!("internal error: zero of {other:?}"),
             };
             let vt = self.vt(t);
@@ -532,7 +584,6 @@ impl<'a> Emitter<'a> {
         }
         self.helpers.insert(name.clone(), String::new());
         let at = self.at(t);
-        let vt = self.vt(t);
         let body = match self.types().kind(t).clone() {
             TyKind::F64 => "    match c { Some(c) => *p += smul(c, *v), None => *p += *v }".into(),
             TyKind::Unit => "    let _ = (p, v, c);".into(),
@@ -564,7 +615,7 @@ impl<'a> Emitter<'a> {
                     TyKind::F64 => {
                         "match c { Some(c) => *pi += smul(c, *vi), None => *pi += *vi }".to_string()
                     }
-                    TyKind::Unit => "let _ = (pi, vi);".to_string(),
+                    TyKind::Unit => "let _ = (pi, vi)".to_string(),
                     _ => {
                         let h = self.add_acc_helper(e);
                         format!("{h}(pi, vi, c)")
@@ -582,9 +633,10 @@ impl<'a> Emitter<'a> {
             }
             other => panic!("internal error: += at {other:?}"),
         };
+        let vref = self.vref(t);
         self.helpers.insert(
             name.clone(),
-            format!("\nfn {name}(p: &mut {at}, v: &{vt}, c: Option<f64>) {{\n{body}\n}}\n"),
+            format!("\nfn {name}(p: &mut {at}, v: {vref}, c: Option<f64>) {{\n{body}\n}}\n"),
         );
         name
     }
@@ -609,6 +661,7 @@ impl<'a> Emitter<'a> {
         }
         self.helpers.insert(name.clone(), String::new());
         let vt = self.vt(t);
+        let vref = self.vref(t);
         let z = self.zero_val(t);
         let body = match self.types().kind(t).clone() {
             TyKind::Tuple(cs) => {
@@ -623,18 +676,18 @@ impl<'a> Emitter<'a> {
             }
             TyKind::Array(e) => {
                 let inner = self.scale_val_expr(e, "c", "*x", "x");
-                format!("std::sync::Arc::new(a.iter().map(|x| {inner}).collect())")
+                format!("a.iter().map(|x| {inner}).collect()")
             }
             TyKind::List(_, v) => {
                 let inner = self.scale_val_expr(v, "c", "x.1.clone()", "&x.1");
-                format!("std::sync::Arc::new(a.iter().map(|x| (x.0.clone(), {inner})).collect())")
+                format!("a.iter().map(|x| (x.0.clone(), {inner})).collect()")
             }
             other => panic!("internal error: scale at {other:?}"),
         };
         self.helpers.insert(
             name.clone(),
             format!(
-                "\nfn {name}(c: f64, a: &{vt}) -> {vt} {{\n    if c == 0.0 {{\n        return {z};\n    }}\n    {body}\n}}\n"
+                "\nfn {name}(c: f64, a: {vref}) -> {vt} {{\n    if c == 0.0 {{\n        return {z};\n    }}\n    {body}\n}}\n"
             ),
         );
         name
@@ -672,17 +725,16 @@ impl<'a> Emitter<'a> {
             TyKind::Array(e) => {
                 let inner = add(self, e, "a[i]", "b[i]");
                 format!(
-                    "let n = a.len().max(b.len());\n    std::sync::Arc::new((0..n).map(|i| if i >= a.len() {{ b[i].clone() }} else if i >= b.len() {{ a[i].clone() }} else {{ {inner} }}).collect())"
+                    "let n = a.len().max(b.len());\n    (0..n).map(|i| if i >= a.len() {{ b[i].clone() }} else if i >= b.len() {{ a[i].clone() }} else {{ {inner} }}).collect()"
                 )
             }
-            TyKind::List(..) => {
-                "std::sync::Arc::new(a.iter().chain(b.iter()).cloned().collect())".into()
-            }
+            TyKind::List(..) => "a.iter().chain(b.iter()).cloned().collect()".into(),
             other => panic!("internal error: + at {other:?}"),
         };
+        let vref = self.vref(t);
         self.helpers.insert(
             name.clone(),
-            format!("\nfn {name}(a: &{vt}, b: &{vt}) -> {vt} {{\n    {body}\n}}\n"),
+            format!("\nfn {name}(a: {vref}, b: {vref}) -> {vt} {{\n    {body}\n}}\n"),
         );
         name
     }
@@ -691,9 +743,9 @@ impl<'a> Emitter<'a> {
     fn freeze(&mut self, t: Ty, acc: &str) -> String {
         match self.types().kind(t) {
             TyKind::F64 | TyKind::Unit => return acc.to_string(),
-            TyKind::List(..) => return format!("std::sync::Arc::new({acc})"),
+            TyKind::List(..) => return format!("Arr::new({acc})"),
             TyKind::Array(e) if matches!(self.types().kind(*e), TyKind::F64 | TyKind::Unit) => {
-                return format!("std::sync::Arc::new({acc})");
+                return format!("Arr::new({acc})");
             }
             _ => {}
         }
@@ -713,7 +765,7 @@ impl<'a> Emitter<'a> {
                 }
                 TyKind::Array(e) => {
                     let inner = self.freeze(e, "x");
-                    format!("std::sync::Arc::new(a.into_iter().map(|x| {inner}).collect())")
+                    format!("a.into_iter().map(|x| {inner}).collect()")
                 }
                 other => panic!("internal error: freeze of {other:?}"),
             };
@@ -948,7 +1000,7 @@ impl<'a> Emitter<'a> {
         self.block_into(&f.body, 1, &mut body, true)?;
         let ret = self.vt(f.ret);
         self.funcs.push(format!(
-            "\n#[allow(unreachable_code, clippy::all)]\nfn {}({}) -> Result<{ret}, Error> {{\n{body}}}\n",
+            "\n#[allow(unreachable_code, clippy::all)]\nfn f_{}({}) -> Result<{ret}, Error> {{\n{body}}}\n",
             f.name,
             params.join(", ")
         ));
@@ -965,9 +1017,7 @@ impl<'a> Emitter<'a> {
     /// body).
     fn block_into(&mut self, b: &Block, depth: usize, out: &mut String, ret: bool) -> Result<()> {
         deep(|| {
-            for s in &b.stmts {
-                self.stmt(s, depth, out)?;
-            }
+            self.stmts(&b.stmts, depth, out)?;
             Self::indent(out, depth);
             let r = self.own(&b.result);
             if ret {
@@ -997,8 +1047,28 @@ impl<'a> Emitter<'a> {
     }
 
     fn place(&self, p: &Place) -> String {
+        // The innermost hoisted slice this place is an element of, if any.
+        for (root, prefix, i, name) in self.slices.iter().rev() {
+            if *root == p.root.0.id
+                && p.path.len() > prefix.len()
+                && p.path[..prefix.len()]
+                    .iter()
+                    .zip(prefix)
+                    .all(|(a, b)| same_step(a, b))
+                && matches!(&p.path[prefix.len()], Step::Elem(Atom::Var(x)) if x.id == *i)
+            {
+                let mut s = format!("{name}[{} as usize]", var_name_id(p, prefix.len()));
+                self.steps(&p.path[prefix.len() + 1..], &mut s);
+                return s;
+            }
+        }
         let mut s = var_name(&p.root.0);
-        for st in &p.path {
+        self.steps(&p.path, &mut s);
+        s
+    }
+
+    fn steps(&self, path: &[Step], s: &mut String) {
+        for st in path {
             match st {
                 Step::Field(k) => {
                     let _ = write!(s, ".{k}");
@@ -1008,7 +1078,121 @@ impl<'a> Emitter<'a> {
                 }
             }
         }
-        s
+    }
+
+    /// Emits a sequence of statements (each `for` loop sees the ones before it).
+    fn stmts(&mut self, stmts: &[Stmt], depth: usize, out: &mut String) -> Result<()> {
+        for (k, s) in stmts.iter().enumerate() {
+            match s {
+                Stmt::For(i, n, body) => self.for_loop(i, n, body, &stmts[..k], depth, out)?,
+                _ => self.stmt(s, depth, out)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// `for i in 0..n { body }`. Each accumulator array that the statements before grew to
+    /// `n` and that the body writes only at element `i` (touching the rest of its variable
+    /// only through other fields) is borrowed once as a slice of length `n` before the loop,
+    /// so that the writes need no bounds check and no reload of the vectors' headers (which
+    /// lets the compiler vectorise accumulation loops).
+    fn for_loop(
+        &mut self,
+        i: &super::Var,
+        n: &Atom,
+        body: &Block,
+        before: &[Stmt],
+        depth: usize,
+        out: &mut String,
+    ) -> Result<()> {
+        let mut grown: Vec<&Place> = Vec::new();
+        for (k, s) in before.iter().enumerate() {
+            if let Stmt::Grow(p, m) = s
+                && same_atom(m, n)
+            {
+                // Not read (taken) since.
+                let mut untouched = true;
+                let rest = Block::unit(before[k + 1..].to_vec());
+                walk_places(&rest, &mut |_| {}, &mut |r| {
+                    untouched &= r.0.id != p.root.0.id
+                });
+                if untouched {
+                    grown.push(p);
+                }
+            }
+        }
+        let mut hoisted = Vec::new();
+        for p in grown {
+            if hoisted.iter().any(|(q, _): &(&Place, String)| {
+                q.root.0.id == p.root.0.id
+                    && q.path.len() == p.path.len()
+                    && q.path.iter().zip(&p.path).all(|(a, b)| same_step(a, b))
+            }) {
+                continue;
+            }
+            if self.slice_safe(p, i, body) {
+                self.next_slice += 1;
+                let name = format!("s{}_{}", self.next_slice, var_name(&p.root.0));
+                Self::indent(out, depth);
+                let _ = writeln!(
+                    out,
+                    "let {name} = &mut {}[..{}.max(0) as usize];",
+                    self.place(p),
+                    self.read(n)
+                );
+                hoisted.push((p, name));
+            }
+        }
+        let pushed = hoisted.len();
+        for (p, name) in &hoisted {
+            self.slices
+                .push((p.root.0.id, p.path.clone(), i.id, name.clone()));
+        }
+        let b = self.unit_block(body, depth);
+        for _ in 0..pushed {
+            self.slices.pop();
+        }
+        let b = b?;
+        Self::indent(out, depth);
+        let _ = writeln!(out, "for {} in 0..{} {b}", self.decl_name(i), self.read(n));
+        Ok(())
+    }
+
+    /// Whether the loop body writes `p[i]...` and accesses `p`'s variable only there or
+    /// through fields disjoint from `p`'s path (and never reads it).
+    fn slice_safe(&self, p: &Place, i: &super::Var, body: &Block) -> bool {
+        let root = p.root.0.id;
+        let is_elem = |q: &Place| {
+            q.root.0.id == root
+                && q.path.len() > p.path.len()
+                && q.path.iter().zip(&p.path).all(|(a, b)| same_step(a, b))
+                && matches!(&q.path[p.path.len()], Step::Elem(Atom::Var(x)) if x.id == i.id)
+        };
+        let mut used = false;
+        walk_places(body, &mut |q| used |= is_elem(q), &mut |_| {});
+        if !used {
+            return false;
+        }
+        let ok_place = |q: &Place| -> bool {
+            if q.root.0.id != root {
+                return true;
+            }
+            // Diverging at a field step: disjoint.
+            for (a, b) in q.path.iter().zip(&p.path) {
+                match (a, b) {
+                    (Step::Field(x), Step::Field(y)) if x != y => return true,
+                    _ if same_step(a, b) => continue,
+                    _ => return false,
+                }
+            }
+            q.path.len() > p.path.len()
+                && matches!(&q.path[p.path.len()], Step::Elem(Atom::Var(x)) if x.id == i.id)
+        };
+        let (mut places_ok, mut reads_ok) = (true, true);
+        walk_places(body, &mut |q| places_ok &= ok_place(q), &mut |m| {
+            reads_ok &= m.0.id != root
+        });
+        places_ok && reads_ok
     }
 
     fn place_ty(&self, p: &Place) -> Ty {
@@ -1033,14 +1217,25 @@ impl<'a> Emitter<'a> {
                     Expr::Index(a, i, site) if Some(*site) == self.internal_site() => {
                         Some(format!("&{}[{} as usize]", self.read(a), self.read(i)))
                     }
+                    Expr::Index(a, i, site) => Some(format!(
+                        "at_ref(&{}, {}, {})?",
+                        self.read(a),
+                        self.read(i),
+                        site.0
+                    )),
                     _ => None,
                 };
                 match reference {
-                    // A field or element that is only read: borrowed, not cloned.
+                    // A field or element that is only read: borrowed, not cloned (an array as
+                    // a slice).
                     Some(r) => {
                         self.borrowed.insert(x.id);
-                        let _ =
-                            write!(line, "let {}: &{} = {r};", self.decl_name(x), self.vt(x.ty));
+                        let _ = write!(
+                            line,
+                            "let {}: {} = {r};",
+                            self.decl_name(x),
+                            self.vref(x.ty)
+                        );
                     }
                     None => {
                         let e = self.expr(e, depth, Some(x.ty))?;
@@ -1122,9 +1317,7 @@ impl<'a> Emitter<'a> {
     /// A block whose value is unit, as `{ stmts }`.
     fn unit_block(&mut self, b: &Block, depth: usize) -> Result<String> {
         let mut s = String::from("{\n");
-        for st in &b.stmts {
-            self.stmt(st, depth + 1, &mut s)?;
-        }
+        self.stmts(&b.stmts, depth + 1, &mut s)?;
         Self::indent(&mut s, depth);
         s.push('}');
         Ok(s)
@@ -1200,7 +1393,7 @@ impl<'a> Emitter<'a> {
             }
             Expr::Array(_, xs) => {
                 let x: Vec<String> = xs.iter().map(|a| self.own(a)).collect();
-                format!("std::sync::Arc::new(vec![{}])", x.join(", "))
+                format!("Arr::new(vec![{}])", x.join(", "))
             }
             Expr::Index(a, i, site) => {
                 let t = ty.expect("an element's type");
@@ -1226,7 +1419,7 @@ impl<'a> Emitter<'a> {
                 let body = self.block_expr(b, depth + 1)?;
                 let ind = "    ".repeat(depth);
                 format!(
-                    "{{\n{ind}    let n = check_len(\"build\", {n}, {})?;\n{ind}    let mut v = Vec::with_capacity(n);\n{ind}    for {} in 0..n as i64 {{\n{ind}        v.push({body});\n{ind}    }}\n{ind}    std::sync::Arc::new(v)\n{ind}}}",
+                    "{{\n{ind}    let n = check_len(\"build\", {n}, {})?;\n{ind}    let mut v = Vec::with_capacity(n);\n{ind}    for {} in 0..n as i64 {{\n{ind}        v.push({body});\n{ind}    }}\n{ind}    Arr::new(v)\n{ind}}}",
                     site.0,
                     self.decl_name(i)
                 )
@@ -1238,7 +1431,7 @@ impl<'a> Emitter<'a> {
             }
             Expr::Replicate(n, x, site) => {
                 format!(
-                    "std::sync::Arc::new(vec![{}; check_len(\"replicate\", {}, {})?])",
+                    "Arr::new(vec![{}; check_len(\"replicate\", {}, {})?])",
                     self.own(x),
                     self.read(n),
                     site.0
@@ -1252,7 +1445,7 @@ impl<'a> Emitter<'a> {
             Expr::Match(a, arms) => self.match_(a, arms, depth)?,
             Expr::Call(f, xs) => {
                 let x: Vec<String> = xs.iter().map(|a| self.own(a)).collect();
-                format!("{}({})?", self.p.func(*f).name, x.join(", "))
+                format!("f_{}({})?", self.p.func(*f).name, x.join(", "))
             }
             Expr::Zero(t) => self.zero_val(*t),
             Expr::Add(a, b) => {
@@ -1332,17 +1525,17 @@ impl<'a> Emitter<'a> {
         let s = site.0;
         let int = |name: &str, f: &str| {
             format!(
-                "int_op(\"{name}\", {}.{f}({}), {}, {}, {s})?",
+                "int_op(\"{name}\", i64::{f}({}, {}), {}, {}, {s})?",
                 x[0], x[1], x[0], x[1]
             )
         };
         Ok(match p.name() {
             "sin" | "cos" | "tan" | "exp" | "sqrt" | "tanh" | "abs" => {
-                format!("{}.{}()", x[0], p.name())
+                format!("f64::{}({})", p.name(), x[0])
             }
-            "log" => format!("{}.ln()", x[0]),
+            "log" => format!("f64::ln({})", x[0]),
             "sigmoid" => format!("sigmoid({})", x[0]),
-            "pow" => format!("{}.powf({})", x[0], x[1]),
+            "pow" => format!("f64::powf({}, {})", x[0], x[1]),
             "max" => format!("fmax({}, {})", x[0], x[1]),
             "min" => format!("fmin({}, {})", x[0], x[1]),
             "toReal" => format!("{} as f64", x[0]),
@@ -1362,7 +1555,10 @@ impl<'a> Emitter<'a> {
             "isub" => int("isub", "checked_sub"),
             "imul" => int("imul", "checked_mul"),
             "idiv" => int("idiv", "checked_div"),
-            "ineg" => format!("int_op(\"ineg\", {0}.checked_neg(), {0}, 0, {s})?", x[0]),
+            "ineg" => format!(
+                "int_op(\"ineg\", i64::checked_neg({0}), {0}, 0, {s})?",
+                x[0]
+            ),
             "decide" => {
                 let t = super::lower::lookup_source_ty(self.types(), p.result())
                     .ok_or_else(|| internal("decide's type"))?;
@@ -1440,7 +1636,7 @@ impl<'a> Emitter<'a> {
             .iter()
             .fold("()".to_string(), |acc, a| format!("({acc}, {a}.clone())"));
         let ret = self.pub_out(&x.result);
-        let primal = self.p.func(x.primal).name.clone();
+        let primal = format!("f_{}", self.p.func(x.primal).name);
         let out_conv = self.result(&x.result, "y")?;
         let _ = write!(
             out,
@@ -1469,7 +1665,7 @@ impl<'a> Emitter<'a> {
                 name = x.name,
                 ps = params.join(", "),
                 ts = tparams.join(", "),
-                f = self.p.func(f).name,
+                f = format!("f_{}", self.p.func(f).name),
             );
         }
         if let Some(f) = x.vjp {
@@ -1499,7 +1695,7 @@ impl<'a> Emitter<'a> {
                 "\n/// Reverse mode: `{name}`'s value and the cotangent of every argument for the output cotangent `ct`.\n#[allow(non_snake_case, unused_variables, clippy::all)]\npub fn {name}_vjp({ps}, ct: {ct}) -> Result<({ret}, {gty}), Error> {{\n{args}    let (y, dctx) = {f}({ctx}, {ct_conv})?;\n{unpack}    Ok(({out_conv}, {gtuple}))\n}}\n",
                 name = x.name,
                 ps = params.join(", "),
-                f = self.p.func(f).name,
+                f = format!("f_{}", self.p.func(f).name),
             );
             if matches!(x.result, Type::Real) {
                 let pnames: Vec<String> = (1..=n).map(|k| format!("x{k}")).collect();
@@ -1569,7 +1765,7 @@ impl<'a> Emitter<'a> {
         Ok(match t {
             Type::Array(a) => {
                 let inner = self.arg_owned(a, "e")?;
-                format!("std::sync::Arc::new({x}.iter().map(|e| {inner}).collect())")
+                format!("{x}.iter().map(|e| {inner}).collect::<Arr<_>>()")
             }
             _ => self.arg_owned(t, x)?,
         })
@@ -1587,7 +1783,7 @@ impl<'a> Emitter<'a> {
                 }
                 Type::Array(a) => {
                     let inner = self.arg_owned(a, "e")?;
-                    format!("std::sync::Arc::new({x}.iter().map(|e| {inner}).collect())")
+                    format!("{x}.iter().map(|e| {inner}).collect::<Arr<_>>()")
                 }
                 Type::Sum(_) => format!("{x}.clone()"),
                 Type::Fun(_) => return Err(internal("a function in the public API")),
@@ -1619,7 +1815,7 @@ impl<'a> Emitter<'a> {
         Ok(match t {
             Type::Array(a) => {
                 let inner = self.tangent_arg_owned(a, "e")?;
-                format!("std::sync::Arc::new({x}.iter().map(|e| {inner}).collect())")
+                format!("{x}.iter().map(|e| {inner}).collect::<Arr<_>>()")
             }
             _ => self.tangent_arg_owned(t, x)?,
         })
@@ -1637,7 +1833,7 @@ impl<'a> Emitter<'a> {
                 }
                 Type::Array(a) => {
                     let inner = self.tangent_arg_owned(a, "e")?;
-                    format!("std::sync::Arc::new({x}.iter().map(|e| {inner}).collect())")
+                    format!("{x}.iter().map(|e| {inner}).collect::<Arr<_>>()")
                 }
                 Type::Fun(_) => return Err(internal("a function in the public API")),
             })
@@ -1734,6 +1930,63 @@ impl<'a> Emitter<'a> {
     }
 }
 
+fn same_atom(a: &Atom, b: &Atom) -> bool {
+    match (a, b) {
+        (Atom::Var(x), Atom::Var(y)) => x.id == y.id,
+        (Atom::I64(x), Atom::I64(y)) => x == y,
+        _ => false,
+    }
+}
+
+fn same_step(a: &Step, b: &Step) -> bool {
+    match (a, b) {
+        (Step::Field(x), Step::Field(y)) => x == y,
+        (Step::Elem(x), Step::Elem(y)) => same_atom(x, y),
+        _ => false,
+    }
+}
+
+/// The loop index of a place's element step `k`.
+fn var_name_id(p: &Place, k: usize) -> String {
+    match &p.path[k] {
+        Step::Elem(Atom::Var(x)) => var_name(x),
+        _ => unreachable!("checked by the caller"),
+    }
+}
+
+/// Calls `place` on every place and `read` on every mutable read (`get`, `take`) in a block,
+/// at any depth.
+fn walk_places(b: &Block, place: &mut dyn FnMut(&Place), read: &mut dyn FnMut(&MutVar)) {
+    deep(|| {
+        for s in &b.stmts {
+            match s {
+                Stmt::AddTo { place: p, .. } | Stmt::Grow(p, _) => place(p),
+                Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => walk_expr_places(e, place, read),
+                Stmt::For(_, _, body) | Stmt::Loop(body) => walk_places(body, place, read),
+                Stmt::Set(m, _) => read(m),
+                Stmt::Break | Stmt::Check(..) => {}
+            }
+        }
+    })
+}
+
+fn walk_expr_places(e: &Expr, place: &mut dyn FnMut(&Place), read: &mut dyn FnMut(&MutVar)) {
+    match e {
+        Expr::Build(_, _, b, _) | Expr::Sum(_, _, b) => walk_places(b, place, read),
+        Expr::If(_, a, b) => {
+            walk_places(a, place, read);
+            walk_places(b, place, read);
+        }
+        Expr::Match(_, arms) => {
+            for arm in arms {
+                walk_places(&arm.body, place, read);
+            }
+        }
+        Expr::Get(m) | Expr::Take(m) => read(m),
+        _ => {}
+    }
+}
+
 fn float(x: f64) -> String {
     if x.is_nan() {
         "f64::NAN".into()
@@ -1744,12 +1997,7 @@ fn float(x: f64) -> String {
             "f64::NEG_INFINITY".into()
         }
     } else {
-        let s = format!("{x:?}");
-        if x < 0.0 {
-            format!("({s}f64)")
-        } else {
-            format!("{s}f64")
-        }
+        format!("{x:?}f64")
     }
 }
 
@@ -1785,7 +2033,7 @@ pub fn ffi(p: &Program, funcs: &[super::FuncId]) -> Result<String> {
         let enc = e.codec(func.ret, &mut codecs);
         let _ = write!(
             arms,
-            "        {id} => {{\n{dec}            Some(Prepared {{\n                run: Box::new(move |encode| {{\n                    let y = {name}({args})?;\n                    Ok(encode.then(|| {{\n                        let mut w = Vec::new();\n                        enc_{enc}(&y, &mut w);\n                        w\n                    }}))\n                }}),\n            }})\n        }}\n",
+            "        {id} => {{\n{dec}            Some(Prepared {{\n                run: Box::new(move |encode| {{\n                    let y = f_{name}({args})?;\n                    Ok(encode.then(|| {{\n                        let mut w = Vec::new();\n                        enc_{enc}(&y, &mut w);\n                        w\n                    }}))\n                }}),\n            }})\n        }}\n",
             id = f.0,
             name = func.name,
             args = args.join(", "),
@@ -1838,7 +2086,7 @@ impl Emitter<'_> {
                 let ck = self.codec(el, codecs);
                 (
                     format!(
-                        "let n = r.u64()? as usize;\n    let mut xs = Vec::with_capacity(n.min(r.remaining()));\n    for _ in 0..n {{ xs.push(dec_{ck}(r)?); }}\n    Some(std::sync::Arc::new(xs))"
+                        "let n = r.u64()? as usize;\n    let mut xs = Vec::with_capacity(n.min(r.remaining()));\n    for _ in 0..n {{ xs.push(dec_{ck}(r)?); }}\n    Some(Arr::new(xs))"
                     ),
                     format!(
                         "w.extend_from_slice(&(v.len() as u64).to_le_bytes());\n    for x in v.iter() {{ enc_{ck}(x, w); }}"
@@ -1850,7 +2098,7 @@ impl Emitter<'_> {
                 let vk = self.codec(val, codecs);
                 (
                     format!(
-                        "let n = r.u64()? as usize;\n    let mut xs = Vec::with_capacity(n.min(r.remaining()));\n    for _ in 0..n {{ xs.push((dec_{kk}(r)?, dec_{vk}(r)?)); }}\n    Some(std::sync::Arc::new(xs))"
+                        "let n = r.u64()? as usize;\n    let mut xs = Vec::with_capacity(n.min(r.remaining()));\n    for _ in 0..n {{ xs.push((dec_{kk}(r)?, dec_{vk}(r)?)); }}\n    Some(Arr::new(xs))"
                     ),
                     format!(
                         "w.extend_from_slice(&(v.len() as u64).to_le_bytes());\n    for x in v.iter() {{ enc_{kk}(&x.0, w); enc_{vk}(&x.1, w); }}"

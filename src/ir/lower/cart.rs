@@ -289,6 +289,7 @@ impl Lowering {
                 let rt = self.type_of.term(t);
                 let et = rt.as_array().expect("an array type").clone();
                 let i = self.prog.var("i", Ty::I64);
+                self.loop_bound(&i, &form.n);
                 let ia = Atom::Var(i.clone());
                 let body = self.block(|this| {
                     let v = this.element(&form, &ia)?;
@@ -307,7 +308,11 @@ impl Lowering {
                 let i = self.atom(i, env)?;
                 let rt = self.type_of.term(t);
                 let it = self.ty(&rt);
-                let s = self.site(t.span);
+                let s = if self.in_range(&xs, &i) {
+                    self.internal_site()
+                } else {
+                    self.site(t.span)
+                };
                 SVal::Dyn(self.let_("x", it, Expr::Index(xs, i, s)))
             }
             K::Length(xs) => {
@@ -350,6 +355,7 @@ impl Lowering {
                         self.emit(Stmt::Check(Check::Len("build", form.n.clone()), site));
                     }
                     let i = self.prog.var("i", Ty::I64);
+                    self.loop_bound(&i, &form.n);
                     let ia = Atom::Var(i.clone());
                     let body = self.block(|this| {
                         let v = this.element(&form, &ia)?;

@@ -62,6 +62,8 @@ pub(crate) struct Sink {
     expected: u32,
     /// The bound term, until it is lowered.
     term: Option<(LTerm, Env, LEnv, LTy)>,
+    /// Only collecting destinations (see [`Lowering::apply_dest`]): never lowered here.
+    collect: bool,
     failed: bool,
 }
 
@@ -217,6 +219,28 @@ pub(crate) enum LArg {
 }
 
 impl Dest {
+    /// A sketch of the destination's structure (for debugging).
+    pub(crate) fn shape(&self) -> String {
+        match &self.kind {
+            DK::Zero => "0".into(),
+            DK::Places(ts) => format!("places{}", ts.len()),
+            DK::Pair(a, b) => format!("({}, {})", a.shape(), b.shape()),
+            DK::Array(ad) => format!(
+                "array{{whole{} sum:{} each:{} at{}}}",
+                ad.whole.len(),
+                ad.sum.shape(),
+                ad.each.as_ref().map_or("-".into(), |e| e.dest.shape()),
+                ad.at.len()
+            ),
+            DK::Apply(_, d) => format!("apply({})", d.shape()),
+            DK::Fold(_, _, d) => format!("fold({})", d.shape()),
+            DK::Both(ds) => format!(
+                "both[{}]",
+                ds.iter().map(Dest::shape).collect::<Vec<_>>().join(", ")
+            ),
+        }
+    }
+
     fn new(ty: LTy, kind: DK) -> Dest {
         let scaled = match &kind {
             DK::Zero => false,
@@ -519,6 +543,7 @@ impl Lowering {
             }
         }
         let i = self.prog.var("i", Ty::I64);
+        self.loop_bound(&i, n);
         let ia = Atom::Var(i.clone());
         let each = match &ad.each {
             Some(e) => e.dest.subst(&e.i, &ia),
@@ -619,8 +644,6 @@ impl Lowering {
         r?;
         Ok(self.let_("v", t, Expr::Take(acc)))
     }
-
-
 
     /// Starts a materialisation: an accumulator that is read when it ends.
     fn enter_barrier(&mut self) {
@@ -769,6 +792,7 @@ impl Lowering {
         }
         if !nested && !self.must_materialise.contains(&v.id) {
             let mark = self.blocks.last().map_or(0, Vec::len);
+            let cse = self.cse_mark();
             // What the enclosing sinks have collected so far: a discarded attempt must not
             // leave its destinations (or its early lowering of their terms) behind.
             let snapshot = self.sinks.clone();
@@ -778,6 +802,7 @@ impl Lowering {
                 dests: Vec::new(),
                 expected: count,
                 term: Some((l.clone(), env.clone(), lenv.clone(), ty.clone())),
+                collect: false,
                 failed: false,
             });
             k(self, LBind::Sink(id))?;
@@ -808,6 +833,7 @@ impl Lowering {
                 .last_mut()
                 .expect("the binding block")
                 .truncate(mark);
+            self.cse_undo(cse);
             self.sinks = snapshot;
             self.must_materialise.insert(v.id);
         }
@@ -822,15 +848,14 @@ impl Lowering {
         let blocks = self.blocks.len();
         let barrier = self.barriers.last().copied();
         let s = &mut self.sinks[k];
-        if s.failed || s.term.is_none() {
-            s.failed = true;
-            return Ok(());
-        }
-        if s.depth != blocks {
+        if s.depth != blocks || (s.term.is_none() && !s.collect) {
             s.failed = true;
             return Ok(());
         }
         s.dests.push((d, barrier));
+        if s.collect {
+            return Ok(());
+        }
         if s.dests.len() as u32 == s.expected {
             let (l, env, lenv, ty) = s.term.take().expect("checked");
             let d = std::mem::take(&mut s.dests)
@@ -1123,6 +1148,9 @@ impl Lowering {
             if let DK::Apply(f, d2) = d.kind {
                 return self.lin_app(&f, LArg::Term(l.clone(), env.clone(), lenv.clone()), *d2);
             }
+            if std::env::var("IRDBG").is_ok() {
+                eprintln!("materialise {} into {}", l, d.shape());
+            }
             let x = self.lin_value(l, env, lenv, &ty)?;
             return self.add_value(&x, d);
         }
@@ -1322,7 +1350,7 @@ impl Lowering {
                 let k = Atom::Var(e.i.clone());
                 let d = merge(e.dest, sum);
                 Some(Each {
-                    dest: Dest::apply(src.clone(), f(&k), d),
+                    dest: self.apply_dest(src.clone(), f(&k), d)?,
                     i: e.i,
                     grow: e.grow,
                 })
@@ -1331,21 +1359,18 @@ impl Lowering {
                 let i = self.prog.var("i", Ty::I64);
                 let k = Atom::Var(i.clone());
                 Some(Each {
-                    dest: Dest::apply(src.clone(), f(&k), sum),
+                    dest: self.apply_dest(src.clone(), f(&k), sum)?,
                     i,
                     grow: Vec::new(),
                 })
             }
             None => None,
         };
-        let at_ = ad
-            .at
-            .into_iter()
-            .map(|(j, dj)| {
-                let fj = f(&j);
-                (j, Dest::apply(src.clone(), fj, dj))
-            })
-            .collect();
+        let mut at_ = Vec::new();
+        for (j, dj) in ad.at {
+            let fj = f(&j);
+            at_.push((j.clone(), self.apply_dest(src.clone(), fj, dj)?));
+        }
         let d = Dest::array(
             at.clone(),
             ArrDest {
@@ -1356,6 +1381,49 @@ impl Lowering {
             },
         );
         self.linear(a, env, lenv, d)
+    }
+
+    /// `apply f d`, or for a known linear λ whose parameter only flows through structure
+    /// (projections, pairs, scalings, ...) the destination of its parameter: the body
+    /// lowered into `d` with the parameter collecting destinations (`apply (\p ⊸ snd p) d` is
+    /// `(0, d)`), so that values given to it go straight to their places.
+    fn apply_dest(&mut self, src: LTy, f: FunRef, d: Dest) -> Result<Dest> {
+        let FunRef::Static(SVal::LinLam(c), _) = &f else {
+            return Ok(Dest::apply(src, f, d));
+        };
+        let TermKind::LinLam(v, body) = &c.term.kind else {
+            return Ok(Dest::apply(src, f, d));
+        };
+        let mark = self.blocks.last().map_or(0, Vec::len);
+        let cse = self.cse_mark();
+        let snapshot = self.sinks.clone();
+        let id = self.sinks.len();
+        self.sinks.push(Sink {
+            depth: self.blocks.len(),
+            dests: Vec::new(),
+            expected: u32::MAX,
+            term: None,
+            collect: true,
+            failed: false,
+        });
+        let mut lenv = LEnv::new();
+        lenv.insert(v.id, LBind::Sink(id));
+        let (body, env) = (body.clone(), c.env.clone());
+        self.linear(&body, &env, &lenv, d.clone())?;
+        let sink = self.sinks[id].clone();
+        self.sinks.truncate(id);
+        // (The destinations are used at once, so materialisations in progress do not matter.)
+        if !sink.failed {
+            return Ok(sink
+                .dests
+                .into_iter()
+                .map(|(d, _)| d)
+                .fold(Dest::zero(src), merge));
+        }
+        self.blocks.last_mut().expect("a block").truncate(mark);
+        self.cse_undo(cse);
+        self.sinks = snapshot;
+        Ok(Dest::apply(src, f, d))
     }
 
     fn lower_arg(&mut self, arg: &LArg, d: Dest) -> Result<()> {

@@ -96,8 +96,20 @@ struct Pending {
 /// Builds one IR program.
 pub struct Lowering {
     prog: Program,
-    /// The blocks being built, innermost last.
+    /// The blocks being built, innermost last, with their ids.
     blocks: Vec<Vec<Stmt>>,
+    block_ids: Vec<u64>,
+    next_block: u64,
+    /// Common subexpressions (projections, lengths) of variables, with where they are bound
+    /// (depth and block id) and an undo log (see [`Lowering::cse_mark`]).
+    cse: FxHashMap<CseKey, (Atom, usize, u64)>,
+    cse_log: Vec<(CseKey, Option<(Atom, usize, u64)>)>,
+    /// Range facts: `n = len xs` (n's id to xs's id), `m = n - c` (m to (n, c)), `j = i + c`
+    /// (j to (i, c)), and loop indices with their bounds (`i < n`).
+    len_of: FxHashMap<u32, u32>,
+    minus: FxHashMap<u32, (u32, i64)>,
+    plus: FxHashMap<u32, (u32, i64)>,
+    below: FxHashMap<u32, u32>,
     /// Types: target types already mapped (the key term keeps the pointer alive).
     ty_cache: FxHashMap<usize, (TTy, Ty)>,
     lty_cache: FxHashMap<usize, (LTy, Ty)>,
@@ -121,6 +133,13 @@ pub struct Lowering {
     /// Nodes inlined by static application so far, and the budget.
     inlined: usize,
     inline_budget: usize,
+}
+
+/// A common subexpression: a projection or the length of a variable.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum CseKey {
+    Proj(u32, u32),
+    Len(u32),
 }
 
 /// An owned term of either kind (a λ node kept by the pointer-keyed maps, so that its address
@@ -167,6 +186,14 @@ impl Lowering {
         Lowering {
             prog: Program::default(),
             blocks: Vec::new(),
+            block_ids: Vec::new(),
+            next_block: 0,
+            cse: FxHashMap::default(),
+            cse_log: Vec::new(),
+            len_of: FxHashMap::default(),
+            minus: FxHashMap::default(),
+            plus: FxHashMap::default(),
+            below: FxHashMap::default(),
             ty_cache: FxHashMap::default(),
             lty_cache: FxHashMap::default(),
             type_of: TypeOf::default(),
@@ -202,11 +229,11 @@ impl Lowering {
             env.insert(p.id, SVal::Dyn(Atom::Var(v.clone())));
             ps.push(v);
         }
-        self.blocks.push(Vec::new());
+        self.push_block();
         let r = self.term(body, &env)?;
         let ret_ty = self.type_of.term(body);
         let r = self.materialise(&r, &ret_ty)?;
-        let stmts = self.blocks.pop().expect("the function's block");
+        let stmts = self.pop_block();
         let ret = self.ty(&ret_ty);
         Ok(self.add_func(name, ps, ret, Block { stmts, result: r }))
     }
@@ -241,7 +268,7 @@ impl Lowering {
         let d = self.prog.var("d", dt);
         let mut env = Env::new();
         env.insert(m.x.id, SVal::Dyn(Atom::Var(x.clone())));
-        self.blocks.push(Vec::new());
+        self.push_block();
         let v = self.term(&m.body, &env)?;
         let y = self.proj(&v, 0, &image)?;
         let f = self.proj(&v, 1, &image)?;
@@ -251,7 +278,7 @@ impl Lowering {
         let oty = self.lin_ty(&cod);
         let tt = self.prog.types.tuple(vec![yty, oty]);
         let r = self.let_("r", tt, Expr::Tuple(vec![y, out]));
-        let stmts = self.blocks.pop().expect("the function's block");
+        let stmts = self.pop_block();
         Ok(self.add_func(name, vec![x, d], tt, Block { stmts, result: r }))
     }
 
@@ -324,21 +351,114 @@ impl Lowering {
             .push(s);
     }
 
-    /// `let x = e` with a fresh variable of type `t`; the variable as an operand.
+    /// `let x = e` with a fresh variable of type `t`; the variable as an operand. A
+    /// projection or length of a variable already bound in scope is that binding (common
+    /// subexpressions), and lengths and index arithmetic are recorded as range facts.
     fn let_(&mut self, name: &str, t: Ty, e: Expr) -> Atom {
         if let Expr::Atom(a) = e {
             return a;
         }
+        let key = match &e {
+            Expr::Proj(Atom::Var(v), k) => Some(CseKey::Proj(v.id, *k)),
+            Expr::Len(Atom::Var(v)) => Some(CseKey::Len(v.id)),
+            _ => None,
+        };
+        if let Some(key) = key {
+            if let Some((a, depth, id)) = self.cse.get(&key)
+                && self.block_ids.get(*depth) == Some(id)
+            {
+                return a.clone();
+            }
+        }
         let x = self.prog.var(name, t);
+        match &e {
+            Expr::Len(Atom::Var(v)) => {
+                self.len_of.insert(x.id, v.id);
+            }
+            Expr::Prim(p, args, _) => match (p.name(), &args[..]) {
+                ("isub", [Atom::Var(n), Atom::I64(c)]) => {
+                    self.minus.insert(x.id, (n.id, *c));
+                }
+                ("iadd", [Atom::Var(i), Atom::I64(c)]) | ("iadd", [Atom::I64(c), Atom::Var(i)]) => {
+                    self.plus.insert(x.id, (i.id, *c));
+                }
+                _ => {}
+            },
+            _ => {}
+        }
         self.emit(Stmt::Let(x.clone(), e));
-        Atom::Var(x)
+        let a = Atom::Var(x);
+        if let Some(key) = key {
+            let entry = (
+                a.clone(),
+                self.blocks.len() - 1,
+                *self.block_ids.last().expect("a block"),
+            );
+            let old = self.cse.insert(key, entry);
+            self.cse_log.push((key, old));
+        }
+        a
+    }
+
+    /// A position to undo common subexpressions to (with statements discarded).
+    fn cse_mark(&self) -> usize {
+        self.cse_log.len()
+    }
+
+    /// Forgets the common subexpressions recorded since `mark`.
+    fn cse_undo(&mut self, mark: usize) {
+        while self.cse_log.len() > mark {
+            let (key, old) = self.cse_log.pop().expect("checked");
+            match old {
+                Some(e) => self.cse.insert(key, e),
+                None => self.cse.remove(&key),
+            };
+        }
+    }
+
+    /// Whether indexing `xs` at `i` is in range by the range facts: `i` is a loop index below
+    /// `len xs - c` (or `len xs`), plus at most `c`.
+    fn in_range(&self, xs: &Atom, i: &Atom) -> bool {
+        let (Atom::Var(xs), Atom::Var(i)) = (xs, i) else {
+            return false;
+        };
+        let (i, d) = match self.plus.get(&i.id) {
+            Some(&(j, d)) => (j, d),
+            None => (i.id, 0),
+        };
+        let Some(&n) = self.below.get(&i) else {
+            return false;
+        };
+        let (n, c) = match self.minus.get(&n) {
+            Some(&(m, c)) => (m, c),
+            None => (n, 0),
+        };
+        (0..=c).contains(&d) && self.len_of.get(&n) == Some(&xs.id)
+    }
+
+    /// Records that loop index `i` runs below `n`.
+    fn loop_bound(&mut self, i: &Var, n: &Atom) {
+        if let Atom::Var(n) = n {
+            self.below.insert(i.id, n.id);
+        }
+    }
+
+    fn push_block(&mut self) {
+        self.next_block += 1;
+        self.blocks.push(Vec::new());
+        self.block_ids.push(self.next_block);
+    }
+
+    fn pop_block(&mut self) -> Vec<Stmt> {
+        self.block_ids.pop();
+        self.blocks.pop().expect("a block pushed")
     }
 
     /// Runs `f` in a new block; the block with `f`'s result.
     fn block(&mut self, f: impl FnOnce(&mut Self) -> Result<Atom>) -> Result<Block> {
-        self.blocks.push(Vec::new());
+        self.push_block();
         let r = f(self);
-        let stmts = self.blocks.pop().expect("the block pushed");
+        let stmts = self.pop_block();
         Ok(Block { stmts, result: r? })
     }
 
@@ -647,6 +767,7 @@ impl Lowering {
         let captured = p.captured.clone();
         let lam = p.lam.clone();
         let saved = std::mem::take(&mut self.blocks);
+        let saved_ids = std::mem::take(&mut self.block_ids);
         let saved_sinks = std::mem::take(&mut self.sinks);
         let saved_barriers = std::mem::take(&mut self.barriers);
         let body = self.block(|this| {
@@ -710,6 +831,7 @@ impl Lowering {
             }
         });
         self.blocks = saved;
+        self.block_ids = saved_ids;
         self.sinks = saved_sinks;
         self.barriers = saved_barriers;
         Ok(Arm {
