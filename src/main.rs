@@ -7,6 +7,8 @@ use chad::ad::{self, TypeMaps};
 use chad::bench::Bench;
 use chad::ccc;
 use chad::error::{Error, ErrorKind, Result, Source};
+use chad::ir::compile::Parts;
+use chad::native::Native;
 use chad::optimize::optimize;
 use chad::prim::Registry;
 use chad::simplify::simplify;
@@ -50,6 +52,8 @@ enum Command {
         /// Which evaluator: the compiled combinators (default) or the direct term evaluator.
         #[arg(long, value_enum, default_value_t = Engine::Ccc)]
         engine: Engine,
+        #[command(flatten)]
+        native: NativeArgs,
         /// Print `{"value": V}`.
         #[arg(long)]
         json: bool,
@@ -65,6 +69,8 @@ enum Command {
         /// for demonstrations).
         #[arg(long, hide = true, requires = "engine")]
         naive: bool,
+        #[command(flatten)]
+        native: NativeArgs,
         /// Print `{"value": V, "gradient": [G1, ...]}`.
         #[arg(long)]
         json: bool,
@@ -84,6 +90,8 @@ enum Command {
         /// Read the tangents as a JSON array instead.
         #[arg(long, value_name = "PATH")]
         tangents_file: Option<PathBuf>,
+        #[command(flatten)]
+        native: NativeArgs,
         /// Print `{"value": V, "tangent": T}`.
         #[arg(long)]
         json: bool,
@@ -95,6 +103,8 @@ enum Command {
         /// The cotangent of the result, in literal syntax.
         #[arg(long, value_name = "C", allow_hyphen_values = true)]
         cotangent: String,
+        #[command(flatten)]
+        native: NativeArgs,
         /// Print `{"value": V, "gradient": [G1, ...]}`.
         #[arg(long)]
         json: bool,
@@ -181,6 +191,19 @@ struct RunArgs {
     /// Read the arguments as a JSON array instead.
     #[arg(long, value_name = "PATH")]
     args_file: Option<PathBuf>,
+}
+
+/// Where `eval`, `grad`, `jvp` and `vjp` run.
+#[derive(clap::Args, Clone, Copy)]
+struct NativeArgs {
+    /// Where the computation runs: the interpreters (default), or native code (the IR compiled
+    /// to Rust, built by rustc and cached by content hash, loaded in process).
+    #[arg(long, value_enum, default_value_t = Backend::Engine)]
+    backend: Backend,
+    /// With `--backend native`: print the cache folder, whether the library was cached and
+    /// the build time, on standard error.
+    #[arg(long)]
+    verbose: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, ValueEnum)]
@@ -466,6 +489,24 @@ fn show_mor(name: &str, m: &chad::ad::Mor, image: chad::target::types::Ty, width
     )
 }
 
+/// The definition compiled to native code (the parts asked for), with `--verbose`'s report.
+fn native_code(entry: &Entry, src: &Source, args: NativeArgs, parts: Parts) -> Result<Native> {
+    let code = chad::ir::compile::Compiled::with_parts(entry, parts)?;
+    let n = Native::new(code, Some(src), args.verbose)?;
+    if args.verbose {
+        if n.cached {
+            eprintln!("native library (cached): {}", n.path.display());
+        } else {
+            eprintln!(
+                "native library built in {:.2} s: {}",
+                n.rustc_s,
+                n.path.display()
+            );
+        }
+    }
+    Ok(n)
+}
+
 fn with_source<T>(r: Result<T>, src: &Source) -> CliResult<T> {
     r.map_err(|error| Failure {
         error,
@@ -492,7 +533,12 @@ fn run(cli: Cli) -> CliResult<String> {
                     .collect())
             }
         }
-        Command::Eval { run, engine, json } => {
+        Command::Eval {
+            run,
+            engine,
+            native,
+            json,
+        } => {
             let (src, prog) = load(&run.file)?;
             let index = with_source(select(&src, &prog, run.def.as_deref()), &src)?;
             let entry = prog.entry(index);
@@ -500,6 +546,9 @@ fn run(cli: Cli) -> CliResult<String> {
             with_source(chad::eval::check_args(&entry, &args), &src)?;
             let value = with_source(
                 match engine {
+                    _ if native.backend == Backend::Native => {
+                        native_code(&entry, &src, native, Parts::PRIMAL).and_then(|n| n.eval(&args))
+                    }
                     Engine::Ccc => {
                         let comb = ccc::compile_entry(&entry);
                         ccc::eval::run(&comb, &ccc::eval::context_value(&args))
@@ -521,8 +570,16 @@ fn run(cli: Cli) -> CliResult<String> {
             run,
             engine: GradEngine::Dual,
             naive,
+            native,
             json,
         } => {
+            if native.backend == Backend::Native {
+                return Err(Error::new(
+                    ErrorKind::Argument,
+                    "--engine dual runs in its own run-time evaluator; it has no --backend native",
+                )
+                .into());
+            }
             let (src, entry, args) = prepare(&run)?;
             let options = chad::dual_reverse::Options {
                 naive,
@@ -535,12 +592,23 @@ fn run(cli: Cli) -> CliResult<String> {
             Ok(gradient_output(&entry, &out.value, &out.gradient, json))
         }
         Command::Grad {
-            run, naive, json, ..
+            run,
+            naive,
+            native,
+            json,
+            ..
         } => {
             if naive {
                 return Err(Error::new(ErrorKind::Argument, "--naive needs --engine dual").into());
             }
             let (src, entry, args) = prepare(&run)?;
+            if native.backend == Backend::Native {
+                let (value, grads) = with_source(
+                    native_code(&entry, &src, native, Parts::VJP).and_then(|n| n.grad(&args)),
+                    &src,
+                )?;
+                return Ok(gradient_output(&entry, &value, &grads, json));
+            }
             let vjp = with_source(ad::Vjp::new(&optimize(&entry)), &src)?.map_body(simplify);
             let (value, grads) = with_source(vjp.grad(&args), &src)?;
             Ok(gradient_output(&entry, &value, &grads, json))
@@ -549,17 +617,25 @@ fn run(cli: Cli) -> CliResult<String> {
             run,
             tangents,
             tangents_file,
+            native,
             json,
         } => {
             let (src, entry, args) = prepare(&run)?;
-            let jvp = with_source(ad::Jvp::new(&optimize(&entry)), &src)?.map_body(simplify);
             let ts = values(
                 &tangents,
                 tangents_file.as_ref(),
                 &tangent_types(&entry),
                 "tangent",
             )?;
-            let (value, tangent) = with_source(jvp.jvp(&args, &ts), &src)?;
+            let (value, tangent) = if native.backend == Backend::Native {
+                with_source(
+                    native_code(&entry, &src, native, Parts::JVP).and_then(|n| n.jvp(&args, &ts)),
+                    &src,
+                )?
+            } else {
+                let jvp = with_source(ad::Jvp::new(&optimize(&entry)), &src)?.map_body(simplify);
+                with_source(jvp.jvp(&args, &ts), &src)?
+            };
             if json {
                 Ok(format!(
                     "{}\n",
@@ -572,13 +648,21 @@ fn run(cli: Cli) -> CliResult<String> {
         Command::Vjp {
             run,
             cotangent,
+            native,
             json,
         } => {
             let (src, entry, args) = prepare(&run)?;
-            let vjp = with_source(ad::Vjp::new(&optimize(&entry)), &src)?.map_body(simplify);
             let ct_ty = entry.body.ty.tangent().unwrap_or(chad::types::Type::Unit);
             let ct = literal(&cotangent, &ct_ty, "cotangent")?;
-            let (value, grads) = with_source(vjp.vjp(&args, &ct), &src)?;
+            let (value, grads) = if native.backend == Backend::Native {
+                with_source(
+                    native_code(&entry, &src, native, Parts::VJP).and_then(|n| n.vjp(&args, &ct)),
+                    &src,
+                )?
+            } else {
+                let vjp = with_source(ad::Vjp::new(&optimize(&entry)), &src)?.map_body(simplify);
+                with_source(vjp.vjp(&args, &ct), &src)?
+            };
             Ok(gradient_output(&entry, &value, &grads, json))
         }
         Command::Bench {
