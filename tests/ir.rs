@@ -301,6 +301,45 @@ fn the_native_backend_agrees_with_the_interpreter_on_random_programs() {
         }
     }
     assert!(ran * 2 >= programs.len(), "only {ran} programs ran");
+
+    // Parallel loops: with 3 threads and every eligible `build`/`sum` split (no work bound),
+    // every result and error is the sequential one, bit for bit.
+    let outputs = |native: &chad::native::Native| -> Vec<String> {
+        programs
+            .iter()
+            .enumerate()
+            .map(|(k, p)| {
+                let d = &native.defs[k];
+                let e = native.eval_def(k, &p.inputs);
+                let mut rng = Rng::new(k as u64 + 7);
+                let mut out = format!("{e:?}");
+                if d.jvp.is_some() {
+                    let tangents: Vec<Value> = d
+                        .entry
+                        .params
+                        .iter()
+                        .zip(&p.inputs)
+                        .map(|(x, a)| random_tangent(&x.ty, a, &mut rng))
+                        .collect();
+                    out += &format!("\n{:?}", native.jvp_def(k, &p.inputs, &tangents));
+                }
+                if let (Some(_), Ok(y)) = (d.vjp, &e) {
+                    let ct = match d.entry.body.ty {
+                        Type::Real => Value::Real(1.0),
+                        ref ty => random_tangent(ty, y, &mut rng),
+                    };
+                    out += &format!("\n{:?}", native.vjp_def(k, &p.inputs, &ct));
+                }
+                out
+            })
+            .collect()
+    };
+    let sequential = outputs(&native);
+    native.set_parallelism(3, 0).unwrap();
+    let parallel = outputs(&native);
+    for (k, (s, p)) in sequential.iter().zip(&parallel).enumerate() {
+        assert_eq!(s, p, "parallel differs on\n{:?}", programs[k]);
+    }
 }
 
 /// Prints a definition's IR (a debugging aid: `IR_SHOW=file.chad cargo test --test ir -- --ignored show`).

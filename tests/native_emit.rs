@@ -197,3 +197,47 @@ fn flatten(v: &Value, out: &mut Vec<f64>) {
         other => panic!("unexpected {other:?}"),
     }
 }
+
+/// A user primitive: without a Rust implementation native code is refused with an error that
+/// names it; with one (`Primitive::with_rust`) it runs natively and agrees with evaluation.
+#[test]
+fn user_primitives_need_a_rust_implementation() {
+    use chad::ir::compile::{Compiled, Parts};
+    use chad::prim::Primitive;
+    use chad::types::Type;
+    if !rustc_ok() {
+        return;
+    }
+    let softplus = || {
+        Primitive::function("softplus", vec![Type::Real], Type::Real, |x| {
+            Ok(Value::Real(x.expect_real().exp().ln_1p()))
+        })
+    };
+    let program = "def f (x : Real) : Real = softplus (2.0 * x) + 1.0";
+    let mut reg = Registry::builtin();
+    reg.register(softplus()).unwrap();
+    let prog = chad::source::load(program, &reg).unwrap();
+    let code = Compiled::with_parts(&prog.entry(0), Parts::PRIMAL).unwrap();
+    let err = match chad::native::Native::new(code, None, false) {
+        Ok(_) => panic!("native code for a primitive without a Rust implementation"),
+        Err(e) => e.render(None),
+    };
+    assert!(
+        err.contains("`softplus` has no Rust implementation"),
+        "{err}"
+    );
+
+    let mut reg = Registry::builtin();
+    reg.register(softplus().with_rust("{0}.exp().ln_1p()"))
+        .unwrap();
+    let prog = chad::source::load(program, &reg).unwrap();
+    let code = Compiled::with_parts(&prog.entry(0), Parts::PRIMAL).unwrap();
+    let native = chad::native::Native::new(code, None, false).unwrap();
+    for x in [-3.0, 0.0, 0.25, 7.0] {
+        let got = native.eval(&[Value::Real(x)]).unwrap().expect_real();
+        let want = chad::eval::eval_entry(&prog.entry(0), &[Value::Real(x)])
+            .unwrap()
+            .expect_real();
+        assert_eq!(got, want, "x = {x}");
+    }
+}

@@ -293,6 +293,114 @@ fn sum_by(n: i64, mut f: impl FnMut(i64) -> Result<f64, Error>) -> Result<f64, E
     Ok(total)
 }
 
+/// Parallel loops run when the estimated work (length x per-iteration cost) reaches this.
+static PAR_WORK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(2_000_000);
+/// Threads for parallel loops; 0: `$CHAD_THREADS`, or the machine's available parallelism.
+static PAR_THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Sets the threads parallel loops use (0: `$CHAD_THREADS`, or all the machine has) and the
+/// estimated work (loop length x per-iteration cost in simple operations; default 2000000)
+/// from which a loop runs in parallel. Results do not depend on either.
+#[allow(dead_code)]
+pub fn set_parallelism(threads: usize, min_work: u64) {
+    PAR_THREADS.store(threads, std::sync::atomic::Ordering::Relaxed);
+    PAR_WORK.store(min_work, std::sync::atomic::Ordering::Relaxed);
+}
+
+#[allow(dead_code)]
+fn par_work() -> u64 {
+    PAR_WORK.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Threads for parallel loops (see [`set_parallelism`]).
+#[allow(dead_code)]
+fn threads() -> usize {
+    static T: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let t = PAR_THREADS.load(std::sync::atomic::Ordering::Relaxed);
+    if t > 0 {
+        return t;
+    }
+    *T.get_or_init(|| {
+        std::env::var("CHAD_THREADS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .filter(|&t: &usize| t >= 1)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    })
+}
+
+std::thread_local! {
+    /// Inside a parallel loop's worker: nested loops run sequentially.
+    static IN_PAR: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// `[f(0), .., f(n-1)]`, on up to [`threads`] threads (contiguous ranges, the calling thread
+/// taking the first) when the estimated work `n * cost` reaches [`set_parallelism`]'s bound. The result,
+/// and on failure the error of the first failing index, do not depend on the threads.
+#[allow(dead_code)]
+#[inline]
+fn par_build<T: Send>(
+    n: usize,
+    cost: u64,
+    f: impl Fn(i64) -> Result<T, Error> + Sync,
+) -> Result<Vec<T>, Error> {
+    let t = threads().min(n);
+    if t <= 1 || (n as u64).saturating_mul(cost) < par_work() || IN_PAR.with(|p| p.get()) {
+        let mut v = Vec::with_capacity(n);
+        for i in 0..n as i64 {
+            v.push(f(i)?);
+        }
+        return Ok(v);
+    }
+    let range = |k: usize| -> Result<Vec<T>, Error> {
+        let was = IN_PAR.with(|p| p.replace(true));
+        let (a, b) = (n * k / t, n * (k + 1) / t);
+        let mut v = Vec::with_capacity(b - a);
+        let mut r = Ok(());
+        for i in a..b {
+            match f(i as i64) {
+                Ok(x) => v.push(x),
+                Err(e) => {
+                    r = Err(e);
+                    break;
+                }
+            }
+        }
+        IN_PAR.with(|p| p.set(was));
+        r.map(|()| v)
+    };
+    let parts: Vec<Result<Vec<T>, Error>> = std::thread::scope(|s| {
+        let range = &range;
+        let handles: Vec<_> = (1..t).map(|k| s.spawn(move || range(k))).collect();
+        let mut parts = vec![range(0)];
+        for h in handles {
+            parts.push(h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
+        }
+        parts
+    });
+    let mut out = Vec::with_capacity(n);
+    for p in parts {
+        out.extend(p?);
+    }
+    Ok(out)
+}
+
+/// Σ f(i) for i < n in the fixed order of [`sum_by`]; with enough work the terms are computed
+/// by [`par_build`] first and then added in that order, so the sum is the same bit for bit.
+#[allow(dead_code)]
+#[inline]
+fn par_sum(n: i64, cost: u64, f: impl Fn(i64) -> Result<f64, Error> + Sync) -> Result<f64, Error> {
+    if n <= 0
+        || threads() <= 1
+        || (n as u64).saturating_mul(cost) < par_work()
+        || IN_PAR.with(|p| p.get())
+    {
+        return sum_by(n, f);
+    }
+    let terms = par_build(n as usize, cost, f)?;
+    sum_by(n, |i| Ok(terms[i as usize]))
+}
+
 #[allow(dead_code)]
 fn sigmoid(x: f64) -> f64 {
     if x >= 0.0 {
@@ -1433,6 +1541,17 @@ impl<'a> Emitter<'a> {
                 format!("at_or(&{}, {}, || {z})", self.read(a), self.read(i))
             }
             Expr::Len(a) => format!("{}.len() as i64", self.read(a)),
+            Expr::Build(n, i, b, site) if parallel_ok(b) => {
+                let n = self.read(n);
+                let body = self.block_expr(b, depth + 1)?;
+                let ind = "    ".repeat(depth);
+                format!(
+                    "{{\n{ind}    let n = check_len(\"build\", {n}, {})?;\n{ind}    Arr::new(par_build(n, {}, |{}: i64| Ok({body}))?)\n{ind}}}",
+                    site.0,
+                    cost(b),
+                    self.decl_name(i)
+                )
+            }
             Expr::Build(n, i, b, site) => {
                 let n = self.read(n);
                 let body = self.block_expr(b, depth + 1)?;
@@ -1440,6 +1559,15 @@ impl<'a> Emitter<'a> {
                 format!(
                     "{{\n{ind}    let n = check_len(\"build\", {n}, {})?;\n{ind}    let mut v = Vec::with_capacity(n);\n{ind}    for {} in 0..n as i64 {{\n{ind}        v.push({body});\n{ind}    }}\n{ind}    Arr::new(v)\n{ind}}}",
                     site.0,
+                    self.decl_name(i)
+                )
+            }
+            Expr::Sum(n, i, b) if parallel_ok(b) => {
+                let n = self.read(n);
+                let body = self.block_expr(b, depth)?;
+                format!(
+                    "par_sum({n}, {}, |{}: i64| Ok({body}))?",
+                    cost(b),
                     self.decl_name(i)
                 )
             }
@@ -1975,6 +2103,74 @@ fn var_name_id(p: &Place, k: usize) -> String {
     }
 }
 
+/// Whether a loop body (of `build` or `sum`) may run on several threads: it touches no
+/// mutable variable declared outside it (its own accumulators are private to an iteration).
+/// Everything else it reads is immutable and `Sync` (numbers, tuples, `Arr`, enums, borrows).
+fn parallel_ok(b: &Block) -> bool {
+    fn block(b: &Block, own: &mut FxHashSet<u32>) -> bool {
+        deep(|| {
+            b.stmts.iter().all(|s| match s {
+                Stmt::Mut(m, e) => {
+                    let ok = expr(e, own);
+                    own.insert(m.0.id);
+                    ok
+                }
+                Stmt::Let(_, e) | Stmt::Do(e) => expr(e, own),
+                Stmt::Set(m, _) => own.contains(&m.0.id),
+                Stmt::AddTo { place, .. } | Stmt::Grow(place, _) => own.contains(&place.root.0.id),
+                Stmt::For(_, _, body) | Stmt::Loop(body) => block(body, own),
+                Stmt::Break | Stmt::Check(..) => true,
+            })
+        })
+    }
+    fn expr(e: &Expr, own: &mut FxHashSet<u32>) -> bool {
+        match e {
+            Expr::Build(_, _, b, _) | Expr::Sum(_, _, b) => block(b, own),
+            Expr::If(_, a, b) => block(a, own) && block(b, own),
+            Expr::Match(_, arms) => arms.iter().all(|arm| block(&arm.body, own)),
+            Expr::Get(m) | Expr::Take(m) => own.contains(&m.0.id),
+            _ => true,
+        }
+    }
+    block(b, &mut FxHashSet::default())
+}
+
+/// A static estimate of a loop body's work per iteration, in simple operations: what decides
+/// (with the length, at run time) whether a parallel loop is worth its threads. A nested loop
+/// counts as 64 iterations of its body, a call as 20, a primitive beyond arithmetic and
+/// comparisons (`exp`, `log`, `pow`, ...) as 10.
+fn cost(b: &Block) -> u64 {
+    fn block(b: &Block) -> u64 {
+        deep(|| {
+            b.stmts
+                .iter()
+                .map(|s| match s {
+                    Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => expr(e),
+                    Stmt::For(_, _, body) | Stmt::Loop(body) => 64 * block(body),
+                    _ => 1,
+                })
+                .fold(1u64, u64::saturating_add)
+        })
+    }
+    fn expr(e: &Expr) -> u64 {
+        match e {
+            Expr::Build(_, _, b, _) | Expr::Sum(_, _, b) => 64u64.saturating_mul(block(b)),
+            Expr::Replicate(..) => 64,
+            Expr::If(_, a, b) => 1 + block(a).max(block(b)),
+            Expr::Match(_, arms) => 1 + arms.iter().map(|a| block(&a.body)).max().unwrap_or(0),
+            Expr::Call(..) => 20,
+            Expr::Prim(p, _, _) => match p.name() {
+                "add" | "sub" | "mul" | "div" | "neg" | "lt" | "le" | "gt" | "ge" | "eq" | "ne"
+                | "iadd" | "isub" | "imul" | "ineg" | "ilt" | "ile" | "igt" | "ige" | "ieq"
+                | "ine" | "beq" | "bne" | "decide" => 1,
+                _ => 10,
+            },
+            _ => 1,
+        }
+    }
+    block(b).min(1 << 20)
+}
+
 /// Calls `place` on every place and `read` on every mutable read (`get`, `take`) in a block,
 /// at any depth.
 fn walk_places(b: &Block, place: &mut dyn FnMut(&Place), read: &mut dyn FnMut(&MutVar)) {
@@ -2249,6 +2445,12 @@ fn into_buf(v: Vec<u8>) -> Buf {
 #[unsafe(no_mangle)]
 pub extern "C" fn chad_abi() -> u32 {
     1
+}
+
+/// [`set_parallelism`].
+#[unsafe(no_mangle)]
+pub extern "C" fn chad_set_parallelism(threads: u64, min_work: u64) {
+    set_parallelism(threads as usize, min_work);
 }
 
 /// Decodes the arguments of function `func`; null if they do not decode.

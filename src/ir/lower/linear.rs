@@ -1281,7 +1281,9 @@ impl Lowering {
                 let n = self.atom(n, env)?;
                 let i = self.atom(i, env)?;
                 let site = self.site(l.span);
-                self.emit(Stmt::Check(Check::OneHot(i.clone(), n.clone()), site));
+                if !self.index_below(&i, &n) {
+                    self.emit(Stmt::Check(Check::OneHot(i.clone(), n.clone()), site));
+                }
                 let uses = usize::from(!ad.sum.is_zero())
                     + usize::from(!ad.whole.is_empty() || ad.each.is_some())
                     + ad.at.len();

@@ -110,6 +110,8 @@ pub struct Lowering {
     minus: FxHashMap<u32, (u32, i64)>,
     plus: FxHashMap<u32, (u32, i64)>,
     below: FxHashMap<u32, u32>,
+    /// Arrays made by `build n ..` or `replicate n ..`, with their length `n`.
+    count_of: FxHashMap<u32, Atom>,
     /// Types: target types already mapped (the key term keeps the pointer alive).
     ty_cache: FxHashMap<usize, (TTy, Ty)>,
     lty_cache: FxHashMap<usize, (LTy, Ty)>,
@@ -197,6 +199,7 @@ impl Lowering {
             minus: FxHashMap::default(),
             plus: FxHashMap::default(),
             below: FxHashMap::default(),
+            count_of: FxHashMap::default(),
             ty_cache: FxHashMap::default(),
             lty_cache: FxHashMap::default(),
             type_of: TypeOf::default(),
@@ -361,6 +364,13 @@ impl Lowering {
         if let Expr::Atom(a) = e {
             return a;
         }
+        // The length of an array this program built is its count: no `len`, and the range
+        // facts of the count apply to loops over the array.
+        if let Expr::Len(Atom::Var(v)) = &e
+            && let Some(n) = self.count_of.get(&v.id)
+        {
+            return n.clone();
+        }
         let key = match &e {
             Expr::Proj(Atom::Var(v), k) => Some(CseKey::Proj(v.id, *k)),
             Expr::Len(Atom::Var(v)) => Some(CseKey::Len(v.id)),
@@ -377,6 +387,9 @@ impl Lowering {
         match &e {
             Expr::Len(Atom::Var(v)) => {
                 self.len_of.insert(x.id, v.id);
+            }
+            Expr::Build(n, ..) | Expr::Replicate(n, ..) => {
+                self.count_of.insert(x.id, n.clone());
             }
             Expr::Prim(p, args, _) => match (p.name(), &args[..]) {
                 ("isub", [Atom::Var(n), Atom::I64(c)]) => {
@@ -437,6 +450,28 @@ impl Lowering {
             None => (n, 0),
         };
         (0..=c).contains(&d) && self.len_of.get(&n) == Some(&xs.id)
+    }
+
+    /// Whether `0 <= i < n` by the range facts: `i` is a loop index (plus at most `c`) below
+    /// `m - c` where `m` is `n` or the length of the same array.
+    fn index_below(&self, i: &Atom, n: &Atom) -> bool {
+        let (Atom::Var(i), Atom::Var(n)) = (i, n) else {
+            return false;
+        };
+        let (i, d) = match self.plus.get(&i.id) {
+            Some(&(j, d)) => (j, d),
+            None => (i.id, 0),
+        };
+        let Some(&m) = self.below.get(&i) else {
+            return false;
+        };
+        let (m, c) = match self.minus.get(&m) {
+            Some(&(m, c)) => (m, c),
+            None => (m, 0),
+        };
+        let same = m == n.id
+            || matches!((self.len_of.get(&m), self.len_of.get(&n.id)), (Some(a), Some(b)) if a == b);
+        (0..=c).contains(&d) && same
     }
 
     /// Records that loop index `i` runs below `n`.
