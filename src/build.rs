@@ -3,10 +3,8 @@
 //! Rust functions (no chad at run time, no `unsafe`, `std` only).
 //!
 //! ```no_run
-//! // build.rs
-//! fn main() {
-//!     chad::build::compile("model.chad").unwrap_or_else(|e| panic!("{e}"));
-//! }
+//! // build.rs, in `fn main`:
+//! chad::build::compile("model.chad").unwrap_or_else(|e| panic!("{e}"));
 //! ```
 //!
 //! ```ignore

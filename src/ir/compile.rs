@@ -75,10 +75,9 @@ impl Module {
                 vjp,
             });
         }
-        Ok(Module {
-            program: low.finish()?,
-            defs,
-        })
+        let mut program = low.finish()?;
+        crate::ir::opt::hoist_grows(&mut program);
+        Ok(Module { program, defs })
     }
 }
 

@@ -49,6 +49,7 @@ pub mod check;
 pub mod compile;
 pub mod interp;
 pub mod lower;
+pub mod opt;
 pub mod print;
 pub mod rust;
 

@@ -456,7 +456,7 @@ struct Emitter<'a> {
     borrowed: FxHashSet<u32>,
     /// Accumulator slices hoisted out of the loops being emitted: the root, the path to the
     /// array, the loop index that selects an element, and the slice's name.
-    slices: Vec<(u32, Vec<Step>, u32, String)>,
+    slices: Vec<(u32, Vec<Step>, String)>,
     next_slice: usize,
 }
 
@@ -1175,16 +1175,16 @@ impl<'a> Emitter<'a> {
 
     fn place(&self, p: &Place) -> String {
         // The innermost hoisted slice this place is an element of, if any.
-        for (root, prefix, i, name) in self.slices.iter().rev() {
+        for (root, prefix, name) in self.slices.iter().rev() {
             if *root == p.root.0.id
                 && p.path.len() > prefix.len()
                 && p.path[..prefix.len()]
                     .iter()
                     .zip(prefix)
                     .all(|(a, b)| same_step(a, b))
-                && matches!(&p.path[prefix.len()], Step::Elem(Atom::Var(x)) if x.id == *i)
+                && let Step::Elem(j) = &p.path[prefix.len()]
             {
-                let mut s = format!("{name}[{} as usize]", var_name_id(p, prefix.len()));
+                let mut s = format!("{name}[{} as usize]", self.read(j));
                 self.steps(&p.path[prefix.len() + 1..], &mut s);
                 return s;
             }
@@ -1232,11 +1232,9 @@ impl<'a> Emitter<'a> {
         depth: usize,
         out: &mut String,
     ) -> Result<()> {
-        let mut grown: Vec<&Place> = Vec::new();
+        let mut grown: Vec<(&Place, bool)> = Vec::new();
         for (k, s) in before.iter().enumerate() {
-            if let Stmt::Grow(p, m) = s
-                && same_atom(m, n)
-            {
+            if let Stmt::Grow(p, m) = s {
                 // Not read (taken) since.
                 let mut untouched = true;
                 let rest = Block::unit(before[k + 1..].to_vec());
@@ -1244,36 +1242,51 @@ impl<'a> Emitter<'a> {
                     untouched &= r.0.id != p.root.0.id
                 });
                 if untouched {
-                    grown.push(p);
+                    grown.push((p, same_atom(m, n)));
                 }
             }
         }
         let mut hoisted = Vec::new();
-        for p in grown {
-            if hoisted.iter().any(|(q, _): &(&Place, String)| {
-                q.root.0.id == p.root.0.id
-                    && q.path.len() == p.path.len()
-                    && q.path.iter().zip(&p.path).all(|(a, b)| same_step(a, b))
-            }) {
-                continue;
-            }
-            if self.slice_safe(p, i, body) {
+        // A place is a prefix of another's: `q` inside `p`'s elements.
+        let within = |p: &Place, q: &Place| {
+            q.root.0.id == p.root.0.id
+                && q.path.len() >= p.path.len()
+                && q.path.iter().zip(&p.path).all(|(a, b)| same_step(a, b))
+        };
+        let safe: Vec<(&Place, bool)> = grown
+            .iter()
+            .copied()
+            .filter(|(p, _)| self.slice_safe(p, body))
+            .collect();
+        for (k, &(p, to_bound)) in safe.iter().enumerate() {
+            // Only the innermost of nested places (two live `&mut` borrows of one array
+            // cannot coexist), and each place once.
+            let nested = safe
+                .iter()
+                .any(|(q, _)| q.path.len() > p.path.len() && within(p, q));
+            let seen = safe[..k]
+                .iter()
+                .any(|(q, _)| q.path.len() == p.path.len() && within(p, q));
+            if !nested && !seen {
                 self.next_slice += 1;
                 let name = format!("s{}_{}", self.next_slice, var_name(&p.root.0));
                 Self::indent(out, depth);
-                let _ = writeln!(
-                    out,
-                    "let {name} = &mut {}[..{}.max(0) as usize];",
-                    self.place(p),
-                    self.read(n)
-                );
+                // Grown to the loop's bound: the slice's length is the bound, so indexing
+                // at the loop index needs no bounds check. Otherwise the whole array (every
+                // index is checked, as on the vector).
+                let range = if to_bound {
+                    format!("..{}.max(0) as usize", self.read(n))
+                } else {
+                    "..".to_string()
+                };
+                let _ = writeln!(out, "let {name} = &mut {}[{range}];", self.place(p));
                 hoisted.push((p, name));
             }
         }
         let pushed = hoisted.len();
         for (p, name) in &hoisted {
             self.slices
-                .push((p.root.0.id, p.path.clone(), i.id, name.clone()));
+                .push((p.root.0.id, p.path.clone(), name.clone()));
         }
         let b = self.unit_block(body, depth);
         for _ in 0..pushed {
@@ -1285,15 +1298,15 @@ impl<'a> Emitter<'a> {
         Ok(())
     }
 
-    /// Whether the loop body writes `p[i]...` and accesses `p`'s variable only there or
-    /// through fields disjoint from `p`'s path (and never reads it).
-    fn slice_safe(&self, p: &Place, i: &super::Var, body: &Block) -> bool {
+    /// Whether the loop body writes elements `p[j]...` and accesses `p`'s variable only
+    /// there or through fields disjoint from `p`'s path (and never reads it).
+    fn slice_safe(&self, p: &Place, body: &Block) -> bool {
         let root = p.root.0.id;
         let is_elem = |q: &Place| {
             q.root.0.id == root
                 && q.path.len() > p.path.len()
                 && q.path.iter().zip(&p.path).all(|(a, b)| same_step(a, b))
-                && matches!(&q.path[p.path.len()], Step::Elem(Atom::Var(x)) if x.id == i.id)
+                && matches!(&q.path[p.path.len()], Step::Elem(_))
         };
         let mut used = false;
         walk_places(body, &mut |q| used |= is_elem(q), &mut |_| {});
@@ -1312,8 +1325,7 @@ impl<'a> Emitter<'a> {
                     _ => return false,
                 }
             }
-            q.path.len() > p.path.len()
-                && matches!(&q.path[p.path.len()], Step::Elem(Atom::Var(x)) if x.id == i.id)
+            q.path.len() > p.path.len() && matches!(&q.path[p.path.len()], Step::Elem(_))
         };
         let (mut places_ok, mut reads_ok) = (true, true);
         walk_places(body, &mut |q| places_ok &= ok_place(q), &mut |m| {
@@ -2096,13 +2108,6 @@ fn same_step(a: &Step, b: &Step) -> bool {
 }
 
 /// The loop index of a place's element step `k`.
-fn var_name_id(p: &Place, k: usize) -> String {
-    match &p.path[k] {
-        Step::Elem(Atom::Var(x)) => var_name(x),
-        _ => unreachable!("checked by the caller"),
-    }
-}
-
 /// Whether a loop body (of `build` or `sum`) may run on several threads: it touches no
 /// mutable variable declared outside it (its own accumulators are private to an iteration).
 /// Everything else it reads is immutable and `Sync` (numbers, tuples, `Arr`, enums, borrows).
