@@ -10,7 +10,7 @@
 //! * one private Rust function per IR function, returning `Result<_, Error>`;
 //! * per definition, the public API: `NAME(x1, ..)`, `NAME_jvp(x1, .., dx1, ..)`,
 //!   `NAME_vjp(x1, .., ct)` and, for a `Real` result, `NAME_grad(x1, ..)`, with Rust types
-//!   derived from chad types (see [`pub_type`]).
+//!   derived from chad types (see `pub_type`).
 //!
 //! # Types
 //!
@@ -2014,7 +2014,7 @@ fn internal(what: &str) -> Error {
 ///
 /// Values travel in a small binary format, little-endian: `f64` and `i64` as 8 bytes, `bool`
 /// as 1, unit as nothing, tuples as their components, arrays and lists as a `u64` length and
-/// the elements, enums as a `u32` tag and the payload ([`encode`], [`decode`]). An error is
+/// the elements, enums as a `u32` tag and the payload (`encode`, `decode`). An error is
 /// encoded as `u32` site, `u8` kind (0 index, 1 length, 2 same length, 3 onehot, 4
 /// primitive), two `i64`s, an `f64` and a `u32`-length-prefixed name.
 pub fn ffi(p: &Program, funcs: &[super::FuncId]) -> Result<String> {
