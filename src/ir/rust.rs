@@ -197,6 +197,13 @@ impl std::fmt::Display for Error {
                 "idiv" if ints[1] == 0 => {
                     write!(f, "integer division by zero ({} / 0)", ints[0])?
                 }
+                "irem" if ints[1] == 0 => {
+                    write!(f, "integer remainder by zero ({} % 0)", ints[0])?
+                }
+                "ipow" if ints[1] < 0 => {
+                    write!(f, "negative exponent in {} ^ ({})", ints[0], ints[1])?
+                }
+                "argmax" | "argmin" => write!(f, "{name} of an empty array")?,
                 "ineg" => write!(f, "integer overflow in -({})", ints[0])?,
                 op => write!(f, "integer overflow in {op}({}, {})", ints[0], ints[1])?,
             },
@@ -1533,6 +1540,32 @@ impl<'a> Emitter<'a> {
             "sin" | "cos" | "tan" | "exp" | "sqrt" | "tanh" | "abs" => {
                 format!("f64::{}({})", p.name(), x[0])
             }
+            "asin" | "acos" | "atan" | "sinh" | "cosh" => format!("f64::{}({})", p.name(), x[0]),
+            "atan2" => format!("f64::atan2({}, {})", x[0], x[1]),
+            "log1p" => format!("f64::ln_1p({})", x[0]),
+            "expm1" => format!("f64::exp_m1({})", x[0]),
+            // Helpers whose source is the evaluator's own code (`prim::rust_helper`).
+            "erf" | "relu" | "softplus" | "sign" => {
+                self.prim_helper(p.name())?;
+                format!("{}({})", p.name(), x[0])
+            }
+            "irem" | "ipow" => {
+                self.prim_helper(p.name())?;
+                format!(
+                    "int_op(\"{0}\", {0}({1}, {2}), {1}, {2}, {s})?",
+                    p.name(),
+                    x[0],
+                    x[1]
+                )
+            }
+            "argmax" | "argmin" => {
+                self.prim_helper(p.name())?;
+                format!(
+                    "int_op(\"{0}\", {0}(&{1}).map(|i| i as i64), 0, 0, {s})?",
+                    p.name(),
+                    x[0]
+                )
+            }
             "log" => format!("f64::ln({})", x[0]),
             "sigmoid" => format!("sigmoid({})", x[0]),
             "pow" => format!("f64::powf({}, {})", x[0], x[1]),
@@ -1591,6 +1624,15 @@ impl<'a> Emitter<'a> {
                 }
             },
         })
+    }
+
+    /// Adds the helper function a builtin's code calls (its source is the evaluator's own).
+    fn prim_helper(&mut self, name: &str) -> Result<()> {
+        let src = crate::prim::rust_helper(name).ok_or_else(|| internal("a builtin's helper"))?;
+        self.helpers
+            .entry(format!("prim_{name}"))
+            .or_insert_with(|| format!("\n#[allow(clippy::all)]\n{src}\n"));
+        Ok(())
     }
 
     /// The table of error sites: file, line, column.
