@@ -1703,11 +1703,11 @@ impl<'a> Emitter<'a> {
             let tconv = self.tangent_result(&x.result, "dy", "y0")?;
             let _ = write!(
                 out,
-                "\n/// Forward mode: `{name}`'s value and its derivative along the tangents `dx1, ..`.\n#[allow(non_snake_case, unused_variables, clippy::all)]\npub fn {name}_jvp({ps}, {ts}) -> Result<({ret}, {tret}), Error> {{\n{args}    let (y, dy) = {f}({ctx}, {dctx})?;\n    let y0 = y.clone();\n    Ok(({out_conv}, {tconv}))\n}}\n",
+                "\n/// Forward mode: `{name}`'s value and its derivative along the tangents `dx1, ..`.\n#[allow(non_snake_case, unused_variables, clippy::all)]\npub fn {name}_jvp({ps}, {ts}) -> Result<({ret}, {tret}), Error> {{\n{args}    let (y, dy) = f_{f}({ctx}, {dctx})?;\n    let y0 = y.clone();\n    Ok(({out_conv}, {tconv}))\n}}\n",
                 name = x.name,
                 ps = params.join(", "),
                 ts = tparams.join(", "),
-                f = format!("f_{}", self.p.func(f).name),
+                f = self.p.func(f).name,
             );
         }
         if let Some(f) = x.vjp {
@@ -1734,10 +1734,10 @@ impl<'a> Emitter<'a> {
             };
             let _ = write!(
                 out,
-                "\n/// Reverse mode: `{name}`'s value and the cotangent of every argument for the output cotangent `ct`.\n#[allow(non_snake_case, unused_variables, clippy::all)]\npub fn {name}_vjp({ps}, ct: {ct}) -> Result<({ret}, {gty}), Error> {{\n{args}    let (y, dctx) = {f}({ctx}, {ct_conv})?;\n{unpack}    Ok(({out_conv}, {gtuple}))\n}}\n",
+                "\n/// Reverse mode: `{name}`'s value and the cotangent of every argument for the output cotangent `ct`.\n#[allow(non_snake_case, unused_variables, clippy::all)]\npub fn {name}_vjp({ps}, ct: {ct}) -> Result<({ret}, {gty}), Error> {{\n{args}    let (y, dctx) = f_{f}({ctx}, {ct_conv})?;\n{unpack}    Ok(({out_conv}, {gtuple}))\n}}\n",
                 name = x.name,
                 ps = params.join(", "),
-                f = format!("f_{}", self.p.func(f).name),
+                f = self.p.func(f).name,
             );
             if matches!(x.result, Type::Real) {
                 let pnames: Vec<String> = (1..=n).map(|k| format!("x{k}")).collect();
