@@ -10,7 +10,7 @@
 //! `a && b` is `if a then b else false` and `a || b` is `if a then true else b` (short-circuit);
 //! builtins used without all their arguments become lambdas (`map exp xs` passes
 //! `\(x : Real) -> exp x`); supplied arguments of a partial application are evaluated once, at
-//! the point of partial application. The conveniences of [`sugar`] (`pi`, `mean`, `maximum`,
+//! the point of partial application. The conveniences of `check::sugar` (`pi`, `mean`, `maximum`,
 //! `reverse`, `zip`, `slice`, `concat`, ..., the power `^`) become the core forms they stand
 //! for, so every later stage handles them with no case of its own.
 
