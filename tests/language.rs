@@ -230,7 +230,14 @@ fn errors_hint() {
     assert_eq!(notes, ["arrays are indexed with `!`: `xs ! 0`"]);
     // `pow x -1` is a subtraction.
     let (m, _, notes) = error("def f (x : Real) : Real = pow x -1");
-    assert!(m.contains("expected `Real`, found `Real -> Real`"), "{m}");
+    assert_eq!(m, "`pow` takes 2 arguments, but is given 1");
+    assert_eq!(
+        notes.last().unwrap(),
+        "`pow x -1` is the subtraction `(pow x) - 1`: a negative argument needs parentheses, `pow x (-1)`"
+    );
+    let (m, loc, notes) = error("def f (x : Real) : Real = x ^ 2 + pow x -1 + 3");
+    assert_eq!(m, "`pow` takes 2 arguments, but is given 1");
+    assert_eq!(loc, "t.chad:1:35");
     assert_eq!(
         notes.last().unwrap(),
         "`pow x -1` is the subtraction `(pow x) - 1`: a negative argument needs parentheses, `pow x (-1)`"
@@ -244,10 +251,16 @@ fn errors_hint() {
     let (m, _, notes) = error("def f (x : Real) : Real = x % 2.0");
     assert_eq!(m, "operator `%` expects Int operands, found `Real`");
     assert!(notes[0].contains("floor"), "{notes:?}");
-    // An arity error names the definition.
+    // An arity error names the definition, with too many arguments or too few.
     let (m, loc, _) = error("def g (x : Real) : Real = x\ndef f : Real = g 1 2");
     assert_eq!(m, "`g` takes 1 argument, but is given 2");
     assert_eq!(loc, "t.chad:2:20");
+    let (m, loc, notes) = error(
+        "def g (x : Real) (y : Real) (z : Real) : Real = x\ndef f (x : Real) : Real = 1 + g x",
+    );
+    assert_eq!(m, "`g` takes 3 arguments, but is given 1");
+    assert_eq!(loc, "t.chad:2:31");
+    assert_eq!(notes, ["a `Real` is expected here"]);
     // No far-fetched suggestions for short names: `n` is not "`inl`?".
     let (m, _, notes) = error("def f (x : Real) : Real = x * n");
     assert_eq!(m, "unknown variable `n`");

@@ -174,13 +174,56 @@ fn needs_context(e: &Expr) -> bool {
     }
 }
 
-/// `f x -1` is `(f x) - 1`: where that subtraction fails on a function, say so.
+/// `f a` (`what` names `f`) where an `expected` non-function was wanted and `f a` is a function
+/// `found` that gives it after `k` more arguments: "`f` takes n + k arguments, but is given n".
+fn too_few_arguments(
+    what: &str,
+    given: usize,
+    found: &Type,
+    expected: &Type,
+    span: Span,
+) -> Option<Error> {
+    if found == expected || expected.as_fun().is_some() {
+        return None;
+    }
+    let mut missing = 0;
+    let mut t = found;
+    while let Some((_, r)) = t.as_fun() {
+        missing += 1;
+        t = r;
+        if t == expected {
+            let takes = given + missing;
+            return Some(
+                Error::type_error(
+                    span,
+                    format!(
+                        "{what} takes {takes} argument{}, but is given {given}",
+                        if takes == 1 { "" } else { "s" }
+                    ),
+                )
+                .with_label(format!(
+                    "{missing} argument{} missing: this is a function `{found}`",
+                    if missing == 1 { "" } else { "s" }
+                ))
+                .with_note(format!("a `{expected}` is expected here")),
+            );
+        }
+    }
+    None
+}
+
+/// `f x -1` is `(f x) - 1`: where that subtraction fails on a function, say so. The function
+/// application is the rightmost operand of `a` (`y + pow x -1` is `(y + pow x) - 1`).
 fn negative_argument_hint(op: BinOp, a: &Expr, b: &Expr, e: Error) -> Error {
     let literal = match b.kind {
         ExprKind::Int(i) => i.to_string(),
         ExprKind::Real(x) => crate::value::format_real(x),
         _ => return e,
     };
+    let mut a = a;
+    while let ExprKind::Binary(_, _, r) = &a.kind {
+        a = r;
+    }
     let ExprKind::App(f, args) = &a.kind else {
         return e;
     };
@@ -851,7 +894,11 @@ impl<'r> Checker<'r> {
             self.saturated(name, args, expected, span)?
         };
         match expected {
-            Some(e) if *e != t.ty => Err(mismatch(span, e, &t.ty)),
+            Some(e) if *e != t.ty => {
+                let what = format!("`{name}`");
+                Err(too_few_arguments(&what, args.len(), &t.ty, e, span)
+                    .unwrap_or_else(|| mismatch(span, e, &t.ty)))
+            }
             _ => Ok(t),
         }
     }
@@ -1201,6 +1248,13 @@ impl<'r> Checker<'r> {
             }
             (ExprKind::App(head, args), _) => {
                 let t = self.app(head, args, Some(ty), span)?;
+                let what = match &head.kind {
+                    ExprKind::Var(x) => format!("`{x}`"),
+                    _ => "this function".to_string(),
+                };
+                if let Some(e) = too_few_arguments(&what, args.len(), &t.ty, ty, span) {
+                    return Err(e);
+                }
                 self.expect_type(t, ty, span)
             }
             (ExprKind::Var(x), _)
