@@ -4,7 +4,7 @@
 //!   kernel is `dotWith (softmax xs)` (`d ↦ Σ_i softmax(xs)_i d_i`) and the transposed kernel is
 //!   `scaleArray (softmax xs)` (`v ↦ v · softmax xs`), built with `LinPrim::new` from `LinFun`
 //!   combinators;
-//! * `softplus : Real -> Real` with a *term* derivative, `sigmoid x`.
+//! * `logcosh : Real -> Real` (`log (cosh x)`) with a *term* derivative, `tanh x`.
 //!
 //! Both are checked with `ad::check_primitive` (finite differences and the dot-product test), then
 //! a `.chad` program uses them with a closure and `map`; its gradient (reverse CHAD) is printed
@@ -25,8 +25,8 @@ use std::rc::Rc;
 /// The program: a closure over `a`, mapped, then both primitives.
 pub const PROGRAM: &str = "\
 def model (a : Real) (xs : Array Real) : Real =
-  let act = \\(x : Real) -> softplus (a * x) in
-  logsumexp (map act xs) + softplus a
+  let act = \\(x : Real) -> logcosh (a * x) in
+  logsumexp (map act xs) + logcosh a
 ";
 
 /// `softmax xs`, computed stably (shifted by the maximum). Empty for an empty array.
@@ -46,12 +46,13 @@ pub fn logsumexp(xs: &[f64]) -> f64 {
     m + xs.iter().map(|x| (x - m).exp()).sum::<f64>().ln()
 }
 
-/// `log (1 + exp x)`, computed stably.
-pub fn softplus(x: f64) -> f64 {
-    x.max(0.0) + (-x.abs()).exp().ln_1p()
+/// `log (cosh x)`, computed stably: `|x| + log (1 + exp (-2|x|)) - log 2`.
+pub fn logcosh(x: f64) -> f64 {
+    let a = x.abs();
+    a + (-2.0 * a).exp().ln_1p() - std::f64::consts::LN_2
 }
 
-/// The builtins plus `logsumexp` and `softplus`.
+/// The builtins plus `logsumexp` and `logcosh`.
 pub fn registry() -> Registry {
     let mut reg = Registry::builtin();
     let softmax_of = |xs: &Value| Rc::new(softmax(xs.expect_reals()));
@@ -79,13 +80,13 @@ pub fn registry() -> Registry {
     )
     .with_derivative(Derivative::native(forward, transpose));
     reg.register(lse).expect("logsumexp registers");
-    let sp = Primitive::function("softplus", vec![Type::Real], Type::Real, |x| {
-        Ok(Value::Real(softplus(x.expect_real())))
+    let lc = Primitive::function("logcosh", vec![Type::Real], Type::Real, |x| {
+        Ok(Value::Real(logcosh(x.expect_real())))
     })
     .with_derivative(Derivative::scalar(|x| {
-        Term::prim(&op("sigmoid"), vec![x.clone()])
+        Term::prim(&op("tanh"), vec![x.clone()])
     }));
-    reg.register(sp).expect("softplus registers");
+    reg.register(lc).expect("logcosh registers");
     reg
 }
 
@@ -125,7 +126,7 @@ pub fn finite_differences(entry: &Entry, args: &[Value]) -> Vec<f64> {
 
 fn main() {
     let reg = registry();
-    for name in ["logsumexp", "softplus"] {
+    for name in ["logsumexp", "logcosh"] {
         match ad::check_primitive(reg.get(name).expect("registered"), 50, 1) {
             Ok(c) => println!(
                 "check_primitive {name}: ok at {} points ({} skipped)",

@@ -62,6 +62,8 @@ enum Command {
     Grad {
         #[command(flatten)]
         run: RunArgs,
+        #[command(flatten)]
+        wrt: WrtArgs,
         /// Which reverse mode: reverse CHAD (default), or dual-numbers reverse AD at run time.
         #[arg(long, value_enum, default_value_t = GradEngine::Chad)]
         engine: GradEngine,
@@ -79,7 +81,10 @@ enum Command {
     Jvp {
         #[command(flatten)]
         run: RunArgs,
-        /// A tangent per argument, in literal syntax (`()` for Int, Bool and Unit arguments).
+        #[command(flatten)]
+        wrt: WrtArgs,
+        /// A tangent per argument (per selected argument with `--wrt`), in literal syntax (`()`
+        /// for Int, Bool and Unit arguments).
         #[arg(
             long = "tangent",
             value_name = "T",
@@ -100,6 +105,8 @@ enum Command {
     Vjp {
         #[command(flatten)]
         run: RunArgs,
+        #[command(flatten)]
+        wrt: WrtArgs,
         /// The cotangent of the result, in literal syntax.
         #[arg(long, value_name = "C", allow_hyphen_values = true)]
         cotangent: String,
@@ -165,12 +172,34 @@ enum Command {
         /// Line width for printing.
         #[arg(long, default_value_t = 100)]
         width: usize,
+        #[command(flatten)]
+        wrt: WrtArgs,
         /// Show derivative code exactly as the AD functors produce it from the program as
         /// written, without simplification. (By default, derivative code is that of the
         /// optimised program, simplified, as `grad`, `jvp`, `vjp` and `bench` run it.)
         #[arg(long)]
         no_simplify: bool,
     },
+}
+
+#[derive(Args)]
+struct WrtArgs {
+    /// Differentiate with respect to these parameters only (comma-separated names); the others
+    /// are constants: no tangent is given for them, and their gradient is `null` in JSON and
+    /// left out of the text output.
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    wrt: Vec<String>,
+}
+
+impl WrtArgs {
+    /// One flag per parameter of `entry`: whether it is differentiated (all without `--wrt`).
+    fn selection(&self, entry: &Entry) -> Result<Vec<bool>> {
+        if self.wrt.is_empty() {
+            Ok(vec![true; entry.params.len()])
+        } else {
+            ad::select(entry, &self.wrt)
+        }
+    }
 }
 
 #[derive(Args)]
@@ -433,17 +462,33 @@ fn prepare(run: &RunArgs) -> CliResult<(Source, Entry, Vec<Value>)> {
     Ok((src, entry, args))
 }
 
-/// `value` and one gradient per parameter, as text or JSON.
-fn gradient_output(entry: &Entry, value: &Value, grads: &[Value], json: bool) -> String {
+/// `value` and one gradient per selected parameter, as text or JSON (`null` for the others).
+fn gradient_output(
+    entry: &Entry,
+    value: &Value,
+    grads: &[Value],
+    wrt: &[bool],
+    json: bool,
+) -> String {
     if json {
-        let gs: Vec<serde_json::Value> = grads.iter().map(Value::to_json).collect();
+        let gs: Vec<serde_json::Value> = grads
+            .iter()
+            .zip(wrt)
+            .map(|(g, &s)| {
+                if s {
+                    g.to_json()
+                } else {
+                    serde_json::Value::Null
+                }
+            })
+            .collect();
         return format!(
             "{}\n",
             serde_json::json!({ "value": value.to_json(), "gradient": gs })
         );
     }
     let mut out = format!("value: {value}\ngradient:\n");
-    for (p, g) in entry.params.iter().zip(grads) {
+    for ((p, g), _) in entry.params.iter().zip(grads).zip(wrt).filter(|(_, s)| **s) {
         out.push_str(&format!("  {} = {g}\n", p.name));
     }
     out
@@ -568,6 +613,7 @@ fn run(cli: Cli) -> CliResult<String> {
         }
         Command::Grad {
             run,
+            wrt,
             engine: GradEngine::Dual,
             naive,
             native,
@@ -581,18 +627,27 @@ fn run(cli: Cli) -> CliResult<String> {
                 .into());
             }
             let (src, entry, args) = prepare(&run)?;
+            let sel = wrt.selection(&entry)?;
             let options = chad::dual_reverse::Options {
                 naive,
                 ..Default::default()
             };
             let out = with_source(
-                chad::dual_reverse::DualReverse::new(&entry, options).and_then(|d| d.grad(&args)),
+                chad::dual_reverse::DualReverse::new(&ad::with_respect_to(&entry, &sel), options)
+                    .and_then(|d| d.grad(&args)),
                 &src,
             )?;
-            Ok(gradient_output(&entry, &out.value, &out.gradient, json))
+            Ok(gradient_output(
+                &entry,
+                &out.value,
+                &out.gradient,
+                &sel,
+                json,
+            ))
         }
         Command::Grad {
             run,
+            wrt,
             naive,
             native,
             json,
@@ -602,38 +657,78 @@ fn run(cli: Cli) -> CliResult<String> {
                 return Err(Error::new(ErrorKind::Argument, "--naive needs --engine dual").into());
             }
             let (src, entry, args) = prepare(&run)?;
+            let sel = wrt.selection(&entry)?;
             if native.backend == Backend::Native {
                 let (value, grads) = with_source(
-                    native_code(&entry, &src, native, Parts::VJP).and_then(|n| n.grad(&args)),
+                    native_code(&ad::with_respect_to(&entry, &sel), &src, native, Parts::VJP)
+                        .and_then(|n| n.grad(&args)),
                     &src,
                 )?;
-                return Ok(gradient_output(&entry, &value, &grads, json));
+                return Ok(gradient_output(&entry, &value, &grads, &sel, json));
             }
-            let vjp = with_source(ad::Vjp::new(&optimize(&entry)), &src)?.map_body(simplify);
+            let vjp = with_source(
+                ad::Vjp::new(&ad::with_respect_to(&optimize(&entry), &sel)),
+                &src,
+            )?
+            .map_body(simplify);
             let (value, grads) = with_source(vjp.grad(&args), &src)?;
-            Ok(gradient_output(&entry, &value, &grads, json))
+            Ok(gradient_output(&entry, &value, &grads, &sel, json))
         }
         Command::Jvp {
             run,
+            wrt,
             tangents,
             tangents_file,
             native,
             json,
         } => {
             let (src, entry, args) = prepare(&run)?;
-            let ts = values(
-                &tangents,
-                tangents_file.as_ref(),
-                &tangent_types(&entry),
-                "tangent",
-            )?;
+            let sel = wrt.selection(&entry)?;
+            // Tangents for the selected parameters only; zero for the others.
+            let types: Vec<_> = tangent_types(&entry)
+                .into_iter()
+                .zip(&sel)
+                .filter(|(_, s)| **s)
+                .map(|(t, _)| t)
+                .collect();
+            if !wrt.wrt.is_empty() && tangents_file.is_none() && tangents.len() != types.len() {
+                let k = types.len();
+                return Err(Error::new(
+                    ErrorKind::Argument,
+                    format!(
+                        "--wrt selects {k} parameter{} and so needs {k} tangent{}, but {} {} given",
+                        if k == 1 { "" } else { "s" },
+                        if k == 1 { "" } else { "s" },
+                        tangents.len(),
+                        if tangents.len() == 1 { "was" } else { "were" }
+                    ),
+                )
+                .into());
+            }
+            let given = values(&tangents, tangents_file.as_ref(), &types, "tangent")?;
+            let mut given = given.into_iter();
+            let ts: Vec<Value> = entry
+                .params
+                .iter()
+                .zip(&args)
+                .zip(&sel)
+                .map(|((p, a), &s)| match s {
+                    true => given.next().expect("one tangent per selected parameter"),
+                    false => chad::oracle::fd::zero_tangent(&p.ty, a),
+                })
+                .collect();
             let (value, tangent) = if native.backend == Backend::Native {
                 with_source(
-                    native_code(&entry, &src, native, Parts::JVP).and_then(|n| n.jvp(&args, &ts)),
+                    native_code(&ad::with_respect_to(&entry, &sel), &src, native, Parts::JVP)
+                        .and_then(|n| n.jvp(&args, &ts)),
                     &src,
                 )?
             } else {
-                let jvp = with_source(ad::Jvp::new(&optimize(&entry)), &src)?.map_body(simplify);
+                let jvp = with_source(
+                    ad::Jvp::new(&ad::with_respect_to(&optimize(&entry), &sel)),
+                    &src,
+                )?
+                .map_body(simplify);
                 with_source(jvp.jvp(&args, &ts), &src)?
             };
             if json {
@@ -647,23 +742,30 @@ fn run(cli: Cli) -> CliResult<String> {
         }
         Command::Vjp {
             run,
+            wrt,
             cotangent,
             native,
             json,
         } => {
             let (src, entry, args) = prepare(&run)?;
+            let sel = wrt.selection(&entry)?;
             let ct_ty = entry.body.ty.tangent().unwrap_or(chad::types::Type::Unit);
             let ct = literal(&cotangent, &ct_ty, "cotangent")?;
             let (value, grads) = if native.backend == Backend::Native {
                 with_source(
-                    native_code(&entry, &src, native, Parts::VJP).and_then(|n| n.vjp(&args, &ct)),
+                    native_code(&ad::with_respect_to(&entry, &sel), &src, native, Parts::VJP)
+                        .and_then(|n| n.vjp(&args, &ct)),
                     &src,
                 )?
             } else {
-                let vjp = with_source(ad::Vjp::new(&optimize(&entry)), &src)?.map_body(simplify);
+                let vjp = with_source(
+                    ad::Vjp::new(&ad::with_respect_to(&optimize(&entry), &sel)),
+                    &src,
+                )?
+                .map_body(simplify);
                 with_source(vjp.vjp(&args, &ct), &src)?
             };
-            Ok(gradient_output(&entry, &value, &grads, json))
+            Ok(gradient_output(&entry, &value, &grads, &sel, json))
         }
         Command::Bench {
             run,
@@ -714,6 +816,7 @@ fn run(cli: Cli) -> CliResult<String> {
             def,
             stage,
             width,
+            wrt,
             no_simplify,
         } => {
             let (src, prog) = load(&file)?;
@@ -752,7 +855,9 @@ fn run(cli: Cli) -> CliResult<String> {
                     // Simplified derivative code is the derivative of the optimised program
                     // (as `grad`, `jvp`, `vjp` and `bench` run it); `--no-simplify` shows the
                     // raw AD of the program as written.
+                    let sel = with_source(wrt.selection(&entry), &src)?;
                     let entry = if no_simplify { entry } else { optimize(&entry) };
+                    let entry = ad::with_respect_to(&entry, &sel);
                     let comb = ccc::compile_entry(&entry);
                     let (m, image) = if matches!(stage, Stage::Forward) {
                         let maps = ad::forward::Forward::new();

@@ -506,6 +506,9 @@ fn decode_error(p: &Program, bytes: &[u8]) -> Error {
                 let prim = crate::prim::Registry::builtin().get(name)?.clone();
                 let args = if name == "floor" {
                     vec![Value::Real(real)]
+                } else if name == "argmax" || name == "argmin" {
+                    // They fail on an empty array only.
+                    vec![Value::reals(vec![])]
                 } else if name == "ineg" {
                     vec![Value::Int(a)]
                 } else {

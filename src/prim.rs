@@ -20,13 +20,13 @@
 //! use chad::types::Type;
 //! use chad::value::Value;
 //! let mut reg = Registry::builtin();
-//! // softplus x = log (1 + exp x); its derivative is sigmoid x.
-//! let softplus = Primitive::function("softplus", vec![Type::Real], Type::Real, |x| {
-//!     Ok(Value::Real(x.expect_real().exp().ln_1p()))
+//! // logcosh x = log (cosh x); its derivative is tanh x.
+//! let logcosh = Primitive::function("logcosh", vec![Type::Real], Type::Real, |x| {
+//!     Ok(Value::Real(x.expect_real().cosh().ln()))
 //! })
-//! .with_derivative(Derivative::scalar(|x| Term::prim(&op("sigmoid"), vec![x.clone()])));
-//! reg.register(softplus).unwrap();
-//! assert!(reg.function("softplus").is_some());
+//! .with_derivative(Derivative::scalar(|x| Term::prim(&op("tanh"), vec![x.clone()])));
+//! reg.register(logcosh).unwrap();
+//! assert!(reg.function("logcosh").is_some());
 //! ```
 
 use crate::error::{Error, ErrorKind, Result};
@@ -43,8 +43,11 @@ pub enum Fixity {
     /// Called by name, curried: `pow x y`. Can be passed as a value: `map exp xs`.
     Function,
     /// A binary operator with its symbol and precedence (higher binds tighter):
-    /// `||` 1, `&&` 2, comparisons 3, `+ -` 4, `* /` 5.
+    /// `||` 1, `&&` 2, comparisons 3, `+ -` 4, `* / %` 5. Left-associative.
     Infix(&'static str, u8),
+    /// A right-associative binary operator with its symbol and precedence: `^` 6 (that of
+    /// unary minus, so `-x ^ 2` is `-(x ^ 2)` and `x ^ -1` is `x ^ (-1)`).
+    InfixRight(&'static str, u8),
     /// A prefix operator (unary minus).
     Prefix(&'static str),
     /// Not writable in source; introduced by elaboration (e.g. `decide` for `if`).
@@ -224,7 +227,7 @@ impl Primitive {
 
     /// Declares the primitive's implementation in Rust for the native backend: an expression
     /// of type `f64`, `i64` or `bool` (the result's Rust type; see `chad::ir::rust`) in which
-    /// `{0}`, `{1}`, ... stand for the arguments, e.g. `"{0}.exp().ln_1p()"` for `softplus`.
+    /// `{0}`, `{1}`, ... stand for the arguments, e.g. `"{0}.cosh().ln()"` for `logcosh`.
     /// It must compute what the evaluation computes and cannot fail. A program using a
     /// primitive without one runs everywhere but natively.
     pub fn with_rust(mut self, template: impl Into<String>) -> Primitive {
@@ -338,6 +341,16 @@ pub const RESERVED: &[&str] = &[
     "build",
     "length",
     "replicate",
+    // Elaborated by the checker into the forms above (`source::check`'s `sugar`).
+    "pi",
+    "mean",
+    "maximum",
+    "minimum",
+    "reverse",
+    "zip",
+    "unzip",
+    "slice",
+    "concat",
 ];
 
 /// The set of primitives known to a program.
@@ -503,24 +516,51 @@ fn negate(l: &LTerm) -> LTerm {
 }
 
 fn int2(name: &str, sym: &'static str, prec: u8, f: fn(i64, i64) -> Option<i64>) -> Primitive {
+    let fixity = if sym == "^" {
+        Fixity::InfixRight(sym, prec)
+    } else {
+        Fixity::Infix(sym, prec)
+    };
     Primitive::new(
         name,
         vec![Type::Int, Type::Int],
         Type::Int,
-        Fixity::Infix(sym, prec),
+        fixity,
         move |x| {
             let (a, b) = x.expect_pair();
             let (a, b) = (a.expect_int(), b.expect_int());
-            f(a, b).map(Value::Int).ok_or_else(|| {
-                if sym == "/" && b == 0 {
-                    Error::runtime(format!("integer division by zero ({a} / 0)"))
-                } else {
-                    Error::runtime(format!("integer overflow in {a} {sym} {b}"))
-                }
-            })
+            f(a, b)
+                .map(Value::Int)
+                .ok_or_else(|| int_failure(sym, a, b))
         },
     )
     .with_scalar(Scalar::Int2(f))
+}
+
+/// Why the integer operation `a sym b` failed.
+fn int_failure(sym: &str, a: i64, b: i64) -> Error {
+    match sym {
+        "/" if b == 0 => Error::runtime(format!("integer division by zero ({a} / 0)")),
+        "%" if b == 0 => Error::runtime(format!("integer remainder by zero ({a} % 0)")),
+        "^" if b < 0 => Error::runtime(format!(
+            "negative exponent in {a} ^ ({b}): an Int power needs an exponent >= 0"
+        ))
+        .with_note("for a Real power, make the base a Real: `toReal n ^ k`"),
+        _ => Error::runtime(format!("integer overflow in {a} {sym} {b}")),
+    }
+}
+
+/// `argmax`/`argmin`'s evaluation: an error on an empty array.
+fn arg_extreme(name: &str, f: fn(&[f64]) -> Option<usize>, x: &Value) -> Result<Value> {
+    match f(x.expect_reals()) {
+        Some(i) => Ok(Value::Int(i as i64)),
+        None => Err(Error::runtime(format!("{name} of an empty array"))),
+    }
+}
+
+/// `1 - x * x`.
+fn one_minus_square(x: &Term) -> Term {
+    call("sub", &[&lit(1.0), &call("mul", &[x, x])])
 }
 
 fn compare<T: 'static>(
@@ -540,6 +580,194 @@ fn compare<T: 'static>(
             Ok(Value::Bool(f(&get(a), &get(b))))
         },
     )
+}
+
+/// Defines a function and keeps its source text as a constant, so that the native backend
+/// ([`crate::ir::rust`]) emits the very code the evaluator runs: the generated Rust computes
+/// bit-identical results (see [`rust_helper`]).
+macro_rules! shared {
+    ($(#[$m:meta])* $src:ident: $vis:vis fn $name:ident ($($a:ident : $t:ty),*) -> $r:ty $body:block) => {
+        $(#[$m])*
+        $vis fn $name($($a: $t),*) -> $r $body
+        const $src: &str = stringify!(fn $name($($a: $t),*) -> $r $body);
+    };
+}
+
+shared! {
+    /// The error function `erf x = 2/√π ∫₀ˣ exp(-t²) dt`, within 3 units in the last place
+    /// (1 for `|x| ≥ 0.5`). Rust's `std` has none; this one is chad's own: the Taylor series
+    /// about the nearest multiple `c` of 1/4, `erf (c + h) = erf c + 2/√π exp(-c²) Σ_{k≥1}
+    /// (-1)^(k-1) H_(k-1)(c) h^k / k!` (Hermite polynomials `H`, `|h| ≤ 1/8`, at most 22 terms),
+    /// from a table of `erf c` and `2/√π exp(-c²)` (correctly rounded, computed with 200-bit
+    /// arithmetic); `erf x = ±1` for `|x| ≥ 6`, `erf (-x) = -erf x`, `erf NaN = NaN`.
+    ERF_SRC: pub fn erf(x: f64) -> f64 {
+        const TABLE: [(f64, f64); 25] = [
+            (0.0, std::f64::consts::FRAC_2_SQRT_PI),
+            (0.27632639016823696, 1.0600141293761143),
+            (0.5204998778130465, 0.8787825789354448),
+            (0.7111556336535151, 0.6429310691952074),
+            (0.8427007929497149, 0.4151074974205947),
+            (0.9229001282564583, 0.2365211224472908),
+            (0.9661051464753108, 0.11893028922362937),
+            (0.9866716712191824, 0.05277499593015037),
+            (0.9953222650189527, 0.020666985354092053),
+            (0.9985372834133188, 0.007142319022017983),
+            (0.999593047982555, 0.0021782842303527095),
+            (0.9998993780778803, 0.0005862772470937923),
+            (0.9999779095030014, 0.00013925305194674786),
+            (0.9999956972205363, 2.9189025383581702e-05),
+            (0.9999992569016276, 5.399426777384783e-06),
+            (0.9999998862727434, 8.814321912318039e-07),
+            (0.9999999845827421, 1.2698234671866558e-07),
+            (0.9999999981494259, 1.6143993719507412e-08),
+            (0.9999999998033839, 1.81130589590869e-09),
+            (0.9999999999815149, 1.7934357034341337e-10),
+            (0.9999999999984626, 1.5670866531017336e-11),
+            (0.9999999999998869, 1.2084074716006755e-12),
+            (0.9999999999999927, 8.223316045262922e-14),
+            (0.9999999999999996, 4.938485140964219e-15),
+            (1.0, 2.617301239249265e-16),
+        ];
+        if x.is_nan() {
+            return x;
+        }
+        let a = x.abs();
+        let y = if a >= 6.0 {
+            1.0
+        } else {
+            let j = (a * 4.0 + 0.5) as usize;
+            let c = j as f64 * 0.25;
+            // Exact (Sterbenz): a and c are within a factor of 2, or c = 0.
+            let h = a - c;
+            let (erf_c, slope) = TABLE[j];
+            // s = Σ (-1)^(k-1) H_(k-1)(c) h^k / k!, with H_k = 2c H_(k-1) - 2(k-1) H_(k-2).
+            let (mut h1, mut h2) = (1.0f64, 0.0f64);
+            let mut t = h;
+            let mut s = h;
+            let mut last = h;
+            let mut k = 1u32;
+            while k < 60 {
+                let hk = 2.0 * c * h1 - 2.0 * (k - 1) as f64 * h2;
+                h2 = h1;
+                h1 = hk;
+                k += 1;
+                t = t * h / k as f64;
+                let term = if k % 2 == 0 { -(t * h1) } else { t * h1 };
+                s += term;
+                // H_k(0) vanishes for odd k: stop after two negligible terms in a row.
+                if term.abs() + last.abs() <= s.abs() * 1e-17 {
+                    break;
+                }
+                last = term;
+            }
+            erf_c + slope * s
+        };
+        if x.is_sign_negative() { -y } else { y }
+    }
+}
+
+shared! {
+    /// `softplus x = log (1 + exp x)`, computed without overflow: `x + log1p (exp (-x))` for
+    /// `x > 0`.
+    SOFTPLUS_SRC: pub fn softplus(x: f64) -> f64 {
+        if x > 0.0 { x + (-x).exp().ln_1p() } else { x.exp().ln_1p() }
+    }
+}
+
+shared! {
+    /// `relu x = max x 0`: `x` where `x > 0`, else `0.0` (`NaN` stays `NaN`).
+    RELU_SRC: pub fn relu(x: f64) -> f64 {
+        if x > 0.0 || x.is_nan() { x } else { 0.0 }
+    }
+}
+
+shared! {
+    /// The sign of `x`: `1.0`, `-1.0`, `0.0` for either zero, `NaN` for `NaN`.
+    SIGN_SRC: pub fn sign(x: f64) -> f64 {
+        if x > 0.0 {
+            1.0
+        } else if x < 0.0 {
+            -1.0
+        } else if x == 0.0 {
+            0.0
+        } else {
+            x
+        }
+    }
+}
+
+shared! {
+    /// `a % b`, the remainder of the truncating division `a / b` (the sign of `a`, as in Rust
+    /// and C, so that `(a / b) * b + a % b == a`); `None` for `b = 0`.
+    /// (`i64::MIN % -1` is 0: the remainder exists even where the quotient overflows.)
+    IREM_SRC: pub fn irem(a: i64, b: i64) -> Option<i64> {
+        if b == 0 { None } else { Some(a.wrapping_rem(b)) }
+    }
+}
+
+shared! {
+    /// `a ^ b` on integers: `None` for a negative exponent or an overflow.
+    IPOW_SRC: pub fn ipow(a: i64, b: i64) -> Option<i64> {
+        if b < 0 {
+            None
+        } else if a == 0 || a == 1 {
+            Some(if b == 0 { 1 } else { a })
+        } else if a == -1 {
+            Some(if b % 2 == 0 { 1 } else { -1 })
+        } else {
+            u32::try_from(b).ok().and_then(|e| a.checked_pow(e))
+        }
+    }
+}
+
+shared! {
+    /// The index of the largest element (the first of equal ones; a `NaN` counts as larger than
+    /// everything, so the first `NaN` wins); `None` for an empty array.
+    ARGMAX_SRC: pub fn argmax(xs: &[f64]) -> Option<usize> {
+        let mut best = 0;
+        for (i, &x) in xs.iter().enumerate().skip(1) {
+            if xs[best].is_nan() {
+                break;
+            }
+            if x > xs[best] || x.is_nan() {
+                best = i;
+            }
+        }
+        if xs.is_empty() { None } else { Some(best) }
+    }
+}
+
+shared! {
+    /// The index of the smallest element (the first of equal ones; the first `NaN` wins);
+    /// `None` for an empty array.
+    ARGMIN_SRC: pub fn argmin(xs: &[f64]) -> Option<usize> {
+        let mut best = 0;
+        for (i, &x) in xs.iter().enumerate().skip(1) {
+            if xs[best].is_nan() {
+                break;
+            }
+            if x < xs[best] || x.is_nan() {
+                best = i;
+            }
+        }
+        if xs.is_empty() { None } else { Some(best) }
+    }
+}
+
+/// The Rust source of the helper function a builtin's native code calls (see the `prim` table of
+/// [`crate::ir::rust`]), by builtin name: the very code the evaluator runs.
+pub fn rust_helper(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "erf" => ERF_SRC,
+        "softplus" => SOFTPLUS_SRC,
+        "relu" => RELU_SRC,
+        "sign" => SIGN_SRC,
+        "irem" => IREM_SRC,
+        "ipow" => IPOW_SRC,
+        "argmax" => ARGMAX_SRC,
+        "argmin" => ARGMIN_SRC,
+        _ => return None,
+    })
 }
 
 /// The numerically stable logistic function.
@@ -618,6 +846,68 @@ fn builtins() -> Vec<Primitive> {
                 (s.clone(), call("sub", &[&lit(1.0), &s]))
             },
         ),
+        // Inverse trigonometric and hyperbolic functions. asin' and acos' are infinite at ±1
+        // (IEEE: 1 / 0), NaN outside [-1, 1] where the functions are NaN.
+        real1("asin", f64::asin, |x| {
+            call("div", &[&lit(1.0), &call("sqrt", &[&one_minus_square(x)])])
+        }),
+        real1("acos", f64::acos, |x| {
+            let d = call("div", &[&lit(1.0), &call("sqrt", &[&one_minus_square(x)])]);
+            call("neg", &[&d])
+        }),
+        real1("atan", f64::atan, |x| {
+            call(
+                "div",
+                &[&lit(1.0), &call("add", &[&lit(1.0), &call("mul", &[x, x])])],
+            )
+        }),
+        real1("sinh", f64::sinh, |x| call("cosh", &[x])),
+        real1("cosh", f64::cosh, |x| call("sinh", &[x])),
+        // `atan2 y x`: the angle of the point (x, y), as C's and Rust's `atan2(y, x)`.
+        // ∂/∂y = x / (x² + y²), ∂/∂x = -y / (x² + y²); both taken as 0 at the origin, where
+        // the angle jumps.
+        real2("atan2", Fixity::Function, f64::atan2, |y, x| {
+            let r2 = call("add", &[&call("mul", &[x, x]), &call("mul", &[y, y])]);
+            let at_origin = call("eq", &[&r2, &lit(0.0)]);
+            let dy = cond(at_origin.clone(), lit(0.0), call("div", &[x, &r2]));
+            let dx = cond(at_origin, lit(0.0), call("neg", &[&call("div", &[y, &r2])]));
+            (dy, dx)
+        }),
+        // log1p x = log (1 + x) and expm1 x = exp x - 1, accurate near 0.
+        real1("log1p", f64::ln_1p, |x| {
+            call("div", &[&lit(1.0), &call("add", &[&lit(1.0), x])])
+        }),
+        real1("expm1", f64::exp_m1, |x| call("exp", &[x])),
+        // erf' x = 2/√π exp (-x²).
+        real1("erf", erf, |x| {
+            let sq = call("mul", &[x, x]);
+            call(
+                "mul",
+                &[
+                    &lit(std::f64::consts::FRAC_2_SQRT_PI),
+                    &call("exp", &[&call("neg", &[&sq])]),
+                ],
+            )
+        }),
+        // relu'(0) = 0 (as JAX): the derivative is 1 exactly where x > 0.
+        real1("relu", relu, |x| {
+            cond(call("gt", &[x, &lit(0.0)]), lit(1.0), lit(0.0))
+        }),
+        real1("softplus", softplus, |x| call("sigmoid", &[x])),
+        // sign' = 0 everywhere, at 0 too (the jump is not differentiated).
+        Primitive::function("sign", vec![real()], real(), |x| {
+            Ok(Value::Real(sign(x.expect_real())))
+        })
+        .with_scalar(Scalar::Real1(sign))
+        .with_derivative(Derivative::Zero),
+        // The index of the largest (smallest) element, the first one on ties; `maximum xs` is
+        // `xs ! argmax xs`, so its derivative flows to that element only.
+        Primitive::function("argmax", vec![arr()], Type::Int, |x| {
+            arg_extreme("argmax", argmax, x)
+        }),
+        Primitive::function("argmin", vec![arr()], Type::Int, |x| {
+            arg_extreme("argmin", argmin, x)
+        }),
         Primitive::function("toReal", vec![Type::Int], real(), |x| {
             Ok(Value::Real(x.expect_int() as f64))
         }),
@@ -725,6 +1015,8 @@ fn builtins() -> Vec<Primitive> {
         int2("isub", "-", 4, i64::checked_sub),
         int2("imul", "*", 5, i64::checked_mul),
         int2("idiv", "/", 5, i64::checked_div),
+        int2("irem", "%", 5, irem),
+        int2("ipow", "^", 6, ipow),
         Primitive::new(
             "ineg",
             vec![Type::Int],
@@ -805,6 +1097,7 @@ pub fn operator_prims(
         "-" => (Some("sub"), Some("isub"), None),
         "*" => (Some("mul"), Some("imul"), None),
         "/" => (Some("div"), Some("idiv"), None),
+        "%" => (None, Some("irem"), None),
         "<" => (Some("lt"), Some("ilt"), None),
         "<=" => (Some("le"), Some("ile"), None),
         ">" => (Some("gt"), Some("igt"), None),

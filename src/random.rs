@@ -1223,17 +1223,31 @@ impl Gen {
         }
     }
 
-    /// An argument for a primitive; integer division gets a nonzero literal divisor most of
-    /// the time.
+    /// An argument for a primitive; integer division and remainder get a nonzero literal
+    /// most of the time, integer powers a small one (a non-negative exponent that does not
+    /// overflow), and the functions defined on part of the line (`asin`, `acos`: [-1, 1];
+    /// `log1p`: (-1, ∞)) an argument squashed into it by `tanh` or `sigmoid` most of the time.
     fn arg_for(&self, p: &Prim, t: &Type, d: u32) -> S {
-        if p.name() == "idiv" {
-            return prop_oneof![
-                3 => (1i64..=3).prop_map(|i| mk(TermKind::Lit(Lit::Int(i)))),
-                1 => self.term(t, d)
-            ]
-            .boxed();
+        let small = |lo: i64| (lo..=3i64).prop_map(|i| mk(TermKind::Lit(Lit::Int(i))));
+        match p.name() {
+            "idiv" | "irem" => prop_oneof![3 => small(1), 1 => self.term(t, d)].boxed(),
+            "ipow" => prop_oneof![3 => small(0), 1 => self.term(t, d)].boxed(),
+            "asin" | "acos" | "log1p" => {
+                let squash = prim::op(if p.name() == "log1p" {
+                    "sigmoid"
+                } else {
+                    "tanh"
+                });
+                prop_oneof![
+                    3 => self
+                        .term(t, d)
+                        .prop_map(move |x| mk(TermKind::Prim(squash.clone(), vec![x]))),
+                    1 => self.term(t, d)
+                ]
+                .boxed()
+            }
+            _ => self.term(t, d),
         }
-        self.term(t, d)
     }
 }
 

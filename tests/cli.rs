@@ -1357,7 +1357,7 @@ fn bench_errors() {
     );
 }
 
-/// `--backend native` on eval, grad, jvp and vjp: the same output as the interpreters (the
+/// `--backend native` on eval, grad, jvp and vjp (with `--wrt` too): the same output as the interpreters (the
 /// values here are exact in floating point), the same error message with the same source
 /// position, `--verbose` names the cache, and `--engine dual` refuses it.
 #[test]
@@ -1367,9 +1367,11 @@ fn native_backend_matches_the_interpreters() {
         return;
     }
     let args = ["--arg", "2.0", "--arg", "[1.0, 2.0, 3.5]", "--json"];
-    let cases: [&[&str]; 4] = [
+    let cases: [&[&str]; 6] = [
         &["eval"],
         &["grad"],
+        &["grad", "--wrt", "x2"],
+        &["jvp", "--wrt", "x1", "--tangent", "0.5"],
         &["jvp", "--tangent", "1.0", "--tangent", "[0.5, 0.0, -1.0]"],
         &["vjp", "--cotangent", "-3.0"],
     ];

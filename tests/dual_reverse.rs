@@ -163,9 +163,10 @@ fn for_programs(
          their inputs",
         coverage.programs
     );
-    // Not vacuous: random programs often ignore their inputs, but a third of those compared
-    // must have a gradient that is not zero (about 45% do).
-    assert!(3 * nonzero >= coverage.programs, "too many zero gradients");
+    // Not vacuous: random programs often ignore their inputs, but a quarter of those compared
+    // must have a gradient that is not zero (about 40% do: `sign`, `argmax`, `%` and the other
+    // builtins with a zero derivative or a discrete result make some constant).
+    assert!(4 * nonzero >= coverage.programs, "too many zero gradients");
     coverage.require(required);
     coverage.programs
 }
@@ -496,19 +497,19 @@ fn bad_inputs_and_unsupported_programs_are_errors() {
     // A primitive without a derivative, reported at its position even where not reached.
     let mut reg = Registry::builtin();
     reg.register(Primitive::function(
-        "softplus",
+        "logcosh",
         vec![Type::Real],
         Type::Real,
-        |x| Ok(Value::Real(x.expect_real().exp().ln_1p())),
+        |x| Ok(Value::Real(x.expect_real().cosh().ln())),
     ))
     .unwrap();
     let e = entry_in(
-        "def f (x : Real) : Real = if x > 5.0 then softplus x else x",
+        "def f (x : Real) : Real = if x > 5.0 then logcosh x else x",
         &reg,
     );
     let err = DualReverse::new(&e, Options::default()).err().unwrap();
     assert_eq!(err.kind(), ErrorKind::Unsupported);
-    assert_eq!(err.message(), "primitive `softplus` has no derivative");
+    assert_eq!(err.message(), "primitive `logcosh` has no derivative");
     assert!(err.span().is_some());
 }
 
@@ -523,11 +524,11 @@ fn user_primitives_use_their_registered_derivatives() {
     use chad::target::types::{LTy, Ty};
     let mut reg = Registry::builtin();
     reg.register(
-        Primitive::function("softplus", vec![Type::Real], Type::Real, |x| {
-            Ok(Value::Real(x.expect_real().exp().ln_1p()))
+        Primitive::function("logcosh", vec![Type::Real], Type::Real, |x| {
+            Ok(Value::Real(x.expect_real().cosh().ln()))
         })
         .with_derivative(Derivative::scalar(|x| {
-            Term::prim(&chad::prim::op("sigmoid"), vec![x.clone()])
+            Term::prim(&chad::prim::op("tanh"), vec![x.clone()])
         })),
     )
     .unwrap();
@@ -608,7 +609,7 @@ fn user_primitives_use_their_registered_derivatives() {
     .unwrap();
     let e = entry_in(
         "def f (r : Real) (t : Real) (xs : Array Real) : Real =
-           let p = polar (softplus r) (t * r) in
+           let p = polar (logcosh r) (t * r) in
            let q = polar (fst p) (snd p) in
            fst q * snd p + sumsq (map (\\(x : Real) -> x * fst q) xs) + snd q",
         &reg,

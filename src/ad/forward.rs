@@ -68,7 +68,7 @@
 //! `F(f)[x]` is `f`'s term with its input bound to `x` by a `let` (or directly by the pattern
 //! that receives it), so every subterm is computed once: the output is linear in the size of the
 //! combinator, counting a projection chain `π` by its length (the compiler keeps a variable `k`
-//! binders away O(log k) projections deep, [`crate::ccc::compile`]; `τ`, a tuple of chains,
+//! binders away O(log k) projections deep, [`crate::ccc::compile()`]; `τ`, a tuple of chains,
 //! counts by its chains' total length). `if` is `[f, g] ∘ dist ∘ ⟨id, decide c⟩` with
 //! `Bool = 1 + 1`; `decide`, comparisons and the other discrete primitives have zero
 //! derivatives. The tangent of a sum is on the same side as its primal (`F2(A + B) = F2 A ⊕ F2 B`,

@@ -18,15 +18,18 @@
 //! The entry points for programs are [`jvp`], [`vjp`] and [`grad`] (and [`Jvp`], [`Vjp`] to
 //! transform once and evaluate many times). Every construct of the language is differentiated:
 //! functions, tuples, sums and conditionals, and the array operations. Primitives supply their derivatives through their
-//! registration ([`crate::prim::Derivative`]); [`check_primitive`] tests one.
+//! registration ([`crate::prim::Derivative`]); [`check_primitive`] tests one. [`with_respect_to`]
+//! restricts differentiation to some parameters (`--wrt`).
 
 pub mod check;
 pub mod forward;
 pub mod reverse;
 pub(crate) mod tangent;
+pub mod wrt;
 
 pub use check::{check_kernels, check_primitive};
 pub use tangent::{from_tangent, to_tangent};
+pub use wrt::{select, with_respect_to};
 
 use crate::ccc;
 use crate::deep::deep;

@@ -72,7 +72,7 @@
 //! As in forward mode, every subterm is computed once; the output is linear in the size of the
 //! combinator, counting a projection chain by its length (`ι v` is as deep as `π`; the
 //! compiler keeps a variable `k` binders away O(log k) projections deep,
-//! [`crate::ccc::compile`]), and a tuple of chains `τ` by their total length (`τᵀ v` is a tree
+//! [`crate::ccc::compile()`]), and a tuple of chains `τ` by their total length (`τᵀ v` is a tree
 //! with one leaf per chain).
 //!
 //! **Sparse cotangents.** Array cotangents are where reverse mode can lose its complexity

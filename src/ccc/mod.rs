@@ -23,7 +23,7 @@
 //! (each `sᵢ` a `fst` or `snd`) stored as one node, so that a variable deep in a context costs
 //! O(1) space instead of one node per enclosing binder; and [`CombKind::Tuple`], a tuple of
 //! projection chains `⟨π₁, ⟨π₂, π₃⟩⟩` (any nesting) stored as one node, which is how the
-//! compiler rearranges a context ([`compile`]). [`model::Cartesian::proj`] and
+//! compiler rearranges a context ([`compile()`]). [`model::Cartesian::proj`] and
 //! [`model::Cartesian::tuple`] have default implementations in terms of `fst`, `snd`, `⟨-, -⟩`
 //! and `∘`, so models need not know about them.
 //!

@@ -206,7 +206,7 @@ impl Primitives for Printer {
 
     fn prim(&self, op: &Prim) -> R {
         match op.fixity() {
-            Fixity::Infix(sym, _) => text(format!("({sym})")),
+            Fixity::Infix(sym, _) | Fixity::InfixRight(sym, _) => text(format!("({sym})")),
             _ => text(op.name()),
         }
     }

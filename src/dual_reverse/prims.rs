@@ -292,6 +292,32 @@ fn table(name: &str) -> Option<Partials> {
         "sigmoid" => |a, y, o| one(a, o, |_| y * (1.0 - y)),
         "abs" => |a, _, o| one(a, o, |x| if x >= 0.0 { 1.0 } else { -1.0 }),
         "neg" => |a, _, o| one(a, o, |_| -1.0),
+        "asin" => |a, _, o| one(a, o, |x| 1.0 / (1.0 - x * x).sqrt()),
+        "acos" => |a, _, o| one(a, o, |x| -1.0 / (1.0 - x * x).sqrt()),
+        "atan" => |a, _, o| one(a, o, |x| 1.0 / (1.0 + x * x)),
+        "sinh" => |a, _, o| one(a, o, f64::cosh),
+        "cosh" => |a, _, o| one(a, o, f64::sinh),
+        "atan2" => |a, _, o| {
+            two(a, o, |y, x| {
+                let r2 = x * x + y * y;
+                if r2 == 0.0 {
+                    (0.0, 0.0)
+                } else {
+                    (x / r2, -y / r2)
+                }
+            })
+        },
+        "log1p" => |a, _, o| one(a, o, |x| 1.0 / (1.0 + x)),
+        "expm1" => |a, y, o| one(a, o, |_| y + 1.0),
+        "erf" => |a, _, o| {
+            one(a, o, |x| {
+                std::f64::consts::FRAC_2_SQRT_PI * (-(x * x)).exp()
+            })
+        },
+        "relu" => |a, _, o| one(a, o, |x| if x > 0.0 { 1.0 } else { 0.0 }),
+        "softplus" => |a, _, o| one(a, o, crate::prim::sigmoid),
+        // The derivative is 0: no edge.
+        "sign" => |_, _, _| {},
         "pow" => |a, y, o| {
             two(a, o, |b, e| {
                 let db = if e == 0.0 { 0.0 } else { e * b.powf(e - 1.0) };

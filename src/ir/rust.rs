@@ -10,7 +10,7 @@
 //! * one private Rust function per IR function, returning `Result<_, Error>`;
 //! * per definition, the public API: `NAME(x1, ..)`, `NAME_jvp(x1, .., dx1, ..)`,
 //!   `NAME_vjp(x1, .., ct)` and, for a `Real` result, `NAME_grad(x1, ..)`, with Rust types
-//!   derived from chad types (see [`pub_type`]).
+//!   derived from chad types (see `pub_type`).
 //!
 //! # Types
 //!
@@ -202,6 +202,13 @@ impl std::fmt::Display for Error {
                 "idiv" if ints[1] == 0 => {
                     write!(f, "integer division by zero ({} / 0)", ints[0])?
                 }
+                "irem" if ints[1] == 0 => {
+                    write!(f, "integer remainder by zero ({} % 0)", ints[0])?
+                }
+                "ipow" if ints[1] < 0 => {
+                    write!(f, "negative exponent in {} ^ ({})", ints[0], ints[1])?
+                }
+                "argmax" | "argmin" => write!(f, "{name} of an empty array")?,
                 "ineg" => write!(f, "integer overflow in -({})", ints[0])?,
                 op => write!(f, "integer overflow in {op}({}, {})", ints[0], ints[1])?,
             },
@@ -1692,6 +1699,32 @@ impl<'a> Emitter<'a> {
             "sin" | "cos" | "tan" | "exp" | "sqrt" | "tanh" | "abs" => {
                 format!("f64::{}({})", p.name(), x[0])
             }
+            "asin" | "acos" | "atan" | "sinh" | "cosh" => format!("f64::{}({})", p.name(), x[0]),
+            "atan2" => format!("f64::atan2({}, {})", x[0], x[1]),
+            "log1p" => format!("f64::ln_1p({})", x[0]),
+            "expm1" => format!("f64::exp_m1({})", x[0]),
+            // Helpers whose source is the evaluator's own code (`prim::rust_helper`).
+            "erf" | "relu" | "softplus" | "sign" => {
+                self.prim_helper(p.name())?;
+                format!("{}({})", p.name(), x[0])
+            }
+            "irem" | "ipow" => {
+                self.prim_helper(p.name())?;
+                format!(
+                    "int_op(\"{0}\", {0}({1}, {2}), {1}, {2}, {s})?",
+                    p.name(),
+                    x[0],
+                    x[1]
+                )
+            }
+            "argmax" | "argmin" => {
+                self.prim_helper(p.name())?;
+                format!(
+                    "int_op(\"{0}\", {0}(&{1}).map(|i| i as i64), 0, 0, {s})?",
+                    p.name(),
+                    x[0]
+                )
+            }
             "log" => format!("f64::ln({})", x[0]),
             "sigmoid" => format!("sigmoid({})", x[0]),
             "pow" => format!("f64::powf({}, {})", x[0], x[1]),
@@ -1750,6 +1783,15 @@ impl<'a> Emitter<'a> {
                 }
             },
         })
+    }
+
+    /// Adds the helper function a builtin's code calls (its source is the evaluator's own).
+    fn prim_helper(&mut self, name: &str) -> Result<()> {
+        let src = crate::prim::rust_helper(name).ok_or_else(|| internal("a builtin's helper"))?;
+        self.helpers
+            .entry(format!("prim_{name}"))
+            .or_insert_with(|| format!("\n#[allow(clippy::all)]\n{src}\n"));
+        Ok(())
     }
 
     /// The table of error sites: file, line, column.
@@ -2236,7 +2278,7 @@ fn internal(what: &str) -> Error {
 ///
 /// Values travel in a small binary format, little-endian: `f64` and `i64` as 8 bytes, `bool`
 /// as 1, unit as nothing, tuples as their components, arrays and lists as a `u64` length and
-/// the elements, enums as a `u32` tag and the payload ([`encode`], [`decode`]). An error is
+/// the elements, enums as a `u32` tag and the payload (`encode`, `decode`). An error is
 /// encoded as `u32` site, `u8` kind (0 index, 1 length, 2 same length, 3 onehot, 4
 /// primitive), two `i64`s, an `f64` and a `u32`-length-prefixed name.
 pub fn ffi(p: &Program, funcs: &[super::FuncId]) -> Result<String> {

@@ -615,10 +615,59 @@ fn builtin_rule(name: &str) -> Option<Rule> {
                 })
                 .sum()
         }),
-        "toReal" => Real(|_| 0.0),
-        "floor" | "not" | "decide" | "iadd" | "isub" | "imul" | "idiv" | "ineg" | "lt" | "le"
-        | "gt" | "ge" | "eq" | "ne" | "ilt" | "ile" | "igt" | "ige" | "ieq" | "ine" | "beq"
-        | "bne" => Constant,
+        "asin" => Real(|a| {
+            let (x, dx) = x1(a);
+            lin(1.0 / (1.0 - x * x).sqrt(), dx)
+        }),
+        "acos" => Real(|a| {
+            let (x, dx) = x1(a);
+            lin(-1.0 / (1.0 - x * x).sqrt(), dx)
+        }),
+        "atan" => Real(|a| {
+            let (x, dx) = x1(a);
+            lin(1.0 / (1.0 + x * x), dx)
+        }),
+        "sinh" => Real(|a| {
+            let (x, dx) = x1(a);
+            lin(x.cosh(), dx)
+        }),
+        "cosh" => Real(|a| {
+            let (x, dx) = x1(a);
+            lin(x.sinh(), dx)
+        }),
+        "atan2" => Real(|a| {
+            let ((y, dy), (x, dx)) = x2(a);
+            let r2 = x * x + y * y;
+            if r2 == 0.0 {
+                0.0
+            } else {
+                lin(x / r2, dy) + lin(-y / r2, dx)
+            }
+        }),
+        "log1p" => Real(|a| {
+            let (x, dx) = x1(a);
+            lin(1.0 / (1.0 + x), dx)
+        }),
+        "expm1" => Real(|a| {
+            let (x, dx) = x1(a);
+            lin(x.exp(), dx)
+        }),
+        "erf" => Real(|a| {
+            let (x, dx) = x1(a);
+            lin(std::f64::consts::FRAC_2_SQRT_PI * (-(x * x)).exp(), dx)
+        }),
+        "relu" => Real(|a| {
+            let (x, dx) = x1(a);
+            if x > 0.0 { dx } else { 0.0 }
+        }),
+        "softplus" => Real(|a| {
+            let (x, dx) = x1(a);
+            lin(crate::prim::sigmoid(x), dx)
+        }),
+        "toReal" | "sign" => Real(|_| 0.0),
+        "floor" | "not" | "decide" | "iadd" | "isub" | "imul" | "idiv" | "irem" | "ipow"
+        | "ineg" | "lt" | "le" | "gt" | "ge" | "eq" | "ne" | "ilt" | "ile" | "igt" | "ige"
+        | "ieq" | "ine" | "beq" | "bne" | "argmax" | "argmin" => Constant,
         _ => return None,
     })
 }
@@ -950,10 +999,10 @@ mod tests {
     fn unsupported_and_bad_inputs_are_errors() {
         let mut reg = Registry::builtin();
         reg.register(Primitive::function(
-            "softplus",
+            "logcosh",
             vec![Type::Real],
             Type::Real,
-            |x| Ok(Value::Real(x.expect_real().exp().ln_1p())),
+            |x| Ok(Value::Real(x.expect_real().cosh().ln())),
         ))
         .unwrap();
         reg.register(Primitive::function(
@@ -964,7 +1013,7 @@ mod tests {
         ))
         .unwrap();
         let e = entry_in(
-            "def f (x : Real) : Real = if x > 5.0 then softplus x else x",
+            "def f (x : Real) : Real = if x > 5.0 then logcosh x else x",
             &reg,
         );
         // Reported even where the primitive would not be reached.
@@ -972,7 +1021,7 @@ mod tests {
         assert_eq!(err.kind(), ErrorKind::Unsupported);
         assert_eq!(
             err.message(),
-            "dual-number oracle: no derivative for primitive `softplus`"
+            "dual-number oracle: no derivative for primitive `logcosh`"
         );
         assert!(err.span().is_some());
         // A primitive with a discrete result needs no derivative.

@@ -2218,11 +2218,14 @@ pub(super) fn remat_form(c: &Var, e: &Term) -> bool {
 }
 
 /// Whether `e` is at most `budget` integer additions, subtractions, multiplications,
-/// divisions and negations of atoms and lengths of atoms, in a tree.
+/// divisions, remainders and negations of atoms and lengths of atoms, in a tree.
 fn int_ops(e: &Term, budget: &mut usize) -> bool {
     match &e.kind {
         TermKind::Prim(op, args)
-            if matches!(op.name(), "iadd" | "isub" | "imul" | "idiv" | "ineg") =>
+            if matches!(
+                op.name(),
+                "iadd" | "isub" | "imul" | "idiv" | "irem" | "ineg"
+            ) =>
         {
             if *budget == 0 {
                 return false;

@@ -138,7 +138,7 @@ rules! {
     /// `plusZero`: `0 + l ~> l`, `l + 0 ~> l`.
     plus_zero = "plusZero",
     /// `plusPair`: `(a, b) + (c, d) ~> (a + c, b + d)`, also when a side is a linear variable
-    /// let-bound to a pair.
+    /// let-bound to a pair; and projections distribute: `fst (l + l') ~> fst l + fst l'`.
     plus_pair = "plusPair",
     /// `plusLet`: `(let p = a in l) + l' ~> let p = a in l + l'` (either side, either kind of
     /// let).

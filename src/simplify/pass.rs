@@ -2066,6 +2066,16 @@ impl Pass<'_> {
             self.fire("zeroProp");
             return LTerm::zero(if first { a.clone() } else { b.clone() });
         }
+        if self.rules.plus_pair
+            && let K::Plus(a, b) = &e.kind
+        {
+            // `fst (l + l') ~> fst l + fst l'`: the other halves are dropped unevaluated (a
+            // parameter left out by `--wrt` gets no cotangent computed).
+            self.fire("plusPair");
+            let a2 = self.lproj(a.clone(), first, span);
+            let b2 = self.lproj(b.clone(), first, span);
+            return self.plus(a2, b2, span);
+        }
         if self.rules.case_proj
             && let K::Case(c, p, a, q, b) = &e.kind
         {

@@ -10,7 +10,11 @@
 //! `a && b` is `if a then b else false` and `a || b` is `if a then true else b` (short-circuit);
 //! builtins used without all their arguments become lambdas (`map exp xs` passes
 //! `\(x : Real) -> exp x`); supplied arguments of a partial application are evaluated once, at
-//! the point of partial application.
+//! the point of partial application. The conveniences of `check::sugar` (`pi`, `mean`, `maximum`,
+//! `reverse`, `zip`, `slice`, `concat`, ..., the power `^`) become the core forms they stand
+//! for, so every later stage handles them with no case of its own.
+
+mod sugar;
 
 use super::syntax::{self as ast, BinOp, Expr, ExprKind};
 use super::term::*;
@@ -103,6 +107,16 @@ const POLY: &[(&str, usize)] = &[
     ("build", 2),
     ("length", 1),
     ("replicate", 2),
+    // The conveniences of `sugar`.
+    ("pi", 0),
+    ("mean", 1),
+    ("maximum", 1),
+    ("minimum", 1),
+    ("reverse", 1),
+    ("zip", 2),
+    ("unzip", 1),
+    ("slice", 3),
+    ("concat", 2),
 ];
 
 struct Checker<'r> {
@@ -135,7 +149,7 @@ fn is_flexible(e: &Expr) -> bool {
     match &e.kind {
         ExprKind::Int(_) => true,
         ExprKind::Neg(x) => is_flexible(x),
-        ExprKind::Binary(BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div, a, b) => {
+        ExprKind::Binary(BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Pow, a, b) => {
             is_flexible(a) && is_flexible(b)
         }
         _ => false,
@@ -160,6 +174,80 @@ fn needs_context(e: &Expr) -> bool {
     }
 }
 
+/// `f a` (`what` names `f`) where an `expected` non-function was wanted and `f a` is a function
+/// `found` that gives it after `k` more arguments: "`f` takes n + k arguments, but is given n".
+fn too_few_arguments(
+    what: &str,
+    given: usize,
+    found: &Type,
+    expected: &Type,
+    span: Span,
+) -> Option<Error> {
+    if found == expected || expected.as_fun().is_some() {
+        return None;
+    }
+    let mut missing = 0;
+    let mut t = found;
+    while let Some((_, r)) = t.as_fun() {
+        missing += 1;
+        t = r;
+        if t == expected {
+            let takes = given + missing;
+            return Some(
+                Error::type_error(
+                    span,
+                    format!(
+                        "{what} takes {takes} argument{}, but is given {given}",
+                        if takes == 1 { "" } else { "s" }
+                    ),
+                )
+                .with_label(format!(
+                    "{missing} argument{} missing: this is a function `{found}`",
+                    if missing == 1 { "" } else { "s" }
+                ))
+                .with_note(format!("a `{expected}` is expected here")),
+            );
+        }
+    }
+    None
+}
+
+/// `f x -1` is `(f x) - 1`: where that subtraction fails on a function, say so. The function
+/// application is the rightmost operand of `a` (`y + pow x -1` is `(y + pow x) - 1`).
+fn negative_argument_hint(op: BinOp, a: &Expr, b: &Expr, e: Error) -> Error {
+    let literal = match b.kind {
+        ExprKind::Int(i) => i.to_string(),
+        ExprKind::Real(x) => crate::value::format_real(x),
+        _ => return e,
+    };
+    let mut a = a;
+    while let ExprKind::Binary(_, _, r) = &a.kind {
+        a = r;
+    }
+    let ExprKind::App(f, args) = &a.kind else {
+        return e;
+    };
+    if op != BinOp::Sub || e.span() != Some(a.span) {
+        return e;
+    }
+    // The application as written, where it is short and simple (`pow x`), else `f x`.
+    let word = |e: &Expr| match &e.kind {
+        ExprKind::Var(x) => Some(x.to_string()),
+        ExprKind::Int(i) if *i >= 0 => Some(i.to_string()),
+        ExprKind::Real(x) if *x >= 0.0 => Some(crate::value::format_real(*x)),
+        _ => None,
+    };
+    let call = std::iter::once(&**f)
+        .chain(args)
+        .map(word)
+        .collect::<Option<Vec<_>>>()
+        .map_or_else(|| "f x".to_string(), |w| w.join(" "));
+    e.with_note(format!(
+        "`{call} -{literal}` is the subtraction `({call}) - {literal}`: a negative argument \
+         needs parentheses, `{call} (-{literal})`"
+    ))
+}
+
 fn mismatch(span: Span, expected: &Type, found: &Type) -> Error {
     let mut e = Error::type_error(
         span,
@@ -170,20 +258,6 @@ fn mismatch(span: Span, expected: &Type, found: &Type) -> Error {
         e = e.with_note("convert an Int to a Real with `toReal`");
     }
     e
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != *cb);
-            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 impl<'r> Checker<'r> {
@@ -212,35 +286,38 @@ impl<'r> Checker<'r> {
     }
 
     fn unknown_variable(&self, name: &str, span: Span) -> Error {
-        let mut e = Error::type_error(span, format!("unknown variable `{name}`"))
+        let e = Error::type_error(span, format!("unknown variable `{name}`"))
             .with_label("not in scope");
         if self.current.as_deref() == Some(name) {
             return e.with_note(format!(
                 "`{name}` is not in scope in its own body: definitions cannot be recursive"
             ));
         }
-        let candidates = self
+        if let Some(hint) = sugar::synonym(name) {
+            return e.with_note(hint);
+        }
+        // Locals first, then definitions, then builtins: ties go to the nearest scope.
+        let mut locals: Vec<String> = self
             .scope
             .iter()
             .filter(|(_, s)| !s.is_empty())
             .map(|(n, _)| n.to_string())
-            .chain(self.globals.keys().map(|n| n.to_string()))
+            .collect();
+        locals.sort();
+        let mut globals: Vec<String> = self.globals.keys().map(|n| n.to_string()).collect();
+        globals.sort();
+        let builtins = self
+            .reg
+            .all()
+            .iter()
+            .filter(|p| self.reg.function(p.name()).is_some())
+            .map(|p| p.name().to_string())
             .chain(POLY.iter().map(|(n, _)| n.to_string()))
-            .chain(
-                self.reg
-                    .all()
-                    .iter()
-                    .filter(|p| self.reg.function(p.name()).is_some())
-                    .map(|p| p.name().to_string()),
-            );
-        let best = candidates
-            .map(|c| (edit_distance(name, &c), c))
-            .filter(|(d, c)| *d <= 2 && *d < c.len().max(name.len()))
-            .min();
-        if let Some((_, c)) = best {
-            e = e.with_note(format!("did you mean `{c}`?"));
+            .chain(["true", "false"].map(String::from));
+        match super::suggest(name, locals.into_iter().chain(globals).chain(builtins)) {
+            Some(c) => e.with_note(format!("did you mean `{c}`?")),
+            None => e,
         }
-        e
     }
 
     // ----- patterns -----
@@ -589,6 +666,8 @@ impl<'r> Checker<'r> {
                 };
                 Ok(Term::new(kind, span))
             }
+            BinOp::Pow => self.power(a, b, expected, span),
+            BinOp::Rem => self.remainder(a, b, span),
             BinOp::Index => {
                 let xs = self.infer(a)?;
                 if xs.ty.as_array().is_none() {
@@ -617,22 +696,25 @@ impl<'r> Checker<'r> {
                     "Real or Int"
                 };
                 let (ta, tb) = match expected {
-                    Some(t @ (Type::Real | Type::Int)) if arithmetic => {
-                        (self.check(a, t)?, self.check(b, t)?)
-                    }
+                    Some(t @ (Type::Real | Type::Int)) if arithmetic => (
+                        self.check(a, t)
+                            .map_err(|e| negative_argument_hint(op, a, b, e))?,
+                        self.check(b, t)?,
+                    ),
                     _ => {
                         let swap = is_flexible(a) && !is_flexible(b);
                         let (first, second) = if swap { (b, a) } else { (a, b) };
                         let t1 = self.infer(first)?;
                         if allowed(&t1.ty).is_none() {
-                            return Err(Error::type_error(
+                            let e = Error::type_error(
                                 first.span,
                                 format!(
                                     "operator `{sym}` expects {describe} operands, found `{}`",
                                     t1.ty
                                 ),
                             )
-                            .with_label(format!("this has type `{}`", t1.ty)));
+                            .with_label(format!("this has type `{}`", t1.ty));
+                            return Err(negative_argument_hint(op, a, b, e));
                         }
                         let t2 = self.check(second, &t1.ty)?;
                         if swap { (t2, t1) } else { (t1, t2) }
@@ -696,7 +778,23 @@ impl<'r> Checker<'r> {
                         if takes == 1 { "" } else { "s" }
                     )
                 };
-                return Err(Error::type_error(a.span, msg).with_label("extra argument"));
+                let mut e = Error::type_error(a.span, msg).with_label("extra argument");
+                if let (Some(_), ExprKind::Array(items)) = (f.ty.as_array(), &a.kind)
+                    && items.len() == 1
+                {
+                    // `xs[i]`, as in Python or C.
+                    let i = match &items[0].kind {
+                        ExprKind::Var(x) => x.to_string(),
+                        ExprKind::Int(k) if *k >= 0 => k.to_string(),
+                        _ => "(i)".to_string(),
+                    };
+                    let xs = match &f.kind {
+                        TermKind::Var(v) => v.name.to_string(),
+                        _ => "xs".to_string(),
+                    };
+                    e = e.with_note(format!("arrays are indexed with `!`: `{xs} ! {i}`"));
+                }
+                return Err(e);
             };
             let dom = dom.clone();
             let arg = self.check(a, &dom)?;
@@ -738,6 +836,10 @@ impl<'r> Checker<'r> {
                 kind: ExprKind::Lam(ps, b),
                 span,
             }) => self.lambda(ps, b, params, None, *span),
+            Arg::Src(e) if self.bare_poly(e, params.len()).is_some() => {
+                let name = self.bare_poly(e, params.len()).expect("checked");
+                self.builtin_as_function(&name, params, e.span)
+            }
             _ => self.infer_arg(a),
         }
     }
@@ -792,7 +894,11 @@ impl<'r> Checker<'r> {
             self.saturated(name, args, expected, span)?
         };
         match expected {
-            Some(e) if *e != t.ty => Err(mismatch(span, e, &t.ty)),
+            Some(e) if *e != t.ty => {
+                let what = format!("`{name}`");
+                Err(too_few_arguments(&what, args.len(), &t.ty, e, span)
+                    .unwrap_or_else(|| mismatch(span, e, &t.ty)))
+            }
             _ => Ok(t),
         }
     }
@@ -807,21 +913,22 @@ impl<'r> Checker<'r> {
         span: Span,
     ) -> Result<Term> {
         let arity = self.arity(name);
-        let prim = if POLY.iter().any(|(n, _)| *n == name) {
-            None
+        // The parameter types, where they are fixed.
+        let fixed: Option<Vec<Type>> = if POLY.iter().any(|(n, _)| *n == name) {
+            sugar::fixed_params(name)
         } else {
-            self.reg.function(name).cloned()
+            self.reg.function(name).map(|p| p.params().to_vec())
         };
         let mut given = Vec::new();
         for (k, a) in args.iter().enumerate() {
-            given.push(match &prim {
-                Some(p) => self.check_arg(*a, &p.params()[k])?,
+            given.push(match &fixed {
+                Some(p) => self.check_arg(*a, &p[k])?,
                 None => self.infer_arg(*a)?,
             });
         }
         let n_missing = arity - args.len();
-        let (missing, result): (Vec<Type>, Option<Type>) = if let Some(p) = &prim {
-            (p.params()[args.len()..].to_vec(), None)
+        let (missing, result): (Vec<Type>, Option<Type>) = if let Some(p) = &fixed {
+            (p[args.len()..].to_vec(), None)
         } else if let Some(exp) = expected {
             let (tys, rest) = peel(exp, n_missing).ok_or_else(|| {
                 Error::type_error(
@@ -884,7 +991,7 @@ impl<'r> Checker<'r> {
             .enumerate()
             .map(|(k, t)| {
                 // Named by position: `pow 2.0` gives `\y -> pow 2.0 y`, `map2 f xs` gives `\ys`.
-                let pos = if prim.is_some() {
+                let pos = if fixed.is_some() {
                     args.len() + k
                 } else {
                     (args.len() + k).saturating_sub(1)
@@ -959,7 +1066,8 @@ impl<'r> Checker<'r> {
             "map" | "map2" => {
                 let n = if name == "map" { 1 } else { 2 };
                 // With an unannotated lambda, infer the arrays first to learn its parameters.
-                let lam_needs = matches!(args[0], Arg::Src(Expr { kind: ExprKind::Lam(ps, _), .. }) if ps.iter().any(|p| p.ty.is_none()));
+                let lam_needs = matches!(args[0], Arg::Src(Expr { kind: ExprKind::Lam(ps, _), .. }) if ps.iter().any(|p| p.ty.is_none()))
+                    || matches!(args[0], Arg::Src(e) if self.bare_poly(e, n).is_some());
                 let (f, arrays) = if lam_needs {
                     let arrays = args[1..]
                         .iter()
@@ -1039,6 +1147,7 @@ impl<'r> Checker<'r> {
                 }
                 mk(TermKind::Length(xs))
             }
+            n if sugar::is_sugar(n) => self.sugar(n, args, expected, span)?,
             "replicate" => {
                 let n = self.check_arg(args[0], &Type::Int)?;
                 let x = match expected.and_then(Type::as_array) {
@@ -1139,6 +1248,13 @@ impl<'r> Checker<'r> {
             }
             (ExprKind::App(head, args), _) => {
                 let t = self.app(head, args, Some(ty), span)?;
+                let what = match &head.kind {
+                    ExprKind::Var(x) => format!("`{x}`"),
+                    _ => "this function".to_string(),
+                };
+                if let Some(e) = too_few_arguments(&what, args.len(), &t.ty, ty, span) {
+                    return Err(e);
+                }
                 self.expect_type(t, ty, span)
             }
             (ExprKind::Var(x), _)

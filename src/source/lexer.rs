@@ -41,7 +41,7 @@ const KEYWORDS: &[&str] = &[
 // Longest symbols first so that `->` wins over `-`, `==` over `=`, and so on.
 const SYMBOLS: &[&str] = &[
     "->", "||", "&&", "==", "!=", "<=", ">=", "(", ")", "[", "]", ",", ":", "=", "\\", "|", "<",
-    ">", "+", "-", "*", "/", "!",
+    ">", "+", "-", "*", "/", "%", "^", "!",
 ];
 
 /// Splits a text into tokens with their spans; the last token is [`Tok::Eof`].

@@ -17,6 +17,55 @@ use crate::types::Type;
 use crate::value::{Value, tuple_components};
 use syntax::{Expr, ExprKind};
 
+/// The candidate closest to a misspelt `name`, if one is close enough to be worth suggesting:
+/// the same up to case, or within an edit distance that grows with the length (1 for names
+/// of up to 2 characters, 2 up to 5, 3 beyond), so that a one-letter name is never "corrected"
+/// into an unrelated builtin. Ties go to the earliest candidate (callers list the most likely
+/// first: locals, then definitions, then builtins).
+pub(crate) fn suggest(name: &str, candidates: impl IntoIterator<Item = String>) -> Option<String> {
+    let len = name.chars().count();
+    let limit = match len {
+        0..=2 => 1,
+        3..=5 => 2,
+        _ => 3,
+    };
+    let lower = name.to_lowercase();
+    let mut best: Option<(usize, String)> = None;
+    for c in candidates {
+        if c == name {
+            continue;
+        }
+        // Twice the edit distance; 1 for a difference of case only.
+        let d = if c.to_lowercase() == lower {
+            1
+        } else {
+            2 * edit_distance(name, &c)
+        };
+        if d <= 2 * limit
+            && d < 2 * c.chars().count().max(len)
+            && best.as_ref().is_none_or(|b| d < b.0)
+        {
+            best = Some((d, c));
+        }
+    }
+    best.map(|(_, c)| c)
+}
+
+/// Levenshtein distance (insertions, deletions, substitutions), in characters.
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
 /// Parses and type-checks a program text.
 pub fn load(text: &str, reg: &Registry) -> Result<term::Program> {
     let ast = parser::parse_program(text)?;

@@ -1,8 +1,13 @@
 //! Recursive-descent parser for the surface language (LANGUAGE.md).
 //!
 //! Expressions use precedence climbing with the levels, loosest first: `||`; `&&`;
-//! `== != < <= > >=`; `+ -`; `* /`; unary `-`; `!` (indexing); application. Binary operators
-//! are left-associative. `let`, `if`, `\` and `case` extend as far right as possible and may
+//! `== != < <= > >=`; `+ -`; `* / %`; unary `-` and `^` (right-associative: `-x ^ 2` is
+//! `-(x ^ 2)`, `a ^ b ^ c` is `a ^ (b ^ c)`, `x ^ -1` is `x ^ (-1)`); `!` (indexing);
+//! application. The other binary operators are left-associative.
+//!
+//! A file may also define type aliases, `type Matrix = Array (Array Real)`, usable in the
+//! definitions and aliases after them. `type` is not a keyword: `type NAME =` starts an alias
+//! (no expression can continue with it), and `type` stays an ordinary name elsewhere. `let`, `if`, `\` and `case` extend as far right as possible and may
 //! appear wherever an operand may (so `1 + let x = 2 in x` and `build n \(i : Int) -> e` parse).
 //! Chains of `let`s are parsed iteratively; all other recursion runs under [`deep`], and
 //! nesting beyond [`MAX_NESTING`] levels is reported as an error instead of exhausting memory.
@@ -12,6 +17,8 @@ use super::syntax::*;
 use crate::deep::deep;
 use crate::error::{Error, Result, Span};
 use crate::types::Type;
+use std::collections::HashMap;
+use std::rc::Rc;
 
 /// The deepest nesting of parentheses, brackets, operators or types the parser accepts.
 pub const MAX_NESTING: usize = 100_000;
@@ -21,7 +28,11 @@ pub fn parse_program(text: &str) -> Result<Program> {
     let mut p = Parser::new(text)?;
     let mut defs = Vec::new();
     while p.peek() != &Tok::Eof {
-        defs.push(p.def()?);
+        if p.starts_alias() {
+            p.alias()?;
+        } else {
+            defs.push(p.def()?);
+        }
     }
     Ok(Program { defs })
 }
@@ -46,7 +57,12 @@ struct Parser {
     toks: Vec<(Tok, Span)>,
     pos: usize,
     depth: usize,
+    /// The type aliases defined so far.
+    aliases: HashMap<Rc<str>, Type>,
 }
+
+/// The built-in type names.
+const TYPE_NAMES: &[&str] = &["Real", "Int", "Bool", "Unit", "Array"];
 
 fn is_block_start(t: &Tok) -> bool {
     matches!(t, Tok::Keyword("let" | "if" | "case") | Tok::Sym("\\"))
@@ -69,6 +85,7 @@ impl Parser {
             toks: lex(text)?,
             pos: 0,
             depth: 0,
+            aliases: HashMap::new(),
         })
     }
 
@@ -173,6 +190,35 @@ impl Parser {
 
     // ----- definitions -----
 
+    /// At `type NAME =`: a type alias.
+    fn starts_alias(&self) -> bool {
+        matches!(self.peek(), Tok::Ident(t) if &**t == "type")
+            && matches!(self.peek_at(1), Tok::Ident(_))
+            && self.peek_at(2) == &Tok::Sym("=")
+    }
+
+    /// `type NAME = T`: later types may use `NAME` for `T`.
+    fn alias(&mut self) -> Result<()> {
+        self.bump();
+        let name = self.ident("the name of the type alias")?;
+        if TYPE_NAMES.contains(&&*name.name) {
+            return Err(Error::syntax(
+                name.span,
+                format!("`{}` is a built-in type and cannot be redefined", name.name),
+            ));
+        }
+        if self.aliases.contains_key(&name.name) {
+            return Err(Error::syntax(
+                name.span,
+                format!("type `{}` is defined twice", name.name),
+            ));
+        }
+        self.expect("=", "after the name of the type alias")?;
+        let ty = self.ty()?;
+        self.aliases.insert(name.name, ty.ty);
+        Ok(())
+    }
+
     fn def(&mut self) -> Result<Def> {
         let start = self.span();
         if !self.eat_kw("def") {
@@ -271,10 +317,10 @@ impl Parser {
                     "Int" => Type::Int,
                     "Bool" => Type::Bool,
                     "Unit" => Type::Unit,
-                    _ => {
-                        return Err(Error::syntax(start, format!("unknown type `{x}`"))
-                            .with_note("types are Real, Int, Bool, Unit, (A, B), A -> B, A + B and Array A"));
-                    }
+                    _ => match self.aliases.get(&x) {
+                        Some(t) => t.clone(),
+                        None => return Err(self.unknown_type(&x, start)),
+                    },
                 };
                 self.bump();
                 Ok(TypeAnn { ty, span: start })
@@ -298,6 +344,31 @@ impl Parser {
                 })
             }
             _ => Err(self.error_expected("a type")),
+        }
+    }
+
+    fn unknown_type(&self, x: &str, at: Span) -> Error {
+        let e = Error::syntax(at, format!("unknown type `{x}`"));
+        let known = TYPE_NAMES
+            .iter()
+            .map(|t| t.to_string())
+            .chain(self.aliases.keys().map(|a| a.to_string()));
+        let synonym = match x {
+            "Float" | "Double" | "Number" | "Num" | "F64" | "f64" => Some("Real"),
+            "Integer" | "Nat" | "Index" | "I64" | "i64" | "Long" => Some("Int"),
+            "Boolean" | "bool" => Some("Bool"),
+            "Vector" | "Vec" | "List" => Some("Array"),
+            _ => None,
+        };
+        match synonym
+            .map(str::to_string)
+            .or_else(|| super::suggest(x, known))
+        {
+            Some(s) => e.with_note(format!("did you mean `{s}`?")),
+            None => e.with_note(
+                "types are Real, Int, Bool, Unit, (A, B), A -> B, A + B and Array A, and \
+                 aliases defined by `type NAME = T` before their use",
+            ),
         }
     }
 
@@ -476,6 +547,7 @@ impl Parser {
             Tok::Sym("-") => BinOp::Sub,
             Tok::Sym("*") => BinOp::Mul,
             Tok::Sym("/") => BinOp::Div,
+            Tok::Sym("%") => BinOp::Rem,
             _ => return None,
         })
     }
@@ -487,7 +559,15 @@ impl Parser {
             if prec < min {
                 break;
             }
-            self.bump();
+            let (_, at) = self.bump();
+            if op == BinOp::Mul && self.peek() == &Tok::Sym("*") {
+                return Err(Error::syntax(
+                    at.to(self.span()),
+                    "`**` is not an operator".to_string(),
+                )
+                .with_label("not an operator")
+                .with_note("write a power as `x ^ y` (or `pow x y`)"));
+            }
             // Left-associative: the right operand only takes tighter operators. The recursion
             // depth is bounded by the number of precedence levels.
             let rhs = self.nest(|p| p.binary(prec + 1))?;
@@ -502,10 +582,10 @@ impl Parser {
 
     fn unary(&mut self) -> Result<Expr> {
         if self.peek() == &Tok::Sym("-") {
-            // `-` directly before a number is a negative literal (unless indexing follows,
-            // which binds tighter than unary minus).
+            // `-` directly before a number is a negative literal (unless indexing or a power
+            // follows, which bind at least as tightly as unary minus: `-2 ^ 2` is `-(2 ^ 2)`).
             if matches!(self.peek_at(1), Tok::Int(_) | Tok::Real(_))
-                && self.peek_at(2) != &Tok::Sym("!")
+                && !matches!(self.peek_at(2), Tok::Sym("!" | "^"))
             {
                 let (_, start) = self.bump();
                 let (tok, end) = self.bump();
@@ -527,6 +607,11 @@ impl Parser {
                 span,
             });
         }
+        self.power()
+    }
+
+    /// `a ^ b`: right-associative, its exponent a unary expression (`x ^ -1`, `a ^ b ^ c`).
+    fn power(&mut self) -> Result<Expr> {
         let mut lhs = self.app()?;
         while self.peek() == &Tok::Sym("!") {
             self.bump();
@@ -537,6 +622,15 @@ impl Parser {
                 span,
             };
         }
+        if self.peek() == &Tok::Sym("^") {
+            self.bump();
+            let rhs = self.nest(|p| p.unary())?;
+            let span = lhs.span.to(rhs.span);
+            lhs = Expr {
+                kind: ExprKind::Binary(BinOp::Pow, Box::new(lhs), Box::new(rhs)),
+                span,
+            };
+        }
         Ok(lhs)
     }
 
@@ -544,7 +638,10 @@ impl Parser {
         let head = self.atom()?;
         let mut args = Vec::new();
         loop {
-            if starts_atom(self.peek()) {
+            if self.starts_alias() {
+                // `type NAME = ...` after a definition's body: the next item.
+                break;
+            } else if starts_atom(self.peek()) {
                 args.push(self.atom()?);
             } else if is_block_start(self.peek()) {
                 // A trailing block argument: `build n \(i : Int) -> e`.

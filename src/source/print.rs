@@ -385,6 +385,17 @@ impl Printer {
                         p,
                     )
                 }
+                Fixity::InfixRight(sym, p) => {
+                    let a = self.term(&args[0], p + 1);
+                    let b = self.term(&args[1], p);
+                    (
+                        a.append(format!(" {sym}"))
+                            .append(RcDoc::line())
+                            .append(b)
+                            .group(),
+                        p,
+                    )
+                }
                 Fixity::Prefix(sym) => {
                     // `-(1.5)`, not `-1.5`, which would read back as a negative literal.
                     let operand = if matches!(args[0].kind, K::Lit(Lit::Real(_) | Lit::Int(_))) {

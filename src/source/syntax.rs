@@ -107,6 +107,10 @@ pub enum BinOp {
     Mul,
     /// `/`
     Div,
+    /// `%` (Int remainder)
+    Rem,
+    /// `^` (power; right-associative)
+    Pow,
     /// `!` (array indexing)
     Index,
 }
@@ -127,18 +131,22 @@ impl BinOp {
             BinOp::Sub => "-",
             BinOp::Mul => "*",
             BinOp::Div => "/",
+            BinOp::Rem => "%",
+            BinOp::Pow => "^",
             BinOp::Index => "!",
         }
     }
 
-    /// Binding strength, loosest 1 (`||`) to tightest 7 (`!`); unary minus is 6.
+    /// Binding strength, loosest 1 (`||`) to tightest 7 (`!`); unary minus and `^` are 6
+    /// (`-x ^ 2` is `-(x ^ 2)`, `x ^ -1` is `x ^ (-1)`).
     pub fn precedence(self) -> u8 {
         match self {
             BinOp::Or => 1,
             BinOp::And => 2,
             BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => 3,
             BinOp::Add | BinOp::Sub => 4,
-            BinOp::Mul | BinOp::Div => 5,
+            BinOp::Mul | BinOp::Div | BinOp::Rem => 5,
+            BinOp::Pow => 6,
             BinOp::Index => 7,
         }
     }

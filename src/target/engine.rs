@@ -46,7 +46,7 @@
 //!   use needs it as a value. Any other use keeps the array zipped.
 //! * **Linear accumulation.** `lsum (lbuild n (\i -> l))` where `l` is built from pairs or
 //!   one-hots (a tree of `+`, `let`, `let lin` and linear pairs) keeps one accumulator per
-//!   leaf of the pair structure ([`LShape`]): a one-hot `onehot m j x` is added at `j` in
+//!   leaf of the pair structure (`LShape`): a one-hot `onehot m j x` is added at `j` in
 //!   place ([`Lin::add_one_hot_in_place`]; no array is allocated per element), and a leaf with
 //!   no one-hot gets the leaf's value computed exactly as [`Lin::plus`] on whole values would
 //!   (a `+` over pairs adds leafwise through scratch slots), then added in. Errors come in the
@@ -67,7 +67,7 @@
 //!   per-element values is built (GMM's per-point cotangent of the whole environment).
 //! * **Flat loops.** `lsum (lbuild n (\i -> body))` and an unzipped `let lin cs = lbuild ..`
 //!   whose body is a chain of flat bindings ending in a tuple of flat linear reals run as one
-//!   flat run ([`flat::FlatLoop`]): loop-invariant reads (variables bound outside, their
+//!   flat run (`flat::FlatLoop`): loop-invariant reads (variables bound outside, their
 //!   index-free places) are hoisted before the loop, elements at the loop's index of arrays
 //!   bound outside are read from the array resolved once, and each leaf of the tuple is summed
 //!   in a register or pushed onto an unboxed column (a column only ever summed is kept as its

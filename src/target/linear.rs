@@ -1247,7 +1247,7 @@ impl LinFun {
 
     /// Forward mode: `λ̲db. f • (0, db) : A ⊸ C` for the derivative `f : Γ × A ⊸ C` of a
     /// closure body `h` at one argument (`f = snd (h b)`), keeping `f` as the call's tape for
-    /// [`LinFun::power_at_call`].
+    /// `LinFun::power_at_call`.
     pub fn closure_tan(h: Value, f: LinFun) -> LinFun {
         LinFun::new(ClosureTan(Rc::new(CallTape {
             h,

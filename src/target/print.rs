@@ -425,6 +425,11 @@ impl Printer {
                     let bd = self.term(b, p + 1);
                     (infix(ad, &format!(" {sym}"), bd), p)
                 }
+                (Fixity::InfixRight(sym, p), [a, b]) => {
+                    let ad = self.term(a, p + 1);
+                    let bd = self.term(b, p);
+                    (infix(ad, &format!(" {sym}"), bd), p)
+                }
                 (Fixity::Prefix(sym), [a]) => {
                     // `-(1.5)`, not `-1.5`, which would read as a negative literal.
                     let operand = if matches!(a.kind, K::Lit(Lit::Real(_) | Lit::Int(_))) {

@@ -348,6 +348,8 @@ impl Lowering {
     /// A primitive: `sum` and `dot` of array forms fuse into one `sum` loop; others are calls.
     fn prim(&mut self, t: &Term, op: &crate::prim::Prim, args: &[Term], env: &Env) -> Result<SVal> {
         match (op.name(), args) {
+            // `--wrt`'s identity with a zero derivative: only the derivative code differs.
+            (crate::ad::wrt::STOP_GRADIENT, [x]) => return self.term(x, env),
             ("sum", [xs]) if op.params().len() == 1 => {
                 if let Some(form) = self.array_form(xs, env)? {
                     let site = self.site(xs.span);

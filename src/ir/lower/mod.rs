@@ -4,15 +4,15 @@
 //! ([`Lowering::jvp`]) and reverse ([`Lowering::vjp`]) code of a definition share its types and
 //! closures; [`Lowering::finish`] adds the functions that apply closures and returns it.
 //!
-//! * **Cartesian terms** ([`cart`]) lower to straight-line code, loops (`map`, `map2`,
+//! * **Cartesian terms** (`cart`) lower to straight-line code, loops (`map`, `map2`,
 //!   `build`; `sum` of those fuses into one `sum` loop) and conditionals. The lowering is a
-//!   small partial evaluator: a term's value is a [`SVal`], either a run-time value of the IR
+//!   small partial evaluator: a term's value is a `SVal`, either a run-time value of the IR
 //!   (`Dyn`) or a *static* pair or closure. Applying a static closure inlines its body; a
 //!   closure that flows into data, a branch's result or an unknown call is *materialised*:
 //!   defunctionalised into a variant of its function type's enum (payload: the captured
 //!   variables), applied through that enum's `apply` function.
-//! * **Linear terms** ([`linear`]) lower in destination-passing style: `l` is lowered *into* a
-//!   [`linear::Dest`], a description of where its value is added (accumulator places, scaled;
+//! * **Linear terms** (`linear`) lower in destination-passing style: `l` is lowered *into* a
+//!   `linear::Dest`, a description of where its value is added (accumulator places, scaled;
 //!   the elements of an array into places by index, into one running sum, or only one of them;
 //!   a linear function to apply first; a copower fold). `onehot n i v` into a place becomes
 //!   `place[i] += v`, `lsum` a running sum, `l1 + l2` two additions into the same place. A
