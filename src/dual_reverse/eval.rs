@@ -362,5 +362,18 @@ fn eval_node(t: &Term, env: &Env, run: &mut Run) -> Result<DVal> {
             let n = value::check_len("replicate", n).map_err(at)?;
             DVal::Array(Rc::new(vec![x; n]))
         }
+        K::Loop(f, x) => {
+            // Each iteration's operations go on the tape like any others (a Rust loop).
+            let f = eval(f, env, run)?;
+            let mut state = eval(x, env, run)?;
+            loop {
+                crate::steps::step(t.span)?;
+                match f.apply(state, run)? {
+                    DVal::Inl(v) => state = (*v).clone(),
+                    DVal::Inr(v) => break (*v).clone(),
+                    other => invariant("a sum", &other),
+                }
+            }
+        }
     })
 }

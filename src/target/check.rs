@@ -273,6 +273,27 @@ impl Checker {
                 self.int(n, cart)?;
                 Ty::array(self.term(x, cart)?)
             }
+            K::Loop(f, x, tape) => {
+                let (a, r) = self.fun(f, cart)?;
+                let tx = self.term(x, cart)?;
+                expect_eq("loop state", &a, &tx, at)?;
+                let (step, entry) = if *tape {
+                    let Some((s, e)) = r.as_prod() else {
+                        return mismatch("a step returning `(A + B, T)`", r, Child::C(f));
+                    };
+                    (s.clone(), Some(e.clone()))
+                } else {
+                    (r, None)
+                };
+                let Some((a2, b)) = step.as_sum() else {
+                    return mismatch("a step returning a sum `A + B`", step, Child::C(f));
+                };
+                expect_eq("loop next state", &a, a2, at)?;
+                match entry {
+                    Some(e) => Ty::prod(b.clone(), Ty::array(e)),
+                    None => b.clone(),
+                }
+            }
             K::LinLam(v, body) => {
                 let l =
                     self.linear_binder(v, || format!("the variable `{}` of a linear λ", v.name))?;
@@ -502,6 +523,16 @@ impl Checker {
                 let tb = self.linear(b, &cb, lin)?;
                 expect_eq("inr branch", &ta, &tb, at)?;
                 ta
+            }
+            K::Chain(fs, e, _) => {
+                let tf = self.array(fs, cart)?;
+                let Some((dom, cod)) = tf.as_lin_fun() else {
+                    return mismatch("an array of linear maps", Ty::array(tf), Child::C(fs));
+                };
+                expect_eq("lchain step (W ⊸ W)", &Ty::lin(dom.clone()), &Ty::lin(cod.clone()), at)?;
+                let te = self.linear(e, cart, lin)?;
+                expect_eq("lchain argument", dom, &te, at)?;
+                te
             }
         })
     }
