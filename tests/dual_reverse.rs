@@ -862,3 +862,14 @@ fn cli_bench_reports_the_baseline() {
     assert_eq!(code, 0);
     assert!(out.lines().any(|l| l.starts_with("dual ")), "{out}");
 }
+
+#[test]
+fn agrees_with_reverse_chad_on_loop_programs() {
+    let loops = Config {
+        sums: true,
+        conditionals: true,
+        loops: true,
+        ..functions(true)
+    };
+    agrees_with_reverse_chad(loops, cases(200), &[("loop", 0.5)]);
+}
