@@ -1013,8 +1013,7 @@ impl Gen {
                     let (ty, st_ty) = (ty.clone(), st_ty.clone());
                     (0i64..=3, g.term(&ty, d), inner.term(&ty, d))
                         .prop_map(move |(n, x0, body)| {
-                            let next =
-                                mk(TermKind::Pair(p2("isub", Term::var(&k), int(1)), body));
+                            let next = mk(TermKind::Pair(p2("isub", Term::var(&k), int(1)), body));
                             let step = mk(TermKind::If(
                                 p2("ile", Term::var(&k), int(0)),
                                 mk(TermKind::Inr(st_ty.clone(), Term::var(&s))),
@@ -1056,24 +1055,21 @@ impl Gen {
                                 .prop_map(move |(arr, z, body)| {
                                     let elem = mk(TermKind::Index(Term::var(&xs), Term::var(&i)));
                                     let body = mk(TermKind::Let(Pat::Var(x.clone()), elem, body));
-                                    let next = mk(TermKind::Pair(
-                                        p2("iadd", Term::var(&i), int(1)),
-                                        body,
-                                    ));
+                                    let next =
+                                        mk(TermKind::Pair(p2("iadd", Term::var(&i), int(1)), body));
                                     let len = mk(TermKind::Length(Term::var(&xs)));
                                     let step = mk(TermKind::If(
                                         p2("ilt", Term::var(&i), len),
                                         mk(TermKind::Inl(next, ty.clone())),
                                         mk(TermKind::Inr(st_ty.clone(), Term::var(&acc))),
                                     ));
-                                    let step = mk(TermKind::Let(
-                                        pair_pat(&i, &acc),
-                                        Term::var(&st),
-                                        step,
-                                    ));
+                                    let step =
+                                        mk(TermKind::Let(pair_pat(&i, &acc), Term::var(&st), step));
                                     let init = mk(TermKind::Pair(int(0), z));
-                                    let lp =
-                                        mk(TermKind::Loop(mk(TermKind::Lam(st.clone(), step)), init));
+                                    let lp = mk(TermKind::Loop(
+                                        mk(TermKind::Lam(st.clone(), step)),
+                                        init,
+                                    ));
                                     mk(TermKind::Let(Pat::Var(xs.clone()), arr, lp))
                                 })
                         })
@@ -1106,8 +1102,7 @@ impl Gen {
                                 p2("gt", c, mk(TermKind::Lit(Lit::Real(0.0)))),
                                 mk(TermKind::Lit(Lit::Bool(false))),
                             ));
-                            let next =
-                                mk(TermKind::Pair(p2("iadd", Term::var(&k), int(1)), body));
+                            let next = mk(TermKind::Pair(p2("iadd", Term::var(&k), int(1)), body));
                             let step = mk(TermKind::If(
                                 cond,
                                 mk(TermKind::Inl(next, ty.clone())),
@@ -1591,7 +1586,10 @@ pub fn features(p: &TestProgram) -> std::collections::BTreeSet<&'static str> {
                 if matches!(x.ty.as_prod(), Some((_, Type::Fun(_)))) {
                     out.insert("loop with a function state");
                 }
-                if mentions(f, &|t| matches!(&t.kind, TermKind::Prim(p, _) if p.name() == "gt")) {
+                if mentions(
+                    f,
+                    &|t| matches!(&t.kind, TermKind::Prim(p, _) if p.name() == "gt"),
+                ) {
                     out.insert("loop on a real condition");
                 }
                 if mentions(f, &|t| matches!(&t.kind, TermKind::Length(_))) {

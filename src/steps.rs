@@ -41,7 +41,11 @@ pub fn step(at: Span) -> Result<()> {
             "the program ran more than {limit} loop steps (the limit set by --max-steps)"
         ));
         // An unknown position (`Span::default()`) is left for the caller to fill in.
-        return Err(if at == Span::default() { e } else { e.with_span(at) });
+        return Err(if at == Span::default() {
+            e
+        } else {
+            e.with_span(at)
+        });
     }
     Ok(())
 }
@@ -120,15 +124,36 @@ pub fn run_loop_tape(
     }
 }
 
-/// `lchain fs l` (or `lchainRev`): the linear maps of the array `fs` applied to `l` in order
-/// (or from the last), one after another in a loop.
-pub fn chain(fs: &crate::value::Value, init: crate::target::linear::Lin, rev: bool) -> Result<crate::target::linear::Lin> {
+/// `lchain fs d` or `lchainRev fs v` (see [`crate::target::term::LTermKind::Chain`]): the
+/// recorded step derivatives of a loop run over in a Rust loop; in reverse, the environment's
+/// cotangent is accumulated in a value this loop owns, so sparse contributions (one-hots of a
+/// folded array) are added in place.
+pub fn chain(
+    fs: &crate::value::Value,
+    init: crate::target::linear::Lin,
+    rev: bool,
+) -> Result<crate::target::linear::Lin> {
+    use crate::target::linear::Lin;
     let n = fs.array_len();
-    let mut w = init;
-    for k in 0..n {
-        let j = if rev { n - 1 - k } else { k };
-        let f = fs.index(j as i64)?;
-        w = f.expect_lin_fun().apply(&w)?;
+    let step = |k: usize| -> Result<crate::target::linear::LinFun> {
+        Ok(fs.index(k as i64)?.expect_lin_fun().clone())
+    };
+    if rev {
+        let mut acc = Lin::zero();
+        let mut w = Lin::right(init);
+        for k in (0..n).rev() {
+            let r = step(k)?.apply_owned(w)?;
+            let (g, a) = r.split();
+            acc = Lin::plus(acc, g);
+            w = Lin::left(a);
+        }
+        Ok(Lin::pair(acc, w.from_left()))
+    } else {
+        let (g, a) = init.split();
+        let mut w = Lin::left(a);
+        for k in 0..n {
+            w = step(k)?.apply_owned(Lin::pair(g.clone(), w.from_left()))?;
+        }
+        Ok(w.from_right())
     }
-    Ok(w)
 }

@@ -394,14 +394,15 @@ fn check_point(
     // (Loops are not lowered to the IR yet: such definitions skip the IR's checks.)
     let ir = match chad::ir::compile::Compiled::new(entry) {
         Ok(ir) => Some(ir),
-        Err(e) if e.kind() == chad::error::ErrorKind::Unsupported && e.message().contains("loop") => {
+        Err(e)
+            if e.kind() == chad::error::ErrorKind::Unsupported && e.message().contains("loop") =>
+        {
             None
         }
         Err(e) => return Err(err("IR lowering", e)),
     };
     if let Some(ir) = &ir {
-        chad::ir::check::check(&ir.program)
-            .map_err(|e| format!("the IR does not check: {e}"))?;
+        chad::ir::check::check(&ir.program).map_err(|e| format!("the IR does not check: {e}"))?;
     }
 
     // (a) the value.

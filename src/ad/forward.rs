@@ -57,17 +57,14 @@
 //! F([-]ₙ)      = let (x1, ..., xn) = x in ([x1, ..., xn], λ̲d. Σₖ onehot n k dₖ)
 //! F(replicate) = let (n, a) = x in (replicate n a, λ̲d. replicate n (snd d))
 //! F(length)    = (length x, λ̲d. 0)
-//! F(it f)      = let (γ, a₀) = x in
-//!                let (b, fs) = loopTape (λa. let (y, f') = F(f)[(γ, a)] in
-//!                                        (y, λ̲w. (fst w, f' • (fst w, fromLeft (snd w))))) a₀ in
-//!                (b, λ̲d. fromRight (snd (lchain fs (fst d, linl (snd d)))))
+//! F(it f)      = let (γ, a₀) = x in let (b, fs) = loopTape (λa. F(f)[(γ, a)]) a₀ in
+//!                (b, λ̲d. lchain fs d)
 //! ```
 //!
-//! In `F(it f)` each step's tape entry is its derivative lifted to the state
-//! `w : F2 Γ × (F2 A ⊕ F2 B)`: `dγ` rides along unchanged and the state tangent is pushed
-//! through `f'`; `lchain` applies the entries first to last, one per step run (the last step's
-//! `f'` lands on the right: its `fromRight` is the result's tangent). Per step this is O(1)
-//! work besides `f'` itself (`theory-notes/10-iteration.md`).
+//! In `F(it f)` the primal loop records each step's derivative `f'ₖ : F2 Γ × F2 A ⊸ F2 A ⊕
+//! F2 B`; `lchain fs d` pushes the tangent through them in order, `w₀ = linl (snd d)`,
+//! `wₖ₊₁ = f'ₖ • (fst d, fromLeft wₖ)`, and returns `fromRight wₙ` (the last step ran `inr`).
+//! Per step that is O(1) work besides `f'` itself (`theory-notes/10-iteration.md`).
 //!
 //! `curry` and `eval` are written with three native kernels of [`crate::target::linear`] that
 //! mean exactly the terms beside them but keep each closure call's derivative `f'` as a *tape*:
@@ -747,40 +744,15 @@ fn lin_fun(v: &Value) -> LinFun {
 
 impl Iteration for Forward {
     fn iter(&self, f: Mor, gamma: &Type, a: &Type, b: &Type) -> Result<Mor> {
-        // let (γ, a₀) = x in
-        // let (b, fs) = loopTape (λa. let (y, f') = F(f)[(γ, a)] in
-        //                         (y, λ̲w. (fst w, f' • (fst w, fromLeft (snd w))))) a₀ in
-        // (b, λ̲d. fromRight (snd (lchain fs (fst d, linl (snd d)))))
+        // let (γ, a₀) = x in let (b, fs) = loopTape (λa. F(f)[(γ, a)]) a₀ in (b, λ̲d. lchain fs d)
         let dom = Type::prod(gamma.clone(), a.clone());
-        let (dg, da, db) = (self.tangent(gamma), self.tangent(a), self.tangent(b));
-        let w_ty = LTy::prod(dg.clone(), LTy::sum(da.clone(), db.clone()));
-        let entry_ty = Ty::lin_fun(w_ty.clone(), w_ty.clone());
+        let entry_ty = self.derivative(&dom, &Type::sum(a.clone(), b.clone()));
         new_mor(self, &dom, b, |x| {
             let mut lets = Lets::new();
-            let (bv, fs) = super::taped_loop(
-                self,
-                f,
-                x,
-                (gamma, a, b),
-                entry_ty,
-                |df| {
-                    lin_lam("w", w_ty.clone(), |w| {
-                        let arg = LTerm::pair(
-                            LTerm::fst(w.clone()),
-                            LTerm::mk(LTermKind::FromLeft(LTerm::snd(w.clone()))),
-                        );
-                        LTerm::pair(LTerm::fst(w), apply(df, arg))
-                    })
-                },
-                &mut lets,
-            );
+            let (bv, fs) =
+                super::taped_loop(self, f, x, (gamma, a, b), entry_ty, Term::var, &mut lets);
             lets.finish(self.combined(&dom, Term::var(&bv), |d| {
-                let init = LTerm::pair(
-                    LTerm::fst(d.clone()),
-                    LTerm::mk(LTermKind::Inl(LTerm::snd(d), db.clone())),
-                );
-                let out = LTerm::mk(LTermKind::Chain(Term::var(&fs), init, false));
-                LTerm::mk(LTermKind::FromRight(LTerm::snd(out)))
+                LTerm::mk(LTermKind::Chain(Term::var(&fs), d, false))
             }))
         })
     }

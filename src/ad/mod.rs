@@ -795,11 +795,18 @@ pub(crate) fn taped_loop(
     let s = Var::fresh(name("s"), maps.primal(a));
     let (y, df) = results(maps, &f, "y", "df");
     let mut inner = Lets::new();
-    inner.push(Pat::Var(f.x.clone()), Term::pair(Term::var(&g), Term::var(&s)));
+    inner.push(
+        Pat::Var(f.x.clone()),
+        Term::pair(Term::var(&g), Term::var(&s)),
+    );
     inner.push_pair(&y, &df, f.body);
     let step = Term::lam(&s, inner.finish(Term::pair(Term::var(&y), entry(&df))));
     let bv = Var::fresh(name("b"), maps.primal(b));
     let fs = Var::fresh(name("fs"), Ty::array(entry_ty));
-    lets.push_pair(&bv, &fs, Term::mk(TermKind::Loop(step, Term::var(&a0), true)));
+    lets.push_pair(
+        &bv,
+        &fs,
+        Term::mk(TermKind::Loop(step, Term::var(&a0), true)),
+    );
     (bv, fs)
 }

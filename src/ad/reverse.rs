@@ -67,18 +67,17 @@
 //! R([-]ₙ)      = let (x1, ..., xn) = x in ([x1, ..., xn], λ̲v. (v ! 0, ..., v ! (n-1)))
 //! R(replicate) = let (n, a) = x in (replicate n a, λ̲v. (0, lsum v))
 //! R(length)    = (length x, λ̲v. 0)
-//! R(it f)      = let (γ, a₀) = x in
-//!                let (b, fs) = loopTape (λa. let (y, f') = R(f)[(γ, a)] in
-//!                                        (y, λ̲w. let r = f' • snd w in (fst w + fst r, linl (snd r)))) a₀ in
-//!                (b, λ̲v. let w = lchainRev fs (0, linr v) in (fst w, fromLeft (snd w)))
+//! R(it f)      = let (γ, a₀) = x in let (b, fs) = loopTape (λa. R(f)[(γ, a)]) a₀ in
+//!                (b, λ̲v. lchainRev fs v)
 //! ```
 //!
-//! In `R(it f)` the primal loop records each step's transposed derivative `f'` (inside its tape
-//! entry, which lifts it to the state `w : R2 Γ × (R2 A ⊕ R2 B)`); the cotangent runs back
-//! through the entries from the last step to the first (`lchainRev`): the result's cotangent
-//! enters the last step on the right, each step adds its share to `dγ` and passes the state's
-//! cotangent on to the step before it on the left. So the gradient costs one pass over the
-//! recorded steps: time O(primal), memory O(steps × state) (`theory-notes/10-iteration.md`).
+//! In `R(it f)` the primal loop records each step's transposed derivative
+//! `f'ₖ : R2 A ⊕ R2 B ⊸ R2 Γ × R2 A`; `lchainRev fs v` runs back through them from the last
+//! step to the first: `w = linr v` enters the last step on the right, each step's
+//! `(g, a) = f'ₖ • w` adds `g` to the environment's cotangent (an accumulator the chain owns,
+//! so sparse one-hots are added in place) and passes `w = linl a` on to the step before it;
+//! the result is `(acc, fromLeft w)`. So the gradient costs one pass over the recorded steps:
+//! time O(primal), memory O(steps × state) (`theory-notes/10-iteration.md`).
 //!
 //! As in forward mode, every subterm is computed once; the output is linear in the size of the
 //! combinator, counting a projection chain by its length (`ι v` is as deep as `π`; the
@@ -862,50 +861,15 @@ impl Arrays for Reverse {
 
 impl Iteration for Reverse {
     fn iter(&self, f: Mor, gamma: &Type, a: &Type, b: &Type) -> Result<Mor> {
-        // let (γ, a₀) = x in
-        // let (b, fs) = loopTape (λa. let (y, f') = R(f)[(γ, a)] in
-        //                         (y, λ̲w. let r = f' • snd w in (fst w + fst r, linl (snd r)))) a₀ in
-        // (b, λ̲v. let w = lchainRev fs (0, linr v) in (fst w, fromLeft (snd w)))
+        // let (γ, a₀) = x in let (b, fs) = loopTape (λa. R(f)[(γ, a)]) a₀ in (b, λ̲v. lchainRev fs v)
         let dom = Type::prod(gamma.clone(), a.clone());
-        let (dg, da, db) = (
-            self.cotangent(gamma),
-            self.cotangent(a),
-            self.cotangent(b),
-        );
-        let w_ty = LTy::prod(dg.clone(), LTy::sum(da.clone(), db.clone()));
-        let entry_ty = Ty::lin_fun(w_ty.clone(), w_ty.clone());
+        let entry_ty = self.derivative(&dom, &Type::sum(a.clone(), b.clone()));
         new_mor(self, &dom, b, |x| {
             let mut lets = Lets::new();
-            let (bv, fs) = super::taped_loop(
-                self,
-                f,
-                x,
-                (gamma, a, b),
-                entry_ty,
-                |df| {
-                    lin_lam("w", w_ty.clone(), |w| {
-                        let r = Var::linear(name("r"), LTy::prod(dg.clone(), da.clone()));
-                        let back = LTerm::pair(
-                            LTerm::plus(LTerm::fst(w.clone()), LTerm::fst(LTerm::var(&r))),
-                            LTerm::mk(LTermKind::Inl(LTerm::snd(LTerm::var(&r)), db.clone())),
-                        );
-                        LTerm::lin_let(&r, apply(df, LTerm::snd(w)), back)
-                    })
-                },
-                &mut lets,
-            );
+            let (bv, fs) =
+                super::taped_loop(self, f, x, (gamma, a, b), entry_ty, Term::var, &mut lets);
             lets.finish(self.combined(b, Term::var(&bv), |v| {
-                let w = Var::linear(name("w"), w_ty.clone());
-                let init = LTerm::pair(
-                    LTerm::zero(dg.clone()),
-                    LTerm::mk(LTermKind::Inr(da.clone(), v)),
-                );
-                let chain = LTerm::mk(LTermKind::Chain(Term::var(&fs), init, true));
-                let out = LTerm::pair(
-                    LTerm::fst(LTerm::var(&w)),
-                    LTerm::mk(LTermKind::FromLeft(LTerm::snd(LTerm::var(&w)))),
-                );
-                LTerm::lin_let(&w, chain, out)
+                LTerm::mk(LTermKind::Chain(Term::var(&fs), v, true))
             }))
         })
     }

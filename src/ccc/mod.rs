@@ -428,7 +428,10 @@ impl Comb {
     pub fn iter(f: Comb, at: Span) -> Comb {
         let (_, a) = prod("it", &f.dom);
         let Some((a2, b)) = f.cod.as_sum() else {
-            panic!("internal error: it(f) with f : {} → {}, not into a sum", f.dom, f.cod)
+            panic!(
+                "internal error: it(f) with f : {} → {}, not into a sum",
+                f.dom, f.cod
+            )
         };
         fits("it state", &a, a2);
         let (dom, cod) = (f.dom.clone(), b.clone());
@@ -440,9 +443,7 @@ impl Comb {
         use CombKind::*;
         match &self.kind {
             Compose(a, b) | Pair(a, b) | Copair(a, b) => SmallVec::from_slice(&[a, b]),
-            Curry(a) | Map(a) | Map2(a, _) | Build(a, _) | Iter(a, _) => {
-                SmallVec::from_slice(&[a])
-            }
+            Curry(a) | Map(a) | Map2(a, _) | Build(a, _) | Iter(a, _) => SmallVec::from_slice(&[a]),
             _ => SmallVec::new(),
         }
     }

@@ -174,8 +174,13 @@ pub trait Arrays: Cartesian {
 pub trait Iteration: Category {
     /// `it(f) : Γ × A → B` for `f : Γ × A → A + B`: apply `f` while it returns `inl` (the next
     /// state), return its first `inr`.
-    fn iter(&self, f: Self::Mor, gamma: &Type, a: &Type, b: &Type)
-    -> Result<Self::Mor, Self::Error>;
+    fn iter(
+        &self,
+        f: Self::Mor,
+        gamma: &Type,
+        a: &Type,
+        b: &Type,
+    ) -> Result<Self::Mor, Self::Error>;
 }
 
 /// The generators: literal constants and primitive operations.

@@ -91,7 +91,11 @@ fn lty_(l: &LTerm, fuel: &mut u32) -> Option<LTy> {
         K::Sum(l) | K::Index(l, _) => lty_(l, fuel)?.as_array()?.clone(),
         K::ZipWith(fs, _) => LTy::array(ty_(fs, fuel)?.as_array()?.as_lin_fun()?.1.clone()),
         K::Map(f, _) => LTy::array(cod(f, fuel)?),
-        K::Scale(_, l) | K::Chain(_, l, _) => lty_(l, fuel)?,
+        K::Scale(_, l) => lty_(l, fuel)?,
+        K::Chain(fs, _, rev) => {
+            let cod = ty_(fs, fuel)?.as_array()?.as_lin_fun()?.1.clone();
+            if *rev { cod } else { cod.as_sum()?.1.clone() }
+        }
         K::Case(_, _, a, _, b) => lty_(a, fuel).or_else(|| lty_(b, fuel))?,
     })
 }

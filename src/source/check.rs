@@ -1224,7 +1224,10 @@ impl Checker<'_> {
         // Binds a non-trivial argument with a `let` (returned), so it is evaluated once.
         let mut lets: Vec<(Var, Term)> = Vec::new();
         let mut once = |t: Term, nm: &str| {
-            if matches!(t.kind, TermKind::Var(_) | TermKind::Lit(_) | TermKind::Lam(..)) {
+            if matches!(
+                t.kind,
+                TermKind::Var(_) | TermKind::Lit(_) | TermKind::Lam(..)
+            ) {
                 t
             } else {
                 let v = Var::fresh(nm, t.ty.clone());
@@ -1247,9 +1250,10 @@ impl Checker<'_> {
                     let x = self.check_arg(args[1], &a)?;
                     (f, x)
                 };
-                let ok = f.ty.as_fun().is_some_and(|(a, r)| {
-                    *a == x.ty && r.as_sum().is_some_and(|(a2, _)| a2 == a)
-                });
+                let ok = f
+                    .ty
+                    .as_fun()
+                    .is_some_and(|(a, r)| *a == x.ty && r.as_sum().is_some_and(|(a2, _)| a2 == a));
                 if !ok {
                     let t = &x.ty;
                     let what = format!(
@@ -1270,10 +1274,9 @@ impl Checker<'_> {
                     (self.infer_fn_arg(args[0], &[z.ty.clone(), e])?, z, xs)
                 } else {
                     let f = self.infer_arg(args[0])?;
-                    let Some((b, a)) = f
-                        .ty
-                        .as_fun()
-                        .and_then(|(b, r)| Some((b.clone(), r.as_fun()?.0.clone())))
+                    let Some((b, a)) =
+                        f.ty.as_fun()
+                            .and_then(|(b, r)| Some((b.clone(), r.as_fun()?.0.clone())))
                     else {
                         let what = "a function of two arguments `B -> A -> B`".to_string();
                         return Err(fn_err(what, &f.ty, args[0].span()));
@@ -1285,9 +1288,7 @@ impl Checker<'_> {
                 let elem = xs.ty.as_array().expect("checked").clone();
                 let b = z.ty.clone();
                 let ok = f.ty.as_fun().is_some_and(|(b1, r)| {
-                    *b1 == b
-                        && r.as_fun()
-                            .is_some_and(|(a1, b2)| *a1 == elem && *b2 == b)
+                    *b1 == b && r.as_fun().is_some_and(|(a1, b2)| *a1 == elem && *b2 == b)
                 });
                 if !ok {
                     let what = format!(
@@ -1342,7 +1343,10 @@ impl Checker<'_> {
                 let st = Var::fresh("st", st_ty.clone());
                 let k = Var::fresh("k", Type::Int);
                 let s = Var::fresh("s", a.clone());
-                let next = mk(TermKind::Pair(prim("isub", var(&k), int(1)), app(&f, var(&s))));
+                let next = mk(TermKind::Pair(
+                    prim("isub", var(&k), int(1)),
+                    app(&f, var(&s)),
+                ));
                 let body = mk(TermKind::If(
                     prim("ile", var(&k), int(0)),
                     mk(TermKind::Inr(st_ty, var(&s))),
@@ -1358,7 +1362,11 @@ impl Checker<'_> {
                 let x = self.infer_arg(args[2])?;
                 let a = x.ty.clone();
                 let c = self.infer_fn_arg(args[0], std::slice::from_ref(&a))?;
-                if !c.ty.as_fun().is_some_and(|(d, r)| *d == a && *r == Type::Bool) {
+                if !c
+                    .ty
+                    .as_fun()
+                    .is_some_and(|(d, r)| *d == a && *r == Type::Bool)
+                {
                     let what = format!("a condition `{a} -> Bool`");
                     return Err(fn_err(what, &c.ty, args[0].span()));
                 }

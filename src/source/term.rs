@@ -306,7 +306,9 @@ pub fn type_of(kind: &TermKind) -> Result<Type, String> {
         TermKind::Loop(f, x) => {
             let (a, ab) = expect_fun("loop", &f.ty)?;
             expect_eq("loop state", a, &x.ty)?;
-            let (a2, b) = ab.as_sum().ok_or("loop: the step must return a sum A + B")?;
+            let (a2, b) = ab
+                .as_sum()
+                .ok_or("loop: the step must return a sum A + B")?;
             expect_eq("loop next state", a, a2)?;
             b.clone()
         }

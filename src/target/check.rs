@@ -524,15 +524,34 @@ impl Checker {
                 expect_eq("inr branch", &ta, &tb, at)?;
                 ta
             }
-            K::Chain(fs, e, _) => {
+            K::Chain(fs, e, rev) => {
                 let tf = self.array(fs, cart)?;
                 let Some((dom, cod)) = tf.as_lin_fun() else {
                     return mismatch("an array of linear maps", Ty::array(tf), Child::C(fs));
                 };
-                expect_eq("lchain step (W ⊸ W)", &Ty::lin(dom.clone()), &Ty::lin(cod.clone()), at)?;
                 let te = self.linear(e, cart, lin)?;
-                expect_eq("lchain argument", dom, &te, at)?;
-                te
+                let shape = if *rev {
+                    // Array (A ⊕ B ⊸ G × A), a cotangent of B: gives G × A.
+                    dom.as_sum()
+                        .zip(cod.as_prod())
+                        .filter(|((a, _), (_, a2))| a == a2)
+                        .map(|((_, b), _)| (b.clone(), cod.clone()))
+                } else {
+                    // Array (G × A ⊸ A ⊕ B), a tangent of G × A: gives B.
+                    dom.as_prod()
+                        .zip(cod.as_sum())
+                        .filter(|((_, a), (a2, _))| a == a2)
+                        .map(|(_, (_, b))| (dom.clone(), b.clone()))
+                };
+                let Some((arg, out)) = shape else {
+                    return mismatch(
+                        "an array of loop-step derivatives",
+                        Ty::array(tf),
+                        Child::C(fs),
+                    );
+                };
+                expect_eq("lchain argument", &arg, &te, at)?;
+                out
             }
         })
     }

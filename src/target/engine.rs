@@ -2472,6 +2472,13 @@ impl LinearMap for EngineLinear {
             (c.body)(frame)
         })
     }
+    fn apply_owned(&self, x: Lin) -> Result<Lin> {
+        let c = &self.code;
+        with_frame(c.size, &c.captures, &self.env, |frame| {
+            frame[c.param] = Value::Lin(x);
+            (c.body)(frame)
+        })
+    }
     fn describe(&self) -> String {
         format!("\\{} ⊸ ...", self.code.name)
     }

@@ -368,10 +368,14 @@ pub enum LTermKind {
     /// a branch be stored as the sum's value instead of a closure (DESIGN.md §7).
     /// (The patterns are boxed to keep linear nodes small.)
     Case(Term, Box<Pat>, LTerm, Box<Pat>, LTerm),
-    /// `lchain fs l` (flag unset) or `lchainRev fs l` (set): with `fs : Array (W ⊸ W)`, the
-    /// composite of the linear maps applied to `l : W`, first to last (`fs ! (n-1) • .. •
-    /// fs ! 0 • l`) or last to first (`fs ! 0 • .. • fs ! (n-1) • l`). A loop's derivative
-    /// (forward) and transposed derivative (reverse) run its recorded steps this way.
+    /// A loop's recorded step derivatives run over, in a Rust loop (`fs` has one per step):
+    /// * `lchain fs d` (flag unset), `fs : Array (G × A ⊸ A ⊕ B)`, `d : G × A`: with
+    ///   `w₀ = linl (snd d)` and `wₖ₊₁ = fs ! k • (fst d, fromLeft wₖ)`, the result
+    ///   `fromRight wₙ : B` (forward mode: the tangent pushed through the steps in order);
+    /// * `lchainRev fs v` (set), `fs : Array (A ⊕ B ⊸ G × A)`, `v : B`: with `w = linr v` and,
+    ///   from the last step to the first, `(g, a) = fs ! k • w; acc += g; w = linl a`, the
+    ///   result `(acc, fromLeft w) : G × A` (reverse mode: the cotangent pulled back through
+    ///   the steps in reverse order, the environment's share accumulated in place).
     Chain(Term, LTerm, bool),
 }
 
