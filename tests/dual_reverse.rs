@@ -865,8 +865,9 @@ fn cli_bench_reports_the_baseline() {
 
 #[test]
 fn agrees_with_reverse_chad_on_loop_programs() {
+    // (Sums off: with them, too few of these programs have a gradient that is not zero.)
     let loops = Config {
-        sums: true,
+        sums: false,
         conditionals: true,
         loops: true,
         ..functions(true)
