@@ -25,7 +25,8 @@ pub fn used() -> u64 {
     USED.with(|u| u.get())
 }
 
-/// Takes one loop step: an error at `at` if the budget is exhausted.
+/// Takes one loop step (a loop continuing with a next state: `iterate n` takes `n`, a `fold`
+/// one per element): an error at `at` if the budget is exhausted.
 #[inline]
 pub fn step(at: Span) -> Result<()> {
     let Some(limit) = LIMIT.with(|l| l.get()) else {
@@ -69,7 +70,7 @@ impl Drop for Budget {
 
 /// Runs the iteration combinator on values: applies `f` to the state while it returns
 /// `inl` (the next state) and returns the payload of its first `inr`, taking one step of the
-/// budget per application (an error at `at` past the limit). A loop of the program is a loop
+/// budget per `inl` (an error at `at` past the limit). A loop of the program is a loop
 /// here, never recursion on the Rust stack.
 pub fn run_loop(
     mut f: impl FnMut(crate::value::Value) -> Result<crate::value::Value>,
@@ -79,9 +80,11 @@ pub fn run_loop(
     use crate::value::Value;
     let mut state = x;
     loop {
-        step(at)?;
         match f(state)? {
-            Value::Inl(v) => state = take(v),
+            Value::Inl(v) => {
+                step(at)?;
+                state = take(v);
+            }
             Value::Inr(v) => return Ok(take(v)),
             other => panic!("internal error: a loop step returned {other}, not a sum"),
         }
@@ -107,7 +110,6 @@ pub fn run_loop_tape(
     let mut state = x;
     let mut tape = Vec::new();
     loop {
-        step(at)?;
         let (next, entry) = match f(state)? {
             Value::Pair(p) => match std::rc::Rc::try_unwrap(p) {
                 Ok(d) => d.into_inner(),
@@ -117,7 +119,10 @@ pub fn run_loop_tape(
         };
         tape.push(entry);
         match next {
-            Value::Inl(v) => state = take(v),
+            Value::Inl(v) => {
+                step(at)?;
+                state = take(v);
+            }
             Value::Inr(v) => return Ok(Value::pair(take(v), Value::array_of(tape))),
             other => panic!("internal error: a loop step returned {other}, not a sum"),
         }

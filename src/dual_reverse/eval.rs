@@ -367,9 +367,11 @@ fn eval_node(t: &Term, env: &Env, run: &mut Run) -> Result<DVal> {
             let f = eval(f, env, run)?;
             let mut state = eval(x, env, run)?;
             loop {
-                crate::steps::step(t.span)?;
                 match f.apply(state, run)? {
-                    DVal::Inl(v) => state = (*v).clone(),
+                    DVal::Inl(v) => {
+                        crate::steps::step(t.span)?;
+                        state = (*v).clone();
+                    }
                     DVal::Inr(v) => break (*v).clone(),
                     other => invariant("a sum", &other),
                 }

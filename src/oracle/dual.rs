@@ -475,9 +475,11 @@ fn eval_node(t: &Term, env: &Env) -> Result<Dual> {
             let f = eval(f, env)?;
             let mut state = eval(x, env)?;
             loop {
-                crate::steps::step(t.span)?;
                 match f.apply(state)? {
-                    Dual::Inl(v) => state = (*v).clone(),
+                    Dual::Inl(v) => {
+                        crate::steps::step(t.span)?;
+                        state = (*v).clone();
+                    }
                     Dual::Inr(v) => break (*v).clone(),
                     other => panic!("internal error: a loop step returned {other:?}"),
                 }
