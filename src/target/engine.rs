@@ -12,7 +12,7 @@
 //!   frame of the body's size, fills in captures and argument, and runs the body.
 //! * **Let chains** run as a loop over compiled bindings (a 10⁴-line program recurses no
 //!   deeper than one line), and pattern bindings are precompiled.
-//! * **Loops** (`loop f x`, `loopTape f x` with `f = \\s -> body`) run the step's body in the
+//! * **Loops** (`loop f x`, `loopTape f x` with `f = \s -> body`) run the step's body in the
 //!   current frame, its parameter in a slot, in a Rust loop ([`crate::steps::run_loop`]): no
 //!   closure call and no Rust recursion per iteration; `lchain`/`lchainRev` apply the recorded
 //!   step derivatives in a Rust loop too ([`crate::steps::chain`]).
