@@ -205,6 +205,11 @@ fn eval_node(t: &Term, env: &Env) -> Result<Value> {
             let n = value::check_len("replicate", n).map_err(at)?;
             value::replicate(result_elem(t), n, &x)
         }
+        K::Loop(f, x) => {
+            let f = eval(f, env)?;
+            let x = eval(x, env)?;
+            crate::steps::run_loop(|s| f.apply(s), x, t.span)?
+        }
     })
 }
 

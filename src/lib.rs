@@ -98,6 +98,7 @@ pub mod prim;
 pub mod random;
 pub mod simplify;
 pub mod source;
+pub mod steps;
 pub mod target;
 pub mod types;
 pub mod value;

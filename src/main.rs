@@ -220,6 +220,10 @@ struct RunArgs {
     /// Read the arguments as a JSON array instead.
     #[arg(long, value_name = "PATH")]
     args_file: Option<PathBuf>,
+    /// Stop with a runtime error when loops (`loop`, `fold`, `iterate`, `while`) run more
+    /// than N steps in total.
+    #[arg(long, value_name = "N")]
+    max_steps: Option<u64>,
 }
 
 /// Where `eval`, `grad`, `jvp` and `vjp` run.
@@ -357,7 +361,10 @@ fn select(src: &Source, prog: &Program, def: Option<&str>) -> Result<usize> {
 }
 
 /// Reads the arguments for an entry point from `--arg` texts or an `--args-file`.
+/// (Every command that runs a program reads its arguments here, so this is also where the
+/// step budget of `--max-steps` is set.)
 fn arguments(run: &RunArgs, types: &[chad::types::Type]) -> CliResult<Vec<Value>> {
+    chad::steps::set_max_steps(run.max_steps);
     values(&run.args, run.args_file.as_ref(), types, "argument")
 }
 

@@ -80,6 +80,11 @@ pub struct Config {
     /// included), and `if` on comparisons of reals (data-dependent control flow). Off by
     /// default.
     pub sum_bias: bool,
+    /// Loops (the core `loop` that `fold`, `iterate` and `while` desugar to), each terminating
+    /// by construction: counted (`iterate`), over an array (`fold`, capturing the array and the
+    /// rest of the context) and on a real-valued condition with a step bound (`while`). Off by
+    /// default (the native backend does not lower loops yet).
+    pub loops: bool,
 }
 
 impl Default for Config {
@@ -98,6 +103,7 @@ impl Default for Config {
             prims: default_prims(),
             array_bias: false,
             sum_bias: false,
+            loops: false,
         }
     }
 }
@@ -976,7 +982,140 @@ impl Gen {
             }
             _ => {}
         }
+        if cfg.loops {
+            self.loop_forms(&ty, d, &mut opts);
+        }
         Union::new_weighted(opts).boxed()
+    }
+
+    /// Loops of result (and state) type `ty` (see [`Config::loops`]), each terminating by
+    /// construction (structural fuel): `iterate`'s shape, a `fold` over an array (bound by a
+    /// `let`, so the body captures it and whatever else is in scope), and a `while` on a
+    /// real-valued condition of the state with a step bound.
+    fn loop_forms(&self, ty: &Type, d: u32, opts: &mut Vec<(u32, S)>) {
+        let int = |k: i64| mk(TermKind::Lit(Lit::Int(k)));
+        let p2 = |op: &str, a: Term, b: Term| mk(TermKind::Prim(prim::op(op), vec![a, b]));
+        let pair_pat = |a: &Var, b: &Var| {
+            Pat::Pair(Box::new(Pat::Var(a.clone())), Box::new(Pat::Var(b.clone())))
+        };
+        let st_ty = Type::prod(Type::Int, ty.clone());
+        // loop (\(k, s) -> if k <= 0 then inr s else inl (k - 1, body)) (n, x0)
+        {
+            let g = self.clone();
+            let (ty, st_ty) = (ty.clone(), st_ty.clone());
+            opts.push((
+                3,
+                lazy(move || {
+                    let st = Var::fresh("st", st_ty.clone());
+                    let k = Var::fresh("k", Type::Int);
+                    let s = Var::fresh(fresh_name(&ty), ty.clone());
+                    let inner = g.with(&[&s]);
+                    let (ty, st_ty) = (ty.clone(), st_ty.clone());
+                    (0i64..=3, g.term(&ty, d), inner.term(&ty, d))
+                        .prop_map(move |(n, x0, body)| {
+                            let next = mk(TermKind::Pair(p2("isub", Term::var(&k), int(1)), body));
+                            let step = mk(TermKind::If(
+                                p2("ile", Term::var(&k), int(0)),
+                                mk(TermKind::Inr(st_ty.clone(), Term::var(&s))),
+                                mk(TermKind::Inl(next, ty.clone())),
+                            ));
+                            let step = mk(TermKind::Let(pair_pat(&k, &s), Term::var(&st), step));
+                            let init = mk(TermKind::Pair(int(n), x0));
+                            mk(TermKind::Loop(mk(TermKind::Lam(st.clone(), step)), init))
+                        })
+                        .boxed()
+                }),
+            ));
+        }
+        // let xs = .. in loop (\(i, acc) -> if i < length xs
+        //   then inl (i + 1, let x = xs ! i in body) else inr acc) (0, z)
+        if self.cfg.arrays {
+            let g = self.clone();
+            let (ty, st_ty) = (ty.clone(), st_ty.clone());
+            opts.push((
+                3,
+                lazy(move || {
+                    let g = g.clone();
+                    let (ty, st_ty) = (ty.clone(), st_ty.clone());
+                    g.element_ty()
+                        .prop_flat_map(move |e| {
+                            let xs = Var::fresh("xs", Type::array(e.clone()));
+                            let st = Var::fresh("st", st_ty.clone());
+                            let i = Var::fresh("i", Type::Int);
+                            let acc = Var::fresh(fresh_name(&ty), ty.clone());
+                            let x = Var::fresh(fresh_name(&e), e.clone());
+                            let outer = g.with(&[&xs]);
+                            let inner = g.with(&[&xs, &acc, &x]);
+                            let (ty, st_ty) = (ty.clone(), st_ty.clone());
+                            (
+                                g.term(&Type::array(e.clone()), d),
+                                outer.term(&ty, d),
+                                inner.term(&ty, d),
+                            )
+                                .prop_map(move |(arr, z, body)| {
+                                    let elem = mk(TermKind::Index(Term::var(&xs), Term::var(&i)));
+                                    let body = mk(TermKind::Let(Pat::Var(x.clone()), elem, body));
+                                    let next =
+                                        mk(TermKind::Pair(p2("iadd", Term::var(&i), int(1)), body));
+                                    let len = mk(TermKind::Length(Term::var(&xs)));
+                                    let step = mk(TermKind::If(
+                                        p2("ilt", Term::var(&i), len),
+                                        mk(TermKind::Inl(next, ty.clone())),
+                                        mk(TermKind::Inr(st_ty.clone(), Term::var(&acc))),
+                                    ));
+                                    let step =
+                                        mk(TermKind::Let(pair_pat(&i, &acc), Term::var(&st), step));
+                                    let init = mk(TermKind::Pair(int(0), z));
+                                    let lp = mk(TermKind::Loop(
+                                        mk(TermKind::Lam(st.clone(), step)),
+                                        init,
+                                    ));
+                                    mk(TermKind::Let(Pat::Var(xs.clone()), arr, lp))
+                                })
+                        })
+                        .boxed()
+                }),
+            ));
+        }
+        // loop (\(k, s) -> if k < 3 && c > 0.0 then inl (k + 1, body) else inr s) (0, x0),
+        // with `c` a real-valued term of the state
+        if self.cfg.conditionals {
+            let g = self.clone();
+            let (ty, st_ty) = (ty.clone(), st_ty.clone());
+            opts.push((
+                3,
+                lazy(move || {
+                    let st = Var::fresh("st", st_ty.clone());
+                    let k = Var::fresh("k", Type::Int);
+                    let s = Var::fresh(fresh_name(&ty), ty.clone());
+                    let inner = g.with(&[&s]);
+                    let (ty, st_ty) = (ty.clone(), st_ty.clone());
+                    (
+                        1i64..=4,
+                        g.term(&ty, d),
+                        inner.term(&Type::Real, d.min(2)),
+                        inner.term(&ty, d),
+                    )
+                        .prop_map(move |(fuel, x0, c, body)| {
+                            let cond = mk(TermKind::If(
+                                p2("ilt", Term::var(&k), int(fuel)),
+                                p2("gt", c, mk(TermKind::Lit(Lit::Real(0.0)))),
+                                mk(TermKind::Lit(Lit::Bool(false))),
+                            ));
+                            let next = mk(TermKind::Pair(p2("iadd", Term::var(&k), int(1)), body));
+                            let step = mk(TermKind::If(
+                                cond,
+                                mk(TermKind::Inl(next, ty.clone())),
+                                mk(TermKind::Inr(st_ty.clone(), Term::var(&s))),
+                            ));
+                            let step = mk(TermKind::Let(pair_pat(&k, &s), Term::var(&st), step));
+                            let init = mk(TermKind::Pair(int(0), x0));
+                            mk(TermKind::Loop(mk(TermKind::Lam(st.clone(), step)), init))
+                        })
+                        .boxed()
+                }),
+            ));
+        }
     }
 
     /// Array-building forms for `Array e`.
@@ -1456,6 +1595,24 @@ pub fn features(p: &TestProgram) -> std::collections::BTreeSet<&'static str> {
             TermKind::Lam(..) => _ = out.insert("lambda"),
             TermKind::Array(..) => _ = out.insert("array literal"),
             TermKind::Replicate(..) => _ = out.insert("replicate"),
+            TermKind::Loop(f, x) => {
+                out.insert("loop");
+                if matches!(x.ty.as_prod(), Some((_, Type::Fun(_)))) {
+                    out.insert("loop with a function state");
+                }
+                if mentions(
+                    f,
+                    &|t| matches!(&t.kind, TermKind::Prim(p, _) if p.name() == "gt"),
+                ) {
+                    out.insert("loop on a real condition");
+                }
+                if mentions(f, &|t| matches!(&t.kind, TermKind::Length(_))) {
+                    out.insert("loop over an array");
+                }
+                if free_vars(f).iter().any(|v| !matches!(v.ty, Type::Array(_))) {
+                    out.insert("loop capturing a variable");
+                }
+            }
             TermKind::Length(..) => _ = out.insert("length"),
             TermKind::Map(f, _) => {
                 out.insert("map");

@@ -1366,3 +1366,36 @@ fn logsumexp_is_stable_for_large_inputs() {
     .unwrap();
     assert!(close(t.expect_real(), 3.0));
 }
+
+/// Random loop programs (counted, folds over captured arrays, real-valued conditions, function
+/// states) and `loop` of a step that is a function value (`it(eval)`): both transforms
+/// type-check at the predicted types.
+#[test]
+fn loop_programs_type_check_at_the_predicted_type() {
+    use chad::random::{self, Config};
+    use proptest::strategy::{Strategy, ValueTree};
+    let cfg = Config {
+        loops: true,
+        higher_order_result: true,
+        ..Config::default()
+    };
+    let strategy = random::program(cfg);
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let n = std::env::var("CHAD_PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100);
+    for _ in 0..n {
+        let p = strategy.new_tree(&mut runner).unwrap().current();
+        assert_typed(&format!("{p:?}"), &ccc::compile_entry(&p.entry));
+    }
+    let e = last(
+        "def f (x : Real) : Real =
+           let g = \\(s : (Int, Real)) -> let (k, y) = s in
+             if k >= 3 then (inr y : (Int, Real) + Real) else inl (k + 1, y * x) in
+           loop g (0, 1.0)",
+    );
+    assert_typed("loop of a function value", &ccc::compile_entry(&e));
+    let (y, g) = ad::grad(&e, &[r(2.0)]).unwrap();
+    assert_eq!((y.expect_real(), g[0].expect_real()), (8.0, 12.0));
+}

@@ -429,3 +429,30 @@ fn ad_fails_like_the_evaluator_inside_every_context() {
     }
     assert_eq!(checked, 2 * failing.len() * contexts.len());
 }
+
+/// Loop-heavy programs (counted loops, folds over arrays, loops on real-valued conditions;
+/// see `tests/logical_relations.rs`), first-order results.
+fn loop_heavy() -> Config {
+    Config {
+        sums: true,
+        conditionals: true,
+        loops: true,
+        ..config(true)
+    }
+}
+
+const LOOPS: Requirements = &[
+    ("loop", 0.5),
+    ("loop over an array", 0.15),
+    ("loop on a real condition", 0.15),
+];
+
+#[test]
+fn dual_numbers_agree_with_forward_chad_on_loop_programs() {
+    dual_agrees_with_forward(loop_heavy(), cases(300), LOOPS);
+}
+
+#[test]
+fn jacobians_agree_on_loop_programs() {
+    jacobians_agree(loop_heavy(), cases(300), LOOPS);
+}

@@ -110,3 +110,14 @@ fn agree_on_first_order_scalar_programs() {
     };
     check_config(cfg, common::cases(200), 0.9);
 }
+
+#[test]
+fn agree_on_loop_programs() {
+    // Loops (counted, over arrays, on real conditions; any state type) through `it(f)`.
+    let cfg = Config {
+        loops: true,
+        higher_order_result: true,
+        ..Config::default()
+    };
+    check_config(cfg, common::cases(200), 0.5);
+}

@@ -1417,3 +1417,112 @@ fn native_backend_matches_the_interpreters() {
         dual.stderr
     );
 }
+
+/// `--max-steps` turns a runaway loop into a runtime error at the loop, in every command that
+/// runs the program; within the budget the result is unchanged; a million steps run on the
+/// engine without overflowing the stack.
+#[test]
+fn max_steps_stops_runaway_loops_with_a_position() {
+    let p = file(
+        "runaway.chad",
+        "def forever (x : Real) : Real =\n  while (\\(y : Real) -> y > 0.0) (\\(y : Real) -> y + 1.0) x\n\n\
+         def count (n : Int) : Real = iterate n (\\(y : Real) -> y + 0.5) 0.0\n",
+    );
+    for cmd in [&["eval"][..], &["grad"], &["jvp", "--tangent", "1.0"]] {
+        let mut args = cmd.to_vec();
+        args.extend([
+            "--def",
+            "forever",
+            "--arg",
+            "1.0",
+            "--max-steps",
+            "1000",
+            s(&p),
+        ]);
+        let o = chad(&args);
+        assert_eq!(o.code, 1, "{cmd:?}: {}", o.stderr);
+        assert!(
+            o.stderr.contains("more than 1000 loop steps"),
+            "{}",
+            o.stderr
+        );
+        assert!(o.stderr.contains("runaway.chad:2:3"), "{}", o.stderr);
+    }
+    let o = chad(&[
+        "eval",
+        "--def",
+        "count",
+        "--arg",
+        "4",
+        "--max-steps",
+        "4",
+        s(&p),
+    ]);
+    assert_eq!((o.code, o.stdout.trim()), (0, "2.0"), "{}", o.stderr);
+    let o = chad(&[
+        "eval",
+        "--def",
+        "count",
+        "--arg",
+        "5",
+        "--max-steps",
+        "4",
+        s(&p),
+    ]);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    let o = chad(&["eval", "--def", "count", "--arg", "1000000", s(&p)]);
+    assert_eq!((o.code, o.stdout.trim()), (0, "500000.0"), "{}", o.stderr);
+    let o = chad(&["grad", "--def", "count", "--arg", "1000000", s(&p)]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+}
+
+/// The iteration forms' errors: a fold function of the wrong type, recursion without `rec`,
+/// and the forms not supported yet (`def rec`, `scan`), each with its position.
+#[test]
+fn iteration_errors_are_clear() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "def f (xs : Array Real) : Real = fold (\\(a : Real) -> a) 0.0 xs\n",
+            "`fold` expects a function of two arguments",
+        ),
+        (
+            "def f (xs : Array Real) : Real = fold (\\(a : Real) (x : Int) -> a) 0.0 xs\n",
+            "expected `Array Int`",
+        ),
+        (
+            "def f (x : Real) : Real = iterate 3 (\\(y : Real) -> y > 0.0) x\n",
+            "`iterate` expects a function `Real -> Real`",
+        ),
+        (
+            "def f (x : Real) : Real = loop (\\(y : Real) -> y) x\n",
+            "`loop` expects a step function `Real -> Real + B`",
+        ),
+        (
+            "def f (x : Real) : Real = f x\n",
+            "a plain `def` cannot be recursive",
+        ),
+        (
+            "def rec f (x : Real) : Real = f x\n",
+            "recursive definitions (`def rec`) are not supported yet",
+        ),
+        (
+            "def f (xs : Array Real) : Array Real = scan (\\(a : Real) (x : Real) -> a + x) 0.0 xs\n",
+            "`scan` is not supported yet",
+        ),
+    ];
+    for (k, (src, want)) in cases.iter().enumerate() {
+        let p = file(&format!("iter_err{k}.chad"), src);
+        let o = chad(&["check", s(&p)]);
+        assert_eq!(o.code, 1, "{src}: {}", o.stderr);
+        assert!(
+            o.stderr.contains(want),
+            "{src}: expected {want:?} in\n{}",
+            o.stderr
+        );
+        assert!(
+            o.stderr.contains(":1:"),
+            "{src}: no position in\n{}",
+            o.stderr
+        );
+    }
+}

@@ -863,3 +863,15 @@ fn cli_bench_reports_the_baseline() {
     assert_eq!(code, 0);
     assert!(out.lines().any(|l| l.starts_with("dual ")), "{out}");
 }
+
+#[test]
+fn agrees_with_reverse_chad_on_loop_programs() {
+    // (Sums off: with them, too few of these programs have a gradient that is not zero.)
+    let loops = Config {
+        sums: false,
+        conditionals: true,
+        loops: true,
+        ..functions(true)
+    };
+    agrees_with_reverse_chad(loops, cases(200), &[("loop", 0.5)]);
+}

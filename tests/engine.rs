@@ -78,6 +78,11 @@ fn engine_agrees_on_array_and_sum_programs() {
             sum_bias: true,
             ..Config::default()
         },
+        Config {
+            loops: true,
+            higher_order_result: true,
+            ..Config::default()
+        },
     ] {
         check_embedding(cfg, common::cases(200));
     }
@@ -194,6 +199,10 @@ fn engine_runs_derivative_code_like_the_reference_evaluator() {
         },
         Config {
             sum_bias: true,
+            ..Config::default()
+        },
+        Config {
+            loops: true,
             ..Config::default()
         },
     ] {

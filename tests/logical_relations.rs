@@ -689,3 +689,36 @@ fn forward_chad_fundamental_lemma_on_sum_programs() {
 fn reverse_chad_fundamental_lemma_on_sum_programs() {
     run_lemma_with(Mode::Reverse, sum_heavy(), cases(250), SUMS);
 }
+
+/// Loop-heavy programs ([`Config::loops`]): counted loops, folds over arrays capturing the
+/// context, loops on a real-valued condition (with a step bound), loop states of any type
+/// (functions and closures included), nested; sums, conditionals and arrays at their usual
+/// weight.
+fn loop_heavy() -> Config {
+    Config {
+        sums: true,
+        conditionals: true,
+        arrays: true,
+        loops: true,
+        ..ad_config()
+    }
+}
+
+/// The share of related loop programs that must contain each loop form.
+const LOOPS: common::Requirements = &[
+    ("loop", 0.5),
+    ("loop over an array", 0.15),
+    ("loop on a real condition", 0.15),
+    ("loop capturing a variable", 0.2),
+    ("loop with a function state", 0.03),
+];
+
+#[test]
+fn forward_chad_fundamental_lemma_on_loop_programs() {
+    run_lemma_with(Mode::Forward, loop_heavy(), cases(250), LOOPS);
+}
+
+#[test]
+fn reverse_chad_fundamental_lemma_on_loop_programs() {
+    run_lemma_with(Mode::Reverse, loop_heavy(), cases(250), LOOPS);
+}

@@ -71,6 +71,15 @@ fn ad_configs() -> Vec<(&'static str, Config)> {
                 sums: true,
                 conditionals: true,
                 sum_bias: true,
+                ..base.clone()
+            },
+        ),
+        (
+            "loops",
+            Config {
+                sums: true,
+                conditionals: true,
+                loops: true,
                 ..base
             },
         ),
@@ -100,6 +109,11 @@ fn unembedding_inverts_embedding_on_random_programs() {
     for cfg in [
         Config::default(),
         Config {
+            higher_order_result: true,
+            ..Config::default()
+        },
+        Config {
+            loops: true,
             higher_order_result: true,
             ..Config::default()
         },
@@ -152,6 +166,7 @@ fn optimised_random_programs_unembed_and_mean_the_same() {
             ..Config::default()
         },
         ad_configs()[1].1.clone(),
+        ad_configs()[3].1.clone(),
     ] {
         for (k, p) in programs(cfg, cases(400), &mut r).into_iter().enumerate() {
             let p = if k % 2 == 0 { p } else { with_helper(&p) };

@@ -1279,3 +1279,43 @@ fn splitting_a_pair_holding_a_lambda_that_returns_a_pair_keeps_scope() {
     let body = Term::pair(Term::fst(Term::var(&p)), Term::fst(Term::var(&p)));
     simplifies_cleanly(&Term::let_(&p, Term::pair(lam, Term::real(1.0)), body), &[]);
 }
+
+/// The simplified AD images of loop programs (counted loops, folds over captured arrays, loops
+/// on real-valued conditions; function-typed states and results included) have the same type
+/// and meaning as the originals.
+#[test]
+fn simplified_ad_output_of_loop_programs_has_the_same_meaning() {
+    let n = cases(60);
+    let mut r = runner(n);
+    let mut rng = runner(n);
+    let mut cmp = Compare::new(&mut rng);
+    let mut failures = Failures::default();
+    let mut all = Vec::new();
+    for hor in [false, true] {
+        let cfg = Config {
+            sums: true,
+            conditionals: true,
+            loops: true,
+            ..config(true, hor)
+        };
+        all.extend(subjects(&cfg, n, 2, &mut r));
+    }
+    for s in &all {
+        if let Err((t, e)) = simplified_agrees(s, &Rules::all(), &mut cmp) {
+            failures.add(classify(&e), s.size(), || {
+                s.report("all rules", Some(&t), &e)
+            });
+        }
+    }
+    eprintln!(
+        "{} AD images: {} values compared, {} skipped",
+        all.len(),
+        cmp.compared,
+        cmp.skipped
+    );
+    failures.assert_none("the simplified AD output differs");
+    assert!(
+        cmp.compared >= 10 * cmp.skipped,
+        "too many comparisons skipped"
+    );
+}

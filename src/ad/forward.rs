@@ -57,7 +57,14 @@
 //! F([-]ₙ)      = let (x1, ..., xn) = x in ([x1, ..., xn], λ̲d. Σₖ onehot n k dₖ)
 //! F(replicate) = let (n, a) = x in (replicate n a, λ̲d. replicate n (snd d))
 //! F(length)    = (length x, λ̲d. 0)
+//! F(it f)      = let (γ, a₀) = x in let (b, fs) = loopTape (λa. F(f)[(γ, a)]) a₀ in
+//!                (b, λ̲d. lchain fs d)
 //! ```
+//!
+//! In `F(it f)` the primal loop records each step's derivative `f'ₖ : F2 Γ × F2 A ⊸ F2 A ⊕
+//! F2 B`; `lchain fs d` pushes the tangent through them in order, `w₀ = linl (snd d)`,
+//! `wₖ₊₁ = f'ₖ • (fst d, fromLeft wₖ)`, and returns `fromRight wₙ` (the last step ran `inr`).
+//! Per step that is O(1) work besides `f'` itself (`theory-notes/10-iteration.md`).
 //!
 //! `curry` and `eval` are written with three native kernels of [`crate::target::linear`] that
 //! mean exactly the terms beside them but keep each closure call's derivative `f'` as a *tape*:
@@ -79,7 +86,7 @@ use super::{
     map_proj, map2_images, name, new_mor, pair_parts, path_lterm, path_term, per_element,
     projs_lterm, projs_term, results, split_args, split_linear, take_branch,
 };
-use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
+use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Coproducts, Iteration, Primitives};
 use crate::ccc::{Comb, Path, Projs, interpret};
 use crate::deep::deep;
 use crate::error::{Error, Result, Span};
@@ -732,5 +739,21 @@ fn lin_fun(v: &Value) -> LinFun {
     match v {
         Value::LinFun(f) => f.clone(),
         other => panic!("internal error: expected a linear map, found {other}"),
+    }
+}
+
+impl Iteration for Forward {
+    fn iter(&self, f: Mor, gamma: &Type, a: &Type, b: &Type) -> Result<Mor> {
+        // let (γ, a₀) = x in let (b, fs) = loopTape (λa. F(f)[(γ, a)]) a₀ in (b, λ̲d. lchain fs d)
+        let dom = Type::prod(gamma.clone(), a.clone());
+        let entry_ty = self.derivative(&dom, &Type::sum(a.clone(), b.clone()));
+        new_mor(self, &dom, b, |x| {
+            let mut lets = Lets::new();
+            let (bv, fs) =
+                super::taped_loop(self, f, x, (gamma, a, b), entry_ty, Term::var, &mut lets);
+            lets.finish(self.combined(&dom, Term::var(&bv), |d| {
+                LTerm::mk(LTermKind::Chain(Term::var(&fs), d, false))
+            }))
+        })
     }
 }

@@ -378,6 +378,7 @@ fn respan(t: &Term, at: Span) -> Term {
         TermKind::Let(p, e, b) => TermKind::Let(p.clone(), respan(e, at), respan(b, at)),
         TermKind::Pair(a, b) => TermKind::Pair(respan(a, at), respan(b, at)),
         TermKind::Prim(..)
+        | TermKind::Loop(..)
         | TermKind::Replicate(..)
         | TermKind::Map2(..)
         | TermKind::Build(..)
@@ -776,4 +777,39 @@ pub fn vjp(entry: &Entry, args: &[Value], cotangent: &Value) -> Result<(Value, V
 /// (`()` for discrete arguments).
 pub fn grad(entry: &Entry, args: &[Value]) -> Result<(Value, Vec<Value>)> {
     Vjp::new(entry)?.grad(args)
+}
+
+/// The taped loop of both iteration rules: with `F(f)` or `R(f)` the image of the step
+/// `f : Γ × A → A + B`, `let (γ, a₀) = x in let (b, fs) = loopTape (λa. let (y, f') =
+/// f[(γ, a)] in (y, entry(f'))) a₀`, pushed onto `lets`; returns `b` and `fs`, the array of
+/// each step's tape entry (a linear map built from the step's derivative `f'`).
+pub(crate) fn taped_loop(
+    maps: &impl TypeMaps,
+    f: Mor,
+    x: &Var,
+    (gamma, a, b): (&Type, &Type, &Type),
+    entry_ty: Ty,
+    entry: impl FnOnce(&Var) -> Term,
+    lets: &mut Lets,
+) -> (Var, Var) {
+    let g = Var::fresh(name("γ"), maps.primal(gamma));
+    let a0 = Var::fresh(name("a"), maps.primal(a));
+    lets.push_pair(&g, &a0, Term::var(x));
+    let s = Var::fresh(name("s"), maps.primal(a));
+    let (y, df) = results(maps, &f, "y", "df");
+    let mut inner = Lets::new();
+    inner.push(
+        Pat::Var(f.x.clone()),
+        Term::pair(Term::var(&g), Term::var(&s)),
+    );
+    inner.push_pair(&y, &df, f.body);
+    let step = Term::lam(&s, inner.finish(Term::pair(Term::var(&y), entry(&df))));
+    let bv = Var::fresh(name("b"), maps.primal(b));
+    let fs = Var::fresh(name("fs"), Ty::array(entry_ty));
+    lets.push_pair(
+        &bv,
+        &fs,
+        Term::mk(TermKind::Loop(step, Term::var(&a0), true)),
+    );
+    (bv, fs)
 }

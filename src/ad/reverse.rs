@@ -67,7 +67,17 @@
 //! R([-]ₙ)      = let (x1, ..., xn) = x in ([x1, ..., xn], λ̲v. (v ! 0, ..., v ! (n-1)))
 //! R(replicate) = let (n, a) = x in (replicate n a, λ̲v. (0, lsum v))
 //! R(length)    = (length x, λ̲v. 0)
+//! R(it f)      = let (γ, a₀) = x in let (b, fs) = loopTape (λa. R(f)[(γ, a)]) a₀ in
+//!                (b, λ̲v. lchainRev fs v)
 //! ```
+//!
+//! In `R(it f)` the primal loop records each step's transposed derivative
+//! `f'ₖ : R2 A ⊕ R2 B ⊸ R2 Γ × R2 A`; `lchainRev fs v` runs back through them from the last
+//! step to the first: `w = linr v` enters the last step on the right, each step's
+//! `(g, a) = f'ₖ • w` adds `g` to the environment's cotangent (an accumulator the chain owns,
+//! so sparse one-hots are added in place) and passes `w = linl a` on to the step before it;
+//! the result is `(acc, fromLeft w)`. So the gradient costs one pass over the recorded steps:
+//! time O(primal), memory O(steps × state) (`theory-notes/10-iteration.md`).
 //!
 //! As in forward mode, every subterm is computed once; the output is linear in the size of the
 //! combinator, counting a projection chain by its length (`ι v` is as deep as `π`; the
@@ -87,7 +97,7 @@ use super::{
     map_proj, map2_images, name, new_mor, pair_parts, per_element, projs_term, results, split_args,
     take_branch, tuple_linear,
 };
-use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
+use crate::ccc::model::{Arrays, Cartesian, Category, Closed, Coproducts, Iteration, Primitives};
 use crate::ccc::{Comb, Path, Projs, Step, interpret};
 use crate::deep::deep;
 use crate::error::{Error, Result, Span};
@@ -844,6 +854,22 @@ impl Arrays for Reverse {
                         })
                         .collect(),
                 )
+            }))
+        })
+    }
+}
+
+impl Iteration for Reverse {
+    fn iter(&self, f: Mor, gamma: &Type, a: &Type, b: &Type) -> Result<Mor> {
+        // let (γ, a₀) = x in let (b, fs) = loopTape (λa. R(f)[(γ, a)]) a₀ in (b, λ̲v. lchainRev fs v)
+        let dom = Type::prod(gamma.clone(), a.clone());
+        let entry_ty = self.derivative(&dom, &Type::sum(a.clone(), b.clone()));
+        new_mor(self, &dom, b, |x| {
+            let mut lets = Lets::new();
+            let (bv, fs) =
+                super::taped_loop(self, f, x, (gamma, a, b), entry_ty, Term::var, &mut lets);
+            lets.finish(self.combined(b, Term::var(&bv), |v| {
+                LTerm::mk(LTermKind::Chain(Term::var(&fs), v, true))
             }))
         })
     }

@@ -450,6 +450,21 @@ impl Compiler {
                 let xc = self.term(x);
                 Comb::compose(Comb::replicate(&x.ty, span), Comb::pair(nc, xc))
             }
+            K::Loop(f, x) => match &f.kind {
+                // loop (\s -> body) x = it(body') ∘ ⟨id, x'⟩ (body' in the context Γ, s)
+                K::Lam(s, body) => {
+                    let xc = self.term(x);
+                    let bc = self.under(&Pat::Var(s.clone()), body);
+                    Comb::compose(Comb::iter(bc, span), self.extend(xc))
+                }
+                // loop f x = it(eval) ∘ ⟨f', x'⟩ (the closure is the loop's context)
+                _ => {
+                    let (a, ab) = f.ty.as_fun().expect("typed");
+                    let fc = self.term(f);
+                    let xc = self.term(x);
+                    Comb::compose(Comb::iter(Comb::eval(a, ab), span), Comb::pair(fc, xc))
+                }
+            },
         }
     }
 

@@ -5,7 +5,7 @@
 //! This is the second, independent route to a program's value (the first is
 //! [`crate::eval`], which walks source terms).
 
-use super::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
+use super::model::{Arrays, Cartesian, Category, Closed, Coproducts, Iteration, Primitives};
 use super::{Comb, Path, Step, interpret};
 use crate::deep::{Deep, deep};
 use crate::error::{Result, Span};
@@ -241,6 +241,20 @@ impl Arrays for Eval {
                 }
             }
             Ok(Value::array(&a, items))
+        })
+    }
+}
+
+impl Iteration for Eval {
+    fn iter(&self, f: Fun, _: &Type, _: &Type, _: &Type) -> std::result::Result<Fun, Infallible> {
+        // A Rust loop: the step limit's error gets the loop's position from `located`.
+        fun(move |x| {
+            let (g, a) = x.expect_pair();
+            crate::steps::run_loop(
+                |s| f(&Value::pair(g.clone(), s)),
+                a.clone(),
+                Span::default(),
+            )
         })
     }
 }

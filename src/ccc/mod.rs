@@ -17,7 +17,13 @@
 //! build(f): Γ × Int → Array A                    (f : Γ × Int → A)
 //! index : Array A × Int → A     length : Array A → Int     replicate : Int × A → Array A
 //! array_n : A × (... × A) → Array A              (an array literal of n elements)
+//! it(f)   : Γ × A → B                            (f : Γ × A → A + B; iteration)
 //! ```
+//!
+//! `it(f)` is the iteration combinator of CHAD §11.2: from `(γ, a)` it applies `f` to
+//! `(γ, a)` while the result is `inl a'` (continuing from `a'`), and returns `b` at the first
+//! `inr b`. `loop`, `fold`, `iterate` and `while` compile to it
+//! (`theory-notes/10-iteration.md`).
 //!
 //! plus two *derived* forms: [`CombKind::Proj`], a chain of projections `π = sₖ ∘ ... ∘ s₁`
 //! (each `sᵢ` a `fst` or `snd`) stored as one node, so that a variable deep in a context costs
@@ -188,6 +194,8 @@ pub enum CombKind {
     Replicate(Span),
     /// An array literal of the given number of elements.
     Array(usize),
+    /// `it(f)`, with the location of the loop (for the step limit's error).
+    Iter(Comb, Span),
 }
 
 /// A typed combinator (cheap to clone; immutable).
@@ -415,12 +423,27 @@ impl Comb {
         Comb::node(CombKind::Array(n), dom, Type::array(a.clone()))
     }
 
+    /// `it(f) : Γ × A → B` for `f : Γ × A → A + B`.
+    #[track_caller]
+    pub fn iter(f: Comb, at: Span) -> Comb {
+        let (_, a) = prod("it", &f.dom);
+        let Some((a2, b)) = f.cod.as_sum() else {
+            panic!(
+                "internal error: it(f) with f : {} → {}, not into a sum",
+                f.dom, f.cod
+            )
+        };
+        fits("it state", &a, a2);
+        let (dom, cod) = (f.dom.clone(), b.clone());
+        Comb::node(CombKind::Iter(f, at), dom, cod)
+    }
+
     /// The immediate sub-combinators.
     pub fn children(&self) -> SmallVec<[&Comb; 2]> {
         use CombKind::*;
         match &self.kind {
             Compose(a, b) | Pair(a, b) | Copair(a, b) => SmallVec::from_slice(&[a, b]),
-            Curry(a) | Map(a) | Map2(a, _) | Build(a, _) => SmallVec::from_slice(&[a]),
+            Curry(a) | Map(a) | Map2(a, _) | Build(a, _) | Iter(a, _) => SmallVec::from_slice(&[a]),
             _ => SmallVec::new(),
         }
     }

@@ -170,6 +170,19 @@ pub trait Arrays: Cartesian {
     fn array(&self, a: &Type, n: usize) -> Result<Self::Mor, Self::Error>;
 }
 
+/// Iteration (CHAD §11.2).
+pub trait Iteration: Category {
+    /// `it(f) : Γ × A → B` for `f : Γ × A → A + B`: apply `f` while it returns `inl` (the next
+    /// state), return its first `inr`.
+    fn iter(
+        &self,
+        f: Self::Mor,
+        gamma: &Type,
+        a: &Type,
+        b: &Type,
+    ) -> Result<Self::Mor, Self::Error>;
+}
+
 /// The generators: literal constants and primitive operations.
 pub trait Primitives: Category {
     /// A constant `1 → T`.
@@ -180,9 +193,9 @@ pub trait Primitives: Category {
 }
 
 /// A model of all the structure of the free category.
-pub trait Model: Closed + Coproducts + Arrays + Primitives {}
+pub trait Model: Closed + Coproducts + Arrays + Iteration + Primitives {}
 
-impl<M: Closed + Coproducts + Arrays + Primitives> Model for M {}
+impl<M: Closed + Coproducts + Arrays + Iteration + Primitives> Model for M {}
 
 /// `[l, r] ∘ dist` or `[l, r] ∘ (dist ∘ h)`: the copair's branches, the `dist` and `h`.
 #[allow(clippy::type_complexity)]
@@ -300,6 +313,11 @@ pub fn interpret<M: Model>(c: &Comb, m: &M) -> Result<M::Mor, M::Error> {
                 m.array(c.cod.as_array().expect("typed combinator"), *n)?,
                 None,
             ),
+            CombKind::Iter(f, at) => {
+                let (g, a) = prod(&f.dom);
+                let fm = interpret(f, m)?;
+                (m.iter(fm, &g, &a, &c.cod)?, Some(*at))
+            }
         };
         Ok(match at {
             Some(s) => m.located(mor, s),

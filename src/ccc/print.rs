@@ -9,7 +9,7 @@
 //! (composition is associative, so it never needs parentheses) in a persistent vector, so that
 //! composing is O(log n) and a chain of 10⁴ compositions is laid out in one linear pass.
 
-use super::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
+use super::model::{Arrays, Cartesian, Category, Closed, Coproducts, Iteration, Primitives};
 use super::{Comb, Path, Step, interpret};
 use crate::deep::with_large_stack;
 use crate::prim::{Fixity, Prim};
@@ -191,6 +191,12 @@ impl Arrays for Printer {
 
     fn array(&self, _: &Type, n: usize) -> R {
         text(format!("array{}", subscript(n)))
+    }
+}
+
+impl Iteration for Printer {
+    fn iter(&self, f: Chain, _: &Type, _: &Type, _: &Type) -> R {
+        call("it", vec![f])
     }
 }
 

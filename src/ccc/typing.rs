@@ -5,7 +5,7 @@
 //! structure traits are generic (a model that is not evaluation) and is an independent check of
 //! the types the smart constructors store: `interpret(c, &Typing) == Ok((c.dom, c.cod))`.
 
-use super::model::{Arrays, Cartesian, Category, Closed, Coproducts, Primitives};
+use super::model::{Arrays, Cartesian, Category, Closed, Coproducts, Iteration, Primitives};
 use super::{Path, Step};
 use crate::prim::Prim;
 use crate::source::term::Lit;
@@ -166,6 +166,14 @@ impl Arrays for Typing {
 
     fn array(&self, a: &Type, n: usize) -> R {
         Ok((Type::tuple(&vec![a.clone(); n]), Type::array(a.clone())))
+    }
+}
+
+impl Iteration for Typing {
+    fn iter(&self, (d, s): Sig, g: &Type, a: &Type, b: &Type) -> R {
+        same("it function domain", &d, &Type::prod(g.clone(), a.clone()))?;
+        same("it function codomain", &s, &Type::sum(a.clone(), b.clone()))?;
+        Ok((Type::prod(g.clone(), a.clone()), b.clone()))
     }
 }
 

@@ -362,5 +362,20 @@ fn eval_node(t: &Term, env: &Env, run: &mut Run) -> Result<DVal> {
             let n = value::check_len("replicate", n).map_err(at)?;
             DVal::Array(Rc::new(vec![x; n]))
         }
+        K::Loop(f, x) => {
+            // Each iteration's operations go on the tape like any others (a Rust loop).
+            let f = eval(f, env, run)?;
+            let mut state = eval(x, env, run)?;
+            loop {
+                match f.apply(state, run)? {
+                    DVal::Inl(v) => {
+                        crate::steps::step(t.span)?;
+                        state = (*v).clone();
+                    }
+                    DVal::Inr(v) => break (*v).clone(),
+                    other => invariant("a sum", &other),
+                }
+            }
+        }
     })
 }

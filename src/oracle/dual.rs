@@ -470,6 +470,21 @@ fn eval_node(t: &Term, env: &Env) -> Result<Dual> {
             let n = value::check_len("replicate", n).map_err(at)?;
             Dual::Array(Rc::new(vec![x; n]))
         }
+        K::Loop(f, x) => {
+            // The iterations actually run, each on dual numbers: primal and tangent together.
+            let f = eval(f, env)?;
+            let mut state = eval(x, env)?;
+            loop {
+                match f.apply(state)? {
+                    Dual::Inl(v) => {
+                        crate::steps::step(t.span)?;
+                        state = (*v).clone();
+                    }
+                    Dual::Inr(v) => break (*v).clone(),
+                    other => panic!("internal error: a loop step returned {other:?}"),
+                }
+            }
+        }
     })
 }
 

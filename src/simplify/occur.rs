@@ -227,6 +227,7 @@ impl<T: OccEntry> Occurrences<T> {
             | K::Build(a, b)
             | K::Index(a, b)
             | K::Replicate(a, b)
+            | K::Loop(a, b, _)
             | K::LinApp(a, b) => work.extend([C(b, d), C(a, d)]),
             K::Fst(a)
             | K::Snd(a)
@@ -282,6 +283,7 @@ impl<T: OccEntry> Occurrences<T> {
             | K::Replicate(t, a)
             | K::ZipWith(t, a)
             | K::Map(t, a)
+            | K::Chain(t, a, _)
             | K::Scale(t, a) => work.extend([L(a, d), C(t, d)]),
             K::PowApp(a, t) | K::Index(a, t) => work.extend([C(t, d), L(a, d)]),
             K::OneHot(n, i, a) => work.extend([L(a, d), C(i, d), C(n, d)]),

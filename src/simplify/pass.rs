@@ -409,6 +409,7 @@ fn same_kind(old: &TermKind, new: &TermKind) -> bool {
         | (K::Index(a, b), K::Index(c, d))
         | (K::Replicate(a, b), K::Replicate(c, d))
         | (K::LinApp(a, b), K::LinApp(c, d)) => s(a, c) && s(b, d),
+        (K::Loop(a, b, t), K::Loop(c, d, u)) => t == u && s(a, c) && s(b, d),
         (K::Let(p, a, b), K::Let(q, c, d)) => same_pat(p, q) && s(a, c) && s(b, d),
         (K::Fst(a), K::Fst(b))
         | (K::Snd(a), K::Snd(b))
@@ -453,6 +454,7 @@ fn lsame_kind(old: &LTermKind, new: &LTermKind) -> bool {
         | (K::ZipWith(f, a), K::ZipWith(g, b))
         | (K::Map(f, a), K::Map(g, b))
         | (K::Scale(f, a), K::Scale(g, b)) => s(f, g) && ls(a, b),
+        (K::Chain(f, a, r), K::Chain(g, b, q)) => r == q && s(f, g) && ls(a, b),
         (K::PowApp(a, f), K::PowApp(b, g)) | (K::Index(a, f), K::Index(b, g)) => {
             ls(a, b) && s(f, g)
         }
@@ -1464,6 +1466,11 @@ impl Pass<'_> {
                 let n2 = self.c(n);
                 mk(K::Replicate(n2, self.c(x)))
             }
+            K::Loop(f, x, tape) => {
+                self.branches = true;
+                let f2 = self.c(f);
+                mk(K::Loop(f2, self.c(x), *tape))
+            }
             K::LinLam(v, l) => {
                 let body = self.lblock(l);
                 self.lin_lam(v, body, span)
@@ -1932,6 +1939,11 @@ impl Pass<'_> {
                 let t2 = self.c(t);
                 let a2 = self.l(a);
                 self.scale(t2, a2, span)
+            }
+            K::Chain(t, a, rev) => {
+                let t2 = self.c(t);
+                let a2 = self.l(a);
+                mk(K::Chain(t2, a2, *rev))
             }
             K::Case(e, p, a, q, b) => {
                 self.branches = true;

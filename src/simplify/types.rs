@@ -51,6 +51,15 @@ fn ty_(t: &Term, fuel: &mut u32) -> Option<Ty> {
         K::Index(xs, _) => ty_(xs, fuel)?.as_array()?.clone(),
         K::Length(_) => Ty::Int,
         K::Replicate(_, x) => Ty::array(ty_(x, fuel)?),
+        K::Loop(f, _, tape) => {
+            let r = ty_(f, fuel)?.as_fun()?.1.clone();
+            if *tape {
+                let (s, e) = r.as_prod()?;
+                Ty::prod(s.as_sum()?.1.clone(), Ty::array(e.clone()))
+            } else {
+                r.as_sum()?.1.clone()
+            }
+        }
         K::LinLam(v, l) => Ty::lin_fun(v.lin_ty()?.clone(), lty_(l, fuel)?),
         K::LinApp(f, _) => Ty::lin(ty_(f, fuel)?.as_lin_fun()?.1.clone()),
         K::LinPrim(k, _) => Ty::lin_fun(k.dom().clone(), k.cod().clone()),
@@ -83,6 +92,10 @@ fn lty_(l: &LTerm, fuel: &mut u32) -> Option<LTy> {
         K::ZipWith(fs, _) => LTy::array(ty_(fs, fuel)?.as_array()?.as_lin_fun()?.1.clone()),
         K::Map(f, _) => LTy::array(cod(f, fuel)?),
         K::Scale(_, l) => lty_(l, fuel)?,
+        K::Chain(fs, _, rev) => {
+            let cod = ty_(fs, fuel)?.as_array()?.as_lin_fun()?.1.clone();
+            if *rev { cod } else { cod.as_sum()?.1.clone() }
+        }
         K::Case(_, _, a, _, b) => lty_(a, fuel).or_else(|| lty_(b, fuel))?,
     })
 }

@@ -117,6 +117,11 @@ const POLY: &[(&str, usize)] = &[
     ("unzip", 1),
     ("slice", 3),
     ("concat", 2),
+    ("loop", 2),
+    ("fold", 3),
+    ("scan", 3),
+    ("iterate", 3),
+    ("while", 3),
 ];
 
 struct Checker<'r> {
@@ -290,7 +295,8 @@ impl<'r> Checker<'r> {
             .with_label("not in scope");
         if self.current.as_deref() == Some(name) {
             return e.with_note(format!(
-                "`{name}` is not in scope in its own body: definitions cannot be recursive"
+                "`{name}` is not in scope in its own body: a plain `def` cannot be recursive \
+                 (write the repetition with `loop`, `fold`, `iterate` or `while`)"
             ));
         }
         if let Some(hint) = sugar::synonym(name) {
@@ -1148,6 +1154,15 @@ impl<'r> Checker<'r> {
                 mk(TermKind::Length(xs))
             }
             n if sugar::is_sugar(n) => self.sugar(n, args, expected, span)?,
+            "loop" | "fold" | "iterate" | "while" => self.iteration(name, args, span)?,
+            "scan" => {
+                return Err(Error::new(
+                    crate::error::ErrorKind::Unsupported,
+                    "`scan` is not supported yet",
+                )
+                .with_span(span)
+                .with_note("`fold` is: carry the prefix results you need in its state"));
+            }
             "replicate" => {
                 let n = self.check_arg(args[0], &Type::Int)?;
                 let x = match expected.and_then(Type::as_array) {
@@ -1291,6 +1306,210 @@ impl<'r> Checker<'r> {
 }
 
 /// Splits `A1 -> ... -> An -> R` into `[A1, ..., An]` and `R`.
+impl Checker<'_> {
+    /// `loop f x`, `fold f z xs`, `iterate n f x` and `while c f x`: checked (an unannotated
+    /// lambda gets its parameter types from the other arguments, as for `map`), then `fold`,
+    /// `iterate` and `while` desugared into the core `loop` (`theory-notes/10-iteration.md`):
+    ///
+    /// ```text
+    /// fold f z xs  = loop (\(i, acc) -> if i < length xs then inl (i + 1, f acc (xs ! i))
+    ///                                   else inr acc) (0, z)
+    /// iterate n f x = loop (\(k, s) -> if k <= 0 then inr s else inl (k - 1, f s)) (n, x)
+    /// while c f x  = loop (\s -> if c s then inl (f s) else inr s) x
+    /// ```
+    ///
+    /// with the arguments evaluated once, in order, before the loop (bound by `let` unless
+    /// they are variables, literals or lambdas).
+    fn iteration(&mut self, name: &str, args: &[Arg], span: Span) -> Result<Term> {
+        let unannotated = |a: &Arg| {
+            matches!(a, Arg::Src(Expr { kind: ExprKind::Lam(ps, _), .. })
+                if ps.iter().any(|p| p.ty.is_none()))
+        };
+        let fn_err = |what: String, found: &Type, at: Span| {
+            Error::type_error(at, format!("`{name}` expects {what}, found `{found}`"))
+                .with_label(format!("this has type `{found}`"))
+        };
+        let mk = |kind| Term::new(kind, span);
+        let var = |v: &Var| Term::new(TermKind::Var(v.clone()), span);
+        let int = |k: i64| Term::new(TermKind::Lit(Lit::Int(k)), span);
+        let prim = |p: &str, a: Term, b: Term| mk(TermKind::Prim(crate::prim::op(p), vec![a, b]));
+        let app = |f: &Term, a: Term| mk(TermKind::App(f.clone(), a));
+        let pair_pat = |a: &Var, b: &Var| {
+            Pat::Pair(Box::new(Pat::Var(a.clone())), Box::new(Pat::Var(b.clone())))
+        };
+        // Binds a non-trivial argument with a `let` (returned), so it is evaluated once.
+        let mut lets: Vec<(Var, Term)> = Vec::new();
+        let mut once = |t: Term, nm: &str| {
+            if matches!(
+                t.kind,
+                TermKind::Var(_) | TermKind::Lit(_) | TermKind::Lam(..)
+            ) {
+                t
+            } else {
+                let v = Var::fresh(nm, t.ty.clone());
+                lets.push((v.clone(), t));
+                Term::new(TermKind::Var(v), span)
+            }
+        };
+        let looped = match name {
+            "loop" => {
+                let (f, x) = if unannotated(&args[0]) {
+                    let x = self.infer_arg(args[1])?;
+                    (self.infer_fn_arg(args[0], std::slice::from_ref(&x.ty))?, x)
+                } else {
+                    let f = self.infer_arg(args[0])?;
+                    let Some((a, _)) = f.ty.as_fun() else {
+                        let what = "a step function `A -> A + B`".to_string();
+                        return Err(fn_err(what, &f.ty, args[0].span()));
+                    };
+                    let a = a.clone();
+                    let x = self.check_arg(args[1], &a)?;
+                    (f, x)
+                };
+                let ok = f
+                    .ty
+                    .as_fun()
+                    .is_some_and(|(a, r)| *a == x.ty && r.as_sum().is_some_and(|(a2, _)| a2 == a));
+                if !ok {
+                    let t = &x.ty;
+                    let what = format!(
+                        "a step function `{t} -> {t} + B` (`inl` the next state, `inr` the result)"
+                    );
+                    return Err(fn_err(what, &f.ty, args[0].span()));
+                }
+                mk(TermKind::Loop(f, x))
+            }
+            "fold" => {
+                let (f, z, xs) = if unannotated(&args[0]) {
+                    let z = self.infer_arg(args[1])?;
+                    let xs = self.infer_arg(args[2])?;
+                    let Some(e) = xs.ty.as_array() else {
+                        return Err(fn_err("an array".into(), &xs.ty, args[2].span()));
+                    };
+                    let e = e.clone();
+                    (self.infer_fn_arg(args[0], &[z.ty.clone(), e])?, z, xs)
+                } else {
+                    let f = self.infer_arg(args[0])?;
+                    let Some((b, a)) =
+                        f.ty.as_fun()
+                            .and_then(|(b, r)| Some((b.clone(), r.as_fun()?.0.clone())))
+                    else {
+                        let what = "a function of two arguments `B -> A -> B`".to_string();
+                        return Err(fn_err(what, &f.ty, args[0].span()));
+                    };
+                    let z = self.check_arg(args[1], &b)?;
+                    let xs = self.check_arg(args[2], &Type::array(a))?;
+                    (f, z, xs)
+                };
+                let elem = xs.ty.as_array().expect("checked").clone();
+                let b = z.ty.clone();
+                let ok = f.ty.as_fun().is_some_and(|(b1, r)| {
+                    *b1 == b && r.as_fun().is_some_and(|(a1, b2)| *a1 == elem && *b2 == b)
+                });
+                if !ok {
+                    let what = format!(
+                        "a function `{b} -> {elem} -> {b}` (the accumulator, then an element)"
+                    );
+                    return Err(fn_err(what, &f.ty, args[0].span()));
+                }
+                let f = once(f, "f");
+                let z = once(z, "z");
+                let xs = once(xs, "xs");
+                let st_ty = Type::prod(Type::Int, b.clone());
+                let st = Var::fresh("st", st_ty.clone());
+                let i = Var::fresh("i", Type::Int);
+                let acc = Var::fresh("acc", b.clone());
+                let len = mk(TermKind::Length(xs.clone()));
+                let elem_i = mk(TermKind::Index(xs, var(&i)));
+                let next = mk(TermKind::Pair(
+                    prim("iadd", var(&i), int(1)),
+                    app(&app(&f, var(&acc)), elem_i),
+                ));
+                let body = mk(TermKind::If(
+                    prim("ilt", var(&i), len),
+                    mk(TermKind::Inl(next, b.clone())),
+                    mk(TermKind::Inr(st_ty, var(&acc))),
+                ));
+                let body = mk(TermKind::Let(pair_pat(&i, &acc), var(&st), body));
+                let init = mk(TermKind::Pair(int(0), z));
+                mk(TermKind::Loop(mk(TermKind::Lam(st, body)), init))
+            }
+            "iterate" => {
+                let n = self.check_arg(args[0], &Type::Int)?;
+                let (f, x) = if unannotated(&args[1]) {
+                    let x = self.infer_arg(args[2])?;
+                    (self.infer_fn_arg(args[1], std::slice::from_ref(&x.ty))?, x)
+                } else {
+                    let f = self.infer_arg(args[1])?;
+                    let Some((a, _)) = f.ty.as_fun() else {
+                        return Err(fn_err("a function `A -> A`".into(), &f.ty, args[1].span()));
+                    };
+                    let a = a.clone();
+                    (f.clone(), self.check_arg(args[2], &a)?)
+                };
+                let a = x.ty.clone();
+                if !f.ty.as_fun().is_some_and(|(d, c)| *d == a && *c == a) {
+                    let what = format!("a function `{a} -> {a}`");
+                    return Err(fn_err(what, &f.ty, args[1].span()));
+                }
+                let n = once(n, "n");
+                let f = once(f, "f");
+                let x = once(x, "x");
+                let st_ty = Type::prod(Type::Int, a.clone());
+                let st = Var::fresh("st", st_ty.clone());
+                let k = Var::fresh("k", Type::Int);
+                let s = Var::fresh("s", a.clone());
+                let next = mk(TermKind::Pair(
+                    prim("isub", var(&k), int(1)),
+                    app(&f, var(&s)),
+                ));
+                let body = mk(TermKind::If(
+                    prim("ile", var(&k), int(0)),
+                    mk(TermKind::Inr(st_ty, var(&s))),
+                    mk(TermKind::Inl(next, a.clone())),
+                ));
+                let body = mk(TermKind::Let(pair_pat(&k, &s), var(&st), body));
+                mk(TermKind::Loop(
+                    mk(TermKind::Lam(st, body)),
+                    mk(TermKind::Pair(n, x)),
+                ))
+            }
+            "while" => {
+                let x = self.infer_arg(args[2])?;
+                let a = x.ty.clone();
+                let c = self.infer_fn_arg(args[0], std::slice::from_ref(&a))?;
+                if !c
+                    .ty
+                    .as_fun()
+                    .is_some_and(|(d, r)| *d == a && *r == Type::Bool)
+                {
+                    let what = format!("a condition `{a} -> Bool`");
+                    return Err(fn_err(what, &c.ty, args[0].span()));
+                }
+                let f = self.infer_fn_arg(args[1], std::slice::from_ref(&a))?;
+                if !f.ty.as_fun().is_some_and(|(d, r)| *d == a && *r == a) {
+                    let what = format!("a step function `{a} -> {a}`");
+                    return Err(fn_err(what, &f.ty, args[1].span()));
+                }
+                let c = once(c, "c");
+                let f = once(f, "f");
+                let x = once(x, "x");
+                let s = Var::fresh("s", a.clone());
+                let body = mk(TermKind::If(
+                    app(&c, var(&s)),
+                    mk(TermKind::Inl(app(&f, var(&s)), a.clone())),
+                    mk(TermKind::Inr(a.clone(), var(&s))),
+                ));
+                mk(TermKind::Loop(mk(TermKind::Lam(s, body)), x))
+            }
+            _ => unreachable!("an iteration builtin"),
+        };
+        Ok(lets.into_iter().rev().fold(looped, |b, (v, t)| {
+            Term::new(TermKind::Let(Pat::Var(v), t, b), span)
+        }))
+    }
+}
+
 fn peel(ty: &Type, n: usize) -> Option<(Vec<Type>, Type)> {
     let mut tys = Vec::new();
     let mut cur = ty.clone();

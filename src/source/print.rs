@@ -438,6 +438,7 @@ impl Printer {
             }
             K::Length(xs) => self.app(RcDoc::text("length"), &[xs]),
             K::Replicate(n, x) => self.app(RcDoc::text("replicate"), &[n, x]),
+            K::Loop(f, x) => self.app(RcDoc::text("loop"), &[f, x]),
         }
     }
 }

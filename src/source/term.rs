@@ -181,6 +181,10 @@ pub enum TermKind {
     Length(Term),
     /// `replicate n x`.
     Replicate(Term, Term),
+    /// `loop f x` (with `f : A -> A + B`, `x : A`): the iteration combinator. `f` is applied
+    /// while it returns `inl` (the next state); its first `inr` is the result. `fold`,
+    /// `iterate` and `while` are desugared into it by the checker.
+    Loop(Term, Term),
 }
 
 /// A typed core term: a cheap-to-clone, immutable handle.
@@ -299,6 +303,15 @@ pub fn type_of(kind: &TermKind) -> Result<Type, String> {
             expect_eq("replicate count", &Type::Int, &n.ty)?;
             Type::array(x.ty.clone())
         }
+        TermKind::Loop(f, x) => {
+            let (a, ab) = expect_fun("loop", &f.ty)?;
+            expect_eq("loop state", a, &x.ty)?;
+            let (a2, b) = ab
+                .as_sum()
+                .ok_or("loop: the step must return a sum A + B")?;
+            expect_eq("loop next state", a, a2)?;
+            b.clone()
+        }
     })
 }
 
@@ -343,7 +356,8 @@ impl Term {
             | Map(a, b)
             | Build(a, b)
             | Index(a, b)
-            | Replicate(a, b) => SmallVec::from_slice(&[a, b]),
+            | Replicate(a, b)
+            | Loop(a, b) => SmallVec::from_slice(&[a, b]),
             If(a, b, c) | Case(a, _, b, _, c) | Map2(a, b, c) => SmallVec::from_slice(&[a, b, c]),
             Prim(_, args) | Array(_, args) => args.iter().collect(),
         }
@@ -584,6 +598,7 @@ pub fn freshen(t: &Term) -> Term {
                 K::Index(xs, i) => K::Index(go(xs, sub), go(i, sub)),
                 K::Length(xs) => K::Length(go(xs, sub)),
                 K::Replicate(n, x) => K::Replicate(go(n, sub), go(x, sub)),
+                K::Loop(f, x) => K::Loop(go(f, sub), go(x, sub)),
             };
             Term::new(kind, t.span)
         })

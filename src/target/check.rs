@@ -273,6 +273,27 @@ impl Checker {
                 self.int(n, cart)?;
                 Ty::array(self.term(x, cart)?)
             }
+            K::Loop(f, x, tape) => {
+                let (a, r) = self.fun(f, cart)?;
+                let tx = self.term(x, cart)?;
+                expect_eq("loop state", &a, &tx, at)?;
+                let (step, entry) = if *tape {
+                    let Some((s, e)) = r.as_prod() else {
+                        return mismatch("a step returning `(A + B, T)`", r, Child::C(f));
+                    };
+                    (s.clone(), Some(e.clone()))
+                } else {
+                    (r, None)
+                };
+                let Some((a2, b)) = step.as_sum() else {
+                    return mismatch("a step returning a sum `A + B`", step, Child::C(f));
+                };
+                expect_eq("loop next state", &a, a2, at)?;
+                match entry {
+                    Some(e) => Ty::prod(b.clone(), Ty::array(e)),
+                    None => b.clone(),
+                }
+            }
             K::LinLam(v, body) => {
                 let l =
                     self.linear_binder(v, || format!("the variable `{}` of a linear λ", v.name))?;
@@ -502,6 +523,35 @@ impl Checker {
                 let tb = self.linear(b, &cb, lin)?;
                 expect_eq("inr branch", &ta, &tb, at)?;
                 ta
+            }
+            K::Chain(fs, e, rev) => {
+                let tf = self.array(fs, cart)?;
+                let Some((dom, cod)) = tf.as_lin_fun() else {
+                    return mismatch("an array of linear maps", Ty::array(tf), Child::C(fs));
+                };
+                let te = self.linear(e, cart, lin)?;
+                let shape = if *rev {
+                    // Array (A ⊕ B ⊸ G × A), a cotangent of B: gives G × A.
+                    dom.as_sum()
+                        .zip(cod.as_prod())
+                        .filter(|((a, _), (_, a2))| a == a2)
+                        .map(|((_, b), _)| (b.clone(), cod.clone()))
+                } else {
+                    // Array (G × A ⊸ A ⊕ B), a tangent of G × A: gives B.
+                    dom.as_prod()
+                        .zip(cod.as_sum())
+                        .filter(|((_, a), (a2, _))| a == a2)
+                        .map(|(_, (_, b))| (dom.clone(), b.clone()))
+                };
+                let Some((arg, out)) = shape else {
+                    return mismatch(
+                        "an array of loop-step derivatives",
+                        Ty::array(tf),
+                        Child::C(fs),
+                    );
+                };
+                expect_eq("lchain argument", &arg, &te, at)?;
+                out
             }
         })
     }

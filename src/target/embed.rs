@@ -58,6 +58,7 @@ pub fn term(t: &src::Term) -> Term {
             S::Index(xs, i) => K::Index(term(xs), term(i)),
             S::Length(xs) => K::Length(term(xs)),
             S::Replicate(n, x) => K::Replicate(term(n), term(x)),
+            S::Loop(f, x) => K::Loop(term(f), term(x), false),
         };
         Term::new(kind, t.span)
     })

@@ -12,6 +12,10 @@
 //!   frame of the body's size, fills in captures and argument, and runs the body.
 //! * **Let chains** run as a loop over compiled bindings (a 10⁴-line program recurses no
 //!   deeper than one line), and pattern bindings are precompiled.
+//! * **Loops** (`loop f x`, `loopTape f x` with `f = \s -> body`) run the step's body in the
+//!   current frame, its parameter in a slot, in a Rust loop ([`crate::steps::run_loop`]): no
+//!   closure call and no Rust recursion per iteration; `lchain`/`lchainRev` apply the recorded
+//!   step derivatives in a Rust loop too ([`crate::steps::chain`]).
 //! * **Array loops are inlined**: `map (\x -> e) xs`, `map2 (\x y -> e) xs ys`,
 //!   `build n (\i -> e)` and the linear `lbuild n (\i -> l)` bind the element in the current
 //!   frame and run the body in a loop, with no closure allocated or called per element.
@@ -1150,6 +1154,39 @@ impl Compiler {
                     collect(n, |k| f.apply(Value::Int(k as i64)))
                 })
             }
+            K::Loop(f, x, tape) => {
+                // The step's body runs in this frame, its parameter bound in a slot, once per
+                // iteration: a loop of the program is a Rust loop, never a recursion.
+                let tape = *tape;
+                let run = move |step: &mut dyn FnMut(Value) -> Result<Value>, x: Value| {
+                    if tape {
+                        crate::steps::run_loop_tape(step, x, span)
+                    } else {
+                        crate::steps::run_loop(step, x, span)
+                    }
+                };
+                if let K::Lam(a, b) = &f.kind {
+                    let x = self.term(x);
+                    let (s, b) = self.in_loop(|c| (c.bind(a), c.term(b)));
+                    return Box::new(move |fr| {
+                        let x = x(fr)?;
+                        run(
+                            &mut |st| {
+                                fr[s] = st;
+                                b(fr)
+                            },
+                            x,
+                        )
+                    });
+                }
+                let f = self.term(f);
+                let x = self.term(x);
+                Box::new(move |fr| {
+                    let f = f(fr)?;
+                    let x = x(fr)?;
+                    run(&mut |st| f.apply(st), x)
+                })
+            }
             K::Index(xs, i) => {
                 if let Some(site) = self.column_node(t) {
                     return Box::new(move |fr| site.build(fr));
@@ -1387,6 +1424,15 @@ impl Compiler {
                 }
             }
             K::Zero(_) => Box::new(|_| Ok(Lin::zero())),
+            K::Chain(fs, a, rev) => {
+                let rev = *rev;
+                let fs = self.term(fs);
+                let a = self.linear(a);
+                Box::new(move |fr| {
+                    let fs = fs(fr)?;
+                    crate::steps::chain(&fs, a(fr)?, rev).map_err(at)
+                })
+            }
             K::Plus(..) if let Some(f) = self.lin_accumulate(l) => f,
             K::Plus(a, b) => {
                 let a = self.linear(a);
@@ -2427,6 +2473,13 @@ impl LinearMap for EngineLinear {
         let c = &self.code;
         with_frame(c.size, &c.captures, &self.env, |frame| {
             frame[c.param] = Value::Lin(x.clone());
+            (c.body)(frame)
+        })
+    }
+    fn apply_owned(&self, x: Lin) -> Result<Lin> {
+        let c = &self.code;
+        with_frame(c.size, &c.captures, &self.env, |frame| {
+            frame[c.param] = Value::Lin(x);
             (c.body)(frame)
         })
     }

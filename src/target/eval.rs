@@ -209,6 +209,15 @@ fn node(t: &Term, env: &Env) -> Result<Value> {
             let n = value::check_len("replicate", n).map_err(at)?;
             Value::array_of(vec![x; n])
         }
+        K::Loop(f, x, tape) => {
+            let f = eval(f, env)?;
+            let x = eval(x, env)?;
+            if *tape {
+                crate::steps::run_loop_tape(|s| f.apply(s), x, t.span)?
+            } else {
+                crate::steps::run_loop(|s| f.apply(s), x, t.span)?
+            }
+        }
         K::LinLam(v, body) => Value::LinFun(LinFun::new(LinearClosure {
             param: v.clone(),
             body: body.clone(),
@@ -319,6 +328,10 @@ fn linear_node(l: &LTerm, env: &Env) -> Result<Lin> {
         K::Case(e, p, a, q, b) => {
             let (env, body) = branch(e, env, (p, a), (q, b))?;
             eval_linear(body, &env)?
+        }
+        K::Chain(fs, e, rev) => {
+            let fs = eval(fs, env)?;
+            crate::steps::chain(&fs, lin(e)?, *rev).map_err(at)?
         }
     })
 }

@@ -125,6 +125,15 @@ impl Lin {
         Lin(Repr::Pair(Rc::new(Deep::new((a, b)))))
     }
 
+    /// Both components of a pair, moved out when nobody else holds it (zero gives zeros).
+    pub fn split(self) -> (Lin, Lin) {
+        match self.0 {
+            Repr::Zero => (Lin::zero(), Lin::zero()),
+            Repr::Pair(p) => components(p),
+            _ => invariant("a pair"),
+        }
+    }
+
     /// The first component of a pair (linear).
     pub fn fst(&self) -> Lin {
         match &self.0 {
@@ -783,6 +792,13 @@ pub trait LinearMap {
     /// itself), so implementations need not special-case it.
     fn apply(&self, x: &Lin) -> Result<Lin>;
 
+    /// Applies the map to an argument it may take over: an implementation that stores the
+    /// argument (the engine's linear λ binds it in its frame) can then update it in place
+    /// when it is unshared, as a loop's reverse pass does with its running cotangent.
+    fn apply_owned(&self, x: Lin) -> Result<Lin> {
+        self.apply(&x)
+    }
+
     /// A short description, for debugging output.
     fn describe(&self) -> String {
         "<linear map>".to_string()
@@ -828,6 +844,15 @@ impl LinFun {
             Ok(Lin::zero())
         } else {
             deep(|| self.0.apply(x))
+        }
+    }
+
+    /// [`LinFun::apply`] to an owned argument (see [`LinearMap::apply_owned`]).
+    pub fn apply_owned(&self, x: Lin) -> Result<Lin> {
+        if x.is_zero() {
+            Ok(Lin::zero())
+        } else {
+            deep(|| self.0.apply_owned(x))
         }
     }
 

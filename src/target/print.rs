@@ -461,6 +461,10 @@ impl Printer {
             }
             K::Length(xs) => app("length", vec![self.atom(xs)]),
             K::Replicate(n, x) => app("replicate", vec![self.atom(n), self.atom(x)]),
+            K::Loop(f, x, tape) => app(
+                if *tape { "loopTape" } else { "loop" },
+                vec![self.atom(f), self.atom(x)],
+            ),
             K::LinApp(f, x) => {
                 let d = infix(self.term(f, prec::INDEX), " •", self.term(x, prec::LINAPP));
                 (d, prec::LINAPP)
@@ -563,6 +567,10 @@ impl Printer {
                 (d, prec::MUL)
             }
             L::Case(e, p, a, q, b) => (self.case(e, p, Child::L(a), q, Child::L(b)), prec::ANY),
+            L::Chain(fs, a, rev) => app(
+                if *rev { "lchainRev" } else { "lchain" },
+                vec![self.atom(fs), self.latom(a)],
+            ),
         }
     }
 

@@ -295,6 +295,12 @@ pub enum TermKind {
     Length(Term),
     /// `replicate n x`.
     Replicate(Term, Term),
+    /// `loop f x` (`f : A -> A + B`, `x : A`, result `B`): applies `f` while it returns `inl`;
+    /// its first `inr` is the result. With the flag set (written `loopTape f x`), the step
+    /// also returns a tape entry, `f : A -> (A + B) × T`, and the result is `B × Array T`: the
+    /// entries of every step run, in order (CHAD's iteration rules record each step's
+    /// derivative this way; `theory-notes/10-iteration.md`).
+    Loop(Term, Term, bool),
     /// The linear λ `λ̲v. l : L ⊸ L'` (`v` a linear variable of type `Lin L`).
     LinLam(Var, LTerm),
     /// `f • t`: a linear function applied to a value `t : Lin L`.
@@ -362,6 +368,15 @@ pub enum LTermKind {
     /// a branch be stored as the sum's value instead of a closure (DESIGN.md §7).
     /// (The patterns are boxed to keep linear nodes small.)
     Case(Term, Box<Pat>, LTerm, Box<Pat>, LTerm),
+    /// A loop's recorded step derivatives run over, in a Rust loop (`fs` has one per step):
+    /// * `lchain fs d` (flag unset), `fs : Array (G × A ⊸ A ⊕ B)`, `d : G × A`: with
+    ///   `w₀ = linl (snd d)` and `wₖ₊₁ = fs ! k • (fst d, fromLeft wₖ)`, the result
+    ///   `fromRight wₙ : B` (forward mode: the tangent pushed through the steps in order);
+    /// * `lchainRev fs v` (set), `fs : Array (A ⊕ B ⊸ G × A)`, `v : B`: with `w = linr v` and,
+    ///   from the last step to the first, `(g, a) = fs ! k • w; acc += g; w = linl a`, the
+    ///   result `(acc, fromLeft w) : G × A` (reverse mode: the cotangent pulled back through
+    ///   the steps in reverse order, the environment's share accumulated in place).
+    Chain(Term, LTerm, bool),
 }
 
 /// A Cartesian term: a cheap-to-clone immutable handle.
@@ -466,6 +481,7 @@ impl Term {
             | K::Build(a, b)
             | K::Index(a, b)
             | K::Replicate(a, b)
+            | K::Loop(a, b, _)
             | K::LinApp(a, b) => SmallVec::from_slice(&[C(a), C(b)]),
             K::If(a, b, c) | K::Case(a, _, b, _, c) | K::Map2(a, b, c) => {
                 SmallVec::from_slice(&[C(a), C(b), C(c)])
@@ -576,6 +592,7 @@ impl LTerm {
             | K::ZipWith(t, l)
             | K::Map(t, l)
             | K::Build(t, _, l)
+            | K::Chain(t, l, _)
             | K::Scale(t, l) => SmallVec::from_slice(&[C(t), L(l)]),
             K::PowApp(l, t) | K::Index(l, t) => SmallVec::from_slice(&[L(l), C(t)]),
             K::OneHot(n, i, l) => SmallVec::from_slice(&[C(n), C(i), L(l)]),
@@ -748,6 +765,10 @@ impl Term {
                 let (n2, x2) = (r.term(n), r.term(x));
                 rebuild!(n => n2, x => x2; K::Replicate(n2, x2))
             }
+            K::Loop(f, x, tape) => {
+                let (f2, x2) = (r.term(f), r.term(x));
+                rebuild!(f => f2, x => x2; K::Loop(f2, x2, *tape))
+            }
             K::LinLam(v, l) => {
                 let l2 = r.linear(l);
                 if lsame(l, &l2) {
@@ -814,6 +835,7 @@ impl LTerm {
             K::Map(f, l) => rebuild!(C f => f2, L l => l2; K::Map(f2, l2)),
             K::Build(n, i, l) => rebuild!(C n => n2, L l => l2; K::Build(n2, i.clone(), l2)),
             K::Scale(t, l) => rebuild!(C t => t2, L l => l2; K::Scale(t2, l2)),
+            K::Chain(t, l, rev) => rebuild!(C t => t2, L l => l2; K::Chain(t2, l2, *rev)),
             K::Case(t, p, a, q, b) => rebuild!(C t => t2, L a => a2, L b => b2;
                 K::Case(t2, p.clone(), a2, q.clone(), b2)),
         };

@@ -98,6 +98,8 @@ pub fn term(t: &Term) -> Result<src::Term, Error> {
             K::Index(xs, i) => S::Index(term(xs)?, term(i)?),
             K::Length(xs) => S::Length(term(xs)?),
             K::Replicate(n, x) => S::Replicate(term(n)?, term(x)?),
+            K::Loop(f, x, false) => S::Loop(term(f)?, term(x)?),
+            K::Loop(_, _, true) => return Err("a taped loop is target-only".into()),
             K::LinLam(..) => return Err("a linear λ is target-only".into()),
             K::LinApp(..) => return Err("a linear application is target-only".into()),
             K::LinPrim(k, _) => {

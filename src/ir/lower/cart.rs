@@ -319,6 +319,7 @@ impl Lowering {
                 let xs = self.atom(xs, env)?;
                 SVal::Dyn(self.let_("n", Ty::I64, Expr::Len(xs)))
             }
+            K::Loop(..) => return Err(super::unsupported_loop(t.span)),
             K::Replicate(n, x) => {
                 let n = self.atom(n, env)?;
                 let x = self.atom(x, env)?;

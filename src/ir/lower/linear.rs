@@ -979,6 +979,7 @@ impl Lowering {
                 None => panic!("internal error: unbound linear variable {u:?}"),
             },
             K::Zero(_) => Ok(()),
+            K::Chain(..) => Err(super::unsupported_loop(l.span)),
             K::Plus(..) if d.scaled => {
                 // c * (a + b): the sum first (see `Dest::scaled`).
                 let ty = d.ty.clone();

@@ -938,3 +938,15 @@ pub fn value_ty(types: &mut super::Types, t: &crate::types::Type) -> Ty {
 pub fn is_enum(types: &super::Types, t: Ty) -> bool {
     matches!(types.kind(t), TyKind::Enum(_))
 }
+
+/// The error for the loop forms of the target language (`loop`, `loopTape`, `lchain`), which
+/// the native backend does not lower yet (the IR's `Stmt::Loop` can carry them; issue 22).
+pub(crate) fn unsupported_loop(at: crate::error::Span) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        "loops (`loop`, `fold`, `iterate`, `while` and their derivatives) are not yet supported \
+         by the native backend",
+    )
+    .with_note("run this program on the execution engine (the default)")
+    .or_span(at)
+}

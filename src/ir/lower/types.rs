@@ -131,6 +131,25 @@ impl TypeOf {
                 .clone(),
             K::Length(_) => TTy::Int,
             K::Replicate(_, x) => TTy::array(self.term(x)),
+            K::Loop(f, _, tape) => {
+                let r = self
+                    .term(f)
+                    .as_fun()
+                    .unwrap_or_else(|| invariant("loop"))
+                    .1
+                    .clone();
+                if *tape {
+                    let (s, e) = r.as_prod().unwrap_or_else(|| invariant("loopTape"));
+                    let b = s
+                        .as_sum()
+                        .unwrap_or_else(|| invariant("loopTape"))
+                        .1
+                        .clone();
+                    TTy::prod(b, TTy::array(e.clone()))
+                } else {
+                    r.as_sum().unwrap_or_else(|| invariant("loop")).1.clone()
+                }
+            }
             K::LinLam(v, l) => TTy::lin_fun(
                 v.lin_ty().unwrap_or_else(|| invariant("linear λ")).clone(),
                 self.linear(l),
@@ -247,6 +266,19 @@ impl TypeOf {
             }
             K::Map(f, _) => LTy::array(self.lin_cod(f)),
             K::Scale(_, a) => self.linear(a),
+            K::Chain(fs, _, rev) => {
+                let ft = self.term(fs);
+                let f = ft.as_array().and_then(TTy::as_lin_fun);
+                let (_, cod) = f.unwrap_or_else(|| invariant("lchain"));
+                if *rev {
+                    cod.clone()
+                } else {
+                    cod.as_sum()
+                        .unwrap_or_else(|| invariant("lchain"))
+                        .1
+                        .clone()
+                }
+            }
             K::Case(_, _, a, _, _) => self.linear(a),
         }
     }

@@ -1,0 +1,164 @@
+//! The step budget of loops (`--max-steps`): every iteration of a `loop` (and of `fold`,
+//! `iterate` and `while`, which are loops), in every evaluator, takes one step from a
+//! thread-local budget; a program that runs more steps in total than the budget allows stops
+//! with a runtime error at the loop's position instead of running forever.
+//!
+//! The budget is unlimited unless [`set_max_steps`] sets one (the command line does so for
+//! `--max-steps N`). [`Budget`] scopes a limit for a test.
+
+use crate::error::{Error, Result, Span};
+use std::cell::Cell;
+
+thread_local! {
+    static LIMIT: Cell<Option<u64>> = const { Cell::new(None) };
+    static USED: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Sets (or with `None` clears) the maximum number of loop steps in total, and resets the count.
+pub fn set_max_steps(limit: Option<u64>) {
+    LIMIT.with(|l| l.set(limit));
+    USED.with(|u| u.set(0));
+}
+
+/// The steps taken since the budget was last set.
+pub fn used() -> u64 {
+    USED.with(|u| u.get())
+}
+
+/// Takes one loop step (a loop continuing with a next state: `iterate n` takes `n`, a `fold`
+/// one per element): an error at `at` if the budget is exhausted.
+#[inline]
+pub fn step(at: Span) -> Result<()> {
+    let Some(limit) = LIMIT.with(|l| l.get()) else {
+        return Ok(());
+    };
+    let used = USED.with(|u| {
+        let n = u.get() + 1;
+        u.set(n);
+        n
+    });
+    if used > limit {
+        let e = Error::runtime(format!(
+            "the program ran more than {limit} loop steps (the limit set by --max-steps)"
+        ));
+        // An unknown position (`Span::default()`) is left for the caller to fill in.
+        return Err(if at == Span::default() {
+            e
+        } else {
+            e.with_span(at)
+        });
+    }
+    Ok(())
+}
+
+/// A scoped step limit: sets it on creation and clears it when dropped.
+pub struct Budget(());
+
+impl Budget {
+    /// Limits the loops run until the value is dropped to `limit` steps in total.
+    pub fn new(limit: u64) -> Budget {
+        set_max_steps(Some(limit));
+        Budget(())
+    }
+}
+
+impl Drop for Budget {
+    fn drop(&mut self) {
+        set_max_steps(None);
+    }
+}
+
+/// Runs the iteration combinator on values: applies `f` to the state while it returns
+/// `inl` (the next state) and returns the payload of its first `inr`, taking one step of the
+/// budget per `inl` (an error at `at` past the limit). A loop of the program is a loop
+/// here, never recursion on the Rust stack.
+pub fn run_loop(
+    mut f: impl FnMut(crate::value::Value) -> Result<crate::value::Value>,
+    x: crate::value::Value,
+    at: Span,
+) -> Result<crate::value::Value> {
+    use crate::value::Value;
+    let mut state = x;
+    loop {
+        match f(state)? {
+            Value::Inl(v) => {
+                step(at)?;
+                state = take(v);
+            }
+            Value::Inr(v) => return Ok(take(v)),
+            other => panic!("internal error: a loop step returned {other}, not a sum"),
+        }
+    }
+}
+
+/// The value inside a sum's payload (moved out when unshared).
+pub fn take(v: std::rc::Rc<crate::deep::Deep<crate::value::Value>>) -> crate::value::Value {
+    match std::rc::Rc::try_unwrap(v) {
+        Ok(d) => d.into_inner(),
+        Err(rc) => (**rc).clone(),
+    }
+}
+
+/// [`run_loop`] with a tape: each application of `f` returns `(A + B, T)`; the result is
+/// `(B, [T₀, .., Tₙ])`, one entry per step run (the `loopTape` form of the target language).
+pub fn run_loop_tape(
+    mut f: impl FnMut(crate::value::Value) -> Result<crate::value::Value>,
+    x: crate::value::Value,
+    at: Span,
+) -> Result<crate::value::Value> {
+    use crate::value::Value;
+    let mut state = x;
+    let mut tape = Vec::new();
+    loop {
+        let (next, entry) = match f(state)? {
+            Value::Pair(p) => match std::rc::Rc::try_unwrap(p) {
+                Ok(d) => d.into_inner(),
+                Err(rc) => (rc.0.clone(), rc.1.clone()),
+            },
+            other => panic!("internal error: a taped loop step returned {other}, not a pair"),
+        };
+        tape.push(entry);
+        match next {
+            Value::Inl(v) => {
+                step(at)?;
+                state = take(v);
+            }
+            Value::Inr(v) => return Ok(Value::pair(take(v), Value::array_of(tape))),
+            other => panic!("internal error: a loop step returned {other}, not a sum"),
+        }
+    }
+}
+
+/// `lchain fs d` or `lchainRev fs v` (see [`crate::target::term::LTermKind::Chain`]): the
+/// recorded step derivatives of a loop run over in a Rust loop; in reverse, the environment's
+/// cotangent is accumulated in a value this loop owns, so sparse contributions (one-hots of a
+/// folded array) are added in place.
+pub fn chain(
+    fs: &crate::value::Value,
+    init: crate::target::linear::Lin,
+    rev: bool,
+) -> Result<crate::target::linear::Lin> {
+    use crate::target::linear::Lin;
+    let n = fs.array_len();
+    let step = |k: usize| -> Result<crate::target::linear::LinFun> {
+        Ok(fs.index(k as i64)?.expect_lin_fun().clone())
+    };
+    if rev {
+        let mut acc = Lin::zero();
+        let mut w = Lin::right(init);
+        for k in (0..n).rev() {
+            let r = step(k)?.apply_owned(w)?;
+            let (g, a) = r.split();
+            acc = Lin::plus(acc, g);
+            w = Lin::left(a);
+        }
+        Ok(Lin::pair(acc, w.from_left()))
+    } else {
+        let (g, a) = init.split();
+        let mut w = Lin::left(a);
+        for k in 0..n {
+            w = step(k)?.apply_owned(Lin::pair(g.clone(), w.from_left()))?;
+        }
+        Ok(w.from_right())
+    }
+}
