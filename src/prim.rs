@@ -104,6 +104,7 @@ impl Derivative {
     /// the argument tuple `x : A` (for first-order types, `F2 = R2`: `Real` for `Real`, `Unit`
     /// for discrete types, componentwise otherwise). Registration checks the kernels' types.
     pub fn native(forward: Rc<LinPrim>, transpose: Rc<LinPrim>) -> Derivative {
+        LinPrim::pair_transposes(&forward, &transpose);
         Derivative::Native { forward, transpose }
     }
 
