@@ -65,6 +65,10 @@ enum Command {
         /// for demonstrations).
         #[arg(long, hide = true, requires = "engine")]
         naive: bool,
+        /// How reverse CHAD's derivative is made: by the reverse functor (default), or as the
+        /// transpose of the forward derivative (linearize, unzip, transpose).
+        #[arg(long, value_enum, default_value_t = Via::Reverse)]
+        via: Via,
         /// Print `{"value": V, "gradient": [G1, ...]}`.
         #[arg(long)]
         json: bool,
@@ -95,6 +99,10 @@ enum Command {
         /// The cotangent of the result, in literal syntax.
         #[arg(long, value_name = "C", allow_hyphen_values = true)]
         cotangent: String,
+        /// How the reverse derivative is made: by the reverse functor (default), or as the
+        /// transpose of the forward derivative (linearize, unzip, transpose).
+        #[arg(long, value_enum, default_value_t = Via::Reverse)]
+        via: Via,
         /// Print `{"value": V, "gradient": [G1, ...]}`.
         #[arg(long)]
         json: bool,
@@ -201,6 +209,9 @@ enum Stage {
     Forward,
     /// Reverse-mode CHAD: primal and transposed derivative (a linear map of cotangents).
     Reverse,
+    /// Reverse mode the other way: forward CHAD's derivative, simplified and transposed
+    /// (`grad --via transpose`; always simplified).
+    Transposed,
     /// The execution IR: the primal, forward and reverse code lowered to loops and
     /// accumulators (what the native backend compiles).
     Ir,
@@ -212,6 +223,22 @@ enum Engine {
     Ccc,
     /// Walk the typed source term.
     Direct,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Via {
+    /// Reverse CHAD: the reverse functor `Σ_C L^op`.
+    Reverse,
+    /// The transpose of forward CHAD's derivative (YOLO: linearize, unzip, transpose).
+    Transpose,
+}
+
+/// Reverse mode for an optimised entry point, made as `via` says, simplified.
+fn reverse_mode(entry: &Entry, via: Via) -> Result<ad::Vjp> {
+    match via {
+        Via::Reverse => Ok(ad::Vjp::new(entry)?.map_body(simplify)),
+        Via::Transpose => chad::linearize::vjp_via_transpose(entry),
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -521,8 +548,17 @@ fn run(cli: Cli) -> CliResult<String> {
             run,
             engine: GradEngine::Dual,
             naive,
+            via,
             json,
         } => {
+            if via == Via::Transpose {
+                return Err(Error::new(
+                    ErrorKind::Argument,
+                    "--via transpose makes reverse CHAD's derivative; it does not apply to \
+                     --engine dual",
+                )
+                .into());
+            }
             let (src, entry, args) = prepare(&run)?;
             let options = chad::dual_reverse::Options {
                 naive,
@@ -535,13 +571,17 @@ fn run(cli: Cli) -> CliResult<String> {
             Ok(gradient_output(&entry, &out.value, &out.gradient, json))
         }
         Command::Grad {
-            run, naive, json, ..
+            run,
+            naive,
+            via,
+            json,
+            ..
         } => {
             if naive {
                 return Err(Error::new(ErrorKind::Argument, "--naive needs --engine dual").into());
             }
             let (src, entry, args) = prepare(&run)?;
-            let vjp = with_source(ad::Vjp::new(&optimize(&entry)), &src)?.map_body(simplify);
+            let vjp = with_source(reverse_mode(&optimize(&entry), via), &src)?;
             let (value, grads) = with_source(vjp.grad(&args), &src)?;
             Ok(gradient_output(&entry, &value, &grads, json))
         }
@@ -572,10 +612,11 @@ fn run(cli: Cli) -> CliResult<String> {
         Command::Vjp {
             run,
             cotangent,
+            via,
             json,
         } => {
             let (src, entry, args) = prepare(&run)?;
-            let vjp = with_source(ad::Vjp::new(&optimize(&entry)), &src)?.map_body(simplify);
+            let vjp = with_source(reverse_mode(&optimize(&entry), via), &src)?;
             let ct_ty = entry.body.ty.tangent().unwrap_or(chad::types::Type::Unit);
             let ct = literal(&cotangent, &ct_ty, "cotangent")?;
             let (value, grads) = with_source(vjp.vjp(&args, &ct), &src)?;
@@ -661,6 +702,14 @@ fn run(cli: Cli) -> CliResult<String> {
                         entry.name,
                         ccc::print::to_string(&comb, width.saturating_sub(2)).replace('\n', "\n  ")
                     ))
+                }
+                Stage::Transposed => {
+                    let entry = optimize(&prog.entry(index));
+                    with_source(ad::check_supported(&entry.body), &src)?;
+                    let m = with_source(chad::linearize::transposed_mor(&entry), &src)?;
+                    let comb = ccc::compile_entry(&entry);
+                    let image = ad::reverse::Reverse::new().image(&comb.dom, &comb.cod);
+                    Ok(show_mor(&entry.name, &m, image, width))
                 }
                 Stage::Forward | Stage::Reverse => {
                     let entry = prog.entry(index);

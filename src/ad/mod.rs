@@ -24,6 +24,7 @@ pub mod check;
 pub mod forward;
 pub mod reverse;
 pub(crate) mod tangent;
+pub mod transpose;
 
 pub use check::{check_kernels, check_primitive};
 pub use tangent::{from_tangent, to_tangent};
@@ -554,12 +555,12 @@ pub(crate) fn tuple_linear(mut ls: Vec<LTerm>) -> LTerm {
 }
 
 /// The value of a context `((1 × A1) × ...) × An` (see [`crate::ccc::compile`]).
-fn context(args: &[Value]) -> Value {
+pub(crate) fn context(args: &[Value]) -> Value {
     ccc::eval::context_value(args)
 }
 
 /// The components of a linear value of a context type `((1 × A1) × ...) × An`.
-fn context_components(mut l: Lin, n: usize) -> Vec<Lin> {
+pub(crate) fn context_components(mut l: Lin, n: usize) -> Vec<Lin> {
     let mut out = vec![Lin::zero(); n];
     for k in (0..n).rev() {
         out[k] = l.snd();
@@ -569,7 +570,7 @@ fn context_components(mut l: Lin, n: usize) -> Vec<Lin> {
 }
 
 /// The linear value of a context type holding the given components.
-fn context_linear(ls: Vec<Lin>) -> Lin {
+pub(crate) fn context_linear(ls: Vec<Lin>) -> Lin {
     ls.into_iter().fold(Lin::zero(), Lin::pair)
 }
 
@@ -579,7 +580,7 @@ fn run(m: &Mor, x: Value) -> Result<(Value, LinFun)> {
 }
 
 /// The primal result and the derivative of an image value.
-fn split_image(v: Value) -> Result<(Value, LinFun)> {
+pub(crate) fn split_image(v: Value) -> Result<(Value, LinFun)> {
     let (y, d) = v.expect_pair();
     match d {
         Value::LinFun(f) => Ok((y.clone(), f.clone())),
@@ -587,7 +588,7 @@ fn split_image(v: Value) -> Result<(Value, LinFun)> {
     }
 }
 
-fn first_order_entry(entry: &Entry, what: &str) -> Result<()> {
+pub(crate) fn first_order_entry(entry: &Entry, what: &str) -> Result<()> {
     check_supported(&entry.body)?;
     for p in &entry.params {
         if !p.ty.is_first_order() {
@@ -698,6 +699,20 @@ impl Vjp {
     pub fn new(entry: &Entry) -> Result<Vjp> {
         first_order_entry(entry, "reverse mode")?;
         let mor = reverse::transform(&ccc::compile_entry(entry))?;
+        Ok(Vjp {
+            entry: entry.clone(),
+            mor,
+            code: OnceCell::new(),
+        })
+    }
+
+    /// Reverse mode for an entry point from a reverse derivative made another way: `mor` must
+    /// be a morphism of reverse CHAD's type for the entry (`R1(Γ) → R1(B) × (R2(B) ⊸ R2(Γ))`
+    /// for the context `Γ` of its parameters), e.g. the transpose of forward mode
+    /// ([`crate::linearize::vjp_via_transpose`]). Fails like [`Vjp::new`] on higher-order
+    /// inputs or results.
+    pub fn from_mor(entry: &Entry, mor: Mor) -> Result<Vjp> {
+        first_order_entry(entry, "reverse mode")?;
         Ok(Vjp {
             entry: entry.clone(),
             mor,

@@ -88,11 +88,18 @@ use std::rc::Rc;
 pub enum Shape {
     /// Not known.
     Unknown,
+    /// The value is zero (e.g. an element a sum of one-hots does not set): any shape will do,
+    /// and its transpose contributes nothing.
+    Zero,
     /// The shape of a Cartesian value of the given type: arrays of the same lengths, pairs
     /// componentwise (a witness: `x` for the tangent of `x`).
     Of(Term, Ty),
     /// An array of the given length whose elements have the given shape.
     Array(Term, Rc<Shape>),
+    /// An array of a literal length whose elements have the given shapes, one per index (a
+    /// sum of one-hots at literal indices, the tangent of an array literal: the elements of a
+    /// ragged array differ).
+    Items(Rc<Vec<Shape>>),
     /// A pair of the given shapes.
     Pair(Rc<Shape>, Rc<Shape>),
 }
@@ -107,6 +114,15 @@ impl Shape {
         match self {
             Shape::Of(t, Ty::Array(_)) => Some(length_of(t)),
             Shape::Array(n, _) => Some(n.clone()),
+            Shape::Items(items) => Some(Term::lit(Lit::Int(items.len() as i64))),
+            _ => None,
+        }
+    }
+
+    /// The length, if it is a literal.
+    fn literal_len(&self) -> Option<i64> {
+        match self.len().map(|t| t.kind.clone()) {
+            Some(TermKind::Lit(Lit::Int(n))) => Some(n),
             _ => None,
         }
     }
@@ -125,7 +141,77 @@ impl Shape {
                 Shape::Of(item, (**e).clone())
             }
             Shape::Array(_, e) => (**e).clone(),
+            Shape::Zero => Shape::Zero,
+            Shape::Items(items) => match &i.kind {
+                // Past the end: zero padding.
+                TermKind::Lit(Lit::Int(j)) => usize::try_from(*j)
+                    .ok()
+                    .and_then(|j| items.get(j))
+                    .cloned()
+                    .unwrap_or(Shape::Zero),
+                // An index not known here: the elements' shape if they are alike; else, for
+                // arrays, the length looked up by the index (`[n0, n1, ..] ! i`).
+                _ => Shape::items_at(items, i),
+            },
             _ => Shape::Unknown,
+        }
+    }
+
+    /// The shape of element `i` (not a literal) of an array whose elements have the shapes
+    /// `items` (zero ones have any shape).
+    fn items_at(items: &[Shape], i: &Term) -> Shape {
+        let set: Vec<&Shape> = items.iter().filter(|s| !matches!(s, Shape::Zero)).collect();
+        let Some(first) = set.first() else {
+            return Shape::Zero;
+        };
+        if !first.known() {
+            return Shape::Unknown;
+        }
+        let first_len = first.literal_len();
+        if first_len.is_some() && set.iter().all(|s| s.literal_len() == first_len) {
+            if set.len() == items.len() && set.iter().all(|s| s.same_literal(first)) {
+                return (*first).clone();
+            }
+            return Shape::Array(first.len().expect("a length"), Rc::new(Shape::Unknown));
+        }
+        if first_len.is_none() && set.len() == 1 && items.len() == 1 {
+            return (*first).clone();
+        }
+        let lens: Option<Vec<Term>> = items
+            .iter()
+            .map(|s| match s {
+                Shape::Zero => Some(Term::lit(Lit::Int(0))),
+                s => s.len(),
+            })
+            .collect();
+        match lens {
+            Some(lens) => Shape::Array(
+                Term::mk(TermKind::Index(
+                    Term::mk(TermKind::Array(Ty::Int, lens)),
+                    i.clone(),
+                )),
+                Rc::new(Shape::Unknown),
+            ),
+            None => Shape::Unknown,
+        }
+    }
+
+    /// Whether two shapes are the same and all their lengths literals (so equal everywhere).
+    fn same_literal(&self, other: &Shape) -> bool {
+        match (self, other) {
+            (Shape::Array(..) | Shape::Items(_) | Shape::Of(..), _) => {
+                let (m, n) = (self.literal_len(), other.literal_len());
+                m.is_some()
+                    && m == n
+                    && (0..m.unwrap_or(0)).all(|k| {
+                        let k = Term::lit(Lit::Int(k));
+                        let (a, b) = (self.elem(&k), other.elem(&k));
+                        // Elements that are not arrays (reals) have no lengths to differ.
+                        a.len().is_none() && b.len().is_none() && !matches!(a, Shape::Pair(..))
+                            || a.same_literal(&b)
+                    })
+            }
+            _ => false,
         }
     }
 
@@ -140,25 +226,46 @@ impl Shape {
                 Shape::Of(part, if second { &p.1 } else { &p.0 }.clone())
             }
             Shape::Pair(a, b) => (**if second { b } else { a }).clone(),
+            Shape::Zero => Shape::Zero,
             _ => Shape::Unknown,
         }
     }
 
     fn known(&self) -> bool {
-        !matches!(self, Shape::Unknown)
+        !matches!(self, Shape::Unknown | Shape::Zero)
     }
 
     /// The shape of `a + b`: either side's (the summands have the same shape in derivative
     /// code; where both lengths are literals the longer one, as zero padding makes the sum).
+    /// Per-index items and pairs are joined componentwise (`onehot 3 0 a + onehot 3 1 b` knows
+    /// both elements' shapes, `(a, 0) + (0, b)` both components').
     fn join(a: Shape, b: Shape) -> Shape {
-        let lit = |s: &Shape| match s.len().map(|t| t.kind.clone()) {
-            Some(TermKind::Lit(Lit::Int(n))) => Some(n),
-            _ => None,
-        };
-        match (lit(&a), lit(&b)) {
-            (Some(m), Some(n)) if n > m => b,
-            _ if a.known() => a,
-            _ => b,
+        match (&a, &b) {
+            (Shape::Zero, _) => b,
+            (_, Shape::Zero) => a,
+            (Shape::Unknown, _) => b,
+            (_, Shape::Unknown) => a,
+            (Shape::Items(_), _) | (_, Shape::Items(_)) => {
+                let n = a
+                    .literal_len()
+                    .unwrap_or(0)
+                    .max(b.literal_len().unwrap_or(0));
+                let items = (0..n)
+                    .map(|k| {
+                        let k = Term::lit(Lit::Int(k));
+                        Shape::join(a.elem(&k), b.elem(&k))
+                    })
+                    .collect();
+                Shape::Items(Rc::new(items))
+            }
+            (Shape::Pair(a0, a1), Shape::Pair(b0, b1)) => Shape::Pair(
+                Rc::new(Shape::join((**a0).clone(), (**b0).clone())),
+                Rc::new(Shape::join((**a1).clone(), (**b1).clone())),
+            ),
+            _ => match (a.literal_len(), b.literal_len()) {
+                (Some(m), Some(n)) if n > m => b,
+                _ => a,
+            },
         }
     }
 }
@@ -287,6 +394,9 @@ pub struct Transposer {
     dual_memo: FxHashMap<usize, (LTy, LTy)>,
     shapes: FxHashMap<VarId, Shape>,
     shape_memo: FxHashMap<*const LNode, (LTerm, Shape)>,
+    /// The shapes of the outputs of linear maps bound to variables: `let (y, f) = ..` in forward
+    /// mode pairs a primal `y` with its derivative `f`, whose outputs have `y`'s shape.
+    outputs: FxHashMap<VarId, Shape>,
     witnesses: FxHashMap<*const Node, (Term, Shape)>,
 }
 
@@ -410,6 +520,20 @@ impl Transposer {
         }
     }
 
+    /// Notes what a Cartesian `let p = ..` tells about shapes: a pattern `(y, f)` with `f` a
+    /// linear map into arrays shaped like `y`'s type is a primal paired with its derivative
+    /// (forward mode's image), so `f`'s outputs have `y`'s shape.
+    fn note_let(&mut self, p: &Pat) {
+        if let Pat::Pair(a, b) = p
+            && let (Pat::Var(y), Pat::Var(f)) = (&**a, &**b)
+            && let Some((_, cod)) = f.ty.as_lin_fun()
+            && tangent_like(&y.ty, cod)
+        {
+            self.outputs
+                .insert(f.id, Shape::of(Term::var(y), y.ty.clone()));
+        }
+    }
+
     // ----- Cartesian terms -----
 
     /// `T(t)`: the term with every linear map in it transposed.
@@ -433,6 +557,7 @@ impl Transposer {
                 let mut b = t;
                 while let K::Let(p, e, body) = &b.kind {
                     let e = self.term(e)?;
+                    self.note_let(p);
                     binds.push((self.pat(p), e, b.span));
                     b = body;
                 }
@@ -543,6 +668,7 @@ impl Transposer {
         let mut block = Block::default();
         for (p, t) in lets {
             let t = self.term(&t)?;
+            self.note_let(&p);
             let p = self.pat(&p);
             block.0.push(Bind::Cart(p, t));
         }
@@ -650,6 +776,7 @@ impl Transposer {
                     let body = float(body, &mut lets);
                     for (p, t) in lets {
                         let t = self.term(&t)?;
+                        self.note_let(&p);
                         let p = self.pat(&p);
                         block.0.push(Bind::Cart(p, t));
                     }
@@ -661,6 +788,7 @@ impl Transposer {
             }
             K::Let(p, t, body) => {
                 let t = self.term(t)?;
+                self.note_let(p);
                 let p = self.pat(p);
                 block.0.push(Bind::Cart(p, t));
                 self.tr(body, c, block, acc)?;
@@ -720,6 +848,7 @@ impl Transposer {
                 self.tr(a, LTerm::mk(inj), block, acc)?;
             }
             K::Replicate(_, a) => self.tr(a, LTerm::mk(K::Sum(c)), block, acc)?,
+            K::Sum(a) if matches!(self.shape(a), Shape::Zero) => {}
             K::Sum(a) => {
                 let n = self.length(a)?;
                 let n = self.term(&n)?;
@@ -729,6 +858,7 @@ impl Transposer {
                 let i = self.term(i)?;
                 self.tr(a, LTerm::mk(K::Index(c, i)), block, acc)?;
             }
+            K::Index(a, _) if matches!(self.shape(a), Shape::Zero) => {}
             K::Index(a, i) => {
                 let n = self.length(a)?;
                 if let (TermKind::Lit(Lit::Int(n)), TermKind::Lit(Lit::Int(i))) = (&n.kind, &i.kind)
@@ -833,7 +963,7 @@ impl Transposer {
         use LTermKind as K;
         match &l.kind {
             K::Var(u) => self.shapes.get(&u.id).cloned().unwrap_or(Shape::Unknown),
-            K::Zero(_) => Shape::Unknown,
+            K::Zero(_) => Shape::Zero,
             K::Plus(a, b) => {
                 let (sa, sb) = (self.shape(a), self.shape(b));
                 Shape::join(sa, sb)
@@ -851,6 +981,7 @@ impl Transposer {
                     let n = Term::mk(TermKind::Length(t.clone()));
                     Shape::Array(n, Rc::new(Shape::Unknown))
                 }
+                TermKind::Var(f) => self.outputs.get(&f.id).cloned().unwrap_or(Shape::Unknown),
                 _ => Shape::Unknown,
             },
             // Cartesian lets were floated out of the block; one still here is under a binder
@@ -875,13 +1006,39 @@ impl Transposer {
             K::Replicate(n, a) => Shape::Array(n.clone(), Rc::new(self.shape(a))),
             K::Sum(a) => match self.shape(a) {
                 Shape::Array(_, e) => (*e).clone(),
-                Shape::Of(t, Ty::Array(e)) => {
-                    // Every element has the shape of the first (sums of arrays pad).
-                    Shape::Of(t, Ty::Array(e)).elem(&Term::lit(Lit::Int(0)))
-                }
+                Shape::Zero => Shape::Zero,
+                Shape::Items(items) => items
+                    .iter()
+                    .cloned()
+                    .reduce(Shape::join)
+                    .unwrap_or(Shape::Unknown),
+                // The sum of arrays is as long as the longest: known only where the elements
+                // are of a literal length (sums of reals have no shape to know).
+                Shape::Of(t, Ty::Array(e)) => match &t.kind {
+                    TermKind::Array(_, items) if !items.is_empty() => {
+                        let items: Vec<Shape> = items
+                            .iter()
+                            .map(|x| Shape::Of(x.clone(), (*e).clone()))
+                            .collect();
+                        items
+                            .into_iter()
+                            .reduce(Shape::join)
+                            .unwrap_or(Shape::Unknown)
+                    }
+                    _ => Shape::Unknown,
+                },
                 _ => Shape::Unknown,
             },
-            K::OneHot(n, _, a) => Shape::Array(n.clone(), Rc::new(self.shape(a))),
+            K::OneHot(n, i, a) => match (&n.kind, &i.kind) {
+                (TermKind::Lit(Lit::Int(n)), TermKind::Lit(Lit::Int(i)))
+                    if (0..*n).contains(i) && *n <= 1 << 16 =>
+                {
+                    let mut items = vec![Shape::Zero; *n as usize];
+                    items[*i as usize] = self.shape(a);
+                    Shape::Items(Rc::new(items))
+                }
+                _ => Shape::Array(n.clone(), Rc::new(self.shape(a))),
+            },
             K::Index(a, i) => self.shape(a).elem(i),
             K::ZipWith(fs, _) => Shape::Array(length_of(fs), Rc::new(Shape::Unknown)),
             K::Map(_, a) => match self.shape(a).len() {
@@ -894,6 +1051,30 @@ impl Transposer {
             K::Case(..) => Shape::Unknown,
         }
     }
+}
+
+/// Whether the linear type `l` is the tangent type of `ty` (arrays where `ty` has arrays, `1`
+/// for discrete types) and contains an array (so that shapes matter).
+fn tangent_like(ty: &Ty, l: &LTy) -> bool {
+    fn alike(ty: &Ty, l: &LTy) -> bool {
+        match (ty, l) {
+            (Ty::Real, LTy::Real) => true,
+            (Ty::Int | Ty::Bool | Ty::Unit, LTy::Unit) => true,
+            (Ty::Array(a), LTy::Array(b)) => alike(a, b),
+            (Ty::Prod(p), LTy::Prod(q)) | (Ty::Sum(p), LTy::Sum(q)) => {
+                alike(&p.0, &q.0) && alike(&p.1, &q.1)
+            }
+            _ => false,
+        }
+    }
+    fn has_array(l: &LTy) -> bool {
+        match l {
+            LTy::Array(_) => true,
+            LTy::Prod(p) | LTy::Sum(p) => has_array(&p.0) || has_array(&p.1),
+            _ => false,
+        }
+    }
+    alike(ty, l) && has_array(l)
 }
 
 /// `l` with the Cartesian `let`s in its strict positions (those not under a binder) moved
