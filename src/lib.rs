@@ -87,6 +87,7 @@
 
 pub mod ad;
 pub mod bench;
+pub mod build;
 pub mod ccc;
 pub mod deep;
 pub mod dual_reverse;

@@ -7,6 +7,8 @@ use chad::ad::{self, TypeMaps};
 use chad::bench::Bench;
 use chad::ccc;
 use chad::error::{Error, ErrorKind, Result, Source};
+use chad::ir::compile::Parts;
+use chad::native::Native;
 use chad::optimize::optimize;
 use chad::prim::Registry;
 use chad::simplify::simplify;
@@ -50,6 +52,8 @@ enum Command {
         /// Which evaluator: the compiled combinators (default) or the direct term evaluator.
         #[arg(long, value_enum, default_value_t = Engine::Ccc)]
         engine: Engine,
+        #[command(flatten)]
+        native: NativeArgs,
         /// Print `{"value": V}`.
         #[arg(long)]
         json: bool,
@@ -69,6 +73,8 @@ enum Command {
         /// transpose of the forward derivative (linearize, unzip, transpose).
         #[arg(long, value_enum, default_value_t = Via::Reverse)]
         via: Via,
+        #[command(flatten)]
+        native: NativeArgs,
         /// Print `{"value": V, "gradient": [G1, ...]}`.
         #[arg(long)]
         json: bool,
@@ -88,6 +94,8 @@ enum Command {
         /// Read the tangents as a JSON array instead.
         #[arg(long, value_name = "PATH")]
         tangents_file: Option<PathBuf>,
+        #[command(flatten)]
+        native: NativeArgs,
         /// Print `{"value": V, "tangent": T}`.
         #[arg(long)]
         json: bool,
@@ -103,6 +111,8 @@ enum Command {
         /// transpose of the forward derivative (linearize, unzip, transpose).
         #[arg(long, value_enum, default_value_t = Via::Reverse)]
         via: Via,
+        #[command(flatten)]
+        native: NativeArgs,
         /// Print `{"value": V, "gradient": [G1, ...]}`.
         #[arg(long)]
         json: bool,
@@ -191,6 +201,19 @@ struct RunArgs {
     args_file: Option<PathBuf>,
 }
 
+/// Where `eval`, `grad`, `jvp` and `vjp` run.
+#[derive(clap::Args, Clone, Copy)]
+struct NativeArgs {
+    /// Where the computation runs: the interpreters (default), or native code (the IR compiled
+    /// to Rust, built by rustc and cached by content hash, loaded in process).
+    #[arg(long, value_enum, default_value_t = Backend::Engine)]
+    backend: Backend,
+    /// With `--backend native`: print the cache folder, whether the library was cached and
+    /// the build time, on standard error.
+    #[arg(long)]
+    verbose: bool,
+}
+
 #[derive(Clone, Copy, PartialEq, ValueEnum)]
 enum Backend {
     /// The execution engine (interpreted, compiled in milliseconds).
@@ -231,6 +254,19 @@ enum Via {
     Reverse,
     /// The transpose of forward CHAD's derivative (YOLO: linearize, unzip, transpose).
     Transpose,
+}
+
+/// `--via transpose` is for the execution engine: the native backend compiles reverse CHAD.
+fn native_via(native: NativeArgs, via: Via) -> CliResult<()> {
+    if via == Via::Transpose && native.backend == Backend::Native {
+        return Err(Error::new(
+            ErrorKind::Argument,
+            "--via transpose runs on the execution engine; --backend native compiles reverse \
+             CHAD's derivative (use one or the other)",
+        )
+        .into());
+    }
+    Ok(())
 }
 
 /// Reverse mode for an optimised entry point, made as `via` says, simplified.
@@ -493,6 +529,24 @@ fn show_mor(name: &str, m: &chad::ad::Mor, image: chad::target::types::Ty, width
     )
 }
 
+/// The definition compiled to native code (the parts asked for), with `--verbose`'s report.
+fn native_code(entry: &Entry, src: &Source, args: NativeArgs, parts: Parts) -> Result<Native> {
+    let code = chad::ir::compile::Compiled::with_parts(entry, parts)?;
+    let n = Native::new(code, Some(src), args.verbose)?;
+    if args.verbose {
+        if n.cached {
+            eprintln!("native library (cached): {}", n.path.display());
+        } else {
+            eprintln!(
+                "native library built in {:.2} s: {}",
+                n.rustc_s,
+                n.path.display()
+            );
+        }
+    }
+    Ok(n)
+}
+
 fn with_source<T>(r: Result<T>, src: &Source) -> CliResult<T> {
     r.map_err(|error| Failure {
         error,
@@ -519,7 +573,12 @@ fn run(cli: Cli) -> CliResult<String> {
                     .collect())
             }
         }
-        Command::Eval { run, engine, json } => {
+        Command::Eval {
+            run,
+            engine,
+            native,
+            json,
+        } => {
             let (src, prog) = load(&run.file)?;
             let index = with_source(select(&src, &prog, run.def.as_deref()), &src)?;
             let entry = prog.entry(index);
@@ -527,6 +586,9 @@ fn run(cli: Cli) -> CliResult<String> {
             with_source(chad::eval::check_args(&entry, &args), &src)?;
             let value = with_source(
                 match engine {
+                    _ if native.backend == Backend::Native => {
+                        native_code(&entry, &src, native, Parts::PRIMAL).and_then(|n| n.eval(&args))
+                    }
                     Engine::Ccc => {
                         let comb = ccc::compile_entry(&entry);
                         ccc::eval::run(&comb, &ccc::eval::context_value(&args))
@@ -549,6 +611,7 @@ fn run(cli: Cli) -> CliResult<String> {
             engine: GradEngine::Dual,
             naive,
             via,
+            native,
             json,
         } => {
             if via == Via::Transpose {
@@ -556,6 +619,13 @@ fn run(cli: Cli) -> CliResult<String> {
                     ErrorKind::Argument,
                     "--via transpose makes reverse CHAD's derivative; it does not apply to \
                      --engine dual",
+                )
+                .into());
+            }
+            if native.backend == Backend::Native {
+                return Err(Error::new(
+                    ErrorKind::Argument,
+                    "--engine dual runs in its own run-time evaluator; it has no --backend native",
                 )
                 .into());
             }
@@ -574,13 +644,22 @@ fn run(cli: Cli) -> CliResult<String> {
             run,
             naive,
             via,
+            native,
             json,
             ..
         } => {
             if naive {
                 return Err(Error::new(ErrorKind::Argument, "--naive needs --engine dual").into());
             }
+            native_via(native, via)?;
             let (src, entry, args) = prepare(&run)?;
+            if native.backend == Backend::Native {
+                let (value, grads) = with_source(
+                    native_code(&entry, &src, native, Parts::VJP).and_then(|n| n.grad(&args)),
+                    &src,
+                )?;
+                return Ok(gradient_output(&entry, &value, &grads, json));
+            }
             let vjp = with_source(reverse_mode(&optimize(&entry), via), &src)?;
             let (value, grads) = with_source(vjp.grad(&args), &src)?;
             Ok(gradient_output(&entry, &value, &grads, json))
@@ -589,17 +668,25 @@ fn run(cli: Cli) -> CliResult<String> {
             run,
             tangents,
             tangents_file,
+            native,
             json,
         } => {
             let (src, entry, args) = prepare(&run)?;
-            let jvp = with_source(ad::Jvp::new(&optimize(&entry)), &src)?.map_body(simplify);
             let ts = values(
                 &tangents,
                 tangents_file.as_ref(),
                 &tangent_types(&entry),
                 "tangent",
             )?;
-            let (value, tangent) = with_source(jvp.jvp(&args, &ts), &src)?;
+            let (value, tangent) = if native.backend == Backend::Native {
+                with_source(
+                    native_code(&entry, &src, native, Parts::JVP).and_then(|n| n.jvp(&args, &ts)),
+                    &src,
+                )?
+            } else {
+                let jvp = with_source(ad::Jvp::new(&optimize(&entry)), &src)?.map_body(simplify);
+                with_source(jvp.jvp(&args, &ts), &src)?
+            };
             if json {
                 Ok(format!(
                     "{}\n",
@@ -613,13 +700,22 @@ fn run(cli: Cli) -> CliResult<String> {
             run,
             cotangent,
             via,
+            native,
             json,
         } => {
+            native_via(native, via)?;
             let (src, entry, args) = prepare(&run)?;
-            let vjp = with_source(reverse_mode(&optimize(&entry), via), &src)?;
             let ct_ty = entry.body.ty.tangent().unwrap_or(chad::types::Type::Unit);
             let ct = literal(&cotangent, &ct_ty, "cotangent")?;
-            let (value, grads) = with_source(vjp.vjp(&args, &ct), &src)?;
+            let (value, grads) = if native.backend == Backend::Native {
+                with_source(
+                    native_code(&entry, &src, native, Parts::VJP).and_then(|n| n.vjp(&args, &ct)),
+                    &src,
+                )?
+            } else {
+                let vjp = with_source(reverse_mode(&optimize(&entry), via), &src)?;
+                with_source(vjp.vjp(&args, &ct), &src)?
+            };
             Ok(gradient_output(&entry, &value, &grads, json))
         }
         Command::Bench {

@@ -549,6 +549,7 @@ pub fn emit_rust(
         .map(|d| crate::ir::rust::Export {
             name: &d.entry.name,
             params: d.entry.param_types(),
+            param_names: d.entry.params.iter().map(|p| p.name.to_string()).collect(),
             result: d.entry.body.ty.clone(),
             primal: d.primal,
             jvp: d.jvp,

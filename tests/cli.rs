@@ -1356,3 +1356,62 @@ fn bench_errors() {
         &["runtime error", "bench_oob.chad:2:"],
     );
 }
+
+/// `--backend native` on eval, grad, jvp and vjp: the same output as the interpreters (the
+/// values here are exact in floating point), the same error message with the same source
+/// position, `--verbose` names the cache, and `--engine dual` refuses it.
+#[test]
+fn native_backend_matches_the_interpreters() {
+    if Command::new("rustc").arg("-V").output().is_err() {
+        eprintln!("no rustc: skipped");
+        return;
+    }
+    let args = ["--arg", "2.0", "--arg", "[1.0, 2.0, 3.5]", "--json"];
+    let cases: [&[&str]; 4] = [
+        &["eval"],
+        &["grad"],
+        &["jvp", "--tangent", "1.0", "--tangent", "[0.5, 0.0, -1.0]"],
+        &["vjp", "--cotangent", "-3.0"],
+    ];
+    for cmd in cases {
+        let mut a: Vec<&str> = cmd.to_vec();
+        a.push("examples/fig2b.chad");
+        a.extend(args);
+        let engine = chad(&a);
+        a.extend(["--backend", "native"]);
+        let native = chad(&a);
+        assert_eq!(engine.code, 0, "{}", engine.stderr);
+        assert_eq!(native.code, 0, "{}", native.stderr);
+        assert_eq!(native.stdout, engine.stdout, "{cmd:?}");
+    }
+    let ros = ["benches/programs/rosenbrock.chad", "--arg", "[]"];
+    let engine = chad(&[&["grad"][..], &ros].concat());
+    let native = chad(&[&["grad"][..], &ros, &["--backend", "native", "--verbose"]].concat());
+    assert_eq!(engine.code, 1);
+    assert_eq!(native.code, 1);
+    assert!(
+        native.stderr.contains("native code cache: "),
+        "{}",
+        native.stderr
+    );
+    assert!(
+        native.stderr.ends_with(&engine.stderr),
+        "native:\n{}\nengine:\n{}",
+        native.stderr,
+        engine.stderr
+    );
+    let dual = chad(
+        &[
+            &["grad", "--engine", "dual"][..],
+            &ros,
+            &["--backend", "native"],
+        ]
+        .concat(),
+    );
+    assert_eq!(dual.code, 1);
+    assert!(
+        dual.stderr.contains("no --backend native"),
+        "{}",
+        dual.stderr
+    );
+}

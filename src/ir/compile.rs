@@ -109,6 +109,24 @@ pub struct Parts {
 }
 
 impl Parts {
+    /// The primal only.
+    pub const PRIMAL: Parts = Parts {
+        jvp: false,
+        vjp: false,
+        required: true,
+    };
+    /// The primal and forward mode (required).
+    pub const JVP: Parts = Parts {
+        jvp: true,
+        vjp: false,
+        required: true,
+    };
+    /// The primal and reverse mode (required).
+    pub const VJP: Parts = Parts {
+        jvp: false,
+        vjp: true,
+        required: true,
+    };
     /// Primal, forward and reverse, all required.
     pub const ALL: Parts = Parts {
         jvp: true,

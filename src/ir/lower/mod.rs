@@ -102,8 +102,8 @@ pub struct Lowering {
     next_block: u64,
     /// Common subexpressions (projections, lengths) of variables, with where they are bound
     /// (depth and block id) and an undo log (see [`Lowering::cse_mark`]).
-    cse: FxHashMap<CseKey, (Atom, usize, u64)>,
-    cse_log: Vec<(CseKey, Option<(Atom, usize, u64)>)>,
+    cse: FxHashMap<CseKey, CseEntry>,
+    cse_log: Vec<(CseKey, Option<CseEntry>)>,
     /// Range facts: `n = len xs` (n's id to xs's id), `m = n - c` (m to (n, c)), `j = i + c`
     /// (j to (i, c)), and loop indices with their bounds (`i < n`).
     len_of: FxHashMap<u32, u32>,
@@ -134,6 +134,9 @@ pub struct Lowering {
     inlined: usize,
     inline_budget: usize,
 }
+
+/// Where a common subexpression is bound: its variable, block depth and block id.
+type CseEntry = (Atom, usize, u64);
 
 /// A common subexpression: a projection or the length of a variable.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]

@@ -1,0 +1,199 @@
+//! The Rust the native backend emits, as a user's crate sees it (`chad emit-rust`,
+//! `chad::build`):
+//!
+//! * every bundled program (`examples/*.chad`, `benches/programs/*.chad`, the example crate's
+//!   `model.chad`) compiles with `rustc -D warnings` when `include!`d into a crate that uses
+//!   none of it (so no dead code, naming or unused-variable warnings reach the user);
+//! * the build-script API writes a module that a small program `include!`s and calls as plain
+//!   Rust functions, and the values and gradients it prints are the library's (reverse CHAD on
+//!   the engine), to 1e-12 relative.
+//!
+//! Skipped (with a message) where no `rustc` is on the path.
+
+use chad::prim::Registry;
+use chad::value::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn programs() -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for dir in ["examples", "benches/programs"] {
+        for e in std::fs::read_dir(root().join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "chad") {
+                v.push(p);
+            }
+        }
+    }
+    v.push(root().join("examples/native-crate/model.chad"));
+    v.sort();
+    v
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("chad-native-emit-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn rustc_ok() -> bool {
+    if chad::native::available() {
+        return true;
+    }
+    eprintln!("no rustc: native emit tests skipped");
+    false
+}
+
+#[test]
+fn emitted_modules_compile_without_warnings() {
+    if !rustc_ok() {
+        return;
+    }
+    let dir = tmp("warnings");
+    let mut main = String::new();
+    for (k, p) in programs().iter().enumerate() {
+        let out = chad::build::compile_to(p, &dir, &Registry::builtin())
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let renamed = dir.join(format!("m{k}.rs"));
+        std::fs::rename(&out, &renamed).unwrap();
+        // `mod m { include!(..) }`: exactly how a build-script user includes it.
+        main.push_str(&format!(
+            "mod m{k} {{ include!({:?}); }}\n",
+            renamed.display().to_string()
+        ));
+    }
+    let main_rs = dir.join("main.rs");
+    std::fs::write(&main_rs, format!("{main}\nfn main() {{}}\n")).unwrap();
+    let out = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+        .args([
+            "--edition",
+            "2021",
+            "--emit=metadata",
+            "-D",
+            "warnings",
+            "-o",
+        ])
+        .arg(dir.join("main.rmeta"))
+        .arg(&main_rs)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "emitted code has warnings or errors:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The example crate's program through `chad::build::compile_to`, called from Rust.
+#[test]
+fn build_api_module_is_callable_and_agrees_with_the_library() {
+    if !rustc_ok() {
+        return;
+    }
+    let dir = tmp("build");
+    let model = root().join("examples/native-crate/model.chad");
+    let out = chad::build::compile_to(&model, &dir, &Registry::builtin()).unwrap();
+    assert_eq!(out, dir.join("model.rs"));
+    let xs = [[0.3, -1.2], [2.0, 0.5], [-0.7, 0.1]];
+    let ys = [1.0, 0.0, 1.0];
+    let w = [0.4, -0.25];
+    let b = 0.1;
+    let r = [0.5, 1.5, -0.3, 2.0];
+    let main = format!(
+        r#"mod model {{ include!({path:?}); }}
+fn main() {{
+    let xs: Vec<Vec<f64>> = vec![{xs}];
+    let (l, (dw, db, dxs, dys)) = model::loss_grad(&{w:?}, {b:?}, &xs, &{ys:?}).unwrap();
+    println!("{{:?}}", l);
+    for v in dw.iter().chain([db].iter()).chain(dxs.iter().flatten()).chain(dys.iter()) {{
+        println!("{{:?}}", v);
+    }}
+    let (v, g) = model::rosenbrock_grad(&{r:?}).unwrap();
+    println!("{{:?}}", v);
+    for x in g {{ println!("{{:?}}", x); }}
+    match model::rosenbrock(&[]) {{
+        Ok(_) => println!("no error"),
+        Err(e) => println!("error {{:?}}", e.kind),
+    }}
+}}
+"#,
+        path = out.display().to_string(),
+        xs = xs
+            .iter()
+            .map(|x| format!("vec!{x:?}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    std::fs::write(dir.join("main.rs"), main).unwrap();
+    let exe = dir.join("main");
+    let st = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+        .args(["--edition", "2021", "-D", "warnings", "-o"])
+        .arg(&exe)
+        .arg(dir.join("main.rs"))
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let run = Command::new(&exe).output().unwrap();
+    assert!(run.status.success());
+    let text = String::from_utf8(run.stdout).unwrap();
+    let mut lines = text.lines();
+    let mut got: Vec<f64> = Vec::new();
+    for l in lines.by_ref().take(1 + 2 + 1 + 6 + 3 + 1 + 4) {
+        got.push(l.parse().unwrap_or_else(|_| panic!("not a number: {l}")));
+    }
+    // `length xs - 1` is -1: `build` of a negative length fails, as in every other backend.
+    let err = lines.next().unwrap();
+    assert!(err.starts_with("error "), "{err}");
+
+    // The library's reverse CHAD on the same program.
+    let prog = chad::source::load(
+        &std::fs::read_to_string(&model).unwrap(),
+        &Registry::builtin(),
+    )
+    .unwrap();
+    let real_arr = |v: &[f64]| Value::RealArray(std::rc::Rc::new(v.to_vec()));
+    let loss = prog.entry(prog.find("loss").unwrap());
+    let args = vec![
+        real_arr(&w),
+        Value::Real(b),
+        Value::Array(std::rc::Rc::new(xs.iter().map(|x| real_arr(x)).collect())),
+        real_arr(&ys),
+    ];
+    let (lv, lg) = chad::ad::grad(&loss, &args).unwrap();
+    let ros = prog.entry(prog.find("rosenbrock").unwrap());
+    let (rv, rg) = chad::ad::grad(&ros, &[real_arr(&r)]).unwrap();
+    let mut want = vec![lv.expect_real()];
+    for g in lg.iter().chain(std::iter::once(&rv)).chain(rg.iter()) {
+        flatten(g, &mut want);
+    }
+    // The order above put rosenbrock's value after all of loss's gradients: as printed.
+    assert_eq!(got.len(), want.len(), "{got:?} vs {want:?}");
+    for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-12 * a.abs().max(b.abs()).max(1.0),
+            "component {k}: native {a} vs library {b}"
+        );
+    }
+}
+
+fn flatten(v: &Value, out: &mut Vec<f64>) {
+    match v {
+        Value::Real(x) => out.push(*x),
+        Value::RealArray(xs) => out.extend(xs.iter()),
+        Value::Array(xs) => xs.iter().for_each(|x| flatten(x, out)),
+        Value::Pair(_) => {
+            let (a, b) = v.expect_pair();
+            flatten(a, out);
+            flatten(b, out);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
