@@ -436,3 +436,132 @@ fn ragged_arrays_transpose_like_reverse_chad() {
         }
     }
 }
+
+// ----- Primitives registered with only their forward derivative -----
+
+mod jvp_only {
+    use super::*;
+    use chad::ad::check_primitive;
+    use chad::prim::{Derivative, JvpArgs, Prim, Primitive, Registry, op};
+    use chad::target::term::{LTerm, LTermKind, Term};
+
+    fn real2(name: &str, f: fn(f64, f64) -> f64) -> Primitive {
+        Primitive::function(name, vec![Type::Real, Type::Real], Type::Real, move |x| {
+            let (a, b) = x.expect_pair();
+            Ok(Value::Real(f(a.expect_real(), b.expect_real())))
+        })
+    }
+
+    /// `hypot a b`, its derivative `(a da + b db) / hypot a b` reusing the primal result.
+    fn hypot(scale: f64) -> Primitive {
+        real2("hypot", f64::hypot).with_derivative(Derivative::jvp(move |j: &JvpArgs<'_>| {
+            let div = |t: &Term| {
+                let q = Term::prim(&op("div"), vec![t.clone(), j.result.clone()]);
+                Term::prim(&op("mul"), vec![Term::real(scale), q])
+            };
+            LTerm::plus(
+                LTerm::scale(div(&j.args[0]), j.tangents[0].clone()),
+                LTerm::scale(div(&j.args[1]), j.tangents[1].clone()),
+            )
+        }))
+    }
+
+    /// `myexp x`, whose derivative calls `myexp` itself.
+    fn myexp() -> Primitive {
+        Primitive::function("myexp", vec![Type::Real], Type::Real, |x| {
+            Ok(Value::Real(x.expect_real().exp()))
+        })
+        .with_derivative(Derivative::jvp(|j| {
+            LTerm::scale(Term::prim(j.this, j.args.to_vec()), j.tangents[0].clone())
+        }))
+    }
+
+    /// `total xs = Σ xs`: its transpose needs the length of the tangent (`replicate`).
+    fn total() -> Primitive {
+        Primitive::function("total", vec![Type::array(Type::Real)], Type::Real, |x| {
+            Ok(Value::Real(x.expect_reals().iter().sum()))
+        })
+        .with_derivative(Derivative::jvp(|j| {
+            LTerm::mk(LTermKind::Sum(j.tangents[0].clone()))
+        }))
+    }
+
+    fn registry() -> (Registry, Vec<Prim>) {
+        let mut reg = Registry::builtin();
+        let ps = [hypot(1.0), myexp(), total()]
+            .into_iter()
+            .map(|p| reg.register(p).unwrap())
+            .collect();
+        (reg, ps)
+    }
+
+    #[test]
+    fn derived_transposes_pass_check_primitive() {
+        let (_, ps) = registry();
+        for p in &ps {
+            let c = check_primitive(p, 30, 7).unwrap_or_else(|e| panic!("{e}"));
+            assert!(c.points >= 30, "{}: {c:?}", p.name());
+        }
+        // The check is not vacuous: a wrong forward derivative fails it.
+        let mut reg = Registry::builtin();
+        let wrong = reg.register(hypot(1.5)).unwrap();
+        let e = check_primitive(&wrong, 30, 7).unwrap_err();
+        assert!(e.contains("hypot"), "{e}");
+    }
+
+    /// Programs using the primitives: reverse CHAD (its derivative derived by transposition),
+    /// the transposed forward route and finite differences agree.
+    #[test]
+    fn programs_with_jvp_only_primitives() {
+        let (reg, _) = registry();
+        let src = "def f (x : Real) (y : Real) (xs : Array Real) : Real =
+                     hypot (myexp x) (y * total (map (\\(z : Real) -> z * hypot z y) xs))";
+        let prog = chad::source::load(src, &reg).unwrap();
+        let entry = prog.entry(0);
+        let args = vec![
+            Value::Real(0.3),
+            Value::Real(-1.2),
+            Value::reals(vec![0.5, -2.0, 1.5]),
+        ];
+        let (_, g1) = Vjp::new(&entry).unwrap().grad(&args).unwrap();
+        let (_, g2) = vjp_via_transpose(&optimize(&entry))
+            .unwrap()
+            .grad(&args)
+            .unwrap();
+        let (r1, r2): (Vec<f64>, Vec<f64>) = (
+            g1.iter().flat_map(fd::leaves).collect(),
+            g2.iter().flat_map(fd::leaves).collect(),
+        );
+        assert!(all_close(&r1, &r2, 1e-10), "{r1:?} vs {r2:?}");
+        let tys = entry.param_types();
+        let fd: Vec<f64> = fd::basis(&tys, &args)
+            .iter()
+            .map(|dx| fd::jvp(&entry, &args, dx, 1e-6).unwrap().expect_real())
+            .collect();
+        assert!(
+            all_close(&r1, &fd, 1e-6),
+            "reverse {r1:?} vs finite differences {fd:?}"
+        );
+    }
+
+    /// Derivative rules of the wrong type are registration errors (not panics later).
+    #[test]
+    fn ill_typed_rules_are_registration_errors() {
+        let bad_jvp = real2("bad1", |a, _| a).with_derivative(Derivative::jvp(|j| {
+            LTerm::pair(j.tangents[0].clone(), j.tangents[1].clone())
+        }));
+        let bad_terms = real2("bad2", |a, _| a).with_derivative(Derivative::terms(
+            |_, d| d[0].clone(),
+            |_, v| vec![v.clone()], // one cotangent for two parameters
+        ));
+        for p in [bad_jvp, bad_terms] {
+            let name = p.name().to_string();
+            let e = Registry::builtin().register(p).unwrap_err();
+            assert!(
+                e.message().contains(&name) && e.message().contains("ill-typed"),
+                "{}",
+                e.message()
+            );
+        }
+    }
+}

@@ -30,6 +30,7 @@ pub use check::{check_kernels, check_primitive};
 pub use tangent::{from_tangent, to_tangent};
 
 use crate::ccc;
+use crate::ccc::model::Primitives;
 use crate::deep::deep;
 use crate::error::{Error, ErrorKind, Result, Span};
 use crate::prim::{Derivative, Prim};
@@ -200,6 +201,99 @@ pub(crate) fn no_derivative(op: &Prim) -> Error {
         format!("primitive `{}` has no derivative", op.name()),
     )
     .with_note("register one with `Primitive::with_derivative`")
+}
+
+/// `λ̲d. Dop(x; d)` for a primitive whose derivative is given alone ([`Derivative::Jvp`]), at
+/// the argument variables `args` with the primal result `y`.
+pub(crate) fn jvp_rule(
+    op: &Prim,
+    rule: &crate::prim::JvpRule,
+    args: &[Term],
+    y: &Var,
+    tangent: LTy,
+) -> Term {
+    let n = op.params().len();
+    lin_lam("d", tangent, |d| {
+        rule(&crate::prim::JvpArgs {
+            this: op,
+            args,
+            result: &Term::var(y),
+            tangents: &split_linear(d, n),
+        })
+    })
+}
+
+/// `DopT`, the transpose of `fwd = λ̲d. Dop(x; d)` (whose input has the shape of the argument
+/// tuple `x`), for a primitive whose derivative is given alone. Fails (an error naming the
+/// primitive) where `Dop` is ill-typed, not linear, or does not transpose.
+pub(crate) fn transpose_jvp(
+    op: &Prim,
+    fwd: &Term,
+    x: &Var,
+    args: &[Term],
+    y: &Var,
+) -> Result<Term> {
+    let mut free = vec![x.clone(), y.clone()];
+    free.extend(args.iter().filter_map(|a| match &a.kind {
+        TermKind::Var(v) => Some(v.clone()),
+        _ => None,
+    }));
+    let shape = crate::target::transpose::Shape::of(Term::var(x), x.ty.clone());
+    crate::target::transpose::transpose_map(fwd, &free, shape).map_err(|e| {
+        Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "the forward derivative of primitive `{}` cannot be transposed: {}",
+                op.name(),
+                e.message()
+            ),
+        )
+    })
+}
+
+/// Makes both AD modes' images of a primitive and type-checks them (at registration: a
+/// derivative rule of the wrong type is reported there, not when a program is differentiated).
+pub(crate) fn check_rules(op: &Prim) -> std::result::Result<(), String> {
+    if matches!(op.derivative(), Derivative::Missing | Derivative::Zero) {
+        return Ok(());
+    }
+    let (dom, cod) = (op.domain(), op.result().clone());
+    let (f, r) = (forward::Forward::new(), reverse::Reverse::new());
+    let fwd = f.prim(op).map_err(|e| e.message().to_string())?;
+    let rev = r.prim(op).map_err(|e| e.message().to_string())?;
+    let image = |x: Ty, y: Ty, d: LTy, e: LTy| Ty::fun(x, Ty::prod(y, Ty::lin_fun(d, e)));
+    let want = [
+        (
+            "forward",
+            &fwd,
+            image(
+                f.primal(&dom),
+                f.primal(&cod),
+                f.tangent(&dom),
+                f.tangent(&cod),
+            ),
+        ),
+        (
+            "reverse",
+            &rev,
+            image(
+                r.primal(&dom),
+                r.primal(&cod),
+                r.cotangent(&cod),
+                r.cotangent(&dom),
+            ),
+        ),
+    ];
+    for (mode, m, want) in want {
+        let ty = crate::deep::deep(|| crate::target::check::check(&m.to_term(), &[]))
+            .map_err(|e| format!("its {mode} derivative is ill-typed: {}", e.message()))?;
+        if ty != want {
+            return Err(format!(
+                "its {mode} derivative is ill-typed: the image has type `{ty}`, not `{want}`"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checks that every primitive a source term uses has a registered derivative, reporting the
