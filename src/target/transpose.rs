@@ -959,6 +959,23 @@ impl Transposer {
         s
     }
 
+    /// The shape of `l` (under the binders `bound` and the Cartesian `let`s at its head) as
+    /// seen from outside them: `Unknown` if it mentions their variables.
+    fn shape_outside(&mut self, l: &LTerm, bound: &[Var]) -> Shape {
+        let mut ids: Vec<VarId> = bound.iter().map(|v| v.id).collect();
+        let mut body = l;
+        while let LTermKind::Let(p, _, b) = &body.kind {
+            ids.extend(p.vars().iter().map(|v| v.id));
+            body = b;
+        }
+        let s = self.shape(body);
+        if shape_mentions(&s, &ids) {
+            Shape::Unknown
+        } else {
+            s
+        }
+    }
+
     fn shape_(&mut self, l: &LTerm) -> Shape {
         use LTermKind as K;
         match &l.kind {
@@ -984,9 +1001,9 @@ impl Transposer {
                 TermKind::Var(f) => self.outputs.get(&f.id).cloned().unwrap_or(Shape::Unknown),
                 _ => Shape::Unknown,
             },
-            // Cartesian lets were floated out of the block; one still here is under a binder
-            // the shape does not look into, or its body's shape may use its variables.
-            K::Let(..) => Shape::Unknown,
+            // Cartesian lets were floated out of the block; one still here is under a binder.
+            // Its body's shape is known outside only if it does not use the let's variables.
+            K::Let(..) => self.shape_outside(l, &[]),
             K::LinLet(u, a, b) => {
                 let s = self.shape(a);
                 self.shapes.insert(u.id, s);
@@ -1045,8 +1062,11 @@ impl Transposer {
                 Some(n) => Shape::Array(n, Rc::new(Shape::Unknown)),
                 None => Shape::Unknown,
             },
-            // The elements' shapes may depend on the index: only the length is known.
-            K::Build(n, _, _) => Shape::Array(n.clone(), Rc::new(Shape::Unknown)),
+            // The elements are alike where their shape does not depend on the index.
+            K::Build(n, i, body) => {
+                let e = self.shape_outside(body, std::slice::from_ref(i));
+                Shape::Array(n.clone(), Rc::new(e))
+            }
             K::Scale(_, a) => self.shape(a),
             K::Case(..) => Shape::Unknown,
         }
@@ -1075,6 +1095,22 @@ fn tangent_like(ty: &Ty, l: &LTy) -> bool {
         }
     }
     alike(ty, l) && has_array(l)
+}
+
+/// Whether a term in `s` mentions one of the variables `ids`.
+fn shape_mentions(s: &Shape, ids: &[VarId]) -> bool {
+    let term = |t: &Term| {
+        let mut found = false;
+        super::term::Child::C(t).each_var(|v| found |= ids.contains(&v.id));
+        found
+    };
+    deep(|| match s {
+        Shape::Unknown | Shape::Zero => false,
+        Shape::Of(t, _) => term(t),
+        Shape::Array(n, e) => term(n) || shape_mentions(e, ids),
+        Shape::Items(items) => items.iter().any(|e| shape_mentions(e, ids)),
+        Shape::Pair(a, b) => shape_mentions(a, ids) || shape_mentions(b, ids),
+    })
 }
 
 /// `l` with the Cartesian `let`s in its strict positions (those not under a binder) moved
