@@ -2,8 +2,8 @@
 //! `include!`d, so the crate calls the program's definitions and their derivatives as plain
 //! Rust functions (no chad at run time, no `unsafe`, `std` only).
 //!
-//! ```no_run
-//! // build.rs
+//! ```text
+//! // build.rs (a build script needs its `fn main`, which clippy's needless_doctest_main flags)
 //! fn main() {
 //!     chad::build::compile("model.chad").unwrap_or_else(|e| panic!("{e}"));
 //! }

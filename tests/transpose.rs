@@ -225,7 +225,7 @@ fn dot_product(f: &Term, dom: &LTy, cod: &LTy, seed: u64, full: bool) -> Result<
         Err(e) => return Err(format!("{ft} is ill-typed: {}", e.message())),
     }
     for k in 0..3 {
-        let c = cotangent_like(cod, &y, &mut Rng(seed ^ (k + 1) * 0x9e37));
+        let c = cotangent_like(cod, &y, &mut Rng(seed ^ ((k + 1) * 0x9e37)));
         let g =
             apply(&ft, &c).map_err(|e| format!("{ft} at {c:?} (v = {v:?}): {}", e.message()))?;
         let (lhs, rhs) = (pairing(dom, &v, &g), pairing(cod, &y, &c));
@@ -286,7 +286,7 @@ fn transposing_twice_gives_the_map_back() {
         let y2 = apply(&ftt, &v).unwrap_or_else(|e| panic!("seed {seed}: {}", e.message()));
         // Compare by pairing with random cotangents shaped like y.
         for k in 0..3 {
-            let c = cotangent_like(&cod, &y, &mut Rng(seed ^ (k + 7) * 0x51));
+            let c = cotangent_like(&cod, &y, &mut Rng(seed ^ ((k + 7) * 0x51)));
             let (a, b) = (pairing(&cod, &y, &c), pairing(&cod, &y2, &c));
             assert!(
                 close(a, b),
