@@ -60,6 +60,9 @@
 //! * [`eval`]: the direct evaluator of source terms.
 //! * [`ad`]: forward and reverse CHAD as models of the combinator structure (`Σ_C L` and
 //!   `Σ_C L^op`), `jvp`/`vjp`/`grad` for programs, and `check_primitive` for derivatives.
+//! * [`linearize`]: reverse mode the other way (YOLO): forward CHAD, unzipped into a primal
+//!   and a linear map, transposed ([`target::transpose`]); `linearize` gives a reusable linear
+//!   map of tangents and `linear_transpose` its transpose.
 //! * [`simplify`]: the simplifier of target terms: named, switchable rewrite rules (the CHAD
 //!   paper's Table 1 and those the linear fragment needs) run to a fixed point in linear-time
 //!   passes.
@@ -91,6 +94,7 @@ pub mod dual_reverse;
 pub mod error;
 pub mod eval;
 pub mod ir;
+pub mod linearize;
 pub mod native;
 pub mod optimize;
 pub mod oracle;

@@ -71,6 +71,10 @@ enum Command {
         /// for demonstrations).
         #[arg(long, hide = true, requires = "engine")]
         naive: bool,
+        /// How reverse CHAD's derivative is made: by the reverse functor (default), or as the
+        /// transpose of the forward derivative (linearize, unzip, transpose).
+        #[arg(long, value_enum, default_value_t = Via::Reverse)]
+        via: Via,
         #[command(flatten)]
         native: NativeArgs,
         /// Print `{"value": V, "gradient": [G1, ...]}`.
@@ -110,6 +114,10 @@ enum Command {
         /// The cotangent of the result, in literal syntax.
         #[arg(long, value_name = "C", allow_hyphen_values = true)]
         cotangent: String,
+        /// How the reverse derivative is made: by the reverse functor (default), or as the
+        /// transpose of the forward derivative (linearize, unzip, transpose).
+        #[arg(long, value_enum, default_value_t = Via::Reverse)]
+        via: Via,
         #[command(flatten)]
         native: NativeArgs,
         /// Print `{"value": V, "gradient": [G1, ...]}`.
@@ -257,6 +265,9 @@ enum Stage {
     Forward,
     /// Reverse-mode CHAD: primal and transposed derivative (a linear map of cotangents).
     Reverse,
+    /// Reverse mode the other way: forward CHAD's derivative, simplified and transposed
+    /// (`grad --via transpose`; always simplified).
+    Transposed,
     /// The execution IR: the primal, forward and reverse code lowered to loops and
     /// accumulators (what the native backend compiles).
     Ir,
@@ -268,6 +279,35 @@ enum Engine {
     Ccc,
     /// Walk the typed source term.
     Direct,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Via {
+    /// Reverse CHAD: the reverse functor `Σ_C L^op`.
+    Reverse,
+    /// The transpose of forward CHAD's derivative (YOLO: linearize, unzip, transpose).
+    Transpose,
+}
+
+/// `--via transpose` is for the execution engine: the native backend compiles reverse CHAD.
+fn native_via(native: NativeArgs, via: Via) -> CliResult<()> {
+    if via == Via::Transpose && native.backend == Backend::Native {
+        return Err(Error::new(
+            ErrorKind::Argument,
+            "--via transpose runs on the execution engine; --backend native compiles reverse \
+             CHAD's derivative (use one or the other)",
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Reverse mode for an optimised entry point, made as `via` says, simplified.
+fn reverse_mode(entry: &Entry, via: Via) -> Result<ad::Vjp> {
+    match via {
+        Via::Reverse => Ok(ad::Vjp::new(entry)?.map_body(simplify)),
+        Via::Transpose => chad::linearize::vjp_via_transpose(entry),
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -623,9 +663,18 @@ fn run(cli: Cli) -> CliResult<String> {
             wrt,
             engine: GradEngine::Dual,
             naive,
+            via,
             native,
             json,
         } => {
+            if via == Via::Transpose {
+                return Err(Error::new(
+                    ErrorKind::Argument,
+                    "--via transpose makes reverse CHAD's derivative; it does not apply to \
+                     --engine dual",
+                )
+                .into());
+            }
             if native.backend == Backend::Native {
                 return Err(Error::new(
                     ErrorKind::Argument,
@@ -656,6 +705,7 @@ fn run(cli: Cli) -> CliResult<String> {
             run,
             wrt,
             naive,
+            via,
             native,
             json,
             ..
@@ -663,6 +713,7 @@ fn run(cli: Cli) -> CliResult<String> {
             if naive {
                 return Err(Error::new(ErrorKind::Argument, "--naive needs --engine dual").into());
             }
+            native_via(native, via)?;
             let (src, entry, args) = prepare(&run)?;
             let sel = wrt.selection(&entry)?;
             if native.backend == Backend::Native {
@@ -674,10 +725,9 @@ fn run(cli: Cli) -> CliResult<String> {
                 return Ok(gradient_output(&entry, &value, &grads, &sel, json));
             }
             let vjp = with_source(
-                ad::Vjp::new(&ad::with_respect_to(&optimize(&entry), &sel)),
+                reverse_mode(&ad::with_respect_to(&optimize(&entry), &sel), via),
                 &src,
-            )?
-            .map_body(simplify);
+            )?;
             let (value, grads) = with_source(vjp.grad(&args), &src)?;
             Ok(gradient_output(&entry, &value, &grads, &sel, json))
         }
@@ -751,9 +801,11 @@ fn run(cli: Cli) -> CliResult<String> {
             run,
             wrt,
             cotangent,
+            via,
             native,
             json,
         } => {
+            native_via(native, via)?;
             let (src, entry, args) = prepare(&run)?;
             let sel = wrt.selection(&entry)?;
             let ct_ty = entry.body.ty.tangent().unwrap_or(chad::types::Type::Unit);
@@ -766,10 +818,9 @@ fn run(cli: Cli) -> CliResult<String> {
                 )?
             } else {
                 let vjp = with_source(
-                    ad::Vjp::new(&ad::with_respect_to(&optimize(&entry), &sel)),
+                    reverse_mode(&ad::with_respect_to(&optimize(&entry), &sel), via),
                     &src,
-                )?
-                .map_body(simplify);
+                )?;
                 with_source(vjp.vjp(&args, &ct), &src)?
             };
             Ok(gradient_output(&entry, &value, &grads, &sel, json))
@@ -855,6 +906,14 @@ fn run(cli: Cli) -> CliResult<String> {
                         entry.name,
                         ccc::print::to_string(&comb, width.saturating_sub(2)).replace('\n', "\n  ")
                     ))
+                }
+                Stage::Transposed => {
+                    let entry = optimize(&prog.entry(index));
+                    with_source(ad::check_supported(&entry.body), &src)?;
+                    let m = with_source(chad::linearize::transposed_mor(&entry), &src)?;
+                    let comb = ccc::compile_entry(&entry);
+                    let image = ad::reverse::Reverse::new().image(&comb.dom, &comb.cod);
+                    Ok(show_mor(&entry.name, &m, image, width))
                 }
                 Stage::Forward | Stage::Reverse => {
                     let entry = prog.entry(index);

@@ -11,8 +11,12 @@
 //! A derivative is given once, for both AD modes (DESIGN.md §5): the forward derivative
 //! `Dop(x; d)`, linear in the tangent `d`, and the transposed derivative `DopT(x; v)`, linear in
 //! the cotangent `v`. Scalar operations write them as target-language terms (so derivative code
-//! prints readably); array kernels may supply native linear maps instead. Primitives whose
-//! arguments or result are discrete (no `Real` in them) have derivative zero automatically.
+//! prints readably); array kernels may supply native linear maps instead. The forward
+//! derivative alone is enough ([`Derivative::jvp`]): the transposed one is then derived by
+//! transposition ([`crate::target::transpose`]), and the rule may call the primitive itself and
+//! reuse its primal result. Registration makes both AD images of a primitive and type-checks
+//! them, so a wrong rule is an error there. Primitives whose arguments or result are discrete
+//! (no `Real` in them) have derivative zero automatically.
 //!
 //! ```
 //! use chad::prim::{Derivative, Primitive, Registry, op};
@@ -66,6 +70,23 @@ pub type ForwardRule = dyn Fn(&[Term], &[LTerm]) -> LTerm;
 /// cotangent `v`, one cotangent per parameter, `DopT(x; v)`, each linear in `v`.
 pub type TransposeRule = dyn Fn(&[Term], &LTerm) -> Vec<LTerm>;
 
+/// A forward derivative given alone ([`Derivative::jvp`]): the result's tangent from
+/// [`JvpArgs`], linear in the tangents. The transposed derivative is derived from it.
+pub type JvpRule = dyn Fn(&JvpArgs<'_>) -> LTerm;
+
+/// What a [`JvpRule`] receives. The terms are variables, so using one several times costs
+/// nothing extra.
+pub struct JvpArgs<'a> {
+    /// The primitive itself, so that its derivative may call it (`Term::prim(a.this, ..)`).
+    pub this: &'a Prim,
+    /// The primal arguments, one per parameter.
+    pub args: &'a [Term],
+    /// The primal result (computed once, for the program and the derivative).
+    pub result: &'a Term,
+    /// The tangents of the arguments, one per parameter.
+    pub tangents: &'a [LTerm],
+}
+
 /// How a primitive is differentiated (in both modes; DESIGN.md §5).
 #[derive(Clone)]
 pub enum Derivative {
@@ -80,6 +101,9 @@ pub enum Derivative {
         /// `DopT(x; v)`.
         transpose: Rc<TransposeRule>,
     },
+    /// `Dop` alone (see [`Derivative::jvp`]); `DopT` is its transpose
+    /// ([`crate::target::transpose`]), made where reverse mode needs it.
+    Jvp(Rc<JvpRule>),
     /// `Dop` and `DopT` as native kernels (see [`Derivative::native`]).
     Native {
         /// From the argument tuple `x : A`, the linear map `F2 A ⊸ F2 B`.
@@ -103,10 +127,40 @@ impl Derivative {
         }
     }
 
+    /// Only the forward derivative `Dop`, which may use the primitive itself
+    /// ([`JvpArgs::this`]) and its primal result ([`JvpArgs::result`]); reverse mode transposes
+    /// it. Registration checks that both derivatives are well-typed and that `Dop` transposes
+    /// (e.g. it must be linear in the tangents). For `hypot a b = sqrt (a² + b²)`:
+    ///
+    /// ```
+    /// use chad::prim::{Derivative, Primitive, Registry};
+    /// use chad::target::term::{LTerm, Term};
+    /// use chad::types::Type;
+    /// use chad::value::Value;
+    /// let hypot = Primitive::function("hypot", vec![Type::Real, Type::Real], Type::Real, |x| {
+    ///     let (a, b) = x.expect_pair();
+    ///     Ok(Value::Real(a.expect_real().hypot(b.expect_real())))
+    /// })
+    /// // d hypot = (a da + b db) / hypot a b, reusing the primal result.
+    /// .with_derivative(Derivative::jvp(|j| {
+    ///     let div = |t: &Term| Term::prim(&chad::prim::op("div"), vec![t.clone(), j.result.clone()]);
+    ///     LTerm::plus(
+    ///         LTerm::scale(div(&j.args[0]), j.tangents[0].clone()),
+    ///         LTerm::scale(div(&j.args[1]), j.tangents[1].clone()),
+    ///     )
+    /// }));
+    /// let hypot = Registry::builtin().register(hypot).unwrap();
+    /// chad::ad::check_primitive(&hypot, 20, 1).unwrap();
+    /// ```
+    pub fn jvp(forward: impl Fn(&JvpArgs<'_>) -> LTerm + 'static) -> Derivative {
+        Derivative::Jvp(Rc::new(forward))
+    }
+
     /// Native kernels: `forward` makes `F2 A ⊸ F2 B` and `transpose` makes `R2 B ⊸ R2 A` from
     /// the argument tuple `x : A` (for first-order types, `F2 = R2`: `Real` for `Real`, `Unit`
     /// for discrete types, componentwise otherwise). Registration checks the kernels' types.
     pub fn native(forward: Rc<LinPrim>, transpose: Rc<LinPrim>) -> Derivative {
+        LinPrim::pair_transposes(&forward, &transpose);
         Derivative::Native { forward, transpose }
     }
 
@@ -149,6 +203,7 @@ impl fmt::Debug for Derivative {
             Derivative::Missing => "Missing",
             Derivative::Zero => "Zero",
             Derivative::Terms { .. } => "Terms",
+            Derivative::Jvp(_) => "Jvp",
             Derivative::Native { .. } => "Native",
         })
     }
@@ -384,6 +439,13 @@ impl Registry {
     /// Adds a primitive. Fails if the name is taken or reserved, or if a parameter or the result
     /// is not first-order.
     pub fn register(&mut self, p: Primitive) -> Result<Prim> {
+        self.add(p, true)
+    }
+
+    /// [`Registry::register`]; `check_rules` makes and type-checks the AD images (not for the
+    /// builtins, whose rules call other builtins while the builtin registry is being built;
+    /// `tests/ad.rs` checks them all).
+    fn add(&mut self, p: Primitive, check_rules: bool) -> Result<Prim> {
         let err = |m: String| Error::new(ErrorKind::Input, m);
         if self.by_name.contains_key(&p.name) {
             return Err(err(format!("primitive `{}` is already registered", p.name)));
@@ -401,6 +463,12 @@ impl Registry {
             crate::ad::check_kernels(&p, forward, transpose).map_err(err)?;
         }
         let p = Rc::new(p);
+        // Both AD modes' images of the primitive are made and type-checked now, so that a
+        // derivative rule of the wrong type (or, given alone, one that does not transpose) is
+        // an error here rather than when a program is differentiated.
+        if check_rules {
+            crate::ad::check_rules(&p).map_err(|m| err(format!("primitive `{}`: {m}", p.name)))?;
+        }
         self.by_name.insert(p.name.clone(), p.clone());
         self.prims.push(p.clone());
         Ok(p)
@@ -434,7 +502,7 @@ thread_local! {
     static BUILTINS: Registry = {
         let mut r = Registry::empty();
         for p in builtins() {
-            r.register(p).expect("builtin primitives are distinct");
+            r.add(p, false).expect("builtin primitives are distinct");
         }
         r
     };

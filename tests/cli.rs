@@ -314,6 +314,18 @@ fn show_derivative_stages_match_golden_files() {
 }
 
 #[test]
+fn show_transposed_stage_matches_golden_files() {
+    // Reverse mode as the transpose of the simplified forward derivative (`grad --via
+    // transpose`): the paper's Figure 1 and 2 programs.
+    for ex in ["fig1a", "fig1b", "fig2a", "fig2b"] {
+        let path = format!("examples/{ex}.chad");
+        let o = chad(&["show", &path, "--stage", "transposed"]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        golden(&format!("{ex}.transposed.txt"), &o.stdout);
+    }
+}
+
+#[test]
 fn golden_diff_points_at_the_changed_lines() {
     let m = golden_diff(Path::new("g.txt"), "a\nb\nc\nd\n", "a\nb\nX\nd\n");
     assert!(m.contains("first difference at line 3"), "{m}");

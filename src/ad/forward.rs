@@ -447,6 +447,18 @@ impl Primitives for Forward {
             Derivative::Terms { forward, .. } => lin_lam("d", self.tangent(&dom), |d| {
                 forward(&args, &split_linear(d, op.params().len()))
             }),
+            Derivative::Jvp(rule) => {
+                // The primal result is shared with the rule.
+                let y = Var::fresh(name("y"), self.primal(&cod));
+                lets.push(Pat::Var(y.clone()), value);
+                let deriv = super::jvp_rule(op, &**rule, &args, &y, self.tangent(&dom));
+                return Ok(Mor {
+                    dom,
+                    cod,
+                    body: lets.finish(Term::pair(Term::var(&y), deriv)),
+                    x,
+                });
+            }
             Derivative::Native { forward, .. } => {
                 Term::mk(TermKind::LinPrim(forward.clone(), Term::var(&x)))
             }

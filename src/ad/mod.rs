@@ -25,6 +25,7 @@ pub mod check;
 pub mod forward;
 pub mod reverse;
 pub(crate) mod tangent;
+pub mod transpose;
 pub mod wrt;
 
 pub use check::{check_kernels, check_primitive};
@@ -32,6 +33,7 @@ pub use tangent::{from_tangent, to_tangent};
 pub use wrt::{select, with_respect_to};
 
 use crate::ccc;
+use crate::ccc::model::Primitives;
 use crate::deep::deep;
 use crate::error::{Error, ErrorKind, Result, Span};
 use crate::prim::{Derivative, Prim};
@@ -202,6 +204,99 @@ pub(crate) fn no_derivative(op: &Prim) -> Error {
         format!("primitive `{}` has no derivative", op.name()),
     )
     .with_note("register one with `Primitive::with_derivative`")
+}
+
+/// `λ̲d. Dop(x; d)` for a primitive whose derivative is given alone ([`Derivative::Jvp`]), at
+/// the argument variables `args` with the primal result `y`.
+pub(crate) fn jvp_rule(
+    op: &Prim,
+    rule: &crate::prim::JvpRule,
+    args: &[Term],
+    y: &Var,
+    tangent: LTy,
+) -> Term {
+    let n = op.params().len();
+    lin_lam("d", tangent, |d| {
+        rule(&crate::prim::JvpArgs {
+            this: op,
+            args,
+            result: &Term::var(y),
+            tangents: &split_linear(d, n),
+        })
+    })
+}
+
+/// `DopT`, the transpose of `fwd = λ̲d. Dop(x; d)` (whose input has the shape of the argument
+/// tuple `x`), for a primitive whose derivative is given alone. Fails (an error naming the
+/// primitive) where `Dop` is ill-typed, not linear, or does not transpose.
+pub(crate) fn transpose_jvp(
+    op: &Prim,
+    fwd: &Term,
+    x: &Var,
+    args: &[Term],
+    y: &Var,
+) -> Result<Term> {
+    let mut free = vec![x.clone(), y.clone()];
+    free.extend(args.iter().filter_map(|a| match &a.kind {
+        TermKind::Var(v) => Some(v.clone()),
+        _ => None,
+    }));
+    let shape = crate::target::transpose::Shape::of(Term::var(x), x.ty.clone());
+    crate::target::transpose::transpose_map(fwd, &free, shape).map_err(|e| {
+        Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "the forward derivative of primitive `{}` cannot be transposed: {}",
+                op.name(),
+                e.message()
+            ),
+        )
+    })
+}
+
+/// Makes both AD modes' images of a primitive and type-checks them (at registration: a
+/// derivative rule of the wrong type is reported there, not when a program is differentiated).
+pub(crate) fn check_rules(op: &Prim) -> std::result::Result<(), String> {
+    if matches!(op.derivative(), Derivative::Missing | Derivative::Zero) {
+        return Ok(());
+    }
+    let (dom, cod) = (op.domain(), op.result().clone());
+    let (f, r) = (forward::Forward::new(), reverse::Reverse::new());
+    let fwd = f.prim(op).map_err(|e| e.message().to_string())?;
+    let rev = r.prim(op).map_err(|e| e.message().to_string())?;
+    let image = |x: Ty, y: Ty, d: LTy, e: LTy| Ty::fun(x, Ty::prod(y, Ty::lin_fun(d, e)));
+    let want = [
+        (
+            "forward",
+            &fwd,
+            image(
+                f.primal(&dom),
+                f.primal(&cod),
+                f.tangent(&dom),
+                f.tangent(&cod),
+            ),
+        ),
+        (
+            "reverse",
+            &rev,
+            image(
+                r.primal(&dom),
+                r.primal(&cod),
+                r.cotangent(&cod),
+                r.cotangent(&dom),
+            ),
+        ),
+    ];
+    for (mode, m, want) in want {
+        let ty = crate::deep::deep(|| crate::target::check::check(&m.to_term(), &[]))
+            .map_err(|e| format!("its {mode} derivative is ill-typed: {}", e.message()))?;
+        if ty != want {
+            return Err(format!(
+                "its {mode} derivative is ill-typed: the image has type `{ty}`, not `{want}`"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checks that every primitive a source term uses has a registered derivative, reporting the
@@ -558,12 +653,12 @@ pub(crate) fn tuple_linear(mut ls: Vec<LTerm>) -> LTerm {
 }
 
 /// The value of a context `((1 × A1) × ...) × An` (see [`crate::ccc::compile`]).
-fn context(args: &[Value]) -> Value {
+pub(crate) fn context(args: &[Value]) -> Value {
     ccc::eval::context_value(args)
 }
 
 /// The components of a linear value of a context type `((1 × A1) × ...) × An`.
-fn context_components(mut l: Lin, n: usize) -> Vec<Lin> {
+pub(crate) fn context_components(mut l: Lin, n: usize) -> Vec<Lin> {
     let mut out = vec![Lin::zero(); n];
     for k in (0..n).rev() {
         out[k] = l.snd();
@@ -573,7 +668,7 @@ fn context_components(mut l: Lin, n: usize) -> Vec<Lin> {
 }
 
 /// The linear value of a context type holding the given components.
-fn context_linear(ls: Vec<Lin>) -> Lin {
+pub(crate) fn context_linear(ls: Vec<Lin>) -> Lin {
     ls.into_iter().fold(Lin::zero(), Lin::pair)
 }
 
@@ -583,7 +678,7 @@ fn run(m: &Mor, x: Value) -> Result<(Value, LinFun)> {
 }
 
 /// The primal result and the derivative of an image value.
-fn split_image(v: Value) -> Result<(Value, LinFun)> {
+pub(crate) fn split_image(v: Value) -> Result<(Value, LinFun)> {
     let (y, d) = v.expect_pair();
     match d {
         Value::LinFun(f) => Ok((y.clone(), f.clone())),
@@ -591,7 +686,7 @@ fn split_image(v: Value) -> Result<(Value, LinFun)> {
     }
 }
 
-fn first_order_entry(entry: &Entry, what: &str) -> Result<()> {
+pub(crate) fn first_order_entry(entry: &Entry, what: &str) -> Result<()> {
     check_supported(&entry.body)?;
     for p in &entry.params {
         if !p.ty.is_first_order() {
@@ -702,6 +797,20 @@ impl Vjp {
     pub fn new(entry: &Entry) -> Result<Vjp> {
         first_order_entry(entry, "reverse mode")?;
         let mor = reverse::transform(&ccc::compile_entry(entry))?;
+        Ok(Vjp {
+            entry: entry.clone(),
+            mor,
+            code: OnceCell::new(),
+        })
+    }
+
+    /// Reverse mode for an entry point from a reverse derivative made another way: `mor` must
+    /// be a morphism of reverse CHAD's type for the entry (`R1(Γ) → R1(B) × (R2(B) ⊸ R2(Γ))`
+    /// for the context `Γ` of its parameters), e.g. the transpose of forward mode
+    /// ([`crate::linearize::vjp_via_transpose`]). Fails like [`Vjp::new`] on higher-order
+    /// inputs or results.
+    pub fn from_mor(entry: &Entry, mor: Mor) -> Result<Vjp> {
+        first_order_entry(entry, "reverse mode")?;
         Ok(Vjp {
             entry: entry.clone(),
             mor,

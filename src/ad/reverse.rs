@@ -493,6 +493,19 @@ impl Primitives for Reverse {
             Derivative::Terms { transpose, .. } => lin_lam("v", self.cotangent(&cod), |v| {
                 tuple_linear(transpose(&args, &v))
             }),
+            Derivative::Jvp(rule) => {
+                // DopT = transpose (λ̲d. Dop(x; d)), sharing the primal result with it.
+                let y = Var::fresh(name("y"), self.primal(&cod));
+                lets.push(Pat::Var(y.clone()), value);
+                let fwd = super::jvp_rule(op, &**rule, &args, &y, super::forward::tangent(&dom));
+                let deriv = super::transpose_jvp(op, &fwd, &x, &args, &y)?;
+                return Ok(Mor {
+                    dom,
+                    cod,
+                    body: lets.finish(Term::pair(Term::var(&y), deriv)),
+                    x,
+                });
+            }
             Derivative::Native { transpose, .. } => {
                 Term::mk(TermKind::LinPrim(transpose.clone(), Term::var(&x)))
             }

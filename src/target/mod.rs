@@ -16,6 +16,7 @@
 //! * [`testing`]: random linear types, values and maps, and observations of linear values, for
 //!   property tests.
 //! * [`random`]: random well-typed linear terms, for property tests.
+//! * [`transpose`]: transposition of linear maps (YOLO), and of the linear maps inside any term.
 
 pub mod check;
 pub mod embed;
@@ -26,6 +27,7 @@ pub mod print;
 pub mod random;
 pub mod term;
 pub mod testing;
+pub mod transpose;
 pub mod types;
 pub mod unembed;
 

@@ -31,13 +31,42 @@ pub fn small_lty(depth: u32) -> BoxedStrategy<LTy> {
         .boxed()
 }
 
-/// The generator's state: a xorshift random number generator.
-pub struct Gen(u64);
+/// The generator's state: a xorshift random number generator, and the length of every array
+/// if the terms are to be well-shaped.
+pub struct Gen(u64, Option<u64>);
 
 impl Gen {
     /// A generator from a seed.
     pub fn new(seed: u64) -> Gen {
-        Gen(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+        Gen(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1, None)
+    }
+
+    /// A generator of *well-shaped* terms: every array it makes has length `len`, and every
+    /// index is below it, so that `+` adds arrays of the same length and no index reads past
+    /// the end (as in derivative code, where (co)tangents have the shape of primals).
+    /// Transposition ([`super::transpose`]) is exact on such terms.
+    pub fn well_shaped(seed: u64, len: u64) -> Gen {
+        Gen(
+            seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+            Some(len.max(1)),
+        )
+    }
+
+    /// The length of a new array: `len` for a well-shaped generator, else random below
+    /// `1 + max`.
+    fn length(&mut self, max: u64) -> u64 {
+        match self.1 {
+            Some(n) => n,
+            None => 1 + self.below(max),
+        }
+    }
+
+    /// A literal index: below the fixed length for a well-shaped generator, else below `max`.
+    fn index(&mut self, max: u64) -> u64 {
+        match self.1 {
+            Some(n) => self.below(n),
+            None => self.below(max),
+        }
     }
 
     fn next(&mut self) -> u64 {
@@ -220,7 +249,7 @@ impl Gen {
                 if self.coin() {
                     LTerm::mk(L::Sum(self.linear(cart, lin, &arr, d)))
                 } else {
-                    let i = Term::lit(Lit::Int(self.below(4) as i64));
+                    let i = Term::lit(Lit::Int(self.index(4) as i64));
                     LTerm::mk(L::Index(self.linear(cart, lin, &arr, d), i))
                 }
             }
@@ -282,7 +311,7 @@ impl Gen {
                 let l = if self.coin() {
                     LTerm::mk(L::Sum(l))
                 } else {
-                    LTerm::mk(L::Index(l, Term::lit(Lit::Int(self.below(3) as i64))))
+                    LTerm::mk(L::Index(l, Term::lit(Lit::Int(self.index(3) as i64))))
                 };
                 self.convert(cart, l, e, to)
             }
@@ -321,7 +350,7 @@ impl Gen {
                 }
             }
             LTy::Array(e) => {
-                let n = Term::lit(Lit::Int(1 + self.below(3) as i64));
+                let n = Term::lit(Lit::Int(self.length(3) as i64));
                 if self.coin() {
                     LTerm::mk(L::Replicate(n, self.lift(l, from, e)))
                 } else {
@@ -372,7 +401,7 @@ impl Gen {
                 }
             }
             LTy::Array(e) => {
-                let n = 1 + self.below(4);
+                let n = self.length(4);
                 match self.below(5) {
                     0 => LTerm::mk(L::Replicate(int(n), self.linear(cart, lin, e, d))),
                     1 => {

@@ -33,6 +33,7 @@ use crate::prim::Prim;
 pub use crate::source::term::{Lit, VarId};
 use crate::value::Value;
 use smallvec::SmallVec;
+use std::cell::OnceCell;
 use std::fmt;
 use std::rc::Rc;
 
@@ -130,6 +131,18 @@ pub struct LinPrim {
     cod: LTy,
     make: Box<KernelFn>,
     expand: Option<Box<ExpandFn>>,
+    /// The kernel of the transposed maps, if known ([`LinPrim::transposed`]).
+    transposed: OnceCell<Transposed>,
+}
+
+/// How a [`LinPrim`] finds the kernel of its transposed maps.
+enum Transposed {
+    /// Made on demand (the builtin kernels name each other).
+    Make(fn() -> Rc<LinPrim>),
+    /// Held (the forward kernel of a registered derivative holds its transposed one).
+    Strong(Rc<LinPrim>),
+    /// Pointed at (the transposed kernel points back, without a reference cycle).
+    Weak(std::rc::Weak<LinPrim>),
 }
 
 impl LinPrim {
@@ -148,6 +161,7 @@ impl LinPrim {
             cod,
             make: Box::new(make),
             expand: None,
+            transposed: OnceCell::new(),
         })
     }
 
@@ -169,7 +183,32 @@ impl LinPrim {
             cod,
             make: Box::new(make),
             expand: Some(Box::new(expand)),
+            transposed: OnceCell::new(),
         })
+    }
+
+    /// The kernel whose map at every argument is the transpose of this one's there (same
+    /// argument type, domain and codomain swapped), if known: the builtin pair `dotWith` /
+    /// `scaleArray`, and the two kernels of a registered [`crate::prim::Derivative::Native`]
+    /// ([`LinPrim::pair_transposes`]). Transposition ([`super::transpose`]) uses it, and
+    /// otherwise transposes the kernel's expansion.
+    pub fn transposed(&self) -> Option<Rc<LinPrim>> {
+        match self.transposed.get()? {
+            Transposed::Make(f) => Some(f()),
+            Transposed::Strong(k) => Some(k.clone()),
+            Transposed::Weak(k) => k.upgrade(),
+        }
+    }
+
+    /// Declares `forward` and `transpose` transposes of each other (at every argument). A
+    /// kernel that already has a transpose keeps it.
+    pub fn pair_transposes(forward: &Rc<LinPrim>, transpose: &Rc<LinPrim>) {
+        let _ = forward
+            .transposed
+            .set(Transposed::Strong(transpose.clone()));
+        let _ = transpose
+            .transposed
+            .set(Transposed::Weak(Rc::downgrade(forward)));
     }
 
     /// The kernel's definition as a linear λ at the argument `t`, if it has one.
@@ -200,7 +239,7 @@ impl LinPrim {
 
     /// `dotWith ys : Array Real ⊸ Real`, the inner product with `ys`.
     pub fn dot_with() -> Rc<LinPrim> {
-        LinPrim::with_expansion(
+        let k = LinPrim::with_expansion(
             "dotWith",
             Ty::array(Ty::Real),
             LTy::array(LTy::Real),
@@ -216,12 +255,14 @@ impl LinPrim {
                 let b = LTerm::mk(LTermKind::Build(n, i, LTerm::scale(yi, di)));
                 Term::lin_lam(&d, LTerm::mk(LTermKind::Sum(b)))
             },
-        )
+        );
+        let _ = k.transposed.set(Transposed::Make(LinPrim::scale_array));
+        k
     }
 
     /// `scaleArray ys : Real ⊸ Array Real`, `v ↦ ys · v` (the transpose of `dotWith ys`).
     pub fn scale_array() -> Rc<LinPrim> {
-        LinPrim::with_expansion(
+        let k = LinPrim::with_expansion(
             "scaleArray",
             Ty::array(Ty::Real),
             LTy::Real,
@@ -236,7 +277,9 @@ impl LinPrim {
                 let b = LTerm::mk(LTermKind::Build(n, i, LTerm::scale(yi, LTerm::var(&v))));
                 Term::lin_lam(&v, b)
             },
-        )
+        );
+        let _ = k.transposed.set(Transposed::Make(LinPrim::dot_with));
+        k
     }
 }
 
