@@ -55,9 +55,24 @@ fn emitted_modules_compile_without_warnings() {
     }
     let dir = tmp("warnings");
     let mut main = String::new();
+    let mut compiled = 0;
     for (k, p) in programs().iter().enumerate() {
-        let out = chad::build::compile_to(p, &dir, &Registry::builtin())
-            .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let out = match chad::build::compile_to(p, &dir, &Registry::builtin()) {
+            Ok(out) => out,
+            // Loops do not lower to native code yet (note 07): the one error allowed, and
+            // only for a program that has one.
+            Err(e) if e.0.contains("loops (`loop`, `fold`, `iterate`, `while` and their derivatives) are not yet supported") => {
+                let text = std::fs::read_to_string(p).unwrap();
+                assert!(
+                    ["loop ", "fold ", "iterate ", "while "].iter().any(|w| text.contains(w)),
+                    "{}: {e}",
+                    p.display()
+                );
+                continue;
+            }
+            Err(e) => panic!("{}: {e}", p.display()),
+        };
+        compiled += 1;
         let renamed = dir.join(format!("m{k}.rs"));
         std::fs::rename(&out, &renamed).unwrap();
         // `mod m { include!(..) }`: exactly how a build-script user includes it.
@@ -66,6 +81,7 @@ fn emitted_modules_compile_without_warnings() {
             renamed.display().to_string()
         ));
     }
+    assert!(compiled >= 10, "only {compiled} programs compiled");
     let main_rs = dir.join("main.rs");
     std::fs::write(&main_rs, format!("{main}\nfn main() {{}}\n")).unwrap();
     let out = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
@@ -209,11 +225,11 @@ fn user_primitives_need_a_rust_implementation() {
         return;
     }
     let softplus = || {
-        Primitive::function("softplus", vec![Type::Real], Type::Real, |x| {
+        Primitive::function("softplus2", vec![Type::Real], Type::Real, |x| {
             Ok(Value::Real(x.expect_real().exp().ln_1p()))
         })
     };
-    let program = "def f (x : Real) : Real = softplus (2.0 * x) + 1.0";
+    let program = "def f (x : Real) : Real = softplus2 (2.0 * x) + 1.0";
     let mut reg = Registry::builtin();
     reg.register(softplus()).unwrap();
     let prog = chad::source::load(program, &reg).unwrap();
@@ -223,7 +239,7 @@ fn user_primitives_need_a_rust_implementation() {
         Err(e) => e.render(None),
     };
     assert!(
-        err.contains("`softplus` has no Rust implementation"),
+        err.contains("`softplus2` has no Rust implementation"),
         "{err}"
     );
 
