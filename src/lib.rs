@@ -81,6 +81,7 @@
 
 pub mod ad;
 pub mod bench;
+pub mod budget;
 pub mod ccc;
 pub mod deep;
 pub mod error;

@@ -239,10 +239,13 @@ impl<T: Clone> Memo<T> {
             return v.clone();
         }
         let v = f();
-        // A node only the caller holds (a type just made, e.g. the domain `A × B` of `fst`)
-        // cannot be asked about again once dropped: not worth an entry (a fifth of reverse AD's
-        // type lookups, each an insertion that kept the type alive).
-        if unshared(t) {
+        // A small node only the caller holds (a type just made, e.g. the domain `A × B` of
+        // `fst`) cannot be asked about again once dropped: not worth an entry (a fifth of
+        // reverse AD's type lookups, each an insertion that kept the type alive). A big one is
+        // worth it even so: it may become a component of the next type made (the codomain of
+        // a pair is made from its components' codomains), and mapping it again there would
+        // make a tuple of n components cost O(n²).
+        if unshared(t) && small(t, 3) {
             return v;
         }
         // Keeping `t` alive keeps its address from being reused by another type.
@@ -257,6 +260,20 @@ fn unshared(t: &Type) -> bool {
         Type::Prod(p) | Type::Fun(p) | Type::Sum(p) => Rc::strong_count(p) == 1,
         Type::Array(a) => Rc::strong_count(a) == 1,
         Type::Real | Type::Int | Type::Bool | Type::Unit => false,
+    }
+}
+
+/// Whether `t` has no path longer than `depth` nodes.
+fn small(t: &Type, depth: usize) -> bool {
+    if depth == 0 {
+        return false;
+    }
+    match t {
+        Type::Prod(p) | Type::Fun(p) | Type::Sum(p) => {
+            small(&p.0, depth - 1) && small(&p.1, depth - 1)
+        }
+        Type::Array(a) => small(a, depth - 1),
+        Type::Real | Type::Int | Type::Bool | Type::Unit => true,
     }
 }
 

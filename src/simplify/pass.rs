@@ -927,54 +927,56 @@ impl Pass<'_> {
 
     /// An input `let p = e` (its body follows in the same block).
     fn let_(&mut self, p: &Pat, e: &Term, span: Span) {
-        // letRotate and letPairSplit on the input, before anything is simplified: the
-        // components of a pair (typically an AD rule's `(primal, \v ⊸ ...)`) are then bound
-        // as input terms, so a λ̲ used once is inlined unsimplified and β-reduced where it is
-        // used, and its body is simplified exactly once.
-        let mut e = e;
-        while self.rules.let_rotate
-            && let TermKind::Let(q, a, b) = &e.kind
-        {
-            self.fire("letRotate");
-            self.let_(q, a, e.span);
-            e = b;
-        }
-        if self.rules.let_pair_split
-            && let (Pat::Pair(p1, p2), TermKind::Pair(a, b)) = (p, &e.kind)
-        {
-            self.fire("letPairSplit");
-            self.let_(p1, a, span);
-            self.let_(p2, b, span);
-            return;
-        }
-        if self.rules.dead_let && self.unused(p) {
-            self.fire("deadLet");
-            return;
-        }
-        if let Pat::Var(x) = p
-            && self.rules.let_inline
-            && self.occ(x.id).is_some_and(|o| o.inline_once(is_value(e)))
-        {
-            self.fire("letInline");
-            self.set_slot(x.id, Slot::Subst(Subst::Input(e.clone())));
-            return;
-        }
-        let e2 = self.float(e, self.rules.let_rotate, "letRotate");
-        self.bind(p, e2, span);
+        deep(|| {
+            // letRotate and letPairSplit on the input, before anything is simplified: the
+            // components of a pair (typically an AD rule's `(primal, \v ⊸ ...)`) are then bound
+            // as input terms, so a λ̲ used once is inlined unsimplified and β-reduced where it is
+            // used, and its body is simplified exactly once.
+            let mut e = e;
+            while self.rules.let_rotate
+                && let TermKind::Let(q, a, b) = &e.kind
+            {
+                self.fire("letRotate");
+                self.let_(q, a, e.span);
+                e = b;
+            }
+            if self.rules.let_pair_split
+                && let (Pat::Pair(p1, p2), TermKind::Pair(a, b)) = (p, &e.kind)
+            {
+                self.fire("letPairSplit");
+                self.let_(p1, a, span);
+                self.let_(p2, b, span);
+                return;
+            }
+            if self.rules.dead_let && self.unused(p) {
+                self.fire("deadLet");
+                return;
+            }
+            if let Pat::Var(x) = p
+                && self.rules.let_inline
+                && self.occ(x.id).is_some_and(|o| o.inline_once(is_value(e)))
+            {
+                self.fire("letInline");
+                self.set_slot(x.id, Slot::Subst(Subst::Input(e.clone())));
+                return;
+            }
+            let e2 = self.float(e, self.rules.let_rotate, "letRotate");
+            self.bind(p, e2, span);
+        })
     }
 
     /// Whether no variable of an input pattern occurs (per the occurrence analysis).
     fn unused(&self, p: &Pat) -> bool {
-        match p {
+        deep(|| match p {
             Pat::Var(x) => self.occ(x.id).is_some_and(|o| o.count == 0),
             Pat::Wild(_) => true,
             Pat::Pair(a, b) => self.unused(a) && self.unused(b),
-        }
+        })
     }
 
     /// Binds a pattern to an output term.
     fn bind(&mut self, p: &Pat, e: Term, span: Span) {
-        match p {
+        deep(|| match p {
             Pat::Wild(_) if self.rules.dead_let => {
                 self.fire("deadLet");
                 self.drop(&e);
@@ -1006,7 +1008,7 @@ impl Pass<'_> {
             _ => self
                 .stack
                 .push(Binding::Cart(p.clone(), e, span, Orig::None)),
-        }
+        })
     }
 
     fn known_pair(&self, e: &Term) -> Option<(Term, Term)> {

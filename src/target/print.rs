@@ -88,7 +88,7 @@ fn render(
     with_large_stack(|| {
         let mut p = Printer::new(free_names(roots, binders));
         let doc = build(&mut p);
-        doc.pretty(width).to_string()
+        crate::source::print::render(&doc, width)
     })
 }
 
