@@ -26,8 +26,8 @@ use crate::error::{Error, Result};
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
-/// The default limit when nothing else bounds it: 8 GiB.
-pub const DEFAULT_LIMIT: usize = 8 << 30;
+/// The default limit when nothing else bounds it: 4 GiB.
+pub const DEFAULT_LIMIT: usize = 4 << 30;
 
 static LIMIT: AtomicUsize = AtomicUsize::new(0);
 static LIVE: AtomicUsize = AtomicUsize::new(0);
@@ -91,7 +91,12 @@ pub fn exceeded() -> bool {
 
 /// The error for a request of `bytes` (0: the budget was found exceeded between requests).
 pub fn error(bytes: usize) -> Error {
-    let held = live();
+    error_holding(bytes, live())
+}
+
+/// [`error`] with the bytes held when the budget was found exceeded (an error reported after
+/// unwinding, which frees memory, says what was held at the time).
+pub fn error_holding(bytes: usize, held: usize) -> Error {
     let what = if bytes == 0 {
         "memory budget exceeded".to_string()
     } else {

@@ -61,8 +61,11 @@ pub fn on_fresh_segment<R>(f: impl FnOnce() -> R) -> R {
 pub enum Exhausted {
     /// A new stack segment could not be had (the program nests too deeply for the memory).
     Stack,
-    /// More memory is held than the budget allows.
-    Memory,
+    /// More memory is held than the budget allows: how much was held when that was found.
+    Memory {
+        /// Bytes held.
+        held: usize,
+    },
 }
 
 impl Exhausted {
@@ -77,7 +80,7 @@ impl Exhausted {
                 budget::human(budget::limit())
             ))
             .with_note("raise the budget with --max-memory, or nest less deeply"),
-            Exhausted::Memory => budget::error(0),
+            Exhausted::Memory { held } => budget::error_holding(0, held),
         }
     }
 }
@@ -145,7 +148,9 @@ fn enough_stack() -> bool {
 #[inline]
 pub fn deep<R>(f: impl FnOnce() -> R) -> R {
     if budget::exceeded() {
-        exhausted(Exhausted::Memory);
+        exhausted(Exhausted::Memory {
+            held: budget::live(),
+        });
     }
     if enough_stack() {
         return f();

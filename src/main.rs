@@ -35,7 +35,7 @@ struct Cli {
     #[command(subcommand)]
     command: Command,
     /// The most memory a run may hold (heap and stack), e.g. `512M`, `4G`; past it the run
-    /// stops with a runtime error. Default: 8 GiB, or less if the machine has less than 16 GiB
+    /// stops with a runtime error. Default: 4 GiB, or less if the machine has less than 8 GiB
     /// or the address space is limited (`ulimit -v`).
     #[arg(long, global = true, value_name = "SIZE", value_parser = chad::budget::parse_size)]
     max_memory: Option<usize>,

@@ -528,11 +528,11 @@ pub(crate) fn split_args(x: &Var, tys: &[Ty], lets: &mut Lets) -> Vec<Term> {
                 .map(|(i, t)| Var::fresh(format!("{}{}", x.name, i + 1), t.clone()))
                 .collect();
             fn pat(vars: &[Var]) -> Pat {
-                match vars {
+                deep(|| match vars {
                     [v] => Pat::Var(v.clone()),
                     [v, rest @ ..] => Pat::Pair(Box::new(Pat::Var(v.clone())), Box::new(pat(rest))),
                     [] => unreachable!("at least two components"),
-                }
+                })
             }
             lets.push(pat(&vars), Term::var(x));
             vars.iter().map(Term::var).collect()

@@ -149,7 +149,7 @@ impl Compiler {
             level: usize,
             out: &mut HashMap<VarId, (usize, SmallVec<[Step; 4]>)>,
         ) {
-            match p {
+            deep(|| match p {
                 Pat::Var(v) => {
                     out.insert(v.id, (level, path.clone()));
                 }
@@ -162,7 +162,7 @@ impl Compiler {
                     walk(b, path, level, out);
                     path.pop();
                 }
-            }
+            })
         }
         walk(p, &mut SmallVec::new(), level, &mut self.vars);
         let top = self
@@ -241,10 +241,12 @@ impl Compiler {
     }
 
     fn pop(&mut self, p: &Pat) {
-        for v in p.vars() {
-            self.vars.remove(&v.id);
-        }
-        self.levels.pop();
+        deep(|| {
+            for v in p.vars() {
+                self.vars.remove(&v.id);
+            }
+            self.levels.pop();
+        })
     }
 
     /// Compiles `t` in the context extended by `p`: a combinator `Γ × A → τ`.
@@ -293,7 +295,7 @@ impl Compiler {
 
     /// `⟨c1, ⟨c2, ... cn⟩⟩`, or `bang` for none.
     fn tuple(&mut self, ts: &[Term]) -> Comb {
-        match ts {
+        deep(|| match ts {
             [] => Comb::bang(self.ctx()),
             [t] => self.term(t),
             [t, rest @ ..] => {
@@ -301,7 +303,7 @@ impl Compiler {
                 let b = self.tuple(rest);
                 Comb::pair(a, b)
             }
-        }
+        })
     }
 
     /// `⟨id, c⟩`: pairs the context with the value of `c` (for `dist`, `map`, `build`, whose

@@ -138,14 +138,14 @@ impl<T: OccEntry> Occurrences<T> {
     }
 
     fn bind_pat(&mut self, p: &Pat, depth: u32) {
-        match p {
+        crate::deep::deep(|| match p {
             Pat::Var(x) => self.bind(x.id, depth),
             Pat::Wild(_) => {}
             Pat::Pair(a, b) => {
                 self.bind_pat(a, depth);
                 self.bind_pat(b, depth);
             }
-        }
+        })
     }
 
     /// Counts the variables that are components of `let x = (a, b)`.

@@ -750,9 +750,9 @@ impl Pass<'_> {
     }
 
     /// [`Self::live`], giving back a dead pattern (for its type).
-    fn live_or_dead(&mut self, p: Pat) -> Result<Pat, Pat> {
-        match p {
-            Pat::Var(ref x) => {
+    fn live_or_dead(&mut self, mut p: Pat) -> Result<Pat, Pat> {
+        deep(|| match &mut p {
+            Pat::Var(x) => {
                 if self.used(x) {
                     Ok(p)
                 } else {
@@ -761,18 +761,17 @@ impl Pass<'_> {
                 }
             }
             Pat::Wild(_) => Err(p),
-            Pat::Pair(mut a, mut b) => {
-                let (a2, b2) = (self.live_or_dead(*a), self.live_or_dead(*b));
+            Pat::Pair(a, b) => {
+                // (Taken out of their boxes and put back: `Pat` drops under `deep`, so it
+                // cannot be destructured by value.)
+                let take = |q: &mut Box<Pat>| std::mem::replace(&mut **q, Pat::Wild(Ty::Unit));
+                let (a2, b2) = (self.live_or_dead(take(a)), self.live_or_dead(take(b)));
                 let dead = a2.is_err() && b2.is_err();
-                *a = a2.unwrap_or_else(|d| Pat::Wild(d.ty()));
-                *b = b2.unwrap_or_else(|d| Pat::Wild(d.ty()));
-                if dead {
-                    Err(Pat::Pair(a, b))
-                } else {
-                    Ok(Pat::Pair(a, b))
-                }
+                **a = a2.unwrap_or_else(|d| Pat::Wild(d.ty()));
+                **b = b2.unwrap_or_else(|d| Pat::Wild(d.ty()));
+                if dead { Err(p) } else { Ok(p) }
             }
-        }
+        })
     }
 
     /// Closes the block opened at `start` around its simplified `core`: drops the bindings

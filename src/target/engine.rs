@@ -2776,7 +2776,16 @@ impl Compiler {
     /// and adds leafwise, so every stored leaf is computed exactly as [`Lin::plus`] on the
     /// whole values would.
     fn lin_into(&mut self, l: &LTerm, shape: &LShape, tg: &[Tgt], size: &mut usize) -> AFn {
-        deep(|| self.lin_into_node(l, shape, tg, size))
+        // As in `Compiler::nested`: every `RUN_CHECK`th level checks the stack when it runs.
+        self.nest += 1;
+        let code = deep(|| self.lin_into_node(l, shape, tg, size));
+        self.nest -= 1;
+        if self.nest % RUN_CHECK == 0 {
+            let code = crate::deep::Deep::new(code);
+            Box::new(move |fr, buf| deep(|| code(fr, buf)))
+        } else {
+            code
+        }
     }
 
     fn lin_into_node(&mut self, l: &LTerm, shape: &LShape, tg: &[Tgt], size: &mut usize) -> AFn {
@@ -2996,13 +3005,15 @@ impl Compiler {
     fn lin_accumulate(&mut self, l: &LTerm) -> Option<LFn> {
         /// One-hots among the summands (through pairs and lets), counting up to `2`.
         fn one_hots(l: &LTerm) -> usize {
-            use LTermKind as K;
-            match &l.kind {
-                K::OneHot(..) => 1,
-                K::Plus(a, b) | K::Pair(a, b) => (one_hots(a) + one_hots(b)).min(2),
-                K::Let(_, _, b) | K::LinLet(_, _, b) => one_hots(b),
-                _ => 0,
-            }
+            deep(|| {
+                use LTermKind as K;
+                match &l.kind {
+                    K::OneHot(..) => 1,
+                    K::Plus(a, b) | K::Pair(a, b) => (one_hots(a) + one_hots(b)).min(2),
+                    K::Let(_, _, b) | K::LinLet(_, _, b) => one_hots(b),
+                    _ => 0,
+                }
+            })
         }
         // With a single one-hot, `Lin::plus` already adds it into the other summand in place.
         if one_hots(l) < 2 {
