@@ -170,6 +170,7 @@ pub struct Primitive {
     eval: Box<EvalFn>,
     scalar: Option<Scalar>,
     derivative: Derivative,
+    total: bool,
 }
 
 /// A scalar primitive's evaluation on unboxed operands, which a compiling evaluator
@@ -217,13 +218,30 @@ impl Primitive {
             eval: Box::new(eval),
             scalar: None,
             derivative,
+            total: false,
         }
     }
 
-    /// Declares the primitive's evaluation on unboxed operands (see [`Scalar`]).
+    /// Declares the primitive's evaluation on unboxed operands (see [`Scalar`]). A scalar
+    /// primitive other than [`Scalar::Int2`] is total (see [`Primitive::total`]).
     pub fn with_scalar(mut self, s: Scalar) -> Primitive {
         self.scalar = Some(s);
+        self.total |= !matches!(s, Scalar::Int2(_));
         self
+    }
+
+    /// Declares that the evaluation never fails (on arguments of the right types). The
+    /// simplifier may then drop an unused application; it keeps one that may fail, so that a
+    /// program fails in every mode exactly where the evaluator says (theory-notes/09).
+    /// Primitives are assumed partial unless declared total.
+    pub fn total(mut self) -> Primitive {
+        self.total = true;
+        self
+    }
+
+    /// Whether the evaluation never fails ([`Primitive::total`]).
+    pub fn is_total(&self) -> bool {
+        self.total
     }
 
     /// The evaluation on unboxed operands, if declared.
@@ -523,6 +541,7 @@ fn compare<T: 'static>(
             Ok(Value::Bool(f(&get(a), &get(b))))
         },
     )
+    .total()
 }
 
 /// The numerically stable logistic function.
@@ -603,7 +622,8 @@ fn builtins() -> Vec<Primitive> {
         ),
         Primitive::function("toReal", vec![Type::Int], real(), |x| {
             Ok(Value::Real(x.expect_int() as f64))
-        }),
+        })
+        .total(),
         Primitive::function("floor", vec![real()], Type::Int, |x| {
             let f = x.expect_real().floor();
             // i64 range is [-2^63, 2^63); the upper bound is exactly representable.
@@ -620,6 +640,7 @@ fn builtins() -> Vec<Primitive> {
             // A fold from +0.0: std's `Sum` for f64 starts from -0.0, so `sum []` would print `-0.0`.
             Ok(Value::Real(x.expect_reals().iter().fold(0.0, |a, b| a + b)))
         })
+        .total()
         .with_derivative(Derivative::terms(
             |_, d| LTerm::mk(LTermKind::Sum(d[0].clone())),
             |x, v| {
@@ -659,7 +680,8 @@ fn builtins() -> Vec<Primitive> {
         )),
         Primitive::function("not", vec![Type::Bool], Type::Bool, |x| {
             Ok(Value::Bool(!x.expect_bool()))
-        }),
+        })
+        .total(),
         real2_with(
             "add",
             Fixity::Infix("+", 4),
@@ -732,7 +754,8 @@ fn builtins() -> Vec<Primitive> {
                     Value::inr(Value::Unit)
                 })
             },
-        ),
+        )
+        .total(),
     ];
     type Cmp = (
         &'static str,

@@ -2351,6 +2351,8 @@ fn fst_of_elements(xs: &Term) -> Option<Term> {
     map_body(xs, |body| {
         let (lets, core) = lets_of(body);
         let first = match &core.kind {
+            // Strict: a second component that may fail is not dropped (theory-notes/09).
+            TermKind::Pair(_, b) if super::strict::may_fail(b) => return None,
             TermKind::Pair(a, _) => a.clone(),
             // The value of each branch (`caseProj` inside the element).
             _ => project_branches(core, true)?,

@@ -88,6 +88,13 @@ pub(super) fn run(t: &Term, rules: &Rules) -> Outcome {
         branches: false,
         once: Vec::new(),
         moved: Vec::new(),
+        failing: Default::default(),
+        total_fns: Default::default(),
+        in_range: Vec::new(),
+        late_failing: Default::default(),
+        lengths: Default::default(),
+        late_branch: 0,
+        lin: 0,
         avail: HashMap::default(),
         fired: HashMap::default(),
     };
@@ -204,8 +211,26 @@ struct Pass<'r> {
     branches: bool,
     /// Variables left used once by late inlining's `l + l ~> 2 * l` (see [`Pass::late`]).
     once: Vec<VarId>,
-    /// The variables inlined as output terms (`Subst::Moved`), per open block.
-    moved: Vec<VarId>,
+    /// The variables inlined as output terms (`Subst::Moved`), per open block, with their types
+    /// (for a residual `let _ =` when the use is never reached: see [`Pass::unmoved`]).
+    moved: Vec<(VarId, Ty)>,
+    /// Variables inlined with a term that may fail (see [`Pass::may_fail`]).
+    failing: rustc_hash::FxHashSet<VarId>,
+    /// Variables bound to a λ whose body cannot fail: applying one cannot fail.
+    total_fns: rustc_hash::FxHashSet<VarId>,
+    /// The index and array of each enclosing `build (length xs) (\i -> ..)`: `xs ! i` is in
+    /// range there.
+    in_range: Vec<(VarId, VarId)>,
+    /// Variables bound to (or inlined with) a `length`: never negative.
+    lengths: rustc_hash::FxHashSet<VarId>,
+    /// Late-inlining candidates whose term may fail ([`Pass::late`]).
+    late_failing: rustc_hash::FxHashSet<VarId>,
+    /// How many branches enclose the point late inlining is looking at.
+    late_branch: u32,
+    /// How many linear terms enclose the point being simplified. Inside one (derivative code)
+    /// a Cartesian computation only repeats one the primal made (an index the primal read, a
+    /// value it computed), so it may be discarded even if it could fail (theory-notes/09).
+    lin: u32,
     /// `cse`: output primitive applications on atoms bound by a `let` on the stack, with the
     /// variable and its stack position (checked at lookup: a closed block's bindings are gone).
     avail: HashMap<String, (Var, usize)>,
@@ -571,6 +596,18 @@ impl Rewrite for Replace<'_, '_> {
     }
 }
 
+impl super::strict::Known for Pass<'_> {
+    fn total_fn(&self, f: VarId) -> bool {
+        self.total_fns.contains(&f)
+    }
+    fn in_range(&self, xs: VarId, i: VarId) -> bool {
+        self.in_range.iter().any(|&(j, ys)| j == i && ys == xs)
+    }
+    fn length(&self, n: VarId) -> bool {
+        self.lengths.contains(&n)
+    }
+}
+
 impl Pass<'_> {
     // ----- per-variable state -----
 
@@ -697,6 +734,32 @@ impl Pass<'_> {
         self.adjust(Child::L(l), -1);
     }
 
+    /// Whether `t` may fail when evaluated ([`super::strict`]), counting a variable inlined
+    /// with a term that may fail (its term runs where the variable is used) as failing too.
+    fn may_fail(&self, t: &Term) -> bool {
+        if self.lin > 0 {
+            return false;
+        }
+        super::strict::fails(Child::C(t), self) || self.mentions_failing(Child::C(t))
+    }
+
+    /// [`Self::may_fail`] for the Cartesian parts of a linear term.
+    fn lmay_fail(&self, l: &LTerm) -> bool {
+        if self.lin > 0 {
+            return false;
+        }
+        super::strict::fails(Child::L(l), self) || self.mentions_failing(Child::L(l))
+    }
+
+    fn mentions_failing(&self, c: Child<'_>) -> bool {
+        if self.failing.is_empty() {
+            return false;
+        }
+        let mut found = false;
+        c.each_var(|x| found |= self.failing.contains(&x.id));
+        found
+    }
+
     fn used(&self, v: &Var) -> bool {
         self.vars.get(v.id).is_some_and(|s| s.uses > 0)
     }
@@ -721,10 +784,13 @@ impl Pass<'_> {
     }
 
     fn lblock(&mut self, l: &LTerm) -> LTerm {
+        self.lin += 1;
         let (start, moved) = (self.stack.len(), self.moved.len());
         let core = self.linear(l);
         self.unmoved(moved);
-        self.lwrap(start, core)
+        let out = self.lwrap(start, core);
+        self.lin -= 1;
+        out
     }
 
     /// Forgets the terms of the variables inlined (`Subst::Moved`) since `mark` whose use was
@@ -732,9 +798,15 @@ impl Pass<'_> {
     /// uses no longer count, so what only they used is dead when the block closes.
     fn unmoved(&mut self, mark: usize) {
         while self.moved.len() > mark {
-            let v = self.moved.pop().expect("longer than the mark");
+            let (v, ty) = self.moved.pop().expect("longer than the mark");
             if let Some(Subst::Moved(e)) = self.take_subst(v) {
-                self.drop(&e);
+                if self.may_fail(&e) {
+                    // Strict: it still runs where it was bound (theory-notes/09).
+                    self.stack
+                        .push(Binding::Cart(Pat::Wild(ty), e.clone(), e.span, Orig::None));
+                } else {
+                    self.drop(&e);
+                }
             } else if let Some(Subst::Moved(l)) = self.take_lsubst(v) {
                 self.ldrop(&l);
             }
@@ -829,15 +901,22 @@ impl Pass<'_> {
         for i in (start..self.stack.len()).rev() {
             let b = std::mem::replace(&mut self.stack[i], Binding::Gone);
             self.stack[i] = match b {
-                Binding::Cart(p, e, span, orig) => match self.live(p) {
-                    Some(p) => Binding::Cart(p, e, span, orig),
-                    None => {
-                        self.drop(&e);
-                        Binding::Gone
+                Binding::Cart(p, e, span, orig) if self.rules.dead_let => {
+                    match self.live_or_dead(p) {
+                        Ok(p) => Binding::Cart(p, e, span, orig),
+                        // Strict: a computation that may fail stays, bound to nothing.
+                        Err(dead) if self.may_fail(&e) => {
+                            Binding::Cart(Pat::Wild(dead.ty()), e, span, Orig::None)
+                        }
+                        Err(_) => {
+                            self.drop(&e);
+                            Binding::Gone
+                        }
                     }
-                },
+                }
+                b @ Binding::Cart(..) => b,
                 Binding::Lin(u, l, span, orig) => {
-                    if self.rules.dead_let && !self.used(&u) {
+                    if self.rules.dead_let && !self.used(&u) && !self.lmay_fail(&l) {
                         self.fire("deadLet");
                         self.ldrop(&l);
                         Binding::Gone
@@ -947,15 +1026,23 @@ impl Pass<'_> {
                 self.let_(p2, b, span);
                 return;
             }
-            if self.rules.dead_let && self.unused(p) {
+            if self.rules.dead_let && self.unused(p) && !self.may_fail(e) {
                 self.fire("deadLet");
                 return;
             }
             if let Pat::Var(x) = p
                 && self.rules.let_inline
-                && self.occ(x.id).is_some_and(|o| o.inline_once(is_value(e)))
+                && self
+                    .occ(x.id)
+                    .is_some_and(|o| o.inline_once(is_value(e), || !self.may_fail(e)))
             {
                 self.fire("letInline");
+                if self.may_fail(e) {
+                    self.failing.insert(x.id);
+                }
+                if matches!(e.kind, TermKind::Length(_)) {
+                    self.lengths.insert(x.id);
+                }
                 self.set_slot(x.id, Slot::Subst(Subst::Input(e.clone())));
                 return;
             }
@@ -976,7 +1063,7 @@ impl Pass<'_> {
     /// Binds a pattern to an output term.
     fn bind(&mut self, p: &Pat, e: Term, span: Span) {
         deep(|| match p {
-            Pat::Wild(_) if self.rules.dead_let => {
+            Pat::Wild(_) if self.rules.dead_let && !self.may_fail(&e) => {
                 self.fire("deadLet");
                 self.drop(&e);
             }
@@ -1023,6 +1110,9 @@ impl Pass<'_> {
     }
 
     fn bind_var(&mut self, x: &Var, e: Term, span: Span) {
+        if matches!(e.kind, TermKind::Length(_)) {
+            self.lengths.insert(x.id);
+        }
         if self.rules.let_inline {
             if is_atom(&e) {
                 self.fire("letInline");
@@ -1030,10 +1120,16 @@ impl Pass<'_> {
                 self.set_slot(x.id, Slot::Subst(Subst::Cheap(e)));
                 return;
             }
-            if self.occ(x.id).is_some_and(|o| o.inline_once(is_value(&e))) {
+            if self
+                .occ(x.id)
+                .is_some_and(|o| o.inline_once(is_value(&e), || !self.may_fail(&e)))
+            {
                 self.fire("letInline");
+                if self.may_fail(&e) {
+                    self.failing.insert(x.id);
+                }
                 self.set_slot(x.id, Slot::Subst(Subst::Moved(e)));
-                self.moved.push(x.id);
+                self.moved.push((x.id, x.ty.clone()));
                 return;
             }
         }
@@ -1066,6 +1162,9 @@ impl Pass<'_> {
             && let TermKind::Lam(y, body) = &e.kind
             && let Some((_, tab)) = x.ty.as_fun()
             && let Some((ta, tb)) = tab.as_prod()
+            // Strict: a call `fst (f t)` then runs only the first half's work; if the other
+            // half may fail, the call must still fail (theory-notes/09).
+            && !self.may_fail(body)
             && let Some((l1, l2)) = self.split_lambda(y, body)
         {
             self.fire("letLamPairSplit");
@@ -1077,6 +1176,8 @@ impl Pass<'_> {
                 .push(Binding::Cart(Pat::Var(f1.clone()), l1, span, Orig::None));
             self.stack
                 .push(Binding::Cart(Pat::Var(f2.clone()), l2, span, Orig::None));
+            // (Halves of a body that cannot fail.)
+            self.total_fns.extend([f1.id, f2.id]);
             self.lam_split.insert(x.id, (f1, f2));
             return;
         }
@@ -1128,6 +1229,11 @@ impl Pass<'_> {
             }
             self.avail.insert(k, (x.clone(), self.stack.len()));
         }
+        if let TermKind::Lam(_, body) = &e.kind
+            && !self.may_fail(body)
+        {
+            self.total_fns.insert(x.id);
+        }
         self.stack
             .push(Binding::Cart(Pat::Var(x.clone()), e, span, Orig::None));
         None
@@ -1158,7 +1264,7 @@ impl Pass<'_> {
             return None;
         };
         let (mut need_a, mut need_b) = (vars_of(Child::C(a)), vars_of(Child::C(b)));
-        let mut side = vec![None; bindings.len()];
+        let mut side: Vec<Option<bool>> = vec![None; bindings.len()];
         for (k, (p, e, _)) in bindings.iter().enumerate().rev() {
             let vars = p.vars();
             let in_a = vars.iter().any(|v| need_a.contains(&v.id));
@@ -1184,6 +1290,14 @@ impl Pass<'_> {
                     }
                 })
         };
+        // Strict: the bindings neither half needs are dropped; not if one may fail.
+        if bindings
+            .iter()
+            .zip(&side)
+            .any(|((_, e, _), s)| s.is_none() && self.may_fail(e))
+        {
+            return None;
+        }
         let (body_a, body_b) = (wrap(true, a), wrap(false, b));
         for ((_, e, _), s) in bindings.iter().zip(&side) {
             if s.is_none() {
@@ -1242,11 +1356,12 @@ impl Pass<'_> {
     /// An input linear `let u = l` (its body follows in the same block).
     fn lin_let_(&mut self, u: &Var, l: &LTerm, span: Span) {
         let occ = self.occ(u.id);
-        if self.rules.dead_let && occ.is_some_and(|o| o.count == 0) {
+        if self.rules.dead_let && occ.is_some_and(|o| o.count == 0) && !self.lmay_fail(l) {
             self.fire("deadLet");
             return;
         }
-        if self.rules.let_inline && occ.is_some_and(|o| o.inline_once(false)) {
+        if self.rules.let_inline && occ.is_some_and(|o| o.inline_once(false, || !self.lmay_fail(l)))
+        {
             self.fire("letInline");
             self.set_slot(u.id, Slot::LSubst(Subst::Input(l.clone())));
             return;
@@ -1263,10 +1378,13 @@ impl Pass<'_> {
                 self.set_slot(u.id, Slot::LSubst(Subst::Cheap(l)));
                 return;
             }
-            if self.occ(u.id).is_some_and(|o| o.inline_once(false)) {
+            if self
+                .occ(u.id)
+                .is_some_and(|o| o.inline_once(false, || !self.lmay_fail(&l)))
+            {
                 self.fire("letInline");
                 self.set_slot(u.id, Slot::LSubst(Subst::Moved(l)));
-                self.moved.push(u.id);
+                self.moved.push((u.id, u.ty.clone()));
                 return;
             }
         }
@@ -1454,7 +1572,22 @@ impl Pass<'_> {
             K::Build(n, f) => {
                 self.arrays = true;
                 let n2 = self.c(n);
-                mk(K::Build(n2, self.c(f)))
+                // In `build (length xs) (\i -> ..)`, `xs ! i` cannot fail (see `may_fail`).
+                let range = match (&n2.kind, &f.kind) {
+                    (K::Length(a), K::Lam(i, _)) => match &a.kind {
+                        K::Var(xs) => Some((i.id, xs.id)),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                if let Some(r) = range {
+                    self.in_range.push(r);
+                }
+                let f2 = self.c(f);
+                if range.is_some() {
+                    self.in_range.pop();
+                }
+                mk(K::Build(n2, f2))
             }
             K::Index(xs, i) => {
                 let xs2 = self.c(xs);
@@ -1592,10 +1725,19 @@ impl Pass<'_> {
     fn proj(&mut self, e: Term, first: bool, span: Span) -> Term {
         if self.rules.pair_proj {
             if let TermKind::Pair(a, b) = &e.kind {
-                self.fire("pairProj");
                 let (keep, lose) = if first { (a, b) } else { (b, a) };
-                self.drop(lose);
-                return keep.clone();
+                if !self.may_fail(lose) {
+                    self.fire("pairProj");
+                    self.drop(lose);
+                    return keep.clone();
+                }
+                // Strict: the other half still runs (and may fail), bound to nothing.
+                if let Some(ty) = types::ty(lose) {
+                    self.fire("pairProj");
+                    self.stack
+                        .push(Binding::Cart(Pat::Wild(ty), lose.clone(), span, Orig::None));
+                    return keep.clone();
+                }
             }
             if let Some((a, b)) = self.known_pair(&e) {
                 self.fire("pairProj");
@@ -1672,7 +1814,10 @@ impl Pass<'_> {
     // ----- linear terms -----
 
     fn linear(&mut self, l: &LTerm) -> LTerm {
-        deep(|| self.linear_(l))
+        self.lin += 1;
+        let out = deep(|| self.linear_(l));
+        self.lin -= 1;
+        out
     }
 
     fn linear_(&mut self, l: &LTerm) -> LTerm {
@@ -1740,6 +1885,7 @@ impl Pass<'_> {
                 if self.rules.zero_prop
                     && let K::Zero(m) = &a2.kind
                     && let Some(ty) = types::ty(&t2)
+                    && !self.may_fail(&t2)
                 {
                     self.fire("zeroProp");
                     self.drop(&t2);
@@ -1780,6 +1926,7 @@ impl Pass<'_> {
                             .and_then(|(_, r)| r.as_lin_fun())
                             .map(|(_, m)| m.clone())
                     })
+                    && !self.may_fail(&f2)
                 {
                     self.fire("zeroProp");
                     self.drop(&f2);
@@ -1811,6 +1958,7 @@ impl Pass<'_> {
                 if self.rules.zero_prop
                     && let K::Zero(p) = &a2.kind
                     && let Some((_, m)) = p.as_power()
+                    && !self.may_fail(&t2)
                 {
                     self.fire("zeroProp");
                     self.drop(&t2);
@@ -1853,6 +2001,7 @@ impl Pass<'_> {
                 let a2 = self.l(a);
                 if self.rules.map_zero
                     && let K::Zero(m) = &a2.kind
+                    && !self.may_fail(&n2)
                 {
                     self.fire("mapZero");
                     self.drop(&n2);
@@ -1872,6 +2021,8 @@ impl Pass<'_> {
                 let a2 = self.l(a);
                 if self.rules.map_zero
                     && let K::Zero(m) = &a2.kind
+                    && !self.may_fail(&n2)
+                    && !self.may_fail(&i2)
                 {
                     self.fire("mapZero");
                     self.drop(&n2);
@@ -1886,6 +2037,7 @@ impl Pass<'_> {
                 if self.rules.zero_prop
                     && let K::Zero(arr) = &a2.kind
                     && let Some(m) = arr.as_array()
+                    && !self.may_fail(&i2)
                 {
                     self.fire("zeroProp");
                     self.drop(&i2);
@@ -1903,6 +2055,7 @@ impl Pass<'_> {
                             .and_then(Ty::as_lin_fun)
                             .map(|(_, m)| m.clone())
                     })
+                    && !self.may_fail(&fs2)
                 {
                     self.fire("mapZero");
                     self.drop(&fs2);
@@ -1922,6 +2075,7 @@ impl Pass<'_> {
                 let body2 = self.lblock(body);
                 if self.rules.map_zero
                     && let K::Zero(m) = &body2.kind
+                    && !self.may_fail(&n2)
                 {
                     self.fire("mapZero");
                     self.drop(&n2);
@@ -1988,6 +2142,7 @@ impl Pass<'_> {
         deep(|| {
             if self.rules.zero_prop
                 && let (LTermKind::Zero(m), LTermKind::Zero(_)) = (&a.kind, &b.kind)
+                && !self.may_fail(&e)
             {
                 self.fire("zeroProp");
                 self.drop(&e);
@@ -2180,6 +2335,7 @@ impl Pass<'_> {
         if self.rules.zero_prop
             && let LTermKind::Zero(_) = a.kind
             && let Some(m) = types::lin_cod(&f)
+            && !self.may_fail(&f)
         {
             self.fire("zeroProp");
             self.drop(&f);
@@ -2192,6 +2348,7 @@ impl Pass<'_> {
     fn scale(&mut self, t: Term, a: LTerm, span: Span) -> LTerm {
         if self.rules.zero_prop
             && let LTermKind::Zero(_) = a.kind
+            && !self.may_fail(&t)
         {
             self.fire("zeroProp");
             self.drop(&t);
@@ -2279,6 +2436,7 @@ impl Pass<'_> {
         if self.rules.map_zero {
             if let K::Zero(_) = a.kind
                 && let Some(m) = types::lin_cod(&f)
+                && !self.may_fail(&f)
             {
                 self.fire("mapZero");
                 self.drop(&f);
