@@ -93,6 +93,7 @@ pub(super) fn run(t: &Term, rules: &Rules) -> Outcome {
         in_range: Vec::new(),
         late_failing: Default::default(),
         lengths: Default::default(),
+        fail_memo: Default::default(),
         late_branch: 0,
         lin: 0,
         avail: HashMap::default(),
@@ -221,6 +222,8 @@ struct Pass<'r> {
     /// The index and array of each enclosing `build (length xs) (\i -> ..)`: `xs ! i` is in
     /// range there.
     in_range: Vec<(VarId, VarId)>,
+    /// [`Pass::fails`]'s answers.
+    fail_memo: std::cell::RefCell<rustc_hash::FxHashMap<usize, (Term, bool)>>,
     /// Variables bound to (or inlined with) a `length`: never negative.
     lengths: rustc_hash::FxHashSet<VarId>,
     /// Late-inlining candidates whose term may fail ([`Pass::late`]).
@@ -606,6 +609,9 @@ impl super::strict::Known for Pass<'_> {
     fn length(&self, n: VarId) -> bool {
         self.lengths.contains(&n)
     }
+    fn failing(&self, x: VarId) -> bool {
+        self.failing.contains(&x)
+    }
 }
 
 impl Pass<'_> {
@@ -737,27 +743,40 @@ impl Pass<'_> {
     /// Whether `t` may fail when evaluated ([`super::strict`]), counting a variable inlined
     /// with a term that may fail (its term runs where the variable is used) as failing too.
     fn may_fail(&self, t: &Term) -> bool {
-        if self.lin > 0 {
-            return false;
-        }
-        super::strict::fails(Child::C(t), self) || self.mentions_failing(Child::C(t))
+        self.lin == 0 && self.fails(Child::C(t))
     }
 
     /// [`Self::may_fail`] for the Cartesian parts of a linear term.
     fn lmay_fail(&self, l: &LTerm) -> bool {
-        if self.lin > 0 {
-            return false;
-        }
-        super::strict::fails(Child::L(l), self) || self.mentions_failing(Child::L(l))
+        self.lin == 0 && self.fails(Child::L(l))
     }
 
-    fn mentions_failing(&self, c: Child<'_>) -> bool {
-        if self.failing.is_empty() {
-            return false;
-        }
-        let mut found = false;
-        c.each_var(|x| found |= self.failing.contains(&x.id));
-        found
+    /// [`super::strict::fails`], remembering the answer for each Cartesian node (a pass asks
+    /// about terms that contain the terms it asked about before: `x + x + .. + x` would cost
+    /// O(n²)). What a node's answer depends on (the variables bound to failing terms, to total
+    /// λs, to lengths, the enclosing builds) is fixed before any term in its scope is asked
+    /// about, so the answers stay true; the table holds the nodes, so addresses are not reused.
+    fn fails(&self, c: Child<'_>) -> bool {
+        deep(|| {
+            let key = match c {
+                Child::C(t) => {
+                    let key = &**t as *const crate::target::term::Node as usize;
+                    if let Some((_, r)) = self.fail_memo.borrow().get(&key) {
+                        return *r;
+                    }
+                    Some((key, t.clone()))
+                }
+                Child::L(_) => None,
+            };
+            let r = match super::strict::step(c, self) {
+                super::strict::Step::Fails => true,
+                super::strict::Step::Parts(ps) => ps.into_iter().any(|p| self.fails(p)),
+            };
+            if let Some((key, t)) = key {
+                self.fail_memo.borrow_mut().insert(key, (t, r));
+            }
+            r
+        })
     }
 
     fn used(&self, v: &Var) -> bool {

@@ -25,6 +25,7 @@
 //! optimisation may make a program need less.
 
 use crate::target::term::{Child, LTerm, LTermKind, Term, TermKind, VarId};
+use smallvec::SmallVec;
 
 /// What is known about the context of a term that makes more of it safe.
 pub trait Known {
@@ -35,6 +36,8 @@ pub trait Known {
     fn in_range(&self, xs: VarId, i: VarId) -> bool;
     /// Whether the integer variable `n` holds the length of an array.
     fn length(&self, n: VarId) -> bool;
+    /// Whether the variable `x` stands for a term that may fail (inlined where it is used).
+    fn failing(&self, x: VarId) -> bool;
 }
 
 /// Nothing known.
@@ -48,6 +51,9 @@ impl Known for Nothing {
         false
     }
     fn length(&self, _: VarId) -> bool {
+        false
+    }
+    fn failing(&self, _: VarId) -> bool {
         false
     }
 }
@@ -74,58 +80,71 @@ fn safe_len(n: &Term, known: &dyn Known) -> bool {
     }
 }
 
-/// Whether evaluating `root` (its Cartesian parts, for a linear term) may fail, given what is
-/// `known` of its context. Walks with an explicit stack (any depth), skipping the bodies of
-/// values, until a node that may fail by itself is found.
-pub fn fails(root: Child<'_>, known: &dyn Known) -> bool {
+/// What one node contributes: it may fail by itself, or it fails only if one of these parts
+/// does (the bodies of values are not parts: they do not run).
+pub enum Step<'a> {
+    /// The node itself may fail.
+    Fails,
+    /// The node fails only if one of these may.
+    Parts(SmallVec<[Child<'a>; 4]>),
+}
+
+/// The [`Step`] of one node (a variable counts as a value: see [`Known::failing`]).
+pub fn step<'a>(c: Child<'a>, known: &dyn Known) -> Step<'a> {
     use LTermKind as L;
+    use Step::{Fails, Parts};
     use TermKind as K;
+    let parts = |cs: &[Child<'a>]| Parts(cs.iter().copied().collect());
+    match c {
+        Child::C(t) => match &t.kind {
+            K::Var(x) if known.failing(x.id) => Fails,
+            K::Var(_) | K::Lit(_) | K::Lam(..) | K::LinLam(..) => parts(&[]),
+            K::Prim(op, args) if op.is_total() => Parts(args.iter().map(Child::C).collect()),
+            K::Prim(..) => Fails,
+            K::App(f, a) if matches!(&f.kind, K::Var(g) if known.total_fn(g.id)) => {
+                parts(&[Child::C(a)])
+            }
+            K::Index(a, j)
+                if matches!((&a.kind, &j.kind), (K::Var(xs), K::Var(i))
+                    if known.in_range(xs.id, i.id)) =>
+            {
+                parts(&[])
+            }
+            K::App(..) | K::LinApp(..) | K::Map2(..) | K::Index(..) => Fails,
+            K::LinPrim(p, a) if matches!(p.name(), "dotWith" | "scaleArray") => {
+                parts(&[Child::C(a)])
+            }
+            K::LinPrim(..) => Fails,
+            K::Map(f, xs) => match &f.kind {
+                K::Lam(_, body) => parts(&[Child::C(xs), Child::C(body)]),
+                K::Var(g) if known.total_fn(g.id) => parts(&[Child::C(xs)]),
+                _ => Fails,
+            },
+            K::Build(n, f) => match &f.kind {
+                K::Lam(_, body) if safe_len(n, known) => parts(&[Child::C(n), Child::C(body)]),
+                _ => Fails,
+            },
+            K::Replicate(n, _) if !safe_len(n, known) => Fails,
+            _ => Parts(t.children()),
+        },
+        Child::L(l) => match &l.kind {
+            L::Var(_) | L::Zero(_) | L::PowLam(..) => parts(&[]),
+            L::App(..) | L::CopowFold(..) | L::PowApp(..) | L::ZipWith(..) | L::Map(..) => Fails,
+            L::Replicate(n, _) | L::Build(n, _, _) if !safe_len(n, known) => Fails,
+            _ => Parts(l.children()),
+        },
+    }
+}
+
+/// Whether evaluating `root` (its Cartesian parts, for a linear term) may fail, given what is
+/// `known` of its context. Walks with an explicit stack (any depth) until a node that may fail
+/// by itself is found.
+pub fn fails(root: Child<'_>, known: &dyn Known) -> bool {
     let mut stack = vec![root];
     while let Some(c) = stack.pop() {
-        match c {
-            Child::C(t) => match &t.kind {
-                K::Var(_) | K::Lit(_) | K::Lam(..) | K::LinLam(..) => {}
-                K::Prim(op, args) => {
-                    if !op.is_total() {
-                        return true;
-                    }
-                    stack.extend(args.iter().map(Child::C));
-                }
-                K::App(f, a) if matches!(&f.kind, K::Var(g) if known.total_fn(g.id)) => {
-                    stack.push(Child::C(a));
-                }
-                K::Index(a, j)
-                    if matches!((&a.kind, &j.kind), (K::Var(xs), K::Var(i))
-                        if known.in_range(xs.id, i.id)) => {}
-                K::App(..) | K::LinApp(..) | K::Map2(..) | K::Index(..) => return true,
-                K::LinPrim(p, a) => {
-                    if !matches!(p.name(), "dotWith" | "scaleArray") {
-                        return true;
-                    }
-                    stack.push(Child::C(a));
-                }
-                K::Map(f, xs) => match &f.kind {
-                    K::Lam(_, body) => stack.extend([Child::C(body), Child::C(xs)]),
-                    K::Var(g) if known.total_fn(g.id) => stack.push(Child::C(xs)),
-                    _ => return true,
-                },
-                K::Build(n, f) => match &f.kind {
-                    K::Lam(_, body) if safe_len(n, known) => {
-                        stack.extend([Child::C(body), Child::C(n)]);
-                    }
-                    _ => return true,
-                },
-                K::Replicate(n, _) if !safe_len(n, known) => return true,
-                _ => stack.extend(t.children()),
-            },
-            Child::L(l) => match &l.kind {
-                L::Var(_) | L::Zero(_) | L::PowLam(..) => {}
-                L::App(..) | L::CopowFold(..) | L::PowApp(..) | L::ZipWith(..) | L::Map(..) => {
-                    return true;
-                }
-                L::Replicate(n, _) | L::Build(n, _, _) if !safe_len(n, known) => return true,
-                _ => stack.extend(l.children()),
-            },
+        match step(c, known) {
+            Step::Fails => return true,
+            Step::Parts(ps) => stack.extend(ps),
         }
     }
     false
