@@ -5,7 +5,7 @@ Builds the release binaries, writes every case of the suite (benches/programs/su
 files with `cargo run --release --example bench_suite -- write DIR` (programs, arguments and an
 index; the suite is defined once, in Rust), runs
 
-    target/release/chad bench PROGRAM --def DEF --args-file ARGS --json --repeat N
+    target/release/chad bench PROGRAM --def DEF --args-file ARGS --json --repeat N --no-dual
 
 for every case, and, for the families with a hand-written Rust baseline, the example
 `native_baselines PROGRAM ARGS_FILE --repeat N` (printing {"native_s": seconds}) if it exists.
@@ -116,6 +116,7 @@ def measure(case, args, native_ok):
         "--json",
         "--repeat",
         str(args.repeat),
+        "--no-dual",  # the dual-numbers baseline has its own table (examples/dual_reverse.rs)
     ]
     log("%-28s" % (case["family"] + "/" + case["label"]), end="")
     row = [case["family"], case["label"].replace("=", " = ")]

@@ -10,14 +10,18 @@
 //! * the *forward* derivative: [`Jvp`] of the optimised program with simplified code, run along
 //!   a fixed tangent;
 //! * the *reverse* derivative: [`Vjp`] of the optimised program with simplified code, run with
-//!   a fixed output cotangent.
+//!   a fixed output cotangent;
+//! * and, as the baseline reverse CHAD is measured against, *dual-numbers reverse* AD
+//!   ([`DualReverse`], the taping algorithm of Smeding & Vákár 2023) of the optimised program,
+//!   run at run time with the same cotangent. It interprets the source program (there is no
+//!   compiled code), so its time includes interpretation as well as taping.
 //!
 //! Differentiating the optimised program rather than the program as written matters for
 //! higher-order programs: the primal runs first-order once the simplifier has β-reduced its
 //! closures, and so does the derivative of the optimised program, while the derivative of the
 //! program as written carries the closures' tapes (see [`crate::optimize`]).
 //!
-//! All three run on the same engine, so their times are comparable. The tangents and the
+//! The first three run on the same engine, so their times are comparable. The tangents and the
 //! cotangent are deterministic pseudo-random values ([`Rng`]) shaped like the arguments and the
 //! result; for a `Real` result the cotangent is `1.0`, so reverse mode computes the gradient.
 //! [`Bench::measure`] warms each phase up and reports the median of interleaved repetitions as a
@@ -51,6 +55,7 @@ pub mod programs;
 pub mod suite;
 
 use crate::ad::{Jvp, Vjp};
+use crate::dual_reverse::{self, DualReverse};
 use crate::error::{Error, ErrorKind, Result};
 use crate::optimize::optimize;
 use crate::simplify::simplify;
@@ -68,6 +73,7 @@ pub struct Bench {
     primal: Code,
     jvp: Jvp,
     vjp: Vjp,
+    dual: DualReverse,
     tangents: Vec<Value>,
     cotangent: Value,
     compile_s: f64,
@@ -95,6 +101,7 @@ impl Bench {
         jvp.code();
         vjp.code();
         let compile_s = start.elapsed().as_secs_f64();
+        let dual = DualReverse::new(&optimized, dual_reverse::Options::default())?;
 
         let mut rng = Rng::new(TANGENT_SEED);
         let tangents = entry
@@ -113,6 +120,7 @@ impl Bench {
             primal,
             jvp,
             vjp,
+            dual,
             tangents,
             cotangent,
             compile_s,
@@ -157,11 +165,24 @@ impl Bench {
         self.vjp.vjp(&self.args, &self.cotangent)
     }
 
-    /// Times the three phases: one warm-up run of each, then `repeat` rounds running primal,
-    /// forward and reverse once each (interleaved, so that drift in the machine's speed affects
-    /// all three alike); each time is the median over the rounds. Fails if `repeat` is 0 or a
-    /// run fails.
+    /// One run of dual-numbers reverse AD ([`DualReverse::vjp`]) with the fixed cotangent: the
+    /// value and every argument's cotangent (those of [`Bench::reverse`], up to rounding).
+    pub fn dual_reverse(&self) -> Result<(Value, Vec<Value>)> {
+        let out = self.dual.vjp(&self.args, &self.cotangent)?;
+        Ok((out.value, out.gradient))
+    }
+
+    /// Times the phases: one warm-up run of each, then `repeat` rounds running primal,
+    /// forward, reverse and dual-numbers reverse once each (interleaved, so that drift in the
+    /// machine's speed affects all of them alike); each time is the median over the rounds.
+    /// Fails if `repeat` is 0 or a run fails.
     pub fn measure(&self, repeat: usize) -> Result<Report> {
+        self.measure_with(repeat, true)
+    }
+
+    /// [`Bench::measure`], with or without the dual-numbers baseline (which interprets the
+    /// program, so it can take many times longer than the other phases together).
+    pub fn measure_with(&self, repeat: usize, dual: bool) -> Result<Report> {
         if repeat == 0 {
             return Err(Error::new(
                 ErrorKind::Argument,
@@ -171,7 +192,11 @@ impl Bench {
         black_box(self.primal()?);
         black_box(self.forward()?);
         black_box(self.reverse()?);
-        let (mut p, mut f, mut r) = (
+        if dual {
+            black_box(self.dual_reverse()?);
+        }
+        let (mut p, mut f, mut r, mut d) = (
+            Vec::with_capacity(repeat),
             Vec::with_capacity(repeat),
             Vec::with_capacity(repeat),
             Vec::with_capacity(repeat),
@@ -180,12 +205,106 @@ impl Bench {
             p.push(time(|| self.primal())?);
             f.push(time(|| self.forward())?);
             r.push(time(|| self.reverse())?);
+            if dual {
+                d.push(time(|| self.dual_reverse())?);
+            }
         }
         Ok(Report {
             compile_s: self.compile_s,
             primal_s: median(p),
             forward_s: median(f),
             reverse_s: median(r),
+            dual_reverse_s: dual.then(|| median(d)),
+            rustc_s: None,
+        })
+    }
+}
+
+/// One program at one input compiled to native code ([`crate::native`]): the same three
+/// phases as [`Bench`], built from the same optimised, differentiated and simplified code,
+/// lowered to the IR and compiled by `rustc`; runs are timed inside the library.
+pub struct NativeBench {
+    native: crate::native::Native,
+    args: Vec<crate::ir::interp::Val>,
+    forward_args: Vec<crate::ir::interp::Val>,
+    reverse_args: Vec<crate::ir::interp::Val>,
+    compile_s: f64,
+}
+
+impl NativeBench {
+    /// Prepares `entry` at `args` with the fixed tangents and cotangent of [`Bench`]:
+    /// compiles (or loads from the cache) the native code and runs the primal once.
+    pub fn new(entry: &Entry, args: Vec<Value>, verbose: bool) -> Result<NativeBench> {
+        crate::eval::check_args(entry, &args)?;
+        let start = Instant::now();
+        let code = crate::ir::compile::Compiled::new(entry)?;
+        let native = crate::native::Native::new(code, None, verbose)?;
+        let compile_s = start.elapsed().as_secs_f64();
+        let d = &native.defs[0];
+        let mut rng = Rng::new(TANGENT_SEED);
+        let tangents: Vec<Value> = entry
+            .params
+            .iter()
+            .zip(&args)
+            .map(|(p, a)| random_tangent(&p.ty, a, &mut rng))
+            .collect();
+        let result = native.eval(&args)?;
+        let cotangent = match entry.body.ty {
+            Type::Real => Value::Real(1.0),
+            ref ty => random_tangent(ty, &result, &mut Rng::new(COTANGENT_SEED)),
+        };
+        let x = d.context(&args)?;
+        let forward_args = vec![x.clone(), d.context_tangent(&args, &tangents)?];
+        let reverse_args = vec![x, d.cotangent(&cotangent)?];
+        Ok(NativeBench {
+            args: d.args(&args)?,
+            native,
+            forward_args,
+            reverse_args,
+            compile_s,
+        })
+    }
+
+    /// The native code (to run the phases directly).
+    pub fn native(&self) -> &crate::native::Native {
+        &self.native
+    }
+
+    /// Times the phases like [`Bench::measure`]: a warm-up run of each, then `repeat`
+    /// interleaved rounds; each time is the median over the rounds, measured inside the
+    /// library (argument conversion excluded).
+    pub fn measure(&self, repeat: usize) -> Result<Report> {
+        if repeat == 0 {
+            return Err(Error::new(
+                ErrorKind::Argument,
+                "the number of repetitions must be at least 1",
+            ));
+        }
+        let d = &self.native.defs[0];
+        let jvp = d.jvp.expect("forward mode compiled");
+        let vjp = d.vjp.expect("reverse mode compiled");
+        let mut phases = [
+            self.native.prepare(d.primal, &self.args)?,
+            self.native.prepare(jvp, &self.forward_args)?,
+            self.native.prepare(vjp, &self.reverse_args)?,
+        ];
+        for p in &mut phases {
+            p.run(1)?;
+        }
+        let mut times = [Vec::new(), Vec::new(), Vec::new()];
+        for _ in 0..repeat {
+            for (p, t) in phases.iter_mut().zip(&mut times) {
+                t.push(p.run(1)?.1[0].max(1e-9));
+            }
+        }
+        let [p, f, r] = times;
+        Ok(Report {
+            compile_s: self.compile_s,
+            primal_s: median(p),
+            forward_s: median(f),
+            reverse_s: median(r),
+            dual_reverse_s: None,
+            rustc_s: Some(self.native.rustc_s),
         })
     }
 }
@@ -224,6 +343,11 @@ pub struct Report {
     pub forward_s: f64,
     /// The median reverse-mode run.
     pub reverse_s: f64,
+    /// The median dual-numbers reverse-mode run (the baseline), if it was measured.
+    pub dual_reverse_s: Option<f64>,
+    /// For native code: the seconds `rustc` took (0 when the library was cached), part of
+    /// `compile_s`.
+    pub rustc_s: Option<f64>,
 }
 
 impl Report {
@@ -237,17 +361,37 @@ impl Report {
         self.reverse_s / self.primal_s
     }
 
+    /// Dual-numbers reverse time over reverse CHAD time, if the baseline was measured.
+    pub fn dual_over_reverse(&self) -> Option<f64> {
+        self.dual_reverse_s.map(|d| d / self.reverse_s)
+    }
+
     /// `{"primal_s": .., "forward_s": .., "reverse_s": .., "forward_over_primal": ..,
-    /// "reverse_over_primal": .., "compile_s": ..}`, in that order.
+    /// "reverse_over_primal": .., "compile_s": .., "dual_reverse_s": ..,
+    /// "dual_over_reverse": ..}`, in that order (the last two only if the baseline was
+    /// measured).
     pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
+        let mut j = serde_json::json!({
             "primal_s": self.primal_s,
             "forward_s": self.forward_s,
             "reverse_s": self.reverse_s,
             "forward_over_primal": self.forward_over_primal(),
             "reverse_over_primal": self.reverse_over_primal(),
             "compile_s": self.compile_s,
-        })
+        });
+        if let (Some(d), Some(r), Some(o)) = (
+            self.dual_reverse_s,
+            self.dual_over_reverse(),
+            j.as_object_mut(),
+        ) {
+            o.insert("dual_reverse_s".into(), d.into());
+            o.insert("dual_over_reverse".into(), r.into());
+        }
+        if let (Some(r), Some(o)) = (self.rustc_s, j.as_object_mut()) {
+            o.insert("rustc_s".into(), r.into());
+            o.insert("backend".into(), "native".into());
+        }
+        j
     }
 }
 
@@ -401,6 +545,16 @@ mod tests {
         for (a, b) in g.iter().zip(&g2) {
             assert_eq!(a.same(b), Some(true));
         }
+        // The baseline computes the same cotangents.
+        let (y3, g3) = b.dual_reverse().unwrap();
+        assert_eq!(y.same(&y3), Some(true));
+        for (a, b) in g.iter().zip(&g3) {
+            let (a, b) = (crate::oracle::fd::leaves(a), crate::oracle::fd::leaves(b));
+            assert!(
+                a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-12),
+                "{a:?} {b:?}"
+            );
+        }
         // The dot-product test: <cotangent, J t> = <J^T cotangent, t>.
         let lhs = c0.expect_real() * d0.expect_real() + dot(c1.expect_reals(), d1.expect_reals());
         let rhs = g[0].expect_real() * ta + dot(g[2].expect_reals(), txs);
@@ -416,7 +570,13 @@ mod tests {
         let e = entry("def f (xs : Array Real) : Real = sum (map (\\(x : Real) -> x * x) xs)");
         let b = Bench::new(&e, vec![Value::reals(vec![1.0; 100])]).unwrap();
         let r = b.measure(3).unwrap();
-        for t in [r.compile_s, r.primal_s, r.forward_s, r.reverse_s] {
+        for t in [
+            r.compile_s,
+            r.primal_s,
+            r.forward_s,
+            r.reverse_s,
+            r.dual_reverse_s.unwrap(),
+        ] {
             assert!(t > 0.0 && t.is_finite());
         }
         assert_eq!(r.forward_over_primal(), r.forward_s / r.primal_s);
@@ -430,11 +590,16 @@ mod tests {
                 "reverse_s",
                 "forward_over_primal",
                 "reverse_over_primal",
-                "compile_s"
+                "compile_s",
+                "dual_reverse_s",
+                "dual_over_reverse"
             ]
         );
         assert_eq!(j["reverse_over_primal"], r.reverse_s / r.primal_s);
         assert_eq!(b.measure(0).unwrap_err().kind(), ErrorKind::Argument);
+        let r = b.measure_with(2, false).unwrap();
+        assert_eq!(r.dual_reverse_s, None);
+        assert!(r.to_json().get("dual_reverse_s").is_none());
     }
 
     #[test]

@@ -71,6 +71,9 @@
 //!   primal runs.
 //! * [`oracle`]: derivative oracles independent of CHAD, for testing it: a dual-number
 //!   forward-mode evaluator of source terms and central finite differences.
+//! * [`dual_reverse`]: reverse mode by dual numbers at run time (Smeding & Vákár, POPL 2023):
+//!   every scalar carries a backpropagator ID, the final algorithm resolves the tape from the
+//!   highest ID down in O(T + I); an oracle for reverse CHAD and a taping baseline.
 //! * [`bench`](mod@bench): measuring primal, forward and reverse time on the execution engine (`chad
 //!   bench`), and the benchmark suite: its manifest, argument shapes and generated programs.
 //! * [`value`]: run-time values.
@@ -84,8 +87,11 @@ pub mod bench;
 pub mod budget;
 pub mod ccc;
 pub mod deep;
+pub mod dual_reverse;
 pub mod error;
 pub mod eval;
+pub mod ir;
+pub mod native;
 pub mod optimize;
 pub mod oracle;
 pub mod prim;

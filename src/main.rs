@@ -66,6 +66,13 @@ enum Command {
     Grad {
         #[command(flatten)]
         run: RunArgs,
+        /// Which reverse mode: reverse CHAD (default), or dual-numbers reverse AD at run time.
+        #[arg(long, value_enum, default_value_t = GradEngine::Chad)]
+        engine: GradEngine,
+        /// With `--engine dual`: run the backpropagators naively (exponential under sharing;
+        /// for demonstrations).
+        #[arg(long, hide = true, requires = "engine")]
+        naive: bool,
         /// Print `{"value": V, "gradient": [G1, ...]}`.
         #[arg(long)]
         json: bool,
@@ -105,8 +112,9 @@ enum Command {
     /// Each phase runs on the execution engine: the primal is the optimised source program
     /// (simplified, helper functions inlined), forward and reverse mode its derivatives;
     /// forward mode runs one JVP along a fixed pseudo-random tangent, reverse mode one VJP of a
-    /// fixed pseudo-random cotangent (1 for a Real result: the gradient). Times are medians of
-    /// `--repeat` interleaved rounds after a warm-up.
+    /// fixed pseudo-random cotangent (1 for a Real result: the gradient). Beside them, the
+    /// baseline: dual-numbers reverse AD (run-time taping) of the optimised program with the same
+    /// cotangent. Times are medians of `--repeat` interleaved rounds after a warm-up.
     Bench {
         #[command(flatten)]
         run: RunArgs,
@@ -114,9 +122,33 @@ enum Command {
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
         repeat: u64,
         /// Print `{"primal_s": .., "forward_s": .., "reverse_s": .., "forward_over_primal": ..,
-        /// "reverse_over_primal": .., "compile_s": ..}`.
+        /// "reverse_over_primal": .., "compile_s": .., "dual_reverse_s": ..,
+        /// "dual_over_reverse": ..}`.
         #[arg(long)]
         json: bool,
+        /// Leave out the dual-numbers baseline (it interprets the program, so on big inputs it
+        /// takes many times longer than the other phases together).
+        #[arg(long)]
+        no_dual: bool,
+        /// Where the phases run: the execution engine, or native code compiled by rustc
+        /// (adds `"backend": "native"` and `"rustc_s"` to the JSON; no dual baseline).
+        #[arg(long, value_enum, default_value_t = Backend::Engine)]
+        backend: Backend,
+        /// Print where native code is cached.
+        #[arg(long)]
+        verbose: bool,
+    },
+    /// Write Rust source of the definitions' primal and derivatives (safe Rust, std only).
+    EmitRust {
+        /// The program.
+        file: PathBuf,
+        /// Only this definition (default: every definition with first-order parameters and
+        /// result).
+        #[arg(long)]
+        def: Option<String>,
+        /// Write to this file instead of standard output.
+        #[arg(short, long, value_name = "OUT.rs")]
+        output: Option<PathBuf>,
     },
     /// Print a definition at a stage of the pipeline.
     Show {
@@ -159,6 +191,14 @@ struct RunArgs {
     args_file: Option<PathBuf>,
 }
 
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum Backend {
+    /// The execution engine (interpreted, compiled in milliseconds).
+    Engine,
+    /// Native code: the IR compiled to Rust, built by rustc (cached), loaded in process.
+    Native,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum Stage {
     /// The type-checked program (with its dependencies), in surface syntax.
@@ -169,6 +209,9 @@ enum Stage {
     Forward,
     /// Reverse-mode CHAD: primal and transposed derivative (a linear map of cotangents).
     Reverse,
+    /// The execution IR: the primal, forward and reverse code lowered to loops and
+    /// accumulators (what the native backend compiles).
+    Ir,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -177,6 +220,14 @@ enum Engine {
     Ccc,
     /// Walk the typed source term.
     Direct,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum GradEngine {
+    /// Reverse CHAD: the derivative program, simplified, on the execution engine.
+    Chad,
+    /// Dual-numbers reverse AD (Smeding & Vákár 2023) on the program as written, at run time.
+    Dual,
 }
 
 /// A failure and the source it refers to, for rendering.
@@ -445,15 +496,24 @@ fn bench_output(r: &chad::bench::Report, repeat: u64, json: bool) -> String {
     }
     let mut out = format!("{:<8} {:>14} {:>10}\n", "phase", "median (s)", "/ primal");
     for (phase, t) in [
-        ("primal", r.primal_s),
-        ("forward", r.forward_s),
-        ("reverse", r.reverse_s),
-    ] {
+        ("primal", Some(r.primal_s)),
+        ("forward", Some(r.forward_s)),
+        ("reverse", Some(r.reverse_s)),
+        ("dual", r.dual_reverse_s),
+    ]
+    .into_iter()
+    .filter_map(|(p, t)| Some((p, t?)))
+    {
         out.push_str(&format!("{phase:<8} {t:>14.6e} {:>10.2}\n", t / r.primal_s));
     }
     out.push_str(&format!(
-        "compile: {:.6e} s (primal, forward and reverse code); medians of {repeat} run{}\n",
+        "compile: {:.6e} s (primal, forward and reverse code{}); medians of {repeat} run{}\n",
         r.compile_s,
+        match r.rustc_s {
+            Some(t) if t > 0.0 => "; native, rustc included".to_string(),
+            Some(_) => "; native, loaded from the cache".to_string(),
+            None => String::new(),
+        },
         if repeat == 1 { "" } else { "s" }
     ));
     out
@@ -521,7 +581,29 @@ fn run(cli: Cli) -> CliResult<String> {
                 Ok(format!("{value}\n"))
             }
         }
-        Command::Grad { run, json } => {
+        Command::Grad {
+            run,
+            engine: GradEngine::Dual,
+            naive,
+            json,
+        } => {
+            let (src, entry, args) = prepare(&run)?;
+            let options = chad::dual_reverse::Options {
+                naive,
+                ..Default::default()
+            };
+            let out = with_source(
+                chad::dual_reverse::DualReverse::new(&entry, options).and_then(|d| d.grad(&args)),
+                &src,
+            )?;
+            Ok(gradient_output(&entry, &out.value, &out.gradient, json))
+        }
+        Command::Grad {
+            run, naive, json, ..
+        } => {
+            if naive {
+                return Err(Error::new(ErrorKind::Argument, "--naive needs --engine dual").into());
+            }
             let (src, entry, args) = prepare(&run)?;
             let vjp = with_source(ad::Vjp::new(&optimize(&entry)), &src)?.map_body(simplify);
             let (value, grads) = with_source(vjp.grad(&args), &src)?;
@@ -563,11 +645,49 @@ fn run(cli: Cli) -> CliResult<String> {
             let (value, grads) = with_source(vjp.vjp(&args, &ct), &src)?;
             Ok(gradient_output(&entry, &value, &grads, json))
         }
-        Command::Bench { run, repeat, json } => {
+        Command::Bench {
+            run,
+            repeat,
+            json,
+            no_dual,
+            backend,
+            verbose,
+        } => {
             let (src, entry, args) = prepare(&run)?;
-            let bench = with_source(Bench::new(&entry, args), &src)?;
-            let report = with_source(bench.measure(repeat as usize), &src)?;
+            let report = if backend == Backend::Native {
+                let bench =
+                    with_source(chad::bench::NativeBench::new(&entry, args, verbose), &src)?;
+                with_source(bench.measure(repeat as usize), &src)?
+            } else {
+                let bench = with_source(Bench::new(&entry, args), &src)?;
+                with_source(bench.measure_with(repeat as usize, !no_dual), &src)?
+            };
             Ok(bench_output(&report, repeat, json))
+        }
+        Command::EmitRust { file, def, output } => {
+            let (src, prog) = load(&file)?;
+            let indices: Vec<usize> = match def {
+                Some(name) => vec![with_source(select(&src, &prog, Some(&name)), &src)?],
+                None => (0..prog.defs.len())
+                    .filter(|&i| {
+                        let e = prog.entry(i);
+                        e.params.iter().all(|p| p.ty.is_first_order()) && e.body.ty.is_first_order()
+                    })
+                    .collect(),
+            };
+            let text = with_source(chad::native::emit_rust(&prog, &indices, &src), &src)?;
+            match output {
+                Some(path) => {
+                    std::fs::write(&path, text).map_err(|e| {
+                        Error::new(
+                            ErrorKind::Input,
+                            format!("cannot write `{}`: {e}", path.display()),
+                        )
+                    })?;
+                    Ok(String::new())
+                }
+                None => Ok(text),
+            }
         }
         Command::Show {
             file,
@@ -580,6 +700,16 @@ fn run(cli: Cli) -> CliResult<String> {
             let index = with_source(select(&src, &prog, def.as_deref()), &src)?;
             working_on(&src, &prog, index);
             match stage {
+                Stage::Ir => {
+                    let entry = prog.entry(index);
+                    let parts = chad::ir::compile::Parts {
+                        jvp: true,
+                        vjp: true,
+                        required: false,
+                    };
+                    let m = with_source(chad::ir::compile::Module::new(&[entry], parts), &src)?;
+                    Ok(m.program.to_string())
+                }
                 Stage::Source => {
                     let mut which = prog.dependencies(index);
                     which.push(index);

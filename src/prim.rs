@@ -171,6 +171,7 @@ pub struct Primitive {
     scalar: Option<Scalar>,
     derivative: Derivative,
     total: bool,
+    rust: Option<String>,
 }
 
 /// A scalar primitive's evaluation on unboxed operands, which a compiling evaluator
@@ -219,7 +220,23 @@ impl Primitive {
             scalar: None,
             derivative,
             total: false,
+            rust: None,
         }
+    }
+
+    /// Declares the primitive's implementation in Rust for the native backend: an expression
+    /// of type `f64`, `i64` or `bool` (the result's Rust type; see `chad::ir::rust`) in which
+    /// `{0}`, `{1}`, ... stand for the arguments, e.g. `"{0}.exp().ln_1p()"` for `softplus`.
+    /// It must compute what the evaluation computes and cannot fail. A program using a
+    /// primitive without one runs everywhere but natively.
+    pub fn with_rust(mut self, template: impl Into<String>) -> Primitive {
+        self.rust = Some(template.into());
+        self
+    }
+
+    /// The Rust implementation, if declared (see [`Primitive::with_rust`]).
+    pub fn rust(&self) -> Option<&str> {
+        self.rust.as_deref()
     }
 
     /// Declares the primitive's evaluation on unboxed operands (see [`Scalar`]). A scalar
@@ -637,8 +654,10 @@ fn builtins() -> Vec<Primitive> {
             }
         }),
         Primitive::function("sum", vec![arr()], real(), |x| {
-            // A fold from +0.0: std's `Sum` for f64 starts from -0.0, so `sum []` would print `-0.0`.
-            Ok(Value::Real(x.expect_reals().iter().fold(0.0, |a, b| a + b)))
+            // The fixed summation order (from +0.0: std's `Sum` for f64 starts from -0.0).
+            Ok(Value::Real(crate::value::sum_reals(
+                x.expect_reals().iter().copied(),
+            )))
         })
         .total()
         .with_derivative(Derivative::terms(
@@ -658,9 +677,9 @@ fn builtins() -> Vec<Primitive> {
                     b.len()
                 )));
             }
-            Ok(Value::Real(
-                a.iter().zip(b).fold(0.0, |s, (x, y)| s + x * y),
-            ))
+            Ok(Value::Real(crate::value::sum_reals(
+                a.iter().zip(b).map(|(x, y)| x * y),
+            )))
         })
         .with_derivative(Derivative::terms(
             |x, d| {

@@ -363,6 +363,71 @@ impl Value {
     }
 }
 
+/// Lanes of the fixed summation order ([`sum_reals`]).
+pub const SUM_LANES: usize = 8;
+/// Chunk length of the fixed summation order ([`sum_reals`]), a multiple of [`SUM_LANES`].
+pub const SUM_CHUNK: usize = 4096;
+
+/// The one summation order of the crate, used by `sum`, `dot`, the linear `lsum` of reals and
+/// every backend (theory-notes/07): the terms are cut into chunks of [`SUM_CHUNK`]; within a
+/// chunk, term `k` is added to lane `k mod 8`, and the eight lanes are combined as
+/// `((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))`; the chunks' sums are added left to
+/// right, starting from `0.0`. Fixed, so results do not depend on the backend or on how many
+/// threads share the work (each chunk can be summed alone); lanes, so compiled code can keep
+/// eight independent additions in flight (and in SIMD registers).
+#[derive(Clone, Debug)]
+pub struct SumOrder {
+    total: f64,
+    lanes: [f64; SUM_LANES],
+    k: usize,
+}
+
+impl Default for SumOrder {
+    fn default() -> SumOrder {
+        SumOrder {
+            total: 0.0,
+            lanes: [0.0; SUM_LANES],
+            k: 0,
+        }
+    }
+}
+
+impl SumOrder {
+    /// Adds the next term.
+    #[inline]
+    pub fn push(&mut self, x: f64) {
+        self.lanes[self.k % SUM_LANES] += x;
+        self.k += 1;
+        if self.k == SUM_CHUNK {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        let l = &self.lanes;
+        self.total += ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+        self.lanes = [0.0; SUM_LANES];
+        self.k = 0;
+    }
+
+    /// The sum of the terms pushed.
+    pub fn finish(mut self) -> f64 {
+        if self.k > 0 {
+            self.flush();
+        }
+        self.total
+    }
+}
+
+/// Σ xs in the fixed order of [`SumOrder`].
+pub fn sum_reals(xs: impl IntoIterator<Item = f64>) -> f64 {
+    let mut s = SumOrder::default();
+    for x in xs {
+        s.push(x);
+    }
+    s.finish()
+}
+
 /// The longest array the evaluators will build (2^28 elements, 2 GiB of reals): larger
 /// requests from `build` and `replicate` are runtime errors rather than allocation failures.
 pub const MAX_ARRAY_LEN: i64 = 1 << 28;

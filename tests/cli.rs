@@ -1249,7 +1249,9 @@ fn bench_json_reports_every_phase_with_consistent_ratios() {
             "reverse_s",
             "forward_over_primal",
             "reverse_over_primal",
-            "compile_s"
+            "compile_s",
+            "dual_reverse_s",
+            "dual_over_reverse"
         ]
     );
     let t = |k: &str| j[k].as_f64().unwrap();
@@ -1265,6 +1267,10 @@ fn bench_json_reports_every_phase_with_consistent_ratios() {
         close(t("reverse_over_primal"), t("reverse_s") / t("primal_s")),
         "{j}"
     );
+    assert!(
+        close(t("dual_over_reverse"), t("dual_reverse_s") / t("reverse_s")),
+        "{j}"
+    );
 }
 
 #[test]
@@ -1277,15 +1283,18 @@ fn bench_text_is_a_table_and_reads_args_files() {
     let o = chad(&["bench", s(&p), "--args-file", s(&args), "--repeat", "1"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     let lines: Vec<&str> = o.stdout.lines().collect();
-    assert_eq!(lines.len(), 5, "{}", o.stdout);
+    assert_eq!(lines.len(), 6, "{}", o.stdout);
     assert!(lines[0].starts_with("phase") && lines[0].contains("/ primal"));
-    for (line, phase) in lines[1..4].iter().zip(["primal", "forward", "reverse"]) {
+    for (line, phase) in lines[1..5]
+        .iter()
+        .zip(["primal", "forward", "reverse", "dual"])
+    {
         let cells: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(cells[0], phase, "{}", o.stdout);
         assert!(cells[1].parse::<f64>().unwrap() > 0.0, "{}", o.stdout);
     }
     assert!(lines[1].ends_with(" 1.00"), "{}", o.stdout);
-    assert!(lines[4].starts_with("compile: ") && lines[4].contains("1 run"));
+    assert!(lines[5].starts_with("compile: ") && lines[5].contains("1 run"));
     // The definition is selectable.
     let o = chad(&[
         "bench",

@@ -17,7 +17,9 @@
 //!
 //! Finite differences are skipped for a column only with a reason (the oracle detects a
 //! non-differentiable point, or two step sizes disagree); skips are counted, printed, and
-//! bounded. Definitions that take or return functions are listed as not checked.
+//! bounded. Definitions that take or return functions are listed as not checked. The same
+//! value, columns and rows are also computed by the definition compiled to the IR
+//! ([`chad::ir`]) on its reference interpreter.
 //!
 //! Independent of all that, the GMM and MLP values are compared with direct Rust loops of the
 //! same formulas (the hand-written baselines of `benches/native`), `lgamma`'s derivative with
@@ -388,8 +390,16 @@ fn check_point(
         ),
     ];
 
+    // The same primal and derivatives compiled to the IR, on its reference interpreter.
+    let ir = chad::ir::compile::Compiled::new(entry).map_err(|e| err("IR lowering", e))?;
+    chad::ir::check::check(&ir.program).map_err(|e| format!("the IR does not check: {e}"))?;
+
     // (a) the value.
     let y = chad::eval::eval_entry(entry, args).map_err(|e| err("eval", e))?;
+    let y_ir = ir.eval(args).map_err(|e| err("IR eval", e))?;
+    if !all_close(&fd::leaves(&y_ir), &fd::leaves(&y), 1e-12) {
+        return Err(format!("the IR gives the value {y_ir}, the evaluator {y}"));
+    }
     let same = |what: &str, v: &Value| -> Result<(), String> {
         if v.same(&y) == Some(true) {
             Ok(())
@@ -435,6 +445,12 @@ fn check_point(
             col = Some(l);
         }
         let col = col.expect("the simplified derivative ran");
+        let (_, t_ir) = ir.jvp(args, dx).map_err(|e| err("IR jvp", e))?;
+        if !all_close(&fd::leaves(&t_ir), &col, 1e-9) {
+            return Err(format!(
+                "the IR's jvp along {dx:?} gives {t_ir}, forward CHAD {col:?}"
+            ));
+        }
         match finite_difference(entry, args, dx) {
             Ok(approx) => {
                 if !all_close(&col, &approx, 1e-6) {
@@ -492,6 +508,14 @@ fn check_point(
                     return Err(format!("{mode} grad gives {flat:?}, vjp with 1 {row:?}"));
                 }
             }
+        }
+        let (_, g_ir) = ir.vjp(args, &ct[0]).map_err(|e| err("IR vjp", e))?;
+        let row: Vec<f64> = g_ir.iter().flat_map(fd::leaves).collect();
+        let col_i: Vec<f64> = columns.iter().map(|c| c[i]).collect();
+        if !all_close(&row, &col_i, 1e-9) {
+            return Err(format!(
+                "Jacobian row {i}: the IR's vjp gives {row:?}, forward CHAD {col_i:?}"
+            ));
         }
         tally.rows += 1;
     }

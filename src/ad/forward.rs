@@ -311,14 +311,21 @@ impl Closed for Forward {
             Var::fresh(name("df"), df_ty.clone()),
         );
         let (ta, tb, tc) = (self.tangent(a), self.tangent(b), self.tangent(c));
-        let tan = LinPrim::new(
+        let (ta2, tb2) = (ta.clone(), tb.clone());
+        let tan = LinPrim::with_expansion(
             "closureTan",
             Ty::prod(h_ty.clone(), df_ty),
-            tb,
+            tb.clone(),
             tc.clone(),
             |hf| {
                 let (h, f) = hf.expect_pair();
                 Ok(LinFun::closure_tan(h.clone(), lin_fun(f)))
+            },
+            // λ̲db. snd hf • (0, db)
+            move |hf| {
+                let db = Var::linear("db", tb2.clone());
+                let d = LTerm::pair(LTerm::zero(ta2.clone()), LTerm::var(&db));
+                Term::lin_lam(&db, LTerm::app(Term::snd(hf.clone()), d))
             },
         );
         let fun = Term::lam(
@@ -338,12 +345,22 @@ impl Closed for Forward {
                 ),
             ),
         );
-        let env = LinPrim::new(
+        let (ta2, pb) = (ta.clone(), self.primal(b));
+        let env = LinPrim::with_expansion(
             "closureEnvTan",
             h_ty,
             ta,
             LTy::power(self.primal(b), tc),
             |h| Ok(LinFun::closure_env_tan(h.clone())),
+            // λ̲da. \b -> snd (h b) • (da, 0)
+            move |h| {
+                let da = Var::linear("da", ta2.clone());
+                let bv = Var::fresh("b", pb.clone());
+                let hb = Term::snd(Term::app(h.clone(), Term::var(&bv)));
+                let d = LTerm::pair(LTerm::var(&da), LTerm::zero(tb.clone()));
+                let body = LTerm::mk(LTermKind::PowLam(bv, LTerm::app(hb, d)));
+                Term::lin_lam(&da, body)
+            },
         );
         let deriv = Term::mk(TermKind::LinPrim(env, Term::var(&h)));
         let body = Term::let_(&h, h_def, Term::pair(fun, deriv));
@@ -368,7 +385,8 @@ impl Closed for Forward {
             let mut lets = Lets::new();
             lets.push_pair(&g, &bv, Term::var(x));
             lets.push_pair(&cv, &dg, Term::app(Term::var(&g), Term::var(&bv)));
-            let call = LinPrim::new(
+            let td = self.tangent(&dom);
+            let call = LinPrim::with_expansion(
                 "callTan",
                 Ty::prod(self.primal(b), self.derivative(b, c)),
                 self.tangent(&dom),
@@ -376,6 +394,16 @@ impl Closed for Forward {
                 |bg| {
                     let (b, g) = bg.expect_pair();
                     Ok(LinFun::call_tan(b.clone(), &lin_fun(g)))
+                },
+                // λ̲d. (fst d) @ (fst bg) + snd bg • snd d
+                move |bg| {
+                    let d = Var::linear("d", td.clone());
+                    let at = LTerm::mk(LTermKind::PowApp(
+                        LTerm::fst(LTerm::var(&d)),
+                        Term::fst(bg.clone()),
+                    ));
+                    let call = LTerm::app(Term::snd(bg.clone()), LTerm::snd(LTerm::var(&d)));
+                    Term::lin_lam(&d, LTerm::plus(at, call))
                 },
             );
             let call = Term::mk(TermKind::LinPrim(

@@ -23,7 +23,7 @@
 pub mod check;
 pub mod forward;
 pub mod reverse;
-mod tangent;
+pub(crate) mod tangent;
 
 pub use check::{check_kernels, check_primitive};
 pub use tangent::{from_tangent, to_tangent};

@@ -597,16 +597,30 @@ impl Coproducts for Reverse {
 /// The kernel `closureArg : (h, f') ↦ λ̲v. snd (f' • v)` (argument half of a closure call's
 /// derivative `f' : C ⊸ Γ × B`, keeping `f'` as the call's tape; [`LinFun::closure_arg`]).
 fn closure_arg(h: &Ty, df: &Ty, c: LTy, b: LTy) -> Rc<LinPrim> {
-    LinPrim::new("closureArg", Ty::prod(h.clone(), df.clone()), c, b, |hf| {
-        let (h, f) = hf.expect_pair();
-        Ok(LinFun::closure_arg(h.clone(), lin_fun(f)))
-    })
+    let ct = c.clone();
+    LinPrim::with_expansion(
+        "closureArg",
+        Ty::prod(h.clone(), df.clone()),
+        c,
+        b,
+        |hf| {
+            let (h, f) = hf.expect_pair();
+            Ok(LinFun::closure_arg(h.clone(), lin_fun(f)))
+        },
+        // λ̲v. snd (snd hf • v)
+        move |hf| {
+            let v = Var::linear("v", ct.clone());
+            let fv = LTerm::app(Term::snd(hf.clone()), LTerm::var(&v));
+            Term::lin_lam(&v, LTerm::snd(fv))
+        },
+    )
 }
 
 /// The kernel `recordCall : (b, g') ↦ λ̲v. !b ⊗ v` (with the tape of `g'`, if any;
 /// [`LinFun::record_call`]).
 fn record_call(b: &Ty, dg: &Ty, c: LTy) -> Rc<LinPrim> {
-    LinPrim::new(
+    let ct = c.clone();
+    LinPrim::with_expansion(
         "recordCall",
         Ty::prod(b.clone(), dg.clone()),
         c.clone(),
@@ -615,15 +629,39 @@ fn record_call(b: &Ty, dg: &Ty, c: LTy) -> Rc<LinPrim> {
             let (b, g) = bg.expect_pair();
             Ok(LinFun::record_call(b.clone(), &lin_fun(g)))
         },
+        // λ̲v. !(fst bg) ⊗ v
+        move |bg| {
+            let v = Var::linear("v", ct.clone());
+            let cp = LTerm::mk(LTermKind::Copower(Term::fst(bg.clone()), LTerm::var(&v)));
+            Term::lin_lam(&v, cp)
+        },
     )
 }
 
 /// The kernel `closureEnv : h ↦ λ̲w. copowfold (λb. λ̲v. fst (snd (h b) • v)) w` (through the
 /// calls' tapes where they are `h`'s own; [`LinFun::closure_env`]).
 fn closure_env(h: &Ty, w: LTy, gamma: LTy) -> Rc<LinPrim> {
-    LinPrim::new("closureEnv", h.clone(), w, gamma, |h| {
-        Ok(LinFun::closure_env(h.clone()))
-    })
+    let wt = w.clone();
+    LinPrim::with_expansion(
+        "closureEnv",
+        h.clone(),
+        w,
+        gamma,
+        |h| Ok(LinFun::closure_env(h.clone())),
+        // λ̲w. copowfold (\b -> λ̲v. fst (snd (h b) • v)) w
+        move |h| {
+            let (bt, ct) = wt.as_copower().expect("a copower type");
+            let w = Var::linear("w", wt.clone());
+            let b = Var::fresh("b", bt.clone());
+            let v = Var::linear("v", ct.clone());
+            let hb = Term::snd(Term::app(h.clone(), Term::var(&b)));
+            let f = Term::lam(
+                &b,
+                Term::lin_lam(&v, LTerm::fst(LTerm::app(hb, LTerm::var(&v)))),
+            );
+            Term::lin_lam(&w, LTerm::mk(LTermKind::CopowFold(f, LTerm::var(&w))))
+        },
+    )
 }
 
 fn lin_fun(v: &Value) -> LinFun {

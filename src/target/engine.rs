@@ -93,7 +93,7 @@ use super::types::{LTy, Ty};
 use crate::deep::deep;
 use crate::error::{Error, Result, Span};
 use crate::prim::{Prim, Scalar};
-use crate::value::{self, Closure, Value};
+use crate::value::{self, Closure, SumOrder, Value};
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 use std::cell::RefCell;
@@ -1349,7 +1349,7 @@ impl Compiler {
 
     /// `sum (map (\x -> e) xs)` and `sum (build n (\i -> e))` as loops adding up the
     /// elements unboxed, without the intermediate array (the same additions, in the same order,
-    /// as the primitive's fold).
+    /// as the primitive: [`SumOrder`]).
     fn fused_sum(&mut self, arr: &Term) -> Option<CFn> {
         use TermKind as K;
         match &arr.kind {
@@ -1357,7 +1357,7 @@ impl Compiler {
                 if let Some(col) = self.column_map(f, xs) {
                     return Some(Box::new(move |fr| {
                         let xs = col(fr)?;
-                        let sum = xs.expect_reals().iter().fold(0.0, |a, b| a + b);
+                        let sum = crate::value::sum_reals(xs.expect_reals().iter().copied());
                         Ok(Value::Real(sum))
                     }));
                 }
@@ -1366,12 +1366,12 @@ impl Compiler {
                 let (s, b) = self.in_loop(|c| (c.bind(x), c.real(b)));
                 Some(Box::new(move |fr| {
                     let xs = xs(fr)?;
-                    let mut acc = 0.0;
+                    let mut acc = SumOrder::default();
                     for k in 0..xs.array_len() {
                         fr[s] = item(&xs, k);
-                        acc += b(fr)?;
+                        acc.push(b(fr)?);
                     }
-                    Ok(Value::Real(acc))
+                    Ok(Value::Real(acc.finish()))
                 }))
             }
             K::Build(n, f) => {
@@ -1381,12 +1381,12 @@ impl Compiler {
                 let (s, b) = self.in_loop(|c| (c.bind(i), c.real(b)));
                 Some(Box::new(move |fr| {
                     let n = value::check_len("build", n(fr)?).map_err(|e| e.or_span(bspan))?;
-                    let mut acc = 0.0;
+                    let mut acc = SumOrder::default();
                     for k in 0..n {
                         fr[s] = Value::Int(k as i64);
-                        acc += b(fr)?;
+                        acc.push(b(fr)?);
                     }
-                    Ok(Value::Real(acc))
+                    Ok(Value::Real(acc.finish()))
                 }))
             }
             _ => None,

@@ -460,7 +460,7 @@ impl Lin {
     pub fn sum(&self) -> Lin {
         match &self.0 {
             Repr::Zero => Lin::zero(),
-            Repr::Reals(xs) => Lin::real(xs.iter().fold(0.0, |a, b| a + b)),
+            Repr::Reals(xs) => Lin::real(crate::value::sum_reals(xs.iter().copied())),
             Repr::Items(xs) => xs.iter().fold(Lin::zero(), |a, x| Lin::plus(a, x.clone())),
             Repr::Sparse(s) => s
                 .entries
@@ -1003,8 +1003,9 @@ struct DotWith(Rc<Vec<f64>>);
 impl LinearMap for DotWith {
     fn apply(&self, x: &Lin) -> Result<Lin> {
         // Strong zero, as in `Lin::scale`: a zero tangent entry contributes zero even where the
-        // fixed array holds an infinity or NaN.
-        let mul = |a: f64, b: f64| if b == 0.0 { 0.0 } else { a * b };
+        // fixed array holds an infinity or NaN, and a zero entry of the array whatever the
+        // tangent (the term definition, `lsum (lbuild n (\i -> ys ! i * d ! i))`, is the same).
+        let mul = |a: f64, b: f64| if a == 0.0 || b == 0.0 { 0.0 } else { a * b };
         Ok(Lin::real(match &x.0 {
             Repr::Reals(xs) => self.0.iter().zip(xs.iter()).map(|(a, b)| mul(*a, *b)).sum(),
             Repr::Sparse(sp) if sp.entries.len() <= SCAN_LIMIT => sp
@@ -1031,7 +1032,13 @@ impl LinearMap for ScaleArray {
         if c == 0.0 {
             return Ok(Lin::zero());
         }
-        Ok(Lin::reals(self.0.iter().map(|y| c * y).collect()))
+        // Strong zero on both sides, as `Lin::scale` (and the term definition).
+        Ok(Lin::reals(
+            self.0
+                .iter()
+                .map(|&y| if y == 0.0 { 0.0 } else { c * y })
+                .collect(),
+        ))
     }
     fn describe(&self) -> String {
         "scaleArray".into()

@@ -117,6 +117,9 @@ impl Pat {
 /// How a [`LinPrim`] makes its linear map from its Cartesian argument.
 type KernelFn = dyn Fn(&Value) -> Result<LinFun>;
 
+/// A [`LinPrim`]'s definition as a term: from its argument (a term), a linear λ.
+type ExpandFn = dyn Fn(&Term) -> Term;
+
 /// A primitive's native derivative kernel: from Cartesian data of type `param`, a linear map
 /// `dom ⊸ cod` implemented natively (see [`super::linear::LinearMap`]). In terms it appears as
 /// [`TermKind::LinPrim`], printed `name t`.
@@ -126,6 +129,7 @@ pub struct LinPrim {
     dom: LTy,
     cod: LTy,
     make: Box<KernelFn>,
+    expand: Option<Box<ExpandFn>>,
 }
 
 impl LinPrim {
@@ -143,7 +147,34 @@ impl LinPrim {
             dom,
             cod,
             make: Box::new(make),
+            expand: None,
         })
+    }
+
+    /// A kernel with its definition as a term: `expand(t)` is a linear λ of type `dom ⊸ cod`
+    /// with the same meaning as `make` at the value of `t` (the IR compiles it; the engine runs
+    /// `make`). `t` is a variable, so the expansion may use it several times.
+    pub fn with_expansion(
+        name: impl Into<String>,
+        param: Ty,
+        dom: LTy,
+        cod: LTy,
+        make: impl Fn(&Value) -> Result<LinFun> + 'static,
+        expand: impl Fn(&Term) -> Term + 'static,
+    ) -> Rc<LinPrim> {
+        Rc::new(LinPrim {
+            name: name.into(),
+            param,
+            dom,
+            cod,
+            make: Box::new(make),
+            expand: Some(Box::new(expand)),
+        })
+    }
+
+    /// The kernel's definition as a linear λ at the argument `t`, if it has one.
+    pub fn expansion(&self, t: &Term) -> Option<Term> {
+        self.expand.as_ref().map(|e| e(t))
     }
 
     /// The name.
@@ -169,23 +200,42 @@ impl LinPrim {
 
     /// `dotWith ys : Array Real ⊸ Real`, the inner product with `ys`.
     pub fn dot_with() -> Rc<LinPrim> {
-        LinPrim::new(
+        LinPrim::with_expansion(
             "dotWith",
             Ty::array(Ty::Real),
             LTy::array(LTy::Real),
             LTy::Real,
             |ys| Ok(LinFun::dot_with(Rc::new(ys.expect_reals().to_vec()))),
+            // λ̲d. lsum (lbuild (length ys) (\i -> (ys ! i) * d ! i))
+            |ys| {
+                let d = Var::linear("d", LTy::array(LTy::Real));
+                let i = Var::fresh("i", Ty::Int);
+                let yi = Term::mk(TermKind::Index(ys.clone(), Term::var(&i)));
+                let di = LTerm::mk(LTermKind::Index(LTerm::var(&d), Term::var(&i)));
+                let n = Term::mk(TermKind::Length(ys.clone()));
+                let b = LTerm::mk(LTermKind::Build(n, i, LTerm::scale(yi, di)));
+                Term::lin_lam(&d, LTerm::mk(LTermKind::Sum(b)))
+            },
         )
     }
 
     /// `scaleArray ys : Real ⊸ Array Real`, `v ↦ ys · v` (the transpose of `dotWith ys`).
     pub fn scale_array() -> Rc<LinPrim> {
-        LinPrim::new(
+        LinPrim::with_expansion(
             "scaleArray",
             Ty::array(Ty::Real),
             LTy::Real,
             LTy::array(LTy::Real),
             |ys| Ok(LinFun::scale_array(Rc::new(ys.expect_reals().to_vec()))),
+            // λ̲v. lbuild (length ys) (\i -> (ys ! i) * v)
+            |ys| {
+                let v = Var::linear("v", LTy::Real);
+                let i = Var::fresh("i", Ty::Int);
+                let yi = Term::mk(TermKind::Index(ys.clone(), Term::var(&i)));
+                let n = Term::mk(TermKind::Length(ys.clone()));
+                let b = LTerm::mk(LTermKind::Build(n, i, LTerm::scale(yi, LTerm::var(&v))));
+                Term::lin_lam(&v, b)
+            },
         )
     }
 }

@@ -1,0 +1,567 @@
+//! The native backend: a definition's IR compiled to Rust ([`crate::ir::rust`]), built by
+//! `rustc` into a shared library, loaded in process and run (`--backend native`).
+//!
+//! Building is cached by content: the library's file name is a hash of the generated source,
+//! the compiler's version and the flags, in the cache folder ([`cache_dir`]: `$CHAD_CACHE`, or
+//! `$XDG_CACHE_HOME/chad`, or `~/.cache/chad`), so a second run of the same program loads the
+//! library without compiling. Arguments and results cross the boundary in the binary format
+//! of [`crate::ir::rust::ffi`]; runs are timed inside the library, so the times measure the
+//! computation, not the conversions.
+
+use crate::error::{Error, ErrorKind, Result, Source};
+use crate::ir::compile::{Compiled, DefCode, Module};
+use crate::ir::interp::Val;
+use crate::ir::{FuncId, Program, Ty, TyKind};
+use crate::value::Value;
+use std::ffi::c_void;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// Compiled definitions loaded as native code.
+pub struct Native {
+    /// The IR program (types for conversions, error sites).
+    pub program: Program,
+    /// The definitions' functions.
+    pub defs: Vec<DefCode>,
+    lib: libloading::Library,
+    /// The library's path.
+    pub path: PathBuf,
+    /// Seconds spent generating Rust and running `rustc` (0 if the library was cached).
+    pub rustc_s: f64,
+    /// Whether the library came from the cache.
+    pub cached: bool,
+}
+
+/// The folder compiled libraries are cached in.
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("CHAD_CACHE") {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(d).join("chad");
+    }
+    if let Some(h) = std::env::var_os("HOME") {
+        return PathBuf::from(h).join(".cache").join("chad");
+    }
+    std::env::temp_dir().join("chad-cache")
+}
+
+/// The Rust compiler (`$RUSTC`, or `rustc` on the path).
+fn rustc() -> String {
+    std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into())
+}
+
+/// `rustc -vV`, once per process.
+fn rustc_version() -> Result<&'static str> {
+    static V: OnceLock<std::result::Result<String, String>> = OnceLock::new();
+    V.get_or_init(|| {
+        let out = std::process::Command::new(rustc())
+            .arg("-vV")
+            .output()
+            .map_err(|e| format!("cannot run `{}`: {e}", rustc()))?;
+        if !out.status.success() {
+            return Err(format!("`{} -vV` failed", rustc()));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    })
+    .as_deref()
+    .map_err(|e| {
+        Error::new(
+            ErrorKind::Unsupported,
+            format!("the native backend needs a Rust compiler: {e}"),
+        )
+    })
+}
+
+/// The flags libraries are built with.
+const FLAGS: &[&str] = &[
+    "--edition",
+    "2021",
+    "--crate-type",
+    "cdylib",
+    "-C",
+    "opt-level=3",
+    "-C",
+    "target-cpu=native",
+    "-C",
+    "panic=unwind",
+    "-C",
+    "debuginfo=0",
+    "--cap-lints",
+    "warn",
+];
+
+/// FNV-1a, 64 bits: a stable content hash for cache names.
+fn fnv(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for b in p.iter().chain(&(p.len() as u64).to_le_bytes()) {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// Builds (or finds in the cache) the shared library of a Rust crate root `source`; its
+/// path and whether it was cached.
+pub fn build(source: &str, verbose: bool) -> Result<(PathBuf, bool)> {
+    let version = rustc_version()?;
+    let key = fnv(&[
+        source.as_bytes(),
+        version.as_bytes(),
+        FLAGS.join(" ").as_bytes(),
+    ]);
+    let dir = cache_dir();
+    let name = format!(
+        "{}chad_{key:016x}{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    );
+    let lib = dir.join(&name);
+    if verbose {
+        eprintln!("native code cache: {}", dir.display());
+    }
+    if lib.exists() {
+        return Ok((lib, true));
+    }
+    let io = |what: &str, e: std::io::Error| {
+        Error::new(
+            ErrorKind::Input,
+            format!("native backend: cannot {what} in {}: {e}", dir.display()),
+        )
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| io("create the cache folder", e))?;
+    // A private work folder, renamed into place at the end: concurrent builds of the same
+    // program do not see each other's half-written files.
+    let work = dir.join(format!("build-{key:016x}-{}", std::process::id()));
+    std::fs::create_dir_all(&work).map_err(|e| io("create a build folder", e))?;
+    let src = work.join("lib.rs");
+    std::fs::write(&src, source).map_err(|e| io("write the generated source", e))?;
+    let out = work.join(&name);
+    let result = std::process::Command::new(rustc())
+        .args(FLAGS)
+        .arg("--crate-name")
+        .arg("chad_native")
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .output()
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::Unsupported,
+                format!("the native backend cannot run `{}`: {e}", rustc()),
+            )
+        })?;
+    if !result.status.success() {
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "internal error: rustc rejected the generated code (kept in {}):\n{}",
+                src.display(),
+                stderr.chars().take(4000).collect::<String>()
+            ),
+        ));
+    }
+    std::fs::rename(&out, &lib).map_err(|e| io("store the library", e))?;
+    let _ = std::fs::remove_dir_all(&work);
+    Ok((lib, false))
+}
+
+type PrepareFn = unsafe extern "C" fn(u32, *const u8, usize) -> *mut c_void;
+type RunFn = unsafe extern "C" fn(*mut c_void, u64, *mut f64, *mut Buf) -> i32;
+type FreePreparedFn = unsafe extern "C" fn(*mut c_void);
+type FreeBufFn = unsafe extern "C" fn(Buf);
+
+#[repr(C)]
+struct Buf {
+    ptr: *mut u8,
+    len: usize,
+    cap: usize,
+}
+
+impl Native {
+    /// Generates, builds (or finds cached) and loads the native code of a compiled
+    /// definition. `source` gives error positions in the generated code's messages.
+    pub fn new(code: Compiled, source: Option<&Source>, verbose: bool) -> Result<Native> {
+        let module = Module {
+            program: code.program,
+            defs: vec![code.def],
+        };
+        Native::module(module, source, verbose)
+    }
+
+    /// [`Native::new`] for several definitions in one library.
+    pub fn module(m: Module, source: Option<&Source>, verbose: bool) -> Result<Native> {
+        let start = Instant::now();
+        let mut funcs = Vec::new();
+        for d in &m.defs {
+            funcs.push(d.primal);
+            funcs.extend(d.jvp);
+            funcs.extend(d.vjp);
+        }
+        let src = crate::ir::rust::SourceInfo { source };
+        let mut text = crate::ir::rust::module(&m.program, &[], &src)?;
+        text.push_str(&crate::ir::rust::ffi(&m.program, &funcs)?);
+        let (path, cached) = build(&text, verbose)?;
+        // SAFETY: the library is one this module generated and built; loading runs no code
+        // but the Rust runtime's initialisers of a cdylib.
+        let lib = unsafe { libloading::Library::new(&path) }.map_err(|e| {
+            Error::new(
+                ErrorKind::Unsupported,
+                format!("cannot load the native library {}: {e}", path.display()),
+            )
+        })?;
+        Ok(Native {
+            program: m.program,
+            defs: m.defs,
+            lib,
+            path,
+            rustc_s: if cached {
+                0.0
+            } else {
+                start.elapsed().as_secs_f64()
+            },
+            cached,
+        })
+    }
+
+    fn symbol<T: Copy>(&self, name: &str) -> Result<T> {
+        // SAFETY: the symbols are the generated interface's, with these signatures.
+        unsafe { self.lib.get::<T>(name.as_bytes()) }
+            .map(|s| *s)
+            .map_err(|e| Error::new(ErrorKind::Unsupported, format!("native library: {e}")))
+    }
+
+    /// Function `f` with its arguments (IR values), ready to run.
+    pub fn prepare(&self, f: FuncId, args: &[Val]) -> Result<Prepared<'_>> {
+        let func = self.program.func(f);
+        let mut bytes = Vec::new();
+        for (x, a) in func.params.iter().zip(args) {
+            encode(&self.program, x.ty, a, &mut bytes);
+        }
+        let prepare: PrepareFn = self.symbol("chad_prepare")?;
+        // SAFETY: `bytes` is a valid buffer for the call's duration.
+        let h = unsafe { prepare(f.0, bytes.as_ptr(), bytes.len()) };
+        if h.is_null() {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "internal error: the native library rejected the arguments",
+            ));
+        }
+        Ok(Prepared {
+            native: self,
+            handle: h,
+            ret: func.ret,
+        })
+    }
+
+    /// Runs function `f` once.
+    pub fn call(&self, f: FuncId, args: &[Val]) -> Result<Val> {
+        Ok(self.prepare(f, args)?.run(1)?.0)
+    }
+
+    /// The primal of the first definition at `args`.
+    pub fn eval(&self, args: &[Value]) -> Result<Value> {
+        self.eval_def(0, args)
+    }
+
+    /// The primal of definition `k` at `args`.
+    pub fn eval_def(&self, k: usize, args: &[Value]) -> Result<Value> {
+        let d = &self.defs[k];
+        let xs = d.args(args)?;
+        let v = self.call(d.primal, &xs)?;
+        Ok(crate::ir::interp::to_value(&d.entry.body.ty, &v))
+    }
+
+    /// Forward mode (first definition): the value and the result's tangent along `tangents`.
+    pub fn jvp(&self, args: &[Value], tangents: &[Value]) -> Result<(Value, Value)> {
+        self.jvp_def(0, args, tangents)
+    }
+
+    /// Forward mode for definition `k`.
+    pub fn jvp_def(&self, k: usize, args: &[Value], tangents: &[Value]) -> Result<(Value, Value)> {
+        let d = &self.defs[k];
+        let f = d.jvp.ok_or_else(|| missing("forward mode"))?;
+        let x = d.context(args)?;
+        let dx = d.context_tangent(args, tangents)?;
+        let r = self.call(f, &[x, dx])?;
+        Ok(d.jvp_result(&r))
+    }
+
+    /// Reverse mode (first definition): the value and every argument's cotangent.
+    pub fn vjp(&self, args: &[Value], cotangent: &Value) -> Result<(Value, Vec<Value>)> {
+        self.vjp_def(0, args, cotangent)
+    }
+
+    /// Reverse mode for definition `k`.
+    pub fn vjp_def(
+        &self,
+        k: usize,
+        args: &[Value],
+        cotangent: &Value,
+    ) -> Result<(Value, Vec<Value>)> {
+        let d = &self.defs[k];
+        let f = d.vjp.ok_or_else(|| missing("reverse mode"))?;
+        let x = d.context(args)?;
+        let ct = d.cotangent(cotangent)?;
+        let r = self.call(f, &[x, ct])?;
+        Ok(d.vjp_result(args, &r))
+    }
+
+    /// The gradient of a `Real`-valued (first) definition.
+    pub fn grad(&self, args: &[Value]) -> Result<(Value, Vec<Value>)> {
+        self.vjp(args, &Value::Real(1.0))
+    }
+}
+
+fn missing(what: &str) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        format!("{what} was not compiled for this definition"),
+    )
+}
+
+/// A native function with decoded arguments.
+pub struct Prepared<'a> {
+    native: &'a Native,
+    handle: *mut c_void,
+    ret: Ty,
+}
+
+impl Prepared<'_> {
+    /// Runs it `reps` times (at least once); the last result and each run's seconds.
+    pub fn run(&mut self, reps: usize) -> Result<(Val, Vec<f64>)> {
+        let reps = reps.max(1);
+        let run: RunFn = self.native.symbol("chad_run")?;
+        let free: FreeBufFn = self.native.symbol("chad_free_buf")?;
+        let mut times = vec![0.0; reps];
+        let mut out = Buf {
+            ptr: std::ptr::null_mut(),
+            len: 0,
+            cap: 0,
+        };
+        // SAFETY: a live handle, `times` has `reps` slots, `out` is writable.
+        let status = unsafe { run(self.handle, reps as u64, times.as_mut_ptr(), &mut out) };
+        let bytes = if out.ptr.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: the library wrote a buffer of `len` bytes; it is copied before freeing.
+            unsafe { std::slice::from_raw_parts(out.ptr, out.len) }.to_vec()
+        };
+        if !out.ptr.is_null() {
+            // SAFETY: the buffer came from `chad_run` and is freed once.
+            unsafe { free(out) };
+        }
+        let program = &self.native.program;
+        match status {
+            0 => {
+                let mut r: &[u8] = &bytes;
+                let v = decode(program, self.ret, &mut r).ok_or_else(|| {
+                    Error::new(ErrorKind::Unsupported, "internal error: bad native result")
+                })?;
+                Ok((v, times))
+            }
+            1 => Err(decode_error(program, &bytes)),
+            _ => Err(Error::new(
+                ErrorKind::Unsupported,
+                "internal error: the native code panicked",
+            )),
+        }
+    }
+}
+
+impl Drop for Prepared<'_> {
+    fn drop(&mut self) {
+        if let Ok(free) = self.native.symbol::<FreePreparedFn>("chad_free_prepared") {
+            // SAFETY: the handle came from `chad_prepare` and is freed once.
+            unsafe { free(self.handle) };
+        }
+    }
+}
+
+/// Appends the binary form of an IR value (see [`crate::ir::rust::ffi`]).
+pub fn encode(p: &Program, t: Ty, v: &Val, out: &mut Vec<u8>) {
+    crate::deep::deep(|| match (p.types.kind(t), v) {
+        (TyKind::F64, Val::F64(x)) => out.extend_from_slice(&x.to_le_bytes()),
+        (TyKind::I64, Val::I64(x)) => out.extend_from_slice(&x.to_le_bytes()),
+        (TyKind::Bool, Val::Bool(b)) => out.push(u8::from(*b)),
+        (TyKind::Unit, _) => {}
+        (TyKind::Tuple(cs), Val::Tuple(xs)) => {
+            for (c, x) in cs.iter().zip(xs.iter()) {
+                encode(p, *c, x, out);
+            }
+        }
+        (TyKind::Array(e), Val::Array(xs)) => {
+            out.extend_from_slice(&(xs.len() as u64).to_le_bytes());
+            for x in xs.iter() {
+                encode(p, *e, x, out);
+            }
+        }
+        (TyKind::List(k, w), Val::Array(xs)) => {
+            out.extend_from_slice(&(xs.len() as u64).to_le_bytes());
+            let kv = p
+                .types
+                .lookup(&TyKind::Tuple(vec![*k, *w]))
+                .expect("a list's entry type");
+            for x in xs.iter() {
+                encode(p, kv, x, out);
+            }
+        }
+        (TyKind::Enum(e), Val::Enum(tag, x)) => {
+            out.extend_from_slice(&tag.to_le_bytes());
+            let payload = p.types.enums()[*e as usize].variants[*tag as usize].1;
+            encode(p, payload, x, out);
+        }
+        (k, v) => panic!("internal error: encoding {v:?} as {k:?}"),
+    })
+}
+
+fn take<'b>(r: &mut &'b [u8], n: usize) -> Option<&'b [u8]> {
+    if r.len() < n {
+        return None;
+    }
+    let (x, rest) = r.split_at(n);
+    *r = rest;
+    Some(x)
+}
+
+fn u64_le(r: &mut &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(take(r, 8)?.try_into().ok()?))
+}
+
+/// Reads an IR value of type `t` in the binary form.
+pub fn decode(p: &Program, t: Ty, r: &mut &[u8]) -> Option<Val> {
+    crate::deep::deep(|| {
+        Some(match p.types.kind(t) {
+            TyKind::F64 => Val::F64(f64::from_bits(u64_le(r)?)),
+            TyKind::I64 => Val::I64(u64_le(r)? as i64),
+            TyKind::Bool => Val::Bool(take(r, 1)?[0] != 0),
+            TyKind::Unit => Val::Unit,
+            TyKind::Tuple(cs) => {
+                let mut xs = Vec::with_capacity(cs.len());
+                for c in cs {
+                    xs.push(decode(p, *c, r)?);
+                }
+                Val::Tuple(xs.into())
+            }
+            TyKind::Array(e) => {
+                let n = u64_le(r)? as usize;
+                let mut xs = Vec::with_capacity(n.min(r.len()));
+                for _ in 0..n {
+                    xs.push(decode(p, *e, r)?);
+                }
+                Val::Array(xs.into())
+            }
+            TyKind::List(k, w) => {
+                let n = u64_le(r)? as usize;
+                let kv = p.types.lookup(&TyKind::Tuple(vec![*k, *w]))?;
+                let mut xs = Vec::with_capacity(n.min(r.len()));
+                for _ in 0..n {
+                    xs.push(decode(p, kv, r)?);
+                }
+                Val::Array(xs.into())
+            }
+            TyKind::Enum(e) => {
+                let tag = u32::from_le_bytes(take(r, 4)?.try_into().ok()?);
+                let payload = p.types.enums()[*e as usize].variants.get(tag as usize)?.1;
+                Val::Enum(tag, std::rc::Rc::new(decode(p, payload, r)?))
+            }
+        })
+    })
+}
+
+/// The chad error a native error stands for: the same message and position as the
+/// reference evaluators'.
+fn decode_error(p: &Program, bytes: &[u8]) -> Error {
+    let parse = || -> Option<Error> {
+        let mut r = bytes;
+        let site = u32::from_le_bytes(take(&mut r, 4)?.try_into().ok()?) as usize;
+        let kind = take(&mut r, 1)?[0];
+        let a = u64_le(&mut r)? as i64;
+        let b = u64_le(&mut r)? as i64;
+        let real = f64::from_bits(u64_le(&mut r)?);
+        let n = u32::from_le_bytes(take(&mut r, 4)?.try_into().ok()?) as usize;
+        let name = std::str::from_utf8(take(&mut r, n)?).ok()?;
+        let e = match kind {
+            0 => crate::value::check_index(a, b as usize).err()?,
+            1 => crate::value::check_len(name, a).err()?,
+            2 => crate::value::check_same_len(name, a as usize, b as usize).err()?,
+            3 => crate::ir::Check::OneHot(crate::ir::Atom::Unit, crate::ir::Atom::Unit)
+                .failure(&[a, b])?,
+            4 => {
+                let prim = crate::prim::Registry::builtin().get(name)?.clone();
+                let args = if name == "floor" {
+                    vec![Value::Real(real)]
+                } else if name == "ineg" {
+                    vec![Value::Int(a)]
+                } else {
+                    vec![Value::Int(a), Value::Int(b)]
+                };
+                prim.eval_args(args).err()?
+            }
+            _ => return None,
+        };
+        Some(match p.sites.get(site) {
+            Some(s) => e.or_span(s.span),
+            None => e,
+        })
+    };
+    parse().unwrap_or_else(|| {
+        Error::new(
+            ErrorKind::Unsupported,
+            "internal error: an undecodable native error",
+        )
+    })
+}
+
+/// The Rust module of `chad emit-rust`: the definitions `indices` of `prog` (each with
+/// first-order parameters and result) with their primal, forward and reverse code and the
+/// public API of [`crate::ir::rust`].
+pub fn emit_rust(
+    prog: &crate::source::term::Program,
+    indices: &[usize],
+    source: &Source,
+) -> Result<String> {
+    let entries: Vec<_> = indices.iter().map(|&i| prog.entry(i)).collect();
+    for e in &entries {
+        if !(e.params.iter().all(|p| p.ty.is_first_order()) && e.body.ty.is_first_order()) {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "`{}` takes or returns functions, which the Rust API cannot type",
+                    e.name
+                ),
+            ));
+        }
+    }
+    let parts = crate::ir::compile::Parts {
+        jvp: true,
+        vjp: true,
+        required: false,
+    };
+    let m = Module::new(&entries, parts)?;
+    let exports: Vec<crate::ir::rust::Export<'_>> = m
+        .defs
+        .iter()
+        .map(|d| crate::ir::rust::Export {
+            name: &d.entry.name,
+            params: d.entry.param_types(),
+            result: d.entry.body.ty.clone(),
+            primal: d.primal,
+            jvp: d.jvp,
+            vjp: d.vjp,
+        })
+        .collect();
+    let src = crate::ir::rust::SourceInfo {
+        source: Some(source),
+    };
+    crate::ir::rust::module(&m.program, &exports, &src)
+}
+
+/// Whether native code can be built here (a working `rustc`).
+pub fn available() -> bool {
+    rustc_version().is_ok()
+}

@@ -1,0 +1,314 @@
+//! The IR (`chad::ir`): programs lowered, checked and run on the reference interpreter,
+//! against the execution engine running the same simplified code (values to 1e-12 relative,
+//! derivatives to 1e-9; errors with the same message and position).
+
+mod common;
+
+use chad::ad::{Jvp, Vjp};
+use chad::bench::{Rng, random_tangent};
+use chad::ir::compile::Compiled;
+use chad::optimize::optimize;
+use chad::random::{Config, TestProgram};
+use chad::simplify::simplify;
+use chad::target::embed;
+use chad::target::engine::Code;
+use chad::types::Type;
+use chad::value::Value;
+use proptest::test_runner::TestCaseError;
+
+fn load(path: &str) -> chad::source::term::Program {
+    let text = std::fs::read_to_string(path).unwrap();
+    chad::source::load(&text, &chad::prim::Registry::builtin()).unwrap()
+}
+
+/// `a` and `b` agree to `tol` relative (per real), with the same shape.
+fn close(a: &Value, b: &Value, tol: f64) -> Result<(), String> {
+    match (a, b) {
+        (Value::Real(x), Value::Real(y)) => {
+            let scale = x.abs().max(y.abs()).max(1.0);
+            if x == y || (x - y).abs() <= tol * scale || (x.is_nan() && y.is_nan()) {
+                Ok(())
+            } else {
+                Err(format!("{x} differs from {y}"))
+            }
+        }
+        (Value::Pair(p), Value::Pair(q)) => {
+            close(&p.0, &q.0, tol)?;
+            close(&p.1, &q.1, tol)
+        }
+        (Value::Inl(x), Value::Inl(y)) | (Value::Inr(x), Value::Inr(y)) => close(x, y, tol),
+        (Value::RealArray(_) | Value::Array(_), Value::RealArray(_) | Value::Array(_)) => {
+            let (xs, ys) = (a.array_items(), b.array_items());
+            if xs.len() != ys.len() {
+                return Err(format!("lengths {} and {}", xs.len(), ys.len()));
+            }
+            for (x, y) in xs.iter().zip(&ys) {
+                close(x, y, tol)?;
+            }
+            Ok(())
+        }
+        _ if a.same(b) == Some(true) => Ok(()),
+        _ => Err(format!("{a} differs from {b}")),
+    }
+}
+
+fn same_result<T>(
+    what: &str,
+    ir: &chad::Result<T>,
+    engine: &chad::Result<T>,
+    cmp: impl Fn(&T, &T) -> Result<(), String>,
+) -> Result<(), String> {
+    match (ir, engine) {
+        (Ok(x), Ok(y)) => cmp(x, y).map_err(|e| format!("{what}: {e}")),
+        (Err(x), Err(y)) if x.message() == y.message() && x.span() == y.span() => Ok(()),
+        (Err(x), Err(y)) => Err(format!("{what}: error `{x}` versus `{y}`")),
+        (Ok(_), Err(e)) => Err(format!("{what}: the IR ran, the engine failed with `{e}`")),
+        (Err(e), Ok(_)) => Err(format!("{what}: the IR failed with `{e}`, the engine ran")),
+    }
+}
+
+/// The IR agrees with the engine on the primal and, where AD applies, on one JVP and one VJP
+/// at random (co)tangents. Returns whether the primal ran.
+fn agrees(p: &TestProgram, seed: u64) -> Result<bool, String> {
+    let entry = &p.entry;
+    let ad = chad::ad::check_supported(&entry.body).is_ok()
+        && entry.body.ty.is_first_order()
+        && entry.params.iter().all(|x| x.ty.is_first_order());
+    let parts = chad::ir::compile::Parts {
+        jvp: ad,
+        vjp: ad,
+        required: true,
+    };
+    let c = Compiled::with_parts(entry, parts).map_err(|e| format!("lowering: {e}"))?;
+    chad::ir::check::check(&c.program).map_err(|e| format!("IR check: {e}\n{}", c.program))?;
+    let optimized = optimize(entry);
+    let (params, body) = embed::entry(&optimized);
+    let engine = Code::compile(&params, &simplify(&body)).run(&p.inputs);
+    let ir = c.eval(&p.inputs);
+    same_result("primal", &ir, &engine, |a, b| close(a, b, 1e-12))?;
+    if !ad {
+        return Ok(ir.is_ok());
+    }
+    let Ok(y) = &engine else { return Ok(false) };
+    let mut rng = Rng::new(seed);
+    let tangents: Vec<Value> = entry
+        .params
+        .iter()
+        .zip(&p.inputs)
+        .map(|(x, a)| random_tangent(&x.ty, a, &mut rng))
+        .collect();
+    let jvp = Jvp::new(&optimized).unwrap().map_body(simplify);
+    let e = jvp.jvp(&p.inputs, &tangents);
+    let i = c.jvp(&p.inputs, &tangents);
+    same_result("jvp", &i, &e, |a, b| {
+        close(&a.0, &b.0, 1e-12)?;
+        close(&a.1, &b.1, 1e-9)
+    })?;
+    let ct = match entry.body.ty {
+        Type::Real => Value::Real(1.0),
+        ref ty => random_tangent(ty, y, &mut rng),
+    };
+    let vjp = Vjp::new(&optimized).unwrap().map_body(simplify);
+    let e = vjp.vjp(&p.inputs, &ct);
+    let i = c.vjp(&p.inputs, &ct);
+    same_result("vjp", &i, &e, |a, b| {
+        close(&a.0, &b.0, 1e-12)?;
+        for (x, y) in a.1.iter().zip(&b.1) {
+            close(x, y, 1e-9)?;
+        }
+        Ok(())
+    })?;
+    Ok(true)
+}
+
+fn check(cfg: Config, n: u32) {
+    let seed = std::cell::Cell::new(1u64);
+    common::check_programs(cfg, n, |p| {
+        seed.set(seed.get() + 1);
+        agrees(p, seed.get()).map_err(|e| TestCaseError::fail(format!("{e}\nprogram:\n{p:?}")))
+    });
+}
+
+#[test]
+fn the_ir_agrees_with_the_engine_on_random_programs() {
+    check(Config::default(), common::cases(300));
+}
+
+#[test]
+fn the_ir_agrees_on_array_programs() {
+    check(
+        Config {
+            array_bias: true,
+            ..Config::default()
+        },
+        common::cases(200),
+    );
+}
+
+#[test]
+fn the_ir_agrees_on_sum_programs() {
+    check(
+        Config {
+            sum_bias: true,
+            ..Config::default()
+        },
+        common::cases(200),
+    );
+}
+
+#[test]
+fn the_ir_agrees_on_deeper_higher_order_programs() {
+    check(
+        Config {
+            depth: 6,
+            ..Config::default()
+        },
+        common::cases(150),
+    );
+}
+
+#[test]
+fn fig2b_primal_and_gradient() {
+    let prog = load("examples/fig2b.chad");
+    let entry = prog.entry(prog.defs.len() - 1);
+    let c = Compiled::new(&entry).unwrap();
+    chad::ir::check::check(&c.program).unwrap();
+    let args = [Value::Real(2.0), Value::reals(vec![1.0, 2.0, 3.0])];
+    assert_eq!(c.eval(&args).unwrap().expect_real(), 12.0);
+    let (v, g) = c.grad(&args).unwrap();
+    assert_eq!(v.expect_real(), 12.0);
+    assert_eq!(g[0].expect_real(), 6.0);
+    assert_eq!(g[1].expect_reals(), &[2.0, 2.0, 2.0]);
+}
+
+#[test]
+fn fig2b_natively() {
+    let prog = load("examples/fig2b.chad");
+    let entry = prog.entry(prog.defs.len() - 1);
+    let c = Compiled::new(&entry).unwrap();
+    let n =
+        chad::native::Native::new(c, None, true).unwrap_or_else(|e| panic!("{}", e.render(None)));
+    let args = [Value::Real(2.0), Value::reals(vec![1.0, 2.0, 3.0])];
+    assert_eq!(n.eval(&args).unwrap().expect_real(), 12.0);
+    let (v, g) = n.grad(&args).unwrap();
+    assert_eq!(v.expect_real(), 12.0);
+    assert_eq!(g[0].expect_real(), 6.0);
+    assert_eq!(g[1].expect_reals(), &[2.0, 2.0, 2.0]);
+}
+
+/// The native backend (`chad::native`: the IR as Rust, built by rustc and loaded) against the
+/// reference interpreter, on random programs compiled into one library: primal, JVP and VJP
+/// values, or the same error at the same position.
+#[test]
+fn the_native_backend_agrees_with_the_interpreter_on_random_programs() {
+    use proptest::strategy::{Strategy, ValueTree};
+    assert!(
+        chad::native::available(),
+        "the native backend needs rustc on the path"
+    );
+    // One library for all of them: rustc's time grows with the count (`CHAD_NATIVE_CASES`).
+    let n = std::env::var("CHAD_NATIVE_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60usize);
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let configs = [
+        Config::default(),
+        Config {
+            array_bias: true,
+            ..Config::default()
+        },
+        Config {
+            sum_bias: true,
+            ..Config::default()
+        },
+        Config {
+            depth: 6,
+            ..Config::default()
+        },
+    ];
+    let mut programs = Vec::new();
+    for cfg in &configs {
+        let strategy = chad::random::program(cfg.clone());
+        for _ in 0..n {
+            programs.push(strategy.new_tree(&mut runner).unwrap().current());
+        }
+    }
+    let entries: Vec<_> = programs.iter().map(|p| p.entry.clone()).collect();
+    let parts = chad::ir::compile::Parts {
+        jvp: true,
+        vjp: true,
+        required: false,
+    };
+    let module = chad::ir::compile::Module::new(&entries, parts).unwrap();
+    chad::ir::check::check(&module.program).unwrap();
+    let native = chad::native::Native::module(module, None, false)
+        .unwrap_or_else(|e| panic!("{}", e.render(None)));
+    let mut ran = 0;
+    for (k, p) in programs.iter().enumerate() {
+        let d = &native.defs[k];
+        let prog = &native.program;
+        let interp_eval = d
+            .args(&p.inputs)
+            .and_then(|xs| chad::ir::interp::run(prog, d.primal, xs))
+            .map(|v| chad::ir::interp::to_value(&d.entry.body.ty, &v));
+        let nat = native.eval_def(k, &p.inputs);
+        let fail = |e: String| panic!("{e}\nprogram:\n{p:?}");
+        same_result("native primal", &nat, &interp_eval, |a, b| {
+            close(a, b, 1e-12)
+        })
+        .unwrap_or_else(fail);
+        let Ok(y) = &interp_eval else { continue };
+        ran += 1;
+        let mut rng = Rng::new(k as u64 + 7);
+        if let Some(f) = d.jvp {
+            let tangents: Vec<Value> = d
+                .entry
+                .params
+                .iter()
+                .zip(&p.inputs)
+                .map(|(x, a)| random_tangent(&x.ty, a, &mut rng))
+                .collect();
+            let i = d.context(&p.inputs).and_then(|x| {
+                let dx = d.context_tangent(&p.inputs, &tangents)?;
+                chad::ir::interp::run(prog, f, vec![x, dx]).map(|r| d.jvp_result(&r))
+            });
+            let nv = native.jvp_def(k, &p.inputs, &tangents);
+            same_result("native jvp", &nv, &i, |a, b| {
+                close(&a.0, &b.0, 1e-12)?;
+                close(&a.1, &b.1, 1e-12)
+            })
+            .unwrap_or_else(fail);
+        }
+        if let Some(f) = d.vjp {
+            let ct = match d.entry.body.ty {
+                Type::Real => Value::Real(1.0),
+                ref ty => random_tangent(ty, y, &mut rng),
+            };
+            let i = d.context(&p.inputs).and_then(|x| {
+                let c = d.cotangent(&ct)?;
+                chad::ir::interp::run(prog, f, vec![x, c]).map(|r| d.vjp_result(&p.inputs, &r))
+            });
+            let nv = native.vjp_def(k, &p.inputs, &ct);
+            same_result("native vjp", &nv, &i, |a, b| {
+                close(&a.0, &b.0, 1e-12)?;
+                for (x, y) in a.1.iter().zip(&b.1) {
+                    close(x, y, 1e-12)?;
+                }
+                Ok(())
+            })
+            .unwrap_or_else(fail);
+        }
+    }
+    assert!(ran * 2 >= programs.len(), "only {ran} programs ran");
+}
+
+/// Prints a definition's IR (a debugging aid: `IR_SHOW=file.chad cargo test --test ir -- --ignored show`).
+#[test]
+#[ignore]
+fn show() {
+    let path = std::env::var("IR_SHOW").unwrap();
+    let prog = load(&path);
+    let entry = prog.entry(prog.defs.len() - 1);
+    println!("{}", Compiled::new(&entry).unwrap().program);
+}
