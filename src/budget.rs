@@ -26,6 +26,16 @@ use crate::error::{Error, Result};
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
+/// Address space held back for the moment the system refuses an allocation (see [`Counting`]):
+/// at most this much, and at most an eighth of the address-space limit.
+const EMERGENCY: usize = 256 << 20;
+
+/// The emergency reserve: the address and size of an untouched private mapping, or 0.
+static RESERVE_AT: AtomicUsize = AtomicUsize::new(0);
+static RESERVE_LEN: AtomicUsize = AtomicUsize::new(0);
+/// Set once the system refused an allocation: from then on the budget counts as exceeded.
+static REFUSED: AtomicBool = AtomicBool::new(false);
+
 /// The default limit when nothing else bounds it: 4 GiB.
 pub const DEFAULT_LIMIT: usize = 4 << 30;
 
@@ -83,10 +93,15 @@ pub fn counting() -> bool {
     COUNTING.load(Relaxed)
 }
 
-/// Whether more is held than the limit allows.
+/// Whether more is held than the limit allows, or the system has refused an allocation.
 #[inline]
 pub fn exceeded() -> bool {
-    LIVE.load(Relaxed) > limit()
+    LIVE.load(Relaxed) > limit() || REFUSED.load(Relaxed)
+}
+
+/// Whether the system has refused an allocation (the run is being stopped).
+pub fn refused() -> bool {
+    REFUSED.load(Relaxed)
 }
 
 /// The error for a request of `bytes` (0: the budget was found exceeded between requests).
@@ -102,6 +117,14 @@ pub fn error_holding(bytes: usize, held: usize) -> Error {
     } else {
         format!("memory budget exceeded: allocating {}", human(bytes))
     };
+    if refused() {
+        return Error::runtime(format!(
+            "out of memory: the system refused an allocation with {} held, below the limit of \
+             {} (the address space or the machine has less; lower --max-memory)",
+            human(held),
+            human(limit())
+        ));
+    }
     Error::runtime(format!(
         "{what} with {} held; the limit is {} (raise it with --max-memory)",
         human(held),
@@ -122,7 +145,7 @@ pub fn reserve(bytes: usize) -> Result<()> {
 
 #[cold]
 fn reserve_slow(bytes: usize) -> Result<()> {
-    if live().saturating_add(bytes) > limit() {
+    if refused() || live().saturating_add(bytes) > limit() {
         return Err(error(bytes));
     }
     Ok(())
@@ -209,7 +232,11 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's guarantees.
-        let p = unsafe { self.0.alloc(layout) };
+        let mut p = unsafe { self.0.alloc(layout) };
+        if p.is_null() && release_emergency() {
+            // SAFETY: as above.
+            p = unsafe { self.0.alloc(layout) };
+        }
         if !p.is_null() {
             LIVE.fetch_add(layout.size(), Relaxed);
         }
@@ -219,7 +246,11 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded with the caller's guarantees.
-        let p = unsafe { self.0.alloc_zeroed(layout) };
+        let mut p = unsafe { self.0.alloc_zeroed(layout) };
+        if p.is_null() && release_emergency() {
+            // SAFETY: as above.
+            p = unsafe { self.0.alloc_zeroed(layout) };
+        }
         if !p.is_null() {
             LIVE.fetch_add(layout.size(), Relaxed);
         }
@@ -236,7 +267,11 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: forwarded with the caller's guarantees.
-        let p = unsafe { self.0.realloc(ptr, layout, new_size) };
+        let mut p = unsafe { self.0.realloc(ptr, layout, new_size) };
+        if p.is_null() && release_emergency() {
+            // SAFETY: as above (a failed realloc leaves `ptr` valid).
+            p = unsafe { self.0.realloc(ptr, layout, new_size) };
+        }
         if !p.is_null() {
             if new_size >= layout.size() {
                 LIVE.fetch_add(new_size - layout.size(), Relaxed);
@@ -250,8 +285,56 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
 
 /// Marks [`Counting`] as installed; called once by a program whose global allocator it is (the
 /// first allocation cannot tell, since a static cannot know it is the global allocator).
+///
+/// Also holds back the emergency reserve: address space (an untouched mapping, so no memory)
+/// that [`Counting`] gives back to the system when an allocation is refused, before trying
+/// again. The retried allocation then usually succeeds, the budget counts as [`exceeded`] from
+/// then on, and the next checkpoint ([`reserve`], or [`crate::deep::deep`] in every recursive
+/// step) stops the run with an "out of memory" runtime error instead of the abort that a
+/// failed allocation means in Rust. (It matters when `--max-memory` is set above what the
+/// system gives, e.g. under `ulimit -v`; the default limit stays below that.)
 pub fn note_counting() {
     COUNTING.store(true, Relaxed);
+    if RESERVE_AT.load(Relaxed) != 0 {
+        return;
+    }
+    let mut len = EMERGENCY;
+    // SAFETY: getrlimit and mmap only read system information / create a fresh mapping.
+    unsafe {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_AS, &mut r) == 0 && r.rlim_cur != libc::RLIM_INFINITY {
+            len = len.min(r.rlim_cur as usize / 8);
+        }
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        );
+        if p != libc::MAP_FAILED {
+            RESERVE_LEN.store(len, Relaxed);
+            RESERVE_AT.store(p as usize, Relaxed);
+        }
+    }
+}
+
+/// Gives the emergency reserve back to the system (once) and marks the budget exceeded;
+/// whether there was one to give.
+#[cold]
+fn release_emergency() -> bool {
+    REFUSED.store(true, Relaxed);
+    let at = RESERVE_AT.swap(0, Relaxed);
+    if at == 0 {
+        return false;
+    }
+    // SAFETY: `at` is the mapping made in `note_counting`, of that length, unmapped only here
+    // (the swap hands it to one caller).
+    unsafe { libc::munmap(at as *mut libc::c_void, RESERVE_LEN.load(Relaxed)) == 0 }
 }
 
 #[cfg(test)]

@@ -588,6 +588,7 @@ fn run(cli: Cli) -> CliResult<String> {
             json,
         } => {
             let (src, entry, args) = prepare(&run)?;
+            with_source(ad::check_real_valued(&entry), &src)?;
             let options = chad::dual_reverse::Options {
                 naive,
                 ..Default::default()
@@ -605,6 +606,7 @@ fn run(cli: Cli) -> CliResult<String> {
                 return Err(Error::new(ErrorKind::Argument, "--naive needs --engine dual").into());
             }
             let (src, entry, args) = prepare(&run)?;
+            with_source(ad::check_real_valued(&entry), &src)?;
             let vjp = with_source(ad::Vjp::new(&optimize(&entry)), &src)?.map_body(simplify);
             let (value, grads) = with_source(vjp.grad(&args), &src)?;
             Ok(gradient_output(&entry, &value, &grads, json))
