@@ -95,36 +95,151 @@ const TABLE: &[(&str, &[&str], f64, &[f64])] = &[
     ("def f (x : Real) : Real = abs x", &["-2.0"], 2.0, &[-1.0]),
     ("def f (x : Real) : Real = abs x", &["3.0"], 3.0, &[1.0]),
     // max and min return their first argument on ties, and differentiate the one returned.
-    ("def f (x : Real) (y : Real) : Real = max x y", &["1.5", "1.5"], 1.5, &[1.0, 0.0]),
-    ("def f (x : Real) (y : Real) : Real = max x y", &["1.0", "2.0"], 2.0, &[0.0, 1.0]),
-    ("def f (x : Real) (y : Real) : Real = max x y", &["2.0", "1.0"], 2.0, &[1.0, 0.0]),
-    ("def f (x : Real) (y : Real) : Real = min x y", &["1.5", "1.5"], 1.5, &[1.0, 0.0]),
-    ("def f (x : Real) (y : Real) : Real = min x y", &["1.0", "2.0"], 1.0, &[1.0, 0.0]),
-    ("def f (x : Real) (y : Real) : Real = min x y", &["2.0", "1.0"], 1.0, &[0.0, 1.0]),
+    (
+        "def f (x : Real) (y : Real) : Real = max x y",
+        &["1.5", "1.5"],
+        1.5,
+        &[1.0, 0.0],
+    ),
+    (
+        "def f (x : Real) (y : Real) : Real = max x y",
+        &["1.0", "2.0"],
+        2.0,
+        &[0.0, 1.0],
+    ),
+    (
+        "def f (x : Real) (y : Real) : Real = max x y",
+        &["2.0", "1.0"],
+        2.0,
+        &[1.0, 0.0],
+    ),
+    (
+        "def f (x : Real) (y : Real) : Real = min x y",
+        &["1.5", "1.5"],
+        1.5,
+        &[1.0, 0.0],
+    ),
+    (
+        "def f (x : Real) (y : Real) : Real = min x y",
+        &["1.0", "2.0"],
+        1.0,
+        &[1.0, 0.0],
+    ),
+    (
+        "def f (x : Real) (y : Real) : Real = min x y",
+        &["2.0", "1.0"],
+        1.0,
+        &[0.0, 1.0],
+    ),
     // A tie inside a larger expression: max x x = x has derivative 1, all of it via x.
-    ("def f (x : Real) : Real = max x x + min x x", &["0.5"], 1.0, &[2.0]),
+    (
+        "def f (x : Real) : Real = max x x + min x x",
+        &["0.5"],
+        1.0,
+        &[2.0],
+    ),
     // pow x y: ∂x = y·x^(y-1), exactly 0 when y = 0 (x^0 = 1 for every x, 0 included);
     // ∂y = x^y·log x where x > 0, else 0.
-    ("def f (x : Real) (y : Real) : Real = pow x y", &["0.0", "0.0"], 1.0, &[0.0, 0.0]),
-    ("def f (x : Real) (y : Real) : Real = pow x y", &["2.0", "0.0"], 1.0, &[0.0, std::f64::consts::LN_2]),
-    ("def f (x : Real) (y : Real) : Real = pow x y", &["-2.0", "0.0"], 1.0, &[0.0, 0.0]),
-    ("def f (x : Real) (y : Real) : Real = pow x y", &["0.0", "2.0"], 0.0, &[0.0, 0.0]),
-    ("def f (x : Real) (y : Real) : Real = pow x y", &["0.0", "1.0"], 0.0, &[1.0, 0.0]),
-    ("def f (x : Real) (y : Real) : Real = pow x y", &["-2.0", "2.0"], 4.0, &[-4.0, 0.0]),
-    ("def f (x : Real) (y : Real) : Real = pow x y", &["2.0", "3.0"], 8.0, &[12.0, 8.0 * std::f64::consts::LN_2]),
+    (
+        "def f (x : Real) (y : Real) : Real = pow x y",
+        &["0.0", "0.0"],
+        1.0,
+        &[0.0, 0.0],
+    ),
+    (
+        "def f (x : Real) (y : Real) : Real = pow x y",
+        &["2.0", "0.0"],
+        1.0,
+        &[0.0, std::f64::consts::LN_2],
+    ),
+    (
+        "def f (x : Real) (y : Real) : Real = pow x y",
+        &["-2.0", "0.0"],
+        1.0,
+        &[0.0, 0.0],
+    ),
+    (
+        "def f (x : Real) (y : Real) : Real = pow x y",
+        &["0.0", "2.0"],
+        0.0,
+        &[0.0, 0.0],
+    ),
+    (
+        "def f (x : Real) (y : Real) : Real = pow x y",
+        &["0.0", "1.0"],
+        0.0,
+        &[1.0, 0.0],
+    ),
+    (
+        "def f (x : Real) (y : Real) : Real = pow x y",
+        &["-2.0", "2.0"],
+        4.0,
+        &[-4.0, 0.0],
+    ),
+    (
+        "def f (x : Real) (y : Real) : Real = pow x y",
+        &["2.0", "3.0"],
+        8.0,
+        &[12.0, 8.0 * std::f64::consts::LN_2],
+    ),
     ("def f (x : Real) : Real = pow x 0.0", &["0.0"], 1.0, &[0.0]),
     // sqrt'(0) and log'(0) are +inf (IEEE: 0.5 / sqrt 0, 1 / 0).
-    ("def f (x : Real) : Real = sqrt x", &["0.0"], 0.0, &[f64::INFINITY]),
-    ("def f (x : Real) : Real = log x", &["0.0"], f64::NEG_INFINITY, &[f64::INFINITY]),
+    (
+        "def f (x : Real) : Real = sqrt x",
+        &["0.0"],
+        0.0,
+        &[f64::INFINITY],
+    ),
+    (
+        "def f (x : Real) : Real = log x",
+        &["0.0"],
+        f64::NEG_INFINITY,
+        &[f64::INFINITY],
+    ),
     // Comparisons have no tangent; at equality the branch taken is differentiated.
-    ("def f (x : Real) (y : Real) : Real = if x >= y then x else y", &["1.0", "1.0"], 1.0, &[1.0, 0.0]),
-    ("def f (x : Real) (y : Real) : Real = if x > y then x else y", &["1.0", "1.0"], 1.0, &[0.0, 1.0]),
-    ("def f (x : Real) (y : Real) : Real = if x <= y then 2.0 * x else 3.0 * y", &["1.0", "1.0"], 2.0, &[2.0, 0.0]),
-    ("def f (x : Real) (y : Real) : Real = if x < y then 2.0 * x else 3.0 * y", &["1.0", "1.0"], 3.0, &[0.0, 3.0]),
-    ("def f (x : Real) (y : Real) : Real = if x == y then x * y else x + y", &["2.0", "2.0"], 4.0, &[2.0, 2.0]),
-    ("def f (x : Real) (y : Real) : Real = if x != y then x * y else x - y", &["2.0", "2.0"], 0.0, &[1.0, -1.0]),
+    (
+        "def f (x : Real) (y : Real) : Real = if x >= y then x else y",
+        &["1.0", "1.0"],
+        1.0,
+        &[1.0, 0.0],
+    ),
+    (
+        "def f (x : Real) (y : Real) : Real = if x > y then x else y",
+        &["1.0", "1.0"],
+        1.0,
+        &[0.0, 1.0],
+    ),
+    (
+        "def f (x : Real) (y : Real) : Real = if x <= y then 2.0 * x else 3.0 * y",
+        &["1.0", "1.0"],
+        2.0,
+        &[2.0, 0.0],
+    ),
+    (
+        "def f (x : Real) (y : Real) : Real = if x < y then 2.0 * x else 3.0 * y",
+        &["1.0", "1.0"],
+        3.0,
+        &[0.0, 3.0],
+    ),
+    (
+        "def f (x : Real) (y : Real) : Real = if x == y then x * y else x + y",
+        &["2.0", "2.0"],
+        4.0,
+        &[2.0, 2.0],
+    ),
+    (
+        "def f (x : Real) (y : Real) : Real = if x != y then x * y else x - y",
+        &["2.0", "2.0"],
+        0.0,
+        &[1.0, -1.0],
+    ),
     // floor has no tangent (its result is an Int).
-    ("def f (x : Real) : Real = toReal (floor x) * x", &["2.0"], 4.0, &[2.0]),
+    (
+        "def f (x : Real) : Real = toReal (floor x) * x",
+        &["2.0"],
+        4.0,
+        &[2.0],
+    ),
 ];
 
 #[test]
@@ -146,8 +261,14 @@ fn derivatives_at_special_points_follow_the_documented_conventions() {
 
 /// Programs with near-duplicate subterms, and arguments.
 const NEAR_DUPLICATES: &[(&str, &[&str])] = &[
-    ("def f (p : (Real, Real)) : Real = cos (fst p) * cos (snd p)", &["(0.5, 1.5)"]),
-    ("def f (p : (Real, Real)) : Real = cos (snd p) * cos (fst p) + cos (fst p)", &["(0.5, 1.5)"]),
+    (
+        "def f (p : (Real, Real)) : Real = cos (fst p) * cos (snd p)",
+        &["(0.5, 1.5)"],
+    ),
+    (
+        "def f (p : (Real, Real)) : Real = cos (snd p) * cos (fst p) + cos (fst p)",
+        &["(0.5, 1.5)"],
+    ),
     (
         "def f (x : Real) (y : Real) : Real = let p = (x, y) in sin (fst p) + 2.0 * sin (snd p)",
         &["0.3", "1.1"],
@@ -161,12 +282,30 @@ const NEAR_DUPLICATES: &[(&str, &[&str])] = &[
         "def f (p : (Real, Real)) : Real = let a = sin (fst p) in let b = sin (snd p) in a * b - b",
         &["(0.4, 0.9)"],
     ),
-    ("def f (x : Real) (y : Real) : Real = pow x y - pow y x", &["2.0", "3.0"]),
-    ("def f (x : Real) (y : Real) : Real = x * y + y * x + x * x", &["2.0", "3.0"]),
-    ("def f (p : (Real, Real)) : Real = max (fst p) (snd p) * min (fst p) (snd p)", &["(0.5, 1.5)"]),
-    ("def f (p : (Real, Real)) : Real = max (fst p) (snd p) + max (snd p) (fst p)", &["(2.5, 1.5)"]),
-    ("def f (xs : Array Real) : Real = sin (xs ! 0) * sin (xs ! 1)", &["[0.3, 0.7]"]),
-    ("def f (xs : Array Real) : Real = sum (map sin xs) * sum (map cos xs)", &["[0.3, 0.7, 1.2]"]),
+    (
+        "def f (x : Real) (y : Real) : Real = pow x y - pow y x",
+        &["2.0", "3.0"],
+    ),
+    (
+        "def f (x : Real) (y : Real) : Real = x * y + y * x + x * x",
+        &["2.0", "3.0"],
+    ),
+    (
+        "def f (p : (Real, Real)) : Real = max (fst p) (snd p) * min (fst p) (snd p)",
+        &["(0.5, 1.5)"],
+    ),
+    (
+        "def f (p : (Real, Real)) : Real = max (fst p) (snd p) + max (snd p) (fst p)",
+        &["(2.5, 1.5)"],
+    ),
+    (
+        "def f (xs : Array Real) : Real = sin (xs ! 0) * sin (xs ! 1)",
+        &["[0.3, 0.7]"],
+    ),
+    (
+        "def f (xs : Array Real) : Real = sum (map sin xs) * sum (map cos xs)",
+        &["[0.3, 0.7, 1.2]"],
+    ),
     (
         "def f (xs : Array Real) (ys : Array Real) : Real = sum (map exp xs) + 2.0 * sum (map exp ys)",
         &["[0.3, 0.7]", "[1.0, -1.0, 0.5]"],
