@@ -22,6 +22,9 @@ use chad::simplify::simplify;
 use chad::source::term::Entry;
 use chad::value::Value;
 
+/// A forward-mode engine: the value and tangent along a tangent of the arguments.
+type Forward<'a> = &'a dyn Fn(&[Value]) -> chad::Result<(Value, Value)>;
+
 fn entry(src: &str) -> Entry {
     let prog = chad::source::load(src, &chad::prim::Registry::builtin())
         .unwrap_or_else(|e| panic!("{src}: {e}"));
@@ -59,9 +62,7 @@ fn gradients(e: &Entry, xs: &[Value]) -> Vec<(&'static str, f64, Vec<f64>)> {
         other => panic!("not a real: {other}"),
     };
     let flat = |gs: &[Value]| gs.iter().flat_map(fd::leaves).collect::<Vec<f64>>();
-    let forward = |name: &'static str,
-                   f: &dyn Fn(&[Value]) -> chad::Result<(Value, Value)>|
-     -> (&'static str, f64, Vec<f64>) {
+    let forward = |name: &'static str, f: Forward<'_>| -> (&'static str, f64, Vec<f64>) {
         let mut value = f64::NAN;
         let mut g = Vec::new();
         for dx in &basis {
