@@ -3,7 +3,9 @@
 //! CHAD, simplified derivative code on the engine) either fails in every mode with the
 //! evaluator's error, or succeeds in every mode with the evaluator's value. Before the
 //! simplifier kept computations that may fail (theory-notes/09), 4.2% of random programs
-//! failed in `eval` but printed a derivative in the AD modes; here the count must be 0.
+//! failed in `eval` but printed a derivative in the AD modes; here the count must be 0. Also
+//! on programs with near-duplicate subterms (`Config::near_duplicates`), where a CSE that
+//! confuses them gives a wrong value.
 
 mod common;
 
@@ -124,6 +126,18 @@ fn all_modes_agree_on_array_programs() {
     let n = common::cases(200);
     let cfg = Config {
         array_bias: true,
+        ..Config::default()
+    };
+    check(cfg, n);
+}
+
+#[test]
+fn all_modes_agree_on_programs_with_near_duplicates() {
+    // `op (fst p) ⋆ op (snd p)` and the like (Config::near_duplicates): a CSE that confuses
+    // the components gives a wrong value in the simplified modes.
+    let n = common::cases(300);
+    let cfg = Config {
+        near_duplicates: true,
         ..Config::default()
     };
     check(cfg, n);
