@@ -76,7 +76,7 @@ impl Closure for SourceClosure {
 
 /// Binds the variables of a pattern to the parts of a value.
 pub fn bind(pat: &Pat, v: Value, env: &mut Env) {
-    match pat {
+    deep(|| match pat {
         Pat::Var(x) => {
             env.insert(x.id, v);
         }
@@ -87,7 +87,7 @@ pub fn bind(pat: &Pat, v: Value, env: &mut Env) {
             bind(a, x, env);
             bind(b, y, env);
         }
-    }
+    })
 }
 
 /// Evaluates a term in an environment that binds its free variables.

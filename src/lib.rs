@@ -87,6 +87,7 @@
 
 pub mod ad;
 pub mod bench;
+pub mod budget;
 pub mod build;
 pub mod ccc;
 pub mod deep;

@@ -21,8 +21,11 @@ use std::process::ExitCode;
 /// mimalloc rather than the system allocator: derivative code allocates many small, short-lived
 /// values, and glibc's malloc handed large freed arrays back to the OS only to page-fault them in
 /// again on the next run (theory-notes/06-performance.md).
+/// Wrapped in the memory budget's counter, so `--max-memory` bounds the heap held
+/// (`chad::budget`).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: chad::budget::Counting<mimalloc::MiMalloc> =
+    chad::budget::Counting(mimalloc::MiMalloc);
 
 #[derive(Parser)]
 #[command(
@@ -33,6 +36,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// The most memory a run may hold (heap and stack), e.g. `512M`, `4G`; past it the run
+    /// stops with a runtime error. Default: 4 GiB, or less if the machine has less than 8 GiB
+    /// or the address space is limited (`ulimit -v`).
+    #[arg(long, global = true, value_name = "SIZE", value_parser = chad::budget::parse_size)]
+    max_memory: Option<usize>,
 }
 
 #[derive(Subcommand)]
@@ -335,9 +343,63 @@ impl From<Error> for Failure {
 
 type CliResult<T> = std::result::Result<T, Failure>;
 
+thread_local! {
+    /// The program and definition being worked on, to place an error that stops a run from
+    /// anywhere (out of stack or memory: `chad::deep::Exhausted`).
+    static PLACE: std::cell::RefCell<Option<(Source, chad::Span)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Records the definition being worked on (see [`PLACE`]): the span of its name.
+fn working_on(src: &Source, prog: &Program, index: usize) {
+    let d = &prog.defs[index];
+    let start = d.span.start as usize;
+    let text = &src.text[start.min(src.text.len())..];
+    let name = d.name();
+    let at = text
+        .find(name)
+        .filter(|&k| k < 64)
+        .map_or(chad::Span::new(start, start), |k| {
+            chad::Span::new(start + k, start + k + name.len())
+        });
+    PLACE.with(|p| *p.borrow_mut() = Some((src.clone(), at)));
+}
+
 fn main() -> ExitCode {
+    chad::budget::note_counting();
     let cli = Cli::parse();
-    match run(cli) {
+    if let Some(bytes) = cli.max_memory {
+        chad::budget::set_limit(bytes);
+    }
+    // A testing knob: small stack segments make recursion that does not grow the stack
+    // overflow early (tests/reliability.rs).
+    let small_stacks = std::env::var("CHAD_STACK_KIB")
+        .ok()
+        .and_then(|k| k.parse::<usize>().ok());
+    let outcome = chad::deep::catch_exhausted(|| match small_stacks {
+        Some(kib) => {
+            chad::deep::set_segment_size(kib * 1024);
+            chad::deep::on_fresh_segment(|| run(cli))
+        }
+        None => run(cli),
+    })
+    .unwrap_or_else(|why| {
+        let place = PLACE.with(|p| p.borrow_mut().take());
+        let error = why.error();
+        Err(match place {
+            Some((src, at)) => Failure {
+                error: error
+                    .with_span(at)
+                    .with_label("while running this definition"),
+                source: Some(src),
+            },
+            None => Failure {
+                error,
+                source: None,
+            },
+        })
+    });
+    match outcome {
         Ok(out) => {
             // A closed pipe (`chad show ... | head`) is not an error worth a panic.
             use std::io::Write;
@@ -503,6 +565,7 @@ fn tangent_types(entry: &Entry) -> Vec<chad::types::Type> {
 fn prepare(run: &RunArgs) -> CliResult<(Source, Entry, Vec<Value>)> {
     let (src, prog) = load(&run.file)?;
     let index = with_source(select(&src, &prog, run.def.as_deref()), &src)?;
+    working_on(&src, &prog, index);
     let entry = prog.entry(index);
     let args = arguments(run, &entry.param_types())?;
     with_source(chad::eval::check_args(&entry, &args), &src)?;
@@ -633,6 +696,7 @@ fn run(cli: Cli) -> CliResult<String> {
         } => {
             let (src, prog) = load(&run.file)?;
             let index = with_source(select(&src, &prog, run.def.as_deref()), &src)?;
+            working_on(&src, &prog, index);
             let entry = prog.entry(index);
             let args = arguments(&run, &entry.param_types())?;
             with_source(chad::eval::check_args(&entry, &args), &src)?;
@@ -684,6 +748,7 @@ fn run(cli: Cli) -> CliResult<String> {
             }
             let (src, entry, args) = prepare(&run)?;
             let sel = wrt.selection(&entry)?;
+            with_source(ad::check_real_valued(&entry), &src)?;
             let options = chad::dual_reverse::Options {
                 naive,
                 ..Default::default()
@@ -716,6 +781,7 @@ fn run(cli: Cli) -> CliResult<String> {
             native_via(native, via)?;
             let (src, entry, args) = prepare(&run)?;
             let sel = wrt.selection(&entry)?;
+            with_source(ad::check_real_valued(&entry), &src)?;
             if native.backend == Backend::Native {
                 let (value, grads) = with_source(
                     native_code(&ad::with_respect_to(&entry, &sel), &src, native, Parts::VJP)
@@ -879,6 +945,7 @@ fn run(cli: Cli) -> CliResult<String> {
         } => {
             let (src, prog) = load(&file)?;
             let index = with_source(select(&src, &prog, def.as_deref()), &src)?;
+            working_on(&src, &prog, index);
             match stage {
                 Stage::Ir => {
                     let entry = prog.entry(index);

@@ -228,6 +228,7 @@ pub struct Primitive {
     eval: Box<EvalFn>,
     scalar: Option<Scalar>,
     derivative: Derivative,
+    total: bool,
     rust: Option<String>,
 }
 
@@ -276,6 +277,7 @@ impl Primitive {
             eval: Box::new(eval),
             scalar: None,
             derivative,
+            total: false,
             rust: None,
         }
     }
@@ -295,10 +297,26 @@ impl Primitive {
         self.rust.as_deref()
     }
 
-    /// Declares the primitive's evaluation on unboxed operands (see [`Scalar`]).
+    /// Declares the primitive's evaluation on unboxed operands (see [`Scalar`]). A scalar
+    /// primitive other than [`Scalar::Int2`] is total (see [`Primitive::total`]).
     pub fn with_scalar(mut self, s: Scalar) -> Primitive {
         self.scalar = Some(s);
+        self.total |= !matches!(s, Scalar::Int2(_));
         self
+    }
+
+    /// Declares that the evaluation never fails (on arguments of the right types). The
+    /// simplifier may then drop an unused application; it keeps one that may fail, so that a
+    /// program fails in every mode exactly where the evaluator says (theory-notes/09).
+    /// Primitives are assumed partial unless declared total.
+    pub fn total(mut self) -> Primitive {
+        self.total = true;
+        self
+    }
+
+    /// Whether the evaluation never fails ([`Primitive::total`]).
+    pub fn is_total(&self) -> bool {
+        self.total
     }
 
     /// The evaluation on unboxed operands, if declared.
@@ -648,6 +666,7 @@ fn compare<T: 'static>(
             Ok(Value::Bool(f(&get(a), &get(b))))
         },
     )
+    .total()
 }
 
 /// Defines a function and keeps its source text as a constant, so that the native backend
@@ -978,7 +997,8 @@ fn builtins() -> Vec<Primitive> {
         }),
         Primitive::function("toReal", vec![Type::Int], real(), |x| {
             Ok(Value::Real(x.expect_int() as f64))
-        }),
+        })
+        .total(),
         Primitive::function("floor", vec![real()], Type::Int, |x| {
             let f = x.expect_real().floor();
             // i64 range is [-2^63, 2^63); the upper bound is exactly representable.
@@ -997,6 +1017,7 @@ fn builtins() -> Vec<Primitive> {
                 x.expect_reals().iter().copied(),
             )))
         })
+        .total()
         .with_derivative(Derivative::terms(
             |_, d| LTerm::mk(LTermKind::Sum(d[0].clone())),
             |x, v| {
@@ -1036,7 +1057,8 @@ fn builtins() -> Vec<Primitive> {
         )),
         Primitive::function("not", vec![Type::Bool], Type::Bool, |x| {
             Ok(Value::Bool(!x.expect_bool()))
-        }),
+        })
+        .total(),
         real2_with(
             "add",
             Fixity::Infix("+", 4),
@@ -1111,7 +1133,8 @@ fn builtins() -> Vec<Primitive> {
                     Value::inr(Value::Unit)
                 })
             },
-        ),
+        )
+        .total(),
     ];
     type Cmp = (
         &'static str,

@@ -85,6 +85,12 @@ pub struct Config {
     /// rest of the context) and on a real-valued condition with a step bound (`while`). Off by
     /// default (the native backend does not lower loops yet).
     pub loops: bool,
+    /// Also generate near-duplicate subterms that a common-subexpression pass must keep apart:
+    /// `let p = e in op (fst p) ⋆ op (snd p)` for a unary primitive `op` and a binary `⋆`,
+    /// and `f (fst p) (snd p) ⋆ f (snd p) (fst p)` for a binary `f` (issue 27: random
+    /// programs never applied one primitive to both components of one value, and a CSE that
+    /// keyed `snd` as `fst` went unnoticed). Off by default.
+    pub near_duplicates: bool,
 }
 
 impl Default for Config {
@@ -104,6 +110,7 @@ impl Default for Config {
             array_bias: false,
             sum_bias: false,
             loops: false,
+            near_duplicates: false,
         }
     }
 }
@@ -689,6 +696,49 @@ impl Gen {
                                     xs.into_iter()
                                         .fold(Term::var(&f), |acc, x| mk(TermKind::App(acc, x)))
                                 })
+                            })
+                            .boxed()
+                    }),
+                ));
+            }
+        }
+
+        // Near-duplicates (see `Config::near_duplicates`).
+        if cfg.near_duplicates && ty == Type::Real {
+            let real = |p: &&Prim, n: usize| {
+                p.params().len() == n
+                    && p.params().iter().all(|t| *t == Type::Real)
+                    && *p.result() == Type::Real
+            };
+            let unary: Vec<Prim> = cfg.prims.iter().filter(|p| real(p, 1)).cloned().collect();
+            let binary: Vec<Prim> = cfg.prims.iter().filter(|p| real(p, 2)).cloned().collect();
+            if !unary.is_empty() && !binary.is_empty() {
+                let g = self.clone();
+                opts.push((
+                    4,
+                    lazy(move || {
+                        let pair = Type::prod(Type::Real, Type::Real);
+                        (
+                            proptest::sample::select(unary.clone()),
+                            proptest::sample::select(binary.clone()),
+                            proptest::sample::select(binary.clone()),
+                            g.term(&pair, d),
+                            0u8..3,
+                        )
+                            .prop_map(move |(u, b, f, e, shape)| {
+                                let p = Var::fresh("p", pair.clone());
+                                let fst = || mk(TermKind::Fst(Term::var(&p)));
+                                let snd = || mk(TermKind::Snd(Term::var(&p)));
+                                let un = |x: Term| mk(TermKind::Prim(u.clone(), vec![x]));
+                                let bin = |o: &Prim, x: Term, y: Term| {
+                                    mk(TermKind::Prim(o.clone(), vec![x, y]))
+                                };
+                                let body = match shape {
+                                    0 => bin(&b, un(fst()), un(snd())),
+                                    1 => bin(&b, un(snd()), bin(&b, un(fst()), un(snd()))),
+                                    _ => bin(&b, bin(&f, fst(), snd()), bin(&f, snd(), fst())),
+                                };
+                                mk(TermKind::Let(Pat::Var(p), e, body))
                             })
                             .boxed()
                     }),

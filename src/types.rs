@@ -56,11 +56,11 @@ impl Type {
     /// The right-nested tuple of the given types: `()` for none, `A` for one,
     /// `A × (B × C)` for three.
     pub fn tuple(tys: &[Type]) -> Type {
-        match tys {
+        deep(|| match tys {
             [] => Type::Unit,
             [a] => a.clone(),
             [a, rest @ ..] => Type::prod(a.clone(), Type::tuple(rest)),
-        }
+        })
     }
 
     /// `A1 → A2 → ... → B`.

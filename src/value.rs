@@ -432,7 +432,10 @@ pub fn sum_reals(xs: impl IntoIterator<Item = f64>) -> f64 {
 /// requests from `build` and `replicate` are runtime errors rather than allocation failures.
 pub const MAX_ARRAY_LEN: i64 = 1 << 28;
 
-/// Validates a requested array length for `op` (`build`, `replicate`).
+/// Validates a requested array length for `op` (`build`, `replicate`, `lbuild`, `onehot`):
+/// the gate every evaluator's array allocation of a computed length passes, so it is also
+/// where the memory budget is asked ([`crate::budget::reserve`]): [`BYTES_PER_ELEMENT`] per
+/// element (a one-hot, which is sparse, asks nothing).
 pub fn check_len(op: &str, n: i64) -> Result<usize> {
     if n < 0 {
         Err(Error::runtime(format!("{op}: negative length {n}")))
@@ -441,9 +444,17 @@ pub fn check_len(op: &str, n: i64) -> Result<usize> {
             "{op}: length {n} exceeds the limit of {MAX_ARRAY_LEN} elements"
         )))
     } else {
+        if op != "onehot" {
+            crate::budget::reserve((n as usize).saturating_mul(BYTES_PER_ELEMENT))
+                .map_err(|e| e.prefixed(&format!("{op} of {n} elements: ")))?;
+        }
         Ok(n as usize)
     }
 }
+
+/// What [`check_len`] asks the budget for per element: a boxed [`Value`] (an array of reals
+/// takes half, but is built from values in places).
+pub const BYTES_PER_ELEMENT: usize = std::mem::size_of::<Value>();
 
 /// Validates an index `i` into an array of length `n` (the check and message of
 /// [`Value::index`], for evaluators with their own array representation).

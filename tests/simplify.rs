@@ -760,7 +760,14 @@ fn redexes(root: &Term) -> Vec<(&'static str, String)> {
                     K::Let(Pat::Pair(..), e, _) if matches!(e.kind, K::Pair(..)) => {
                         Some("a destructuring of a pair")
                     }
-                    K::Let(p, _, b) if all_unused(&p.vars(), Child::C(b)) => Some("a dead let"),
+                    // (A computation that may fail stays, bound to nothing: the language is
+                    // strict, theory-notes/09.)
+                    K::Let(p, e, b)
+                        if all_unused(&p.vars(), Child::C(b))
+                            && !chad::simplify::strict::may_fail(e) =>
+                    {
+                        Some("a dead let")
+                    }
                     K::App(f, _) if matches!(f.kind, K::Lam(..)) => Some("a β-redex"),
                     K::LinApp(f, _) if matches!(f.kind, K::LinLam(..)) => Some("a linear β-redex"),
                     _ => None,

@@ -724,7 +724,11 @@ impl Arrays for Forward {
     }
 
     fn array(&self, a: &Type, n: usize) -> Result<Mor> {
-        // let (x1, ..., xn) = x in ([x1, ..., xn], λ̲d. onehot n 0 d1 + ... + onehot n (n-1) dn)
+        // let (x1, ..., xn) = x in
+        // ([x1, ..., xn], λ̲d. let lin r1 = snd d in ... let lin r(n-1) = snd r(n-2) in
+        //                    onehot n 0 (fst d) + onehot n 1 (fst r1) + ... + onehot n (n-1) r(n-1))
+        // The tangent's components are named by a chain of linear lets: `fst (snd (.. d))`
+        // written out per component would be quadratic in n.
         let dom = Type::tuple(&vec![a.clone(); n]);
         let cod = Type::array(a.clone());
         new_mor(self, &dom, &cod, |x| {
@@ -733,7 +737,31 @@ impl Arrays for Forward {
             let primal = Term::mk(TermKind::Array(self.primal(a), items));
             lets.finish(self.combined(&dom, primal, |d| {
                 let len = Term::lit(Lit::Int(n as i64));
-                split_linear(d, n)
+                let mut rests = Vec::new();
+                let mut comps = Vec::with_capacity(n);
+                let mut rest = d;
+                // The tangent type of the components after the k-th (shared subtrees of the
+                // domain's tangent type: building each anew would be quadratic too).
+                let mut rest_ty = self.tangent(&dom);
+                for k in 0..n {
+                    if k + 1 == n {
+                        comps.push(rest.clone());
+                        break;
+                    }
+                    comps.push(LTerm::fst(rest.clone()));
+                    rest_ty = match rest_ty.as_prod() {
+                        Some((_, tail)) => tail.clone(),
+                        None => unreachable!("the tangent of a tuple of {n} components"),
+                    };
+                    if k + 2 < n {
+                        let r = Var::linear(name("r"), rest_ty.clone());
+                        rests.push((r.clone(), LTerm::snd(rest)));
+                        rest = LTerm::var(&r);
+                    } else {
+                        rest = LTerm::snd(rest);
+                    }
+                }
+                let sum = comps
                     .into_iter()
                     .enumerate()
                     .map(|(k, dk)| {
@@ -741,7 +769,11 @@ impl Arrays for Forward {
                         LTerm::mk(LTermKind::OneHot(len.clone(), at, dk))
                     })
                     .reduce(LTerm::plus)
-                    .unwrap_or_else(|| LTerm::zero(self.tangent(&cod)))
+                    .unwrap_or_else(|| LTerm::zero(self.tangent(&cod)));
+                rests
+                    .into_iter()
+                    .rev()
+                    .fold(sum, |body, (r, def)| LTerm::lin_let(&r, def, body))
             }))
         })
     }

@@ -337,10 +337,13 @@ impl<T: Clone> Memo<T> {
             return v.clone();
         }
         let v = f();
-        // A node only the caller holds (a type just made, e.g. the domain `A × B` of `fst`)
-        // cannot be asked about again once dropped: not worth an entry (a fifth of reverse AD's
-        // type lookups, each an insertion that kept the type alive).
-        if unshared(t) {
+        // A small node only the caller holds (a type just made, e.g. the domain `A × B` of
+        // `fst`) cannot be asked about again once dropped: not worth an entry (a fifth of
+        // reverse AD's type lookups, each an insertion that kept the type alive). A big one is
+        // worth it even so: it may become a component of the next type made (the codomain of
+        // a pair is made from its components' codomains), and mapping it again there would
+        // make a tuple of n components cost O(n²).
+        if unshared(t) && small(t, 3) {
             return v;
         }
         // Keeping `t` alive keeps its address from being reused by another type.
@@ -355,6 +358,20 @@ fn unshared(t: &Type) -> bool {
         Type::Prod(p) | Type::Fun(p) | Type::Sum(p) => Rc::strong_count(p) == 1,
         Type::Array(a) => Rc::strong_count(a) == 1,
         Type::Real | Type::Int | Type::Bool | Type::Unit => false,
+    }
+}
+
+/// Whether `t` has no path longer than `depth` nodes.
+fn small(t: &Type, depth: usize) -> bool {
+    if depth == 0 {
+        return false;
+    }
+    match t {
+        Type::Prod(p) | Type::Fun(p) | Type::Sum(p) => {
+            small(&p.0, depth - 1) && small(&p.1, depth - 1)
+        }
+        Type::Array(a) => small(a, depth - 1),
+        Type::Real | Type::Int | Type::Bool | Type::Unit => true,
     }
 }
 
@@ -610,11 +627,11 @@ pub(crate) fn split_args(x: &Var, tys: &[Ty], lets: &mut Lets) -> Vec<Term> {
                 .map(|(i, t)| Var::fresh(format!("{}{}", x.name, i + 1), t.clone()))
                 .collect();
             fn pat(vars: &[Var]) -> Pat {
-                match vars {
+                deep(|| match vars {
                     [v] => Pat::Var(v.clone()),
                     [v, rest @ ..] => Pat::Pair(Box::new(Pat::Var(v.clone())), Box::new(pat(rest))),
                     [] => unreachable!("at least two components"),
-                }
+                })
             }
             lets.push(pat(&vars), Term::var(x));
             vars.iter().map(Term::var).collect()
@@ -857,16 +874,7 @@ impl Vjp {
 
     /// The value and the gradient with respect to every argument, for a `Real`-valued entry.
     pub fn grad(&self, args: &[Value]) -> Result<(Value, Vec<Value>)> {
-        if !matches!(self.entry.body.ty, Type::Real) {
-            return Err(Error::new(
-                ErrorKind::Argument,
-                format!(
-                    "grad needs a Real-valued definition, but `{}` returns `{}` (use vjp with a \
-                     cotangent)",
-                    self.entry.name, self.entry.body.ty
-                ),
-            ));
-        }
+        check_real_valued(&self.entry)?;
         self.vjp(args, &Value::Real(1.0))
     }
 }
@@ -885,6 +893,7 @@ pub fn vjp(entry: &Entry, args: &[Value], cotangent: &Value) -> Result<(Value, V
 /// Reverse mode for a `Real`-valued entry: the value and the gradient for every argument
 /// (`()` for discrete arguments).
 pub fn grad(entry: &Entry, args: &[Value]) -> Result<(Value, Vec<Value>)> {
+    check_real_valued(entry)?;
     Vjp::new(entry)?.grad(args)
 }
 
@@ -921,4 +930,20 @@ pub(crate) fn taped_loop(
         Term::mk(TermKind::Loop(step, Term::var(&a0), true)),
     );
     (bv, fs)
+}
+
+/// `grad`'s precondition: the entry returns `Real`. Checked before differentiating, which may
+/// be costly (issue 27: a 10⁴-deep `Array` result type took 40 s to reject).
+pub fn check_real_valued(entry: &Entry) -> Result<()> {
+    if matches!(entry.body.ty, Type::Real) {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::Argument,
+        format!(
+            "grad needs a Real-valued definition, but `{}` returns `{}` (use vjp with a \
+             cotangent)",
+            entry.name, entry.body.ty
+        ),
+    ))
 }

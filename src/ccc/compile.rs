@@ -149,7 +149,7 @@ impl Compiler {
             level: usize,
             out: &mut HashMap<VarId, (usize, SmallVec<[Step; 4]>)>,
         ) {
-            match p {
+            deep(|| match p {
                 Pat::Var(v) => {
                     out.insert(v.id, (level, path.clone()));
                 }
@@ -162,7 +162,7 @@ impl Compiler {
                     walk(b, path, level, out);
                     path.pop();
                 }
-            }
+            })
         }
         walk(p, &mut SmallVec::new(), level, &mut self.vars);
         let top = self
@@ -241,10 +241,12 @@ impl Compiler {
     }
 
     fn pop(&mut self, p: &Pat) {
-        for v in p.vars() {
-            self.vars.remove(&v.id);
-        }
-        self.levels.pop();
+        deep(|| {
+            for v in p.vars() {
+                self.vars.remove(&v.id);
+            }
+            self.levels.pop();
+        })
     }
 
     /// Compiles `t` in the context extended by `p`: a combinator `Γ × A → τ`.
@@ -293,7 +295,7 @@ impl Compiler {
 
     /// `⟨c1, ⟨c2, ... cn⟩⟩`, or `bang` for none.
     fn tuple(&mut self, ts: &[Term]) -> Comb {
-        match ts {
+        deep(|| match ts {
             [] => Comb::bang(self.ctx()),
             [t] => self.term(t),
             [t, rest @ ..] => {
@@ -301,7 +303,7 @@ impl Compiler {
                 let b = self.tuple(rest);
                 Comb::pair(a, b)
             }
-        }
+        })
     }
 
     /// `⟨id, c⟩`: pairs the context with the value of `c` (for `dist`, `map`, `build`, whose
@@ -312,10 +314,19 @@ impl Compiler {
 
     fn term(&mut self, t: &Term) -> Comb {
         let c = deep(|| self.term_inner(t));
-        // The typing judgement Γ ⊢ t : τ becomes ⟦t⟧ : Γ → τ, at every subterm. (O(1) in
-        // practice: the context type is shared, so equality stops at the pointer.)
+        // The typing judgement Γ ⊢ t : τ becomes ⟦t⟧ : Γ → τ, at every subterm. (The domain
+        // check is O(1): the context type is shared, so equality stops at the pointer. The
+        // codomain is built anew by the combinators, so comparing it is O(size of τ) per
+        // subterm, quadratic on a 10⁴-tuple: checked in debug builds, and by the tests' type
+        // reconstruction model, `ccc::typing`.)
         assert!(
-            c.dom == *self.ctx() && c.cod == t.ty,
+            c.dom == *self.ctx(),
+            "internal error: compiled {t} to a combinator from {}, expected {}",
+            c.dom,
+            self.ctx()
+        );
+        debug_assert!(
+            c.cod == t.ty,
             "internal error: compiled {t} to a combinator of type {} → {}, expected {} → {}",
             c.dom,
             c.cod,

@@ -52,7 +52,7 @@ pub fn to_string(c: &Comb, width: usize) -> String {
             Ok(d) => d,
             Err(e) => match e {},
         };
-        chain.doc().pretty(width).to_string()
+        crate::source::print::render(&chain.doc(), width)
     })
 }
 

@@ -355,7 +355,7 @@ pub fn eval(t: &Term, env: &Env) -> Result<Dual> {
 }
 
 fn bind(pat: &Pat, v: Dual, env: &mut Env) {
-    match pat {
+    deep(|| match pat {
         Pat::Var(x) => {
             env.insert(x.id, v);
         }
@@ -366,7 +366,7 @@ fn bind(pat: &Pat, v: Dual, env: &mut Env) {
             bind(a, x, env);
             bind(b, y, env);
         }
-    }
+    })
 }
 
 fn eval_node(t: &Term, env: &Env) -> Result<Dual> {

@@ -1419,6 +1419,9 @@ struct Nest {
     tys: Vec<Ty>,
 }
 
+/// The deepest [`Nest`] looked for (levels of arrays carried in arrays).
+const MAX_LEVELS: usize = 8;
+
 /// What happens to the innermost array of a [`Nest`].
 enum Inner {
     /// An array of closures: converted (`closureConvert`).
@@ -1447,7 +1450,7 @@ impl Nest {
         if let Some(n) = Nest::direct(rs, e, scope, unread).into_iter().next() {
             return Some(n);
         }
-        Nest::carried(rs, e, unread)
+        Nest::carried(rs, e, unread, MAX_LEVELS)
             .into_iter()
             .find(|n| uses_only(rs.id, scope, Kind::Tape(&n.levels, &n.inner)))
     }
@@ -1493,7 +1496,13 @@ impl Nest {
 
     /// The closure arrays that the elements of `rs = e` carry in their tuples, directly or
     /// deeper, with their uses inside the elements checked (not the uses of `rs`).
-    fn carried(rs: &Var, e: &Term, unread: bool) -> Vec<Nest> {
+    /// At most `depth` levels deep: each level re-reads the scope below it, so an unbounded
+    /// search is cubic in the nesting of a program's loops (a 250-deep nest of `build`s took
+    /// a minute); tapes nested deeper than [`MAX_LEVELS`] are left as they are.
+    fn carried(rs: &Var, e: &Term, unread: bool, depth: usize) -> Vec<Nest> {
+        if depth == 0 {
+            return Vec::new();
+        }
         let Some((params, body)) = element_of(e) else {
             return Vec::new();
         };
@@ -1520,7 +1529,7 @@ impl Nest {
             let def = lets[k].1;
             let mut found: Vec<Nest> = Nest::direct(&x, def, Scope::C(&scope), unread);
             found.extend(
-                Nest::carried(&x, def, unread)
+                Nest::carried(&x, def, unread, depth - 1)
                     .into_iter()
                     .filter(|n| uses_only(x.id, Scope::C(&scope), Kind::Tape(&n.levels, &n.inner))),
             );
@@ -1912,94 +1921,149 @@ impl<'a> Kind<'a> {
 }
 
 /// Whether every use of `rs` in its scope is one of `kind`.
+///
+/// One traversal of the scope: where a `let` binds the array a level carries to a variable,
+/// that variable is tracked with the next level's kind from there on, alongside `rs` (checking
+/// each such variable's scope separately walked a nest of `k` levels 2^k times).
 fn uses_only(rs: VarId, scope: Scope<'_>, kind: Kind<'_>) -> bool {
     use crate::target::term::Child;
     struct Uses<'a> {
-        rs: VarId,
-        kind: Kind<'a>,
+        /// The tracked variables and what their uses may be.
+        vars: Vec<(VarId, Kind<'a>)>,
     }
-    impl Uses<'_> {
-        fn is_rs(&self, t: &Term) -> bool {
-            matches!(&t.kind, TermKind::Var(x) if x.id == self.rs)
+    impl<'a> Uses<'a> {
+        fn kind_of(&self, id: VarId) -> Option<Kind<'a>> {
+            self.vars
+                .iter()
+                .rev()
+                .find(|(v, _)| *v == id)
+                .map(|&(_, k)| k)
         }
-        fn closures(&self) -> bool {
-            matches!(self.kind, Kind::Closures)
+        /// The tracked variable `t` is, and its kind.
+        fn tracked(&self, t: &Term) -> Option<Kind<'a>> {
+            match &t.kind {
+                TermKind::Var(x) => self.kind_of(x.id),
+                _ => None,
+            }
         }
-        /// `let p = e in body` where `e` reads the carried array: `p` binds it to a
-        /// variable of the next kind in `body`, or to nothing.
-        fn carried(&self, p: &Pat, e: &Term, body: Child<'_>) -> Option<bool> {
-            if !matches!(self.kind, Kind::Tape(..) | Kind::Unread(_)) {
+        /// `(q, j, kind)` if `t` is `proj (v ! j)` for a tracked `v` (see [`indexed`]).
+        fn indexed(&self, t: &'a Term) -> Option<(Vec<bool>, &'a Term, Kind<'a>)> {
+            let mut root = t;
+            while let TermKind::Fst(e) | TermKind::Snd(e) = &root.kind {
+                root = e;
+            }
+            let TermKind::Index(a, _) = &root.kind else {
+                return None;
+            };
+            let TermKind::Var(v) = &a.kind else {
+                return None;
+            };
+            let k = self.kind_of(v.id)?;
+            let (q, j) = indexed(t, v.id)?;
+            Some((q, j, k))
+        }
+        /// `let p = e in body` where `e` reads the array carried at a level: `p` binds it to
+        /// a variable whose uses in `body` are of the next level's kind, or binds nothing
+        /// there. The whole let's verdict, body included.
+        fn carried(&mut self, p: &Pat, e: &'a Term, body: Child<'a>) -> Option<bool> {
+            let (q, j, k) = self.indexed(e)?;
+            if !matches!(k, Kind::Tape(..) | Kind::Unread(_)) {
                 return None;
             }
-            let (q, j) = indexed(e, self.rs)?;
-            let path = self.kind.path();
+            let path = k.path();
             if disjoint(&q, path) {
                 return None;
             }
-            Some(q.len() <= path.len() && self.term(j) && self.binds(p, &path[q.len()..], body))
-        }
-        fn binds(&self, p: &Pat, rest: &[bool], body: Child<'_>) -> bool {
-            match (p, rest) {
-                (Pat::Wild(_), _) => true,
-                (Pat::Var(y), []) if matches!(self.kind, Kind::Tape(..)) => Uses {
-                    rs: y.id,
-                    kind: self.kind.next(),
+            if !(q.len() <= path.len() && self.term(j)) {
+                return Some(false);
+            }
+            match binds(p, &path[q.len()..], k) {
+                None => Some(false),
+                Some(new) => {
+                    let n = self.vars.len();
+                    self.vars.extend(new);
+                    let ok = self.child(body);
+                    self.vars.truncate(n);
+                    Some(ok)
                 }
-                .child(body),
-                (Pat::Pair(a, b), [first, more @ ..]) => {
-                    self.binds(if *first { a } else { b }, more, body)
-                }
-                _ => false,
             }
         }
-        fn term(&self, t: &Term) -> bool {
+        fn term(&mut self, t: &'a Term) -> bool {
             deep(|| {
                 if let TermKind::Let(p, e, body) = &t.kind
                     && let Some(ok) = self.carried(p, e, Child::C(body))
                 {
-                    return ok && self.term(body);
+                    return ok;
                 }
-                if let Some((q, j)) = indexed(t, self.rs) {
-                    return disjoint(&q, self.kind.path()) && self.term(j);
+                if let Some((q, j, k)) = self.indexed(t) {
+                    return disjoint(&q, k.path()) && self.term(j);
                 }
                 match &t.kind {
-                    TermKind::Var(x) => x.id != self.rs,
-                    TermKind::Map(f, xs) if self.is_rs(xs) => {
-                        projection(f) == Some(true) && disjoint(&[true], self.kind.path())
+                    TermKind::Var(x) => self.kind_of(x.id).is_none(),
+                    TermKind::Map(f, xs) if let Some(k) = self.tracked(xs) => {
+                        projection(f) == Some(true) && disjoint(&[true], k.path())
                     }
-                    TermKind::Length(a) if self.is_rs(a) => true,
-                    _ => t.children().iter().all(|c| self.child(*c)),
+                    TermKind::Length(a) if self.tracked(a).is_some() => true,
+                    _ => t.children().into_iter().all(|c| self.child(c)),
                 }
             })
         }
-        fn linear(&self, l: &LTerm) -> bool {
-            deep(|| match &l.kind {
-                LTermKind::Let(p, e, body) if self.carried(p, e, Child::L(body)).is_some() => {
-                    self.carried(p, e, Child::L(body)) == Some(true) && self.linear(body)
-                }
-                LTermKind::App(f, x) if self.closures() => match applied(f, self.rs) {
-                    Some(j) => self.term(j) && self.linear(x),
-                    None => self.term(f) && self.linear(x),
-                },
-                LTermKind::ZipWith(fs, w)
-                    if self.closures()
-                        && (self.is_rs(fs)
-                            || matches!(&fs.kind, TermKind::Map(f, a)
-                            if self.is_rs(a) && projection(f) == Some(false))) =>
+        fn linear(&mut self, l: &'a LTerm) -> bool {
+            deep(|| {
+                if let LTermKind::Let(p, e, body) = &l.kind
+                    && let Some(ok) = self.carried(p, e, Child::L(body))
                 {
-                    self.linear(w)
+                    return ok;
                 }
-                _ => l.children().iter().all(|c| self.child(*c)),
+                match &l.kind {
+                    LTermKind::App(f, x) if let Some(j) = self.applied(f) => {
+                        self.term(j) && self.linear(x)
+                    }
+                    LTermKind::ZipWith(fs, w) if self.zipped(fs) => self.linear(w),
+                    _ => l.children().into_iter().all(|c| self.child(c)),
+                }
             })
         }
-        fn child(&self, c: Child<'_>) -> bool {
+        /// `j` if `f` is `snd (v ! j)` (or `v ! j`) for a tracked `v` whose closures may be
+        /// applied.
+        fn applied(&self, f: &'a Term) -> Option<&'a Term> {
+            let e = match &f.kind {
+                TermKind::Snd(e) => e,
+                _ => f,
+            };
+            let TermKind::Index(a, j) = &e.kind else {
+                return None;
+            };
+            matches!(self.tracked(a), Some(Kind::Closures)).then_some(j)
+        }
+        /// Whether `fs` is a tracked closure array `v` or `map (\r -> snd r) v`.
+        fn zipped(&self, fs: &Term) -> bool {
+            let a = match &fs.kind {
+                TermKind::Map(f, a) if projection(f) == Some(false) => a,
+                _ => fs,
+            };
+            matches!(self.tracked(a), Some(Kind::Closures))
+        }
+        fn child(&mut self, c: Child<'a>) -> bool {
             match c {
                 Child::C(t) => self.term(t),
                 Child::L(l) => self.linear(l),
             }
         }
     }
-    let u = Uses { rs, kind };
+    /// The variables a pattern binds to the carried array at `rest` below its root, with their
+    /// kinds (none for a wildcard), or `None` if it binds something else there.
+    fn binds<'a>(p: &Pat, rest: &[bool], k: Kind<'a>) -> Option<Vec<(VarId, Kind<'a>)>> {
+        match (p, rest) {
+            (Pat::Wild(_), _) => Some(Vec::new()),
+            (Pat::Var(y), []) if matches!(k, Kind::Tape(..)) => Some(vec![(y.id, k.next())]),
+            (Pat::Pair(a, b), [first, more @ ..]) => binds(if *first { a } else { b }, more, k),
+            _ => None,
+        }
+    }
+    let mut u = Uses {
+        vars: vec![(rs, kind)],
+    };
     match scope {
         Scope::C(t) => u.term(t),
         Scope::L(l) => u.linear(l),
@@ -2290,6 +2354,8 @@ fn fst_of_elements(xs: &Term) -> Option<Term> {
     map_body(xs, |body| {
         let (lets, core) = lets_of(body);
         let first = match &core.kind {
+            // Strict: a second component that may fail is not dropped (theory-notes/09).
+            TermKind::Pair(_, b) if super::strict::may_fail(b) => return None,
             TermKind::Pair(a, _) => a.clone(),
             // The value of each branch (`caseProj` inside the element).
             _ => project_branches(core, true)?,

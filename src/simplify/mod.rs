@@ -55,6 +55,7 @@ pub mod inline;
 pub mod occur;
 mod pass;
 mod split;
+pub mod strict;
 mod table;
 mod types;
 pub mod unique;

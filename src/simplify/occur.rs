@@ -10,6 +10,8 @@
 //! code: Cartesian `\x ->`, linear `λ̲v.`, the power `\b -> l` and the linear `lbuild` body
 //! (`map`, `map2`, `build`, `copowfold` and `zipWith` take Cartesian λs, which count as such).
 //! Branches of `if` and `case` do not count: each runs at most once per run of the enclosing code.
+//! They are recorded separately (`under_branch`): a computation that may fail must not move into
+//! a branch, where it would run only if the branch is taken (the language is strict).
 
 use super::table::IdTable;
 use crate::target::term::{LTerm, LTermKind, Pat, Term, TermKind, VarId};
@@ -21,6 +23,9 @@ pub struct Occ {
     pub count: u32,
     /// Whether some occurrence is under a λ that does not also enclose the binder.
     pub under_lambda: bool,
+    /// Whether some occurrence is in a branch of an `if` or `case` that does not also enclose
+    /// the binder.
+    pub under_branch: bool,
     /// Occurrences as the array of `map (\r -> fst r) x` or `map (\r -> snd r) x` (the only
     /// uses `mapPairSplit` can serve).
     pub map_proj: u32,
@@ -32,8 +37,9 @@ pub struct Occ {
     /// Occurrences as the function of an application `x a` (`letLamPairSplit` splits only
     /// functions used nowhere else, so it never has to rebuild the pair-valued function).
     pub applied: u32,
-    /// The λ depth of the binder (λs enclosing it), for computing `under_lambda`.
-    depth: u32,
+    /// The depth of the binder: λs enclosing it (high half) and branches (low half), for
+    /// computing `under_lambda` and `under_branch`.
+    depth: u64,
     /// Whether the variable is bound in the analysed term (a table entry exists for every
     /// identity in its window).
     bound: bool,
@@ -47,9 +53,13 @@ impl Occ {
 
     /// Whether inlining the bound term at its occurrences cannot duplicate work: exactly one
     /// occurrence, and that one not under a λ unless the bound term is itself a value. (No
-    /// occurrence at all is `deadLet`'s business.)
-    pub fn inline_once(&self, value: bool) -> bool {
-        self.count == 1 && self.pair_component == 0 && (value || !self.under_lambda)
+    /// occurrence at all is `deadLet`'s business.) Nor in a branch unless `total()` says the
+    /// bound term cannot fail (asked only then).
+    pub fn inline_once(&self, value: bool, total: impl FnOnce() -> bool) -> bool {
+        self.count == 1
+            && self.pair_component == 0
+            && (value || !self.under_lambda)
+            && (value || !self.under_branch || total())
     }
 }
 
@@ -120,7 +130,7 @@ impl<T: OccEntry> Occurrences<T> {
         self.map.get(v).map(|e| *e.occ()).filter(|o| o.bound)
     }
 
-    fn bind(&mut self, v: VarId, depth: u32) {
+    fn bind(&mut self, v: VarId, depth: u64) {
         let o = self.map.slot(v).occ_mut();
         if o.bound {
             self.duplicates = true;
@@ -137,15 +147,15 @@ impl<T: OccEntry> Occurrences<T> {
         self.map.get_mut(v).map(T::occ_mut).filter(|o| o.bound)
     }
 
-    fn bind_pat(&mut self, p: &Pat, depth: u32) {
-        match p {
+    fn bind_pat(&mut self, p: &Pat, depth: u64) {
+        crate::deep::deep(|| match p {
             Pat::Var(x) => self.bind(x.id, depth),
             Pat::Wild(_) => {}
             Pat::Pair(a, b) => {
                 self.bind_pat(a, depth);
                 self.bind_pat(b, depth);
             }
-        }
+        })
     }
 
     /// Counts the variables that are components of `let x = (a, b)`.
@@ -165,10 +175,11 @@ impl<T: OccEntry> Occurrences<T> {
         }
     }
 
-    fn occur(&mut self, v: VarId, depth: u32) {
+    fn occur(&mut self, v: VarId, depth: u64) {
         if let Some(o) = self.entry(v) {
             o.count = o.count.saturating_add(1);
-            o.under_lambda |= depth > o.depth;
+            o.under_lambda |= depth >> 32 > o.depth >> 32;
+            o.under_branch |= depth & BRANCHES > o.depth & BRANCHES;
         }
     }
 
@@ -186,26 +197,27 @@ impl<T: OccEntry> Occurrences<T> {
         }
     }
 
-    fn term<'a>(&mut self, t: &'a Term, d: u32, work: &mut Vec<Work<'a>>) {
+    fn term<'a>(&mut self, t: &'a Term, d: u64, work: &mut Vec<Work<'a>>) {
         use TermKind as K;
         use Work::{Bind, C, L};
         match &t.kind {
             K::Var(x) => self.occur(x.id, d),
             K::Lit(_) => {}
             K::Lam(x, b) => {
-                self.bind(x.id, d + 1);
-                work.push(C(b, d + 1));
+                self.bind(x.id, d + LAM);
+                work.push(C(b, d + LAM));
             }
             K::LinLam(v, l) => {
-                self.bind(v.id, d + 1);
-                work.push(L(l, d + 1));
+                self.bind(v.id, d + LAM);
+                work.push(L(l, d + LAM));
             }
             K::Let(p, e, b) => {
                 self.let_bound_pair(p, e);
                 work.extend([C(b, d), Bind(p, d), C(e, d)]);
             }
             K::Case(e, p, a, q, b) => {
-                work.extend([C(b, d), Bind(q, d), C(a, d), Bind(p, d), C(e, d)]);
+                let br = d + 1;
+                work.extend([C(b, br), Bind(q, br), C(a, br), Bind(p, br), C(e, d)]);
             }
             K::App(f, a) => {
                 if let K::Var(x) = &f.kind
@@ -235,14 +247,15 @@ impl<T: OccEntry> Occurrences<T> {
             | K::Inr(_, a)
             | K::Length(a)
             | K::LinPrim(_, a) => work.push(C(a, d)),
-            K::If(a, b, c) | K::Map2(a, b, c) => work.extend([C(c, d), C(b, d), C(a, d)]),
+            K::If(a, b, c) => work.extend([C(c, d + 1), C(b, d + 1), C(a, d)]),
+            K::Map2(a, b, c) => work.extend([C(c, d), C(b, d), C(a, d)]),
             K::Prim(_, args) | K::Array(_, args) => {
                 work.extend(args.iter().rev().map(|a| C(a, d)));
             }
         }
     }
 
-    fn linear<'a>(&mut self, l: &'a LTerm, d: u32, work: &mut Vec<Work<'a>>) {
+    fn linear<'a>(&mut self, l: &'a LTerm, d: u64, work: &mut Vec<Work<'a>>) {
         use LTermKind as K;
         use Work::{Bind, BindVar, C, L};
         match &l.kind {
@@ -263,11 +276,11 @@ impl<T: OccEntry> Occurrences<T> {
                 work.extend([L(b, d), BindVar(u.id, d), L(a, d)]);
             }
             K::PowLam(b, body) => {
-                self.bind(b.id, d + 1);
-                work.push(L(body, d + 1));
+                self.bind(b.id, d + LAM);
+                work.push(L(body, d + LAM));
             }
             K::Build(n, i, body) => {
-                work.extend([L(body, d + 1), BindVar(i.id, d + 1), C(n, d)]);
+                work.extend([L(body, d + LAM), BindVar(i.id, d + LAM), C(n, d)]);
             }
             K::Plus(a, b) | K::Pair(a, b) => work.extend([L(b, d), L(a, d)]),
             K::Fst(a)
@@ -288,7 +301,8 @@ impl<T: OccEntry> Occurrences<T> {
             K::PowApp(a, t) | K::Index(a, t) => work.extend([C(t, d), L(a, d)]),
             K::OneHot(n, i, a) => work.extend([L(a, d), C(i, d), C(n, d)]),
             K::Case(e, p, a, q, b) => {
-                work.extend([L(b, d), Bind(q, d), L(a, d), Bind(p, d), C(e, d)]);
+                let br = d + 1;
+                work.extend([L(b, br), Bind(q, br), L(a, br), Bind(p, br), C(e, d)]);
             }
         }
     }
@@ -296,15 +310,20 @@ impl<T: OccEntry> Occurrences<T> {
 
 /// A step of the occurrence analysis's traversal.
 enum Work<'a> {
-    /// Visit a Cartesian term at a λ depth.
-    C(&'a Term, u32),
-    /// Visit a linear term at a λ depth.
-    L(&'a LTerm, u32),
+    /// Visit a Cartesian term at a depth (see [`Occ::depth`]).
+    C(&'a Term, u64),
+    /// Visit a linear term at a depth.
+    L(&'a LTerm, u64),
     /// Register the binders of a pattern.
-    Bind(&'a Pat, u32),
+    Bind(&'a Pat, u64),
     /// Register a binder.
-    BindVar(VarId, u32),
+    BindVar(VarId, u64),
 }
+
+/// One more λ, in a depth.
+const LAM: u64 = 1 << 32;
+/// The branch part of a depth (one more branch is `+ 1`).
+const BRANCHES: u64 = LAM - 1;
 
 /// Which projection a Cartesian λ is, if it is `\r -> fst r` (`Some(true)`) or `\r -> snd r`
 /// (`Some(false)`).
@@ -353,14 +372,14 @@ mod tests {
             "z is bound by the λ itself"
         );
         assert_eq!(o.get(dead.id).unwrap().count, 0);
-        assert!(oz.inline_once(false));
+        assert!(oz.inline_once(false, || true));
         let under = Occ {
             count: 1,
             under_lambda: true,
             ..Occ::default()
         };
-        assert!(!under.inline_once(false));
-        assert!(under.inline_once(true));
+        assert!(!under.inline_once(false, || true));
+        assert!(under.inline_once(true, || true));
     }
 
     #[test]

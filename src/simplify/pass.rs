@@ -88,6 +88,14 @@ pub(super) fn run(t: &Term, rules: &Rules) -> Outcome {
         branches: false,
         once: Vec::new(),
         moved: Vec::new(),
+        failing: Default::default(),
+        total_fns: Default::default(),
+        in_range: Vec::new(),
+        late_failing: Default::default(),
+        lengths: Default::default(),
+        fail_memo: Default::default(),
+        late_branch: 0,
+        lin: 0,
         avail: HashMap::default(),
         fired: HashMap::default(),
     };
@@ -204,8 +212,28 @@ struct Pass<'r> {
     branches: bool,
     /// Variables left used once by late inlining's `l + l ~> 2 * l` (see [`Pass::late`]).
     once: Vec<VarId>,
-    /// The variables inlined as output terms (`Subst::Moved`), per open block.
-    moved: Vec<VarId>,
+    /// The variables inlined as output terms (`Subst::Moved`), per open block, with their types
+    /// (for a residual `let _ =` when the use is never reached: see [`Pass::unmoved`]).
+    moved: Vec<(VarId, Ty)>,
+    /// Variables inlined with a term that may fail (see [`Pass::may_fail`]).
+    failing: rustc_hash::FxHashSet<VarId>,
+    /// Variables bound to a λ whose body cannot fail: applying one cannot fail.
+    total_fns: rustc_hash::FxHashSet<VarId>,
+    /// The index and array of each enclosing `build (length xs) (\i -> ..)`: `xs ! i` is in
+    /// range there.
+    in_range: Vec<(VarId, VarId)>,
+    /// [`Pass::fails`]'s answers.
+    fail_memo: std::cell::RefCell<rustc_hash::FxHashMap<usize, (Term, bool)>>,
+    /// Variables bound to (or inlined with) a `length`: never negative.
+    lengths: rustc_hash::FxHashSet<VarId>,
+    /// Late-inlining candidates whose term may fail ([`Pass::late`]).
+    late_failing: rustc_hash::FxHashSet<VarId>,
+    /// How many branches enclose the point late inlining is looking at.
+    late_branch: u32,
+    /// How many linear terms enclose the point being simplified. Inside one (derivative code)
+    /// a Cartesian computation only repeats one the primal made (an index the primal read, a
+    /// value it computed), so it may be discarded even if it could fail (theory-notes/09).
+    lin: u32,
     /// `cse`: output primitive applications on atoms bound by a `let` on the stack, with the
     /// variable and its stack position (checked at lookup: a closed block's bindings are gone).
     avail: HashMap<String, (Var, usize)>,
@@ -573,6 +601,21 @@ impl Rewrite for Replace<'_, '_> {
     }
 }
 
+impl super::strict::Known for Pass<'_> {
+    fn total_fn(&self, f: VarId) -> bool {
+        self.total_fns.contains(&f)
+    }
+    fn in_range(&self, xs: VarId, i: VarId) -> bool {
+        self.in_range.iter().any(|&(j, ys)| j == i && ys == xs)
+    }
+    fn length(&self, n: VarId) -> bool {
+        self.lengths.contains(&n)
+    }
+    fn failing(&self, x: VarId) -> bool {
+        self.failing.contains(&x)
+    }
+}
+
 impl Pass<'_> {
     // ----- per-variable state -----
 
@@ -699,6 +742,45 @@ impl Pass<'_> {
         self.adjust(Child::L(l), -1);
     }
 
+    /// Whether `t` may fail when evaluated ([`super::strict`]), counting a variable inlined
+    /// with a term that may fail (its term runs where the variable is used) as failing too.
+    fn may_fail(&self, t: &Term) -> bool {
+        self.lin == 0 && self.fails(Child::C(t))
+    }
+
+    /// [`Self::may_fail`] for the Cartesian parts of a linear term.
+    fn lmay_fail(&self, l: &LTerm) -> bool {
+        self.lin == 0 && self.fails(Child::L(l))
+    }
+
+    /// [`super::strict::fails`], remembering the answer for each Cartesian node (a pass asks
+    /// about terms that contain the terms it asked about before: `x + x + .. + x` would cost
+    /// O(n²)). What a node's answer depends on (the variables bound to failing terms, to total
+    /// λs, to lengths, the enclosing builds) is fixed before any term in its scope is asked
+    /// about, so the answers stay true; the table holds the nodes, so addresses are not reused.
+    fn fails(&self, c: Child<'_>) -> bool {
+        deep(|| {
+            let key = match c {
+                Child::C(t) => {
+                    let key = &**t as *const crate::target::term::Node as usize;
+                    if let Some((_, r)) = self.fail_memo.borrow().get(&key) {
+                        return *r;
+                    }
+                    Some((key, t.clone()))
+                }
+                Child::L(_) => None,
+            };
+            let r = match super::strict::step(c, self) {
+                super::strict::Step::Fails => true,
+                super::strict::Step::Parts(ps) => ps.into_iter().any(|p| self.fails(p)),
+            };
+            if let Some((key, t)) = key {
+                self.fail_memo.borrow_mut().insert(key, (t, r));
+            }
+            r
+        })
+    }
+
     fn used(&self, v: &Var) -> bool {
         self.vars.get(v.id).is_some_and(|s| s.uses > 0)
     }
@@ -723,10 +805,13 @@ impl Pass<'_> {
     }
 
     fn lblock(&mut self, l: &LTerm) -> LTerm {
+        self.lin += 1;
         let (start, moved) = (self.stack.len(), self.moved.len());
         let core = self.linear(l);
         self.unmoved(moved);
-        self.lwrap(start, core)
+        let out = self.lwrap(start, core);
+        self.lin -= 1;
+        out
     }
 
     /// Forgets the terms of the variables inlined (`Subst::Moved`) since `mark` whose use was
@@ -734,9 +819,15 @@ impl Pass<'_> {
     /// uses no longer count, so what only they used is dead when the block closes.
     fn unmoved(&mut self, mark: usize) {
         while self.moved.len() > mark {
-            let v = self.moved.pop().expect("longer than the mark");
+            let (v, ty) = self.moved.pop().expect("longer than the mark");
             if let Some(Subst::Moved(e)) = self.take_subst(v) {
-                self.drop(&e);
+                if self.may_fail(&e) {
+                    // Strict: it still runs where it was bound (theory-notes/09).
+                    self.stack
+                        .push(Binding::Cart(Pat::Wild(ty), e.clone(), e.span, Orig::None));
+                } else {
+                    self.drop(&e);
+                }
             } else if let Some(Subst::Moved(l)) = self.take_lsubst(v) {
                 self.ldrop(&l);
             }
@@ -752,9 +843,9 @@ impl Pass<'_> {
     }
 
     /// [`Self::live`], giving back a dead pattern (for its type).
-    fn live_or_dead(&mut self, p: Pat) -> Result<Pat, Pat> {
-        match p {
-            Pat::Var(ref x) => {
+    fn live_or_dead(&mut self, mut p: Pat) -> Result<Pat, Pat> {
+        deep(|| match &mut p {
+            Pat::Var(x) => {
                 if self.used(x) {
                     Ok(p)
                 } else {
@@ -763,18 +854,17 @@ impl Pass<'_> {
                 }
             }
             Pat::Wild(_) => Err(p),
-            Pat::Pair(mut a, mut b) => {
-                let (a2, b2) = (self.live_or_dead(*a), self.live_or_dead(*b));
+            Pat::Pair(a, b) => {
+                // (Taken out of their boxes and put back: `Pat` drops under `deep`, so it
+                // cannot be destructured by value.)
+                let take = |q: &mut Box<Pat>| std::mem::replace(&mut **q, Pat::Wild(Ty::Unit));
+                let (a2, b2) = (self.live_or_dead(take(a)), self.live_or_dead(take(b)));
                 let dead = a2.is_err() && b2.is_err();
-                *a = a2.unwrap_or_else(|d| Pat::Wild(d.ty()));
-                *b = b2.unwrap_or_else(|d| Pat::Wild(d.ty()));
-                if dead {
-                    Err(Pat::Pair(a, b))
-                } else {
-                    Ok(Pat::Pair(a, b))
-                }
+                **a = a2.unwrap_or_else(|d| Pat::Wild(d.ty()));
+                **b = b2.unwrap_or_else(|d| Pat::Wild(d.ty()));
+                if dead { Err(p) } else { Ok(p) }
             }
-        }
+        })
     }
 
     /// Closes the block opened at `start` around its simplified `core`: drops the bindings
@@ -832,15 +922,22 @@ impl Pass<'_> {
         for i in (start..self.stack.len()).rev() {
             let b = std::mem::replace(&mut self.stack[i], Binding::Gone);
             self.stack[i] = match b {
-                Binding::Cart(p, e, span, orig) => match self.live(p) {
-                    Some(p) => Binding::Cart(p, e, span, orig),
-                    None => {
-                        self.drop(&e);
-                        Binding::Gone
+                Binding::Cart(p, e, span, orig) if self.rules.dead_let => {
+                    match self.live_or_dead(p) {
+                        Ok(p) => Binding::Cart(p, e, span, orig),
+                        // Strict: a computation that may fail stays, bound to nothing.
+                        Err(dead) if self.may_fail(&e) => {
+                            Binding::Cart(Pat::Wild(dead.ty()), e, span, Orig::None)
+                        }
+                        Err(_) => {
+                            self.drop(&e);
+                            Binding::Gone
+                        }
                     }
-                },
+                }
+                b @ Binding::Cart(..) => b,
                 Binding::Lin(u, l, span, orig) => {
-                    if self.rules.dead_let && !self.used(&u) {
+                    if self.rules.dead_let && !self.used(&u) && !self.lmay_fail(&l) {
                         self.fire("deadLet");
                         self.ldrop(&l);
                         Binding::Gone
@@ -929,55 +1026,65 @@ impl Pass<'_> {
 
     /// An input `let p = e` (its body follows in the same block).
     fn let_(&mut self, p: &Pat, e: &Term, span: Span) {
-        // letRotate and letPairSplit on the input, before anything is simplified: the
-        // components of a pair (typically an AD rule's `(primal, \v ⊸ ...)`) are then bound
-        // as input terms, so a λ̲ used once is inlined unsimplified and β-reduced where it is
-        // used, and its body is simplified exactly once.
-        let mut e = e;
-        while self.rules.let_rotate
-            && let TermKind::Let(q, a, b) = &e.kind
-        {
-            self.fire("letRotate");
-            self.let_(q, a, e.span);
-            e = b;
-        }
-        if self.rules.let_pair_split
-            && let (Pat::Pair(p1, p2), TermKind::Pair(a, b)) = (p, &e.kind)
-        {
-            self.fire("letPairSplit");
-            self.let_(p1, a, span);
-            self.let_(p2, b, span);
-            return;
-        }
-        if self.rules.dead_let && self.unused(p) {
-            self.fire("deadLet");
-            return;
-        }
-        if let Pat::Var(x) = p
-            && self.rules.let_inline
-            && self.occ(x.id).is_some_and(|o| o.inline_once(is_value(e)))
-        {
-            self.fire("letInline");
-            self.set_slot(x.id, Slot::Subst(Subst::Input(e.clone())));
-            return;
-        }
-        let e2 = self.float(e, self.rules.let_rotate, "letRotate");
-        self.bind(p, e2, span);
+        deep(|| {
+            // letRotate and letPairSplit on the input, before anything is simplified: the
+            // components of a pair (typically an AD rule's `(primal, \v ⊸ ...)`) are then bound
+            // as input terms, so a λ̲ used once is inlined unsimplified and β-reduced where it is
+            // used, and its body is simplified exactly once.
+            let mut e = e;
+            while self.rules.let_rotate
+                && let TermKind::Let(q, a, b) = &e.kind
+            {
+                self.fire("letRotate");
+                self.let_(q, a, e.span);
+                e = b;
+            }
+            if self.rules.let_pair_split
+                && let (Pat::Pair(p1, p2), TermKind::Pair(a, b)) = (p, &e.kind)
+            {
+                self.fire("letPairSplit");
+                self.let_(p1, a, span);
+                self.let_(p2, b, span);
+                return;
+            }
+            if self.rules.dead_let && self.unused(p) && !self.may_fail(e) {
+                self.fire("deadLet");
+                return;
+            }
+            if let Pat::Var(x) = p
+                && self.rules.let_inline
+                && self
+                    .occ(x.id)
+                    .is_some_and(|o| o.inline_once(is_value(e), || !self.may_fail(e)))
+            {
+                self.fire("letInline");
+                if self.may_fail(e) {
+                    self.failing.insert(x.id);
+                }
+                if matches!(e.kind, TermKind::Length(_)) {
+                    self.lengths.insert(x.id);
+                }
+                self.set_slot(x.id, Slot::Subst(Subst::Input(e.clone())));
+                return;
+            }
+            let e2 = self.float(e, self.rules.let_rotate, "letRotate");
+            self.bind(p, e2, span);
+        })
     }
 
     /// Whether no variable of an input pattern occurs (per the occurrence analysis).
     fn unused(&self, p: &Pat) -> bool {
-        match p {
+        deep(|| match p {
             Pat::Var(x) => self.occ(x.id).is_some_and(|o| o.count == 0),
             Pat::Wild(_) => true,
             Pat::Pair(a, b) => self.unused(a) && self.unused(b),
-        }
+        })
     }
 
     /// Binds a pattern to an output term.
     fn bind(&mut self, p: &Pat, e: Term, span: Span) {
-        match p {
-            Pat::Wild(_) if self.rules.dead_let => {
+        deep(|| match p {
+            Pat::Wild(_) if self.rules.dead_let && !self.may_fail(&e) => {
                 self.fire("deadLet");
                 self.drop(&e);
             }
@@ -1008,7 +1115,7 @@ impl Pass<'_> {
             _ => self
                 .stack
                 .push(Binding::Cart(p.clone(), e, span, Orig::None)),
-        }
+        })
     }
 
     fn known_pair(&self, e: &Term) -> Option<(Term, Term)> {
@@ -1024,6 +1131,9 @@ impl Pass<'_> {
     }
 
     fn bind_var(&mut self, x: &Var, e: Term, span: Span) {
+        if matches!(e.kind, TermKind::Length(_)) {
+            self.lengths.insert(x.id);
+        }
         if self.rules.let_inline {
             if is_atom(&e) {
                 self.fire("letInline");
@@ -1031,10 +1141,16 @@ impl Pass<'_> {
                 self.set_slot(x.id, Slot::Subst(Subst::Cheap(e)));
                 return;
             }
-            if self.occ(x.id).is_some_and(|o| o.inline_once(is_value(&e))) {
+            if self
+                .occ(x.id)
+                .is_some_and(|o| o.inline_once(is_value(&e), || !self.may_fail(&e)))
+            {
                 self.fire("letInline");
+                if self.may_fail(&e) {
+                    self.failing.insert(x.id);
+                }
                 self.set_slot(x.id, Slot::Subst(Subst::Moved(e)));
-                self.moved.push(x.id);
+                self.moved.push((x.id, x.ty.clone()));
                 return;
             }
         }
@@ -1067,6 +1183,9 @@ impl Pass<'_> {
             && let TermKind::Lam(y, body) = &e.kind
             && let Some((_, tab)) = x.ty.as_fun()
             && let Some((ta, tb)) = tab.as_prod()
+            // Strict: a call `fst (f t)` then runs only the first half's work; if the other
+            // half may fail, the call must still fail (theory-notes/09).
+            && !self.may_fail(body)
             && let Some((l1, l2)) = self.split_lambda(y, body)
         {
             self.fire("letLamPairSplit");
@@ -1078,6 +1197,8 @@ impl Pass<'_> {
                 .push(Binding::Cart(Pat::Var(f1.clone()), l1, span, Orig::None));
             self.stack
                 .push(Binding::Cart(Pat::Var(f2.clone()), l2, span, Orig::None));
+            // (Halves of a body that cannot fail.)
+            self.total_fns.extend([f1.id, f2.id]);
             self.lam_split.insert(x.id, (f1, f2));
             return;
         }
@@ -1129,6 +1250,11 @@ impl Pass<'_> {
             }
             self.avail.insert(k, (x.clone(), self.stack.len()));
         }
+        if let TermKind::Lam(_, body) = &e.kind
+            && !self.may_fail(body)
+        {
+            self.total_fns.insert(x.id);
+        }
         self.stack
             .push(Binding::Cart(Pat::Var(x.clone()), e, span, Orig::None));
         None
@@ -1159,7 +1285,7 @@ impl Pass<'_> {
             return None;
         };
         let (mut need_a, mut need_b) = (vars_of(Child::C(a)), vars_of(Child::C(b)));
-        let mut side = vec![None; bindings.len()];
+        let mut side: Vec<Option<bool>> = vec![None; bindings.len()];
         for (k, (p, e, _)) in bindings.iter().enumerate().rev() {
             let vars = p.vars();
             let in_a = vars.iter().any(|v| need_a.contains(&v.id));
@@ -1185,6 +1311,14 @@ impl Pass<'_> {
                     }
                 })
         };
+        // Strict: the bindings neither half needs are dropped; not if one may fail.
+        if bindings
+            .iter()
+            .zip(&side)
+            .any(|((_, e, _), s)| s.is_none() && self.may_fail(e))
+        {
+            return None;
+        }
         let (body_a, body_b) = (wrap(true, a), wrap(false, b));
         for ((_, e, _), s) in bindings.iter().zip(&side) {
             if s.is_none() {
@@ -1243,11 +1377,12 @@ impl Pass<'_> {
     /// An input linear `let u = l` (its body follows in the same block).
     fn lin_let_(&mut self, u: &Var, l: &LTerm, span: Span) {
         let occ = self.occ(u.id);
-        if self.rules.dead_let && occ.is_some_and(|o| o.count == 0) {
+        if self.rules.dead_let && occ.is_some_and(|o| o.count == 0) && !self.lmay_fail(l) {
             self.fire("deadLet");
             return;
         }
-        if self.rules.let_inline && occ.is_some_and(|o| o.inline_once(false)) {
+        if self.rules.let_inline && occ.is_some_and(|o| o.inline_once(false, || !self.lmay_fail(l)))
+        {
             self.fire("letInline");
             self.set_slot(u.id, Slot::LSubst(Subst::Input(l.clone())));
             return;
@@ -1264,10 +1399,13 @@ impl Pass<'_> {
                 self.set_slot(u.id, Slot::LSubst(Subst::Cheap(l)));
                 return;
             }
-            if self.occ(u.id).is_some_and(|o| o.inline_once(false)) {
+            if self
+                .occ(u.id)
+                .is_some_and(|o| o.inline_once(false, || !self.lmay_fail(&l)))
+            {
                 self.fire("letInline");
                 self.set_slot(u.id, Slot::LSubst(Subst::Moved(l)));
-                self.moved.push(u.id);
+                self.moved.push((u.id, u.ty.clone()));
                 return;
             }
         }
@@ -1455,7 +1593,22 @@ impl Pass<'_> {
             K::Build(n, f) => {
                 self.arrays = true;
                 let n2 = self.c(n);
-                mk(K::Build(n2, self.c(f)))
+                // In `build (length xs) (\i -> ..)`, `xs ! i` cannot fail (see `may_fail`).
+                let range = match (&n2.kind, &f.kind) {
+                    (K::Length(a), K::Lam(i, _)) => match &a.kind {
+                        K::Var(xs) => Some((i.id, xs.id)),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                if let Some(r) = range {
+                    self.in_range.push(r);
+                }
+                let f2 = self.c(f);
+                if range.is_some() {
+                    self.in_range.pop();
+                }
+                mk(K::Build(n2, f2))
             }
             K::Index(xs, i) => {
                 let xs2 = self.c(xs);
@@ -1598,10 +1751,19 @@ impl Pass<'_> {
     fn proj(&mut self, e: Term, first: bool, span: Span) -> Term {
         if self.rules.pair_proj {
             if let TermKind::Pair(a, b) = &e.kind {
-                self.fire("pairProj");
                 let (keep, lose) = if first { (a, b) } else { (b, a) };
-                self.drop(lose);
-                return keep.clone();
+                if !self.may_fail(lose) {
+                    self.fire("pairProj");
+                    self.drop(lose);
+                    return keep.clone();
+                }
+                // Strict: the other half still runs (and may fail), bound to nothing.
+                if let Some(ty) = types::ty(lose) {
+                    self.fire("pairProj");
+                    self.stack
+                        .push(Binding::Cart(Pat::Wild(ty), lose.clone(), span, Orig::None));
+                    return keep.clone();
+                }
             }
             if let Some((a, b)) = self.known_pair(&e) {
                 self.fire("pairProj");
@@ -1678,7 +1840,10 @@ impl Pass<'_> {
     // ----- linear terms -----
 
     fn linear(&mut self, l: &LTerm) -> LTerm {
-        deep(|| self.linear_(l))
+        self.lin += 1;
+        let out = deep(|| self.linear_(l));
+        self.lin -= 1;
+        out
     }
 
     fn linear_(&mut self, l: &LTerm) -> LTerm {
@@ -1746,6 +1911,7 @@ impl Pass<'_> {
                 if self.rules.zero_prop
                     && let K::Zero(m) = &a2.kind
                     && let Some(ty) = types::ty(&t2)
+                    && !self.may_fail(&t2)
                 {
                     self.fire("zeroProp");
                     self.drop(&t2);
@@ -1786,6 +1952,7 @@ impl Pass<'_> {
                             .and_then(|(_, r)| r.as_lin_fun())
                             .map(|(_, m)| m.clone())
                     })
+                    && !self.may_fail(&f2)
                 {
                     self.fire("zeroProp");
                     self.drop(&f2);
@@ -1817,6 +1984,7 @@ impl Pass<'_> {
                 if self.rules.zero_prop
                     && let K::Zero(p) = &a2.kind
                     && let Some((_, m)) = p.as_power()
+                    && !self.may_fail(&t2)
                 {
                     self.fire("zeroProp");
                     self.drop(&t2);
@@ -1859,6 +2027,7 @@ impl Pass<'_> {
                 let a2 = self.l(a);
                 if self.rules.map_zero
                     && let K::Zero(m) = &a2.kind
+                    && !self.may_fail(&n2)
                 {
                     self.fire("mapZero");
                     self.drop(&n2);
@@ -1878,6 +2047,8 @@ impl Pass<'_> {
                 let a2 = self.l(a);
                 if self.rules.map_zero
                     && let K::Zero(m) = &a2.kind
+                    && !self.may_fail(&n2)
+                    && !self.may_fail(&i2)
                 {
                     self.fire("mapZero");
                     self.drop(&n2);
@@ -1892,6 +2063,7 @@ impl Pass<'_> {
                 if self.rules.zero_prop
                     && let K::Zero(arr) = &a2.kind
                     && let Some(m) = arr.as_array()
+                    && !self.may_fail(&i2)
                 {
                     self.fire("zeroProp");
                     self.drop(&i2);
@@ -1909,6 +2081,7 @@ impl Pass<'_> {
                             .and_then(Ty::as_lin_fun)
                             .map(|(_, m)| m.clone())
                     })
+                    && !self.may_fail(&fs2)
                 {
                     self.fire("mapZero");
                     self.drop(&fs2);
@@ -1928,6 +2101,7 @@ impl Pass<'_> {
                 let body2 = self.lblock(body);
                 if self.rules.map_zero
                     && let K::Zero(m) = &body2.kind
+                    && !self.may_fail(&n2)
                 {
                     self.fire("mapZero");
                     self.drop(&n2);
@@ -1999,6 +2173,7 @@ impl Pass<'_> {
         deep(|| {
             if self.rules.zero_prop
                 && let (LTermKind::Zero(m), LTermKind::Zero(_)) = (&a.kind, &b.kind)
+                && !self.may_fail(&e)
             {
                 self.fire("zeroProp");
                 self.drop(&e);
@@ -2201,6 +2376,7 @@ impl Pass<'_> {
         if self.rules.zero_prop
             && let LTermKind::Zero(_) = a.kind
             && let Some(m) = types::lin_cod(&f)
+            && !self.may_fail(&f)
         {
             self.fire("zeroProp");
             self.drop(&f);
@@ -2213,6 +2389,7 @@ impl Pass<'_> {
     fn scale(&mut self, t: Term, a: LTerm, span: Span) -> LTerm {
         if self.rules.zero_prop
             && let LTermKind::Zero(_) = a.kind
+            && !self.may_fail(&t)
         {
             self.fire("zeroProp");
             self.drop(&t);
@@ -2300,6 +2477,7 @@ impl Pass<'_> {
         if self.rules.map_zero {
             if let K::Zero(_) = a.kind
                 && let Some(m) = types::lin_cod(&f)
+                && !self.may_fail(&f)
             {
                 self.fire("mapZero");
                 self.drop(&f);

@@ -40,11 +40,11 @@ impl Unique {
     }
 
     fn pat(&mut self, p: &Pat, undo: &mut Undo) -> Pat {
-        match p {
+        deep(|| match p {
             Pat::Var(v) => Pat::Var(self.bind(v, undo)),
             Pat::Wild(t) => Pat::Wild(t.clone()),
             Pat::Pair(a, b) => Pat::Pair(Box::new(self.pat(a, undo)), Box::new(self.pat(b, undo))),
-        }
+        })
     }
 
     fn restore(&mut self, undo: Undo) {

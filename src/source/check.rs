@@ -334,38 +334,40 @@ impl<'r> Checker<'r> {
         ty: &Type,
         seen: &mut Vec<Rc<str>>,
     ) -> Result<Pat> {
-        Ok(match p {
-            ast::Pattern::Var(x) => {
-                if seen.contains(&x.name) {
-                    return Err(Error::type_error(
-                        x.span,
-                        format!("`{}` is bound twice in the same pattern", x.name),
-                    ));
+        deep(|| {
+            Ok(match p {
+                ast::Pattern::Var(x) => {
+                    if seen.contains(&x.name) {
+                        return Err(Error::type_error(
+                            x.span,
+                            format!("`{}` is bound twice in the same pattern", x.name),
+                        ));
+                    }
+                    seen.push(x.name.clone());
+                    Pat::Var(Var::fresh(x.name.clone(), ty.clone()))
                 }
-                seen.push(x.name.clone());
-                Pat::Var(Var::fresh(x.name.clone(), ty.clone()))
-            }
-            ast::Pattern::Wild(_) => Pat::Wild(ty.clone()),
-            ast::Pattern::Tuple(items, span) => {
-                let comps = tuple_components(ty, items.len());
-                if comps.len() != items.len() || ty.as_prod().is_none() {
-                    return Err(Error::type_error(
-                        *span,
-                        format!(
-                            "this tuple pattern has {} components, but the value has type `{ty}`",
-                            items.len()
-                        ),
-                    ));
+                ast::Pattern::Wild(_) => Pat::Wild(ty.clone()),
+                ast::Pattern::Tuple(items, span) => {
+                    let comps = tuple_components(ty, items.len());
+                    if comps.len() != items.len() || ty.as_prod().is_none() {
+                        return Err(Error::type_error(
+                            *span,
+                            format!(
+                                "this tuple pattern has {} components, but the value has type `{ty}`",
+                                items.len()
+                            ),
+                        ));
+                    }
+                    let mut pats = Vec::new();
+                    for (q, t) in items.iter().zip(&comps) {
+                        pats.push(self.bind_pattern(q, t, seen)?);
+                    }
+                    let last = pats.pop().expect("at least two components");
+                    pats.into_iter()
+                        .rev()
+                        .fold(last, |acc, q| Pat::Pair(Box::new(q), Box::new(acc)))
                 }
-                let mut pats = Vec::new();
-                for (q, t) in items.iter().zip(&comps) {
-                    pats.push(self.bind_pattern(q, t, seen)?);
-                }
-                let last = pats.pop().expect("at least two components");
-                pats.into_iter()
-                    .rev()
-                    .fold(last, |acc, q| Pat::Pair(Box::new(q), Box::new(acc)))
-            }
+            })
         })
     }
 

@@ -17,13 +17,92 @@ use std::rc::Rc;
 
 pub(crate) type Doc = RcDoc<'static, ()>;
 
+/// The deepest indentation printed, in columns. Lines nested deeper start at this column, so
+/// the output of a term nested n deep is O(n) characters, not O(n²) (a 10⁴-deep `if` would
+/// otherwise print 10⁸ spaces of indentation).
+pub const MAX_INDENT: usize = 60;
+
+thread_local! {
+    /// How deep the term being printed is nested (see [`Grouped`]).
+    static DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Groups (a `group` lays out flat if it fits) only in the outermost this many levels of a
+/// term: the layout's fitting test walks from a group to its first text, through every level
+/// of nesting in between, so a group at every level of a 10⁴-deep term costs O(n²) time. Deeper
+/// groups are laid out broken.
+pub const MAX_GROUP_DEPTH: usize = 200;
+
+/// Runs `f` one level deeper in the term being printed (under [`deep`]).
+pub(crate) fn nested<R>(f: impl FnOnce() -> R) -> R {
+    DEPTH.with(|d| d.set(d.get() + 1));
+    let r = deep(f);
+    DEPTH.with(|d| d.set(d.get() - 1));
+    r
+}
+
+/// `group`, in the outermost [`MAX_GROUP_DEPTH`] levels of a term only.
+pub(crate) trait Grouped {
+    /// The document grouped, or as it is when printed too deep.
+    fn grouped(self) -> Self;
+}
+
+impl Grouped for Doc {
+    fn grouped(self) -> Doc {
+        if DEPTH.with(|d| d.get()) < MAX_GROUP_DEPTH {
+            self.group()
+        } else {
+            self
+        }
+    }
+}
+
+/// Lays out a document at a line width, with indentation capped at [`MAX_INDENT`]. Every
+/// printer renders through this.
+pub(crate) fn render(doc: &Doc, width: usize) -> String {
+    struct Capped {
+        out: String,
+        line_start: bool,
+        pending: usize,
+    }
+    impl std::fmt::Write for Capped {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            for c in s.chars() {
+                if c == '\n' {
+                    self.out.push('\n');
+                    self.line_start = true;
+                    self.pending = 0;
+                } else if self.line_start && c == ' ' {
+                    self.pending += 1;
+                } else {
+                    if self.line_start {
+                        let n = self.pending.min(MAX_INDENT);
+                        self.out.extend(std::iter::repeat_n(' ', n));
+                        self.line_start = false;
+                    }
+                    self.out.push(c);
+                }
+            }
+            Ok(())
+        }
+    }
+    let mut w = Capped {
+        out: String::new(),
+        line_start: true,
+        pending: 0,
+    };
+    doc.render_fmt(width, &mut w)
+        .expect("writing to a String does not fail");
+    w.out
+}
+
 /// Prints a term at the given line width.
 pub fn term_to_string(t: &Term, width: usize) -> String {
     with_large_stack(|| {
         let mut p = Printer::new(&[]);
         p.plan(std::slice::from_ref(t), &[]);
         let doc = p.term(t, 0);
-        doc.pretty(width).to_string()
+        render(&doc, width)
     })
 }
 
@@ -38,7 +117,7 @@ pub fn defs_to_string(prog: &Program, which: &[usize], width: usize) -> String {
         }
         let docs: Vec<Doc> = which.iter().map(|&i| p.def(&prog.defs[i])).collect();
         let doc = RcDoc::intersperse(docs, RcDoc::hardline().append(RcDoc::hardline()));
-        let mut s = doc.pretty(width).to_string();
+        let mut s = render(&doc, width);
         s.push('\n');
         s
     })
@@ -175,7 +254,7 @@ impl Printer {
         }
         head = head.append(RcDoc::text(format!(" : {} =", d.ret)));
         let body = self.term(&d.body, 0);
-        head.append(RcDoc::line().append(body).nest(2)).group()
+        head.append(RcDoc::line().append(body).nest(2)).grouped()
     }
 
     fn pat(&mut self, p: &Pat) -> Doc {
@@ -199,10 +278,10 @@ impl Printer {
     /// 0 anything; 1 `||`; 2 `&&`; 3 comparisons; 4 `+ -`; 5 `* /`; 6 unary `-`; 7 `!`;
     /// 8 application; 9 atoms.
     fn term(&mut self, t: &Term, prec: u8) -> Doc {
-        deep(|| {
+        nested(|| {
             let (doc, own) = self.term_inner(t);
             if own < prec {
-                RcDoc::text("(").append(doc).append(")").group()
+                RcDoc::text("(").append(doc).append(")").grouped()
             } else {
                 doc
             }
@@ -214,7 +293,7 @@ impl Printer {
         for a in args {
             d = d.append(RcDoc::line()).append(self.term(a, 9));
         }
-        (d.nest(2).group(), 8)
+        (d.nest(2).grouped(), 8)
     }
 
     fn term_inner(&mut self, t: &Term) -> (Doc, u8) {
@@ -244,7 +323,7 @@ impl Printer {
                     .append(RcDoc::intersperse(params, RcDoc::text(" ")))
                     .append(RcDoc::text(" ->"))
                     .append(RcDoc::line().append(body).nest(2))
-                    .group();
+                    .grouped();
                 (d, 0)
             }
             K::App(..) => {
@@ -270,7 +349,7 @@ impl Printer {
                             .append(pd)
                             .append(RcDoc::text(" ="))
                             .append(RcDoc::line().append(ed).nest(2))
-                            .group()
+                            .grouped()
                             .append(RcDoc::text(" in")),
                     );
                     cur = b;
@@ -304,7 +383,7 @@ impl Printer {
                         .append(" &&")
                         .append(RcDoc::line())
                         .append(self.term(a, 3));
-                    return (d.group(), 2);
+                    return (d.grouped(), 2);
                 }
                 if let K::Lit(Lit::Bool(true)) = a.kind {
                     let d = self
@@ -312,7 +391,7 @@ impl Printer {
                         .append(" ||")
                         .append(RcDoc::line())
                         .append(self.term(b, 2));
-                    return (d.group(), 1);
+                    return (d.grouped(), 1);
                 }
                 let d = RcDoc::text("if ")
                     .append(self.term(c, 0))
@@ -328,7 +407,7 @@ impl Printer {
                             .append(self.term(b, 0))
                             .nest(2),
                     )
-                    .group();
+                    .grouped();
                 (d, 0)
             }
             K::Inl(e, _) | K::Inr(_, e) => {
@@ -358,7 +437,7 @@ impl Printer {
                             .append(pd)
                             .append(" ->")
                             .append(RcDoc::line().append(ad).nest(2))
-                            .group()
+                            .grouped()
                             .nest(2),
                     )
                     .append(
@@ -367,10 +446,10 @@ impl Printer {
                             .append(qd)
                             .append(" ->")
                             .append(RcDoc::line().append(bd).nest(2))
-                            .group()
+                            .grouped()
                             .nest(2),
                     )
-                    .group();
+                    .grouped();
                 (d, 0)
             }
             K::Prim(op, args) => match op.fixity() {
@@ -381,7 +460,7 @@ impl Printer {
                         a.append(format!(" {sym}"))
                             .append(RcDoc::line())
                             .append(b)
-                            .group(),
+                            .grouped(),
                         p,
                     )
                 }
@@ -434,7 +513,7 @@ impl Printer {
                     .append(" !")
                     .append(RcDoc::line())
                     .append(self.term(i, 8));
-                (d.group(), 7)
+                (d.grouped(), 7)
             }
             K::Length(xs) => self.app(RcDoc::text("length"), &[xs]),
             K::Replicate(n, x) => self.app(RcDoc::text("replicate"), &[n, x]),
@@ -463,5 +542,5 @@ pub(crate) fn delimited(open: &str, items: Vec<Doc>, close: &'static str) -> Doc
         )
         .append(RcDoc::line_())
         .append(close)
-        .group()
+        .grouped()
 }

@@ -60,7 +60,8 @@ pub struct TypeAnn {
 }
 
 /// A binding pattern: a name, `_`, or a tuple of patterns (right-nested like tuple types).
-#[derive(Clone, Debug)]
+/// Cloned and dropped under [`deep`]: it may be as deep as the program.
+#[derive(Debug)]
 pub enum Pattern {
     /// Binds a name.
     Var(Ident),
@@ -68,6 +69,25 @@ pub enum Pattern {
     Wild(Span),
     /// `(p1, ..., pn)`, n ≥ 2.
     Tuple(Vec<Pattern>, Span),
+}
+
+impl Clone for Pattern {
+    fn clone(&self) -> Pattern {
+        deep(|| match self {
+            Pattern::Var(i) => Pattern::Var(i.clone()),
+            Pattern::Wild(s) => Pattern::Wild(*s),
+            Pattern::Tuple(ps, s) => Pattern::Tuple(ps.clone(), *s),
+        })
+    }
+}
+
+impl Drop for Pattern {
+    fn drop(&mut self) {
+        if let Pattern::Tuple(ps, _) = self {
+            let ps = std::mem::take(ps);
+            crate::deep::deep_drop(move || drop(ps));
+        }
+    }
 }
 
 impl Pattern {

@@ -63,8 +63,9 @@ impl fmt::Debug for Var {
     }
 }
 
-/// A binding pattern.
-#[derive(Clone, Debug)]
+/// A binding pattern (cloned and dropped under [`crate::deep`]: it may be as deep as the
+/// program).
+#[derive(Debug)]
 pub enum Pat {
     /// Binds a variable.
     Var(Var),
@@ -74,28 +75,48 @@ pub enum Pat {
     Pair(Box<Pat>, Box<Pat>),
 }
 
+impl Clone for Pat {
+    fn clone(&self) -> Pat {
+        crate::deep::deep(|| match self {
+            Pat::Var(v) => Pat::Var(v.clone()),
+            Pat::Wild(t) => Pat::Wild(t.clone()),
+            Pat::Pair(a, b) => Pat::Pair(a.clone(), b.clone()),
+        })
+    }
+}
+
+impl Drop for Pat {
+    fn drop(&mut self) {
+        if let Pat::Pair(a, b) = self {
+            let a = std::mem::replace(&mut **a, Pat::Wild(Type::Unit));
+            let b = std::mem::replace(&mut **b, Pat::Wild(Type::Unit));
+            crate::deep::deep_drop(move || drop((a, b)));
+        }
+    }
+}
+
 impl Pat {
     /// The type of value the pattern matches.
     pub fn ty(&self) -> Type {
-        match self {
+        deep(|| match self {
             Pat::Var(v) => v.ty.clone(),
             Pat::Wild(t) => t.clone(),
             Pat::Pair(a, b) => Type::prod(a.ty(), b.ty()),
-        }
+        })
     }
 
     /// The bound variables, left to right.
     pub fn vars(&self) -> Vec<&Var> {
         let mut out = Vec::new();
         fn go<'a>(p: &'a Pat, out: &mut Vec<&'a Var>) {
-            match p {
+            deep(|| match p {
                 Pat::Var(v) => out.push(v),
                 Pat::Wild(_) => {}
                 Pat::Pair(a, b) => {
                     go(a, out);
                     go(b, out);
                 }
-            }
+            })
         }
         go(self, &mut out);
         out
@@ -492,7 +513,7 @@ impl Program {
 pub fn alpha_eq(a: &Term, b: &Term) -> bool {
     use std::collections::HashMap;
     fn pat(p: &Pat, q: &Pat, m: &mut HashMap<VarId, VarId>) -> bool {
-        match (p, q) {
+        deep(|| match (p, q) {
             (Pat::Var(x), Pat::Var(y)) => {
                 m.insert(x.id, y.id);
                 x.ty == y.ty
@@ -500,7 +521,7 @@ pub fn alpha_eq(a: &Term, b: &Term) -> bool {
             (Pat::Wild(s), Pat::Wild(t)) => s == t,
             (Pat::Pair(a, b), Pat::Pair(c, d)) => pat(a, c, m) && pat(b, d, m),
             _ => false,
-        }
+        })
     }
     fn go(a: &Term, b: &Term, m: &mut HashMap<VarId, VarId>) -> bool {
         use TermKind::*;
@@ -553,11 +574,11 @@ pub fn freshen(t: &Term) -> Term {
         nv
     }
     fn pat(p: &Pat, sub: &mut HashMap<VarId, Var>) -> Pat {
-        match p {
+        deep(|| match p {
             Pat::Var(v) => Pat::Var(fresh_var(v, sub)),
             Pat::Wild(t) => Pat::Wild(t.clone()),
             Pat::Pair(a, b) => Pat::Pair(Box::new(pat(a, sub)), Box::new(pat(b, sub))),
-        }
+        })
     }
     fn go(t: &Term, sub: &mut HashMap<VarId, Var>) -> Term {
         use TermKind as K;

@@ -23,11 +23,11 @@ pub fn var(x: &src::Var) -> Var {
 
 /// The embedding of a source pattern.
 pub fn pat(p: &src::Pat) -> Pat {
-    match p {
+    deep(|| match p {
         src::Pat::Var(x) => Pat::Var(var(x)),
         src::Pat::Wild(t) => Pat::Wild(Ty::from_source(t)),
         src::Pat::Pair(a, b) => Pat::Pair(Box::new(pat(a)), Box::new(pat(b))),
-    }
+    })
 }
 
 /// The embedding of a source term.

@@ -182,7 +182,12 @@ struct Compiler {
     unzipped: FxHashMap<VarId, Rc<Shape>>,
     /// Linear arrays stored as one linear array per leaf (see [`Compiler::lin_unzip`]).
     lin_unzipped: FxHashMap<VarId, LinCols>,
+    /// How deep the term being compiled is nested (see [`Compiler::nested`]).
+    nest: u32,
 }
+
+/// Every this many levels of nesting, compiled code checks the stack when it runs.
+const RUN_CHECK: u32 = 16;
 
 impl Compiler {
     fn new(t: &Term) -> Compiler {
@@ -193,6 +198,24 @@ impl Compiler {
             uses,
             unzipped: FxHashMap::default(),
             lin_unzipped: FxHashMap::default(),
+            nest: 0,
+        }
+    }
+
+    /// Compiles a subterm with `f` under [`deep`]. The compiled code of a term calls its
+    /// subterms' code, so running it recurses as deep as the term is nested: every
+    /// [`RUN_CHECK`]th level of nesting runs under [`deep`] too (the levels in between use a
+    /// bounded amount of stack, well within `deep`'s red zone, and pay nothing).
+    fn nested<R: 'static>(&mut self, f: impl FnOnce(&mut Compiler) -> Compiled<R>) -> Compiled<R> {
+        self.nest += 1;
+        let code = deep(|| f(self));
+        self.nest -= 1;
+        if self.nest % RUN_CHECK == 0 {
+            // (Dropped under `deep` too: the code is a tree of closures as deep as the term.)
+            let code = crate::deep::Deep::new(code);
+            Box::new(move |fr| deep(|| code(fr)))
+        } else {
+            code
         }
     }
 
@@ -287,7 +310,7 @@ impl Compiler {
     }
 
     fn term(&mut self, t: &Term) -> CFn {
-        deep(|| self.term_node(t))
+        self.nested(|c| c.term_node(t))
     }
 
     /// Compiles `t` as a [`Place`] if it is a variable under at least `min` projections and
@@ -590,7 +613,7 @@ impl Compiler {
     /// A term of type Real, compiled to give the number unboxed: literals, variables, places
     /// and scalar primitives (and lets and conditionals around them) build no [`Value`].
     fn real(&mut self, t: &Term) -> RFn {
-        deep(|| self.real_node(t))
+        self.nested(|c| c.real_node(t))
     }
 
     fn real_node(&mut self, t: &Term) -> RFn {
@@ -739,7 +762,7 @@ impl Compiler {
             let r = self.lin_real(l);
             return Box::new(move |fr| Ok(opt_lin(r(fr)?)));
         }
-        deep(|| self.linear_node(l))
+        self.nested(|c| c.linear_node(l))
     }
 
     /// A linear term of type Real, compiled to give the number unboxed (`None` for zero):
@@ -748,7 +771,7 @@ impl Compiler {
         if let Some(f) = self.lin_column_use(l) {
             return Box::new(move |fr| Ok(lin_opt(&f(fr)?)));
         }
-        deep(|| self.lin_real_node(l))
+        self.nested(|c| c.lin_real_node(l))
     }
 
     fn lin_real_node(&mut self, l: &LTerm) -> LRFn {
@@ -1268,7 +1291,7 @@ impl Compiler {
     /// A term of type Int, compiled to give the integer (variables, literals, lengths and
     /// integer arithmetic build no [`Value`]).
     fn int(&mut self, t: &Term) -> IFn {
-        deep(|| self.int_node(t))
+        self.nested(|c| c.int_node(t))
     }
 
     fn int_node(&mut self, t: &Term) -> IFn {
@@ -2375,13 +2398,17 @@ pub(super) fn put(slot: &mut Value, v: Value) {
 
 /// Drops an environment, the scalars without a call each.
 fn release(env: &mut Env) {
-    for v in std::mem::take(env) {
-        if scalar(&v) {
-            std::mem::forget(v);
-        } else {
-            drop(v);
+    // Under `deep_drop`: a captured value may be a closure capturing a closure, as deep as the
+    // program (the derivative of a deeply nested `if`).
+    crate::deep::deep_drop(|| {
+        for v in std::mem::take(env) {
+            if scalar(&v) {
+                std::mem::forget(v);
+            } else {
+                drop(v);
+            }
         }
-    }
+    })
 }
 
 /// A closure value: compiled body and captured values.
@@ -2802,7 +2829,16 @@ impl Compiler {
     /// and adds leafwise, so every stored leaf is computed exactly as [`Lin::plus`] on the
     /// whole values would.
     fn lin_into(&mut self, l: &LTerm, shape: &LShape, tg: &[Tgt], size: &mut usize) -> AFn {
-        deep(|| self.lin_into_node(l, shape, tg, size))
+        // As in `Compiler::nested`: every `RUN_CHECK`th level checks the stack when it runs.
+        self.nest += 1;
+        let code = deep(|| self.lin_into_node(l, shape, tg, size));
+        self.nest -= 1;
+        if self.nest % RUN_CHECK == 0 {
+            let code = crate::deep::Deep::new(code);
+            Box::new(move |fr, buf| deep(|| code(fr, buf)))
+        } else {
+            code
+        }
     }
 
     fn lin_into_node(&mut self, l: &LTerm, shape: &LShape, tg: &[Tgt], size: &mut usize) -> AFn {
@@ -3022,13 +3058,15 @@ impl Compiler {
     fn lin_accumulate(&mut self, l: &LTerm) -> Option<LFn> {
         /// One-hots among the summands (through pairs and lets), counting up to `2`.
         fn one_hots(l: &LTerm) -> usize {
-            use LTermKind as K;
-            match &l.kind {
-                K::OneHot(..) => 1,
-                K::Plus(a, b) | K::Pair(a, b) => (one_hots(a) + one_hots(b)).min(2),
-                K::Let(_, _, b) | K::LinLet(_, _, b) => one_hots(b),
-                _ => 0,
-            }
+            deep(|| {
+                use LTermKind as K;
+                match &l.kind {
+                    K::OneHot(..) => 1,
+                    K::Plus(a, b) | K::Pair(a, b) => (one_hots(a) + one_hots(b)).min(2),
+                    K::Let(_, _, b) | K::LinLet(_, _, b) => one_hots(b),
+                    _ => 0,
+                }
+            })
         }
         // With a single one-hot, `Lin::plus` already adds it into the other summand in place.
         if one_hots(l) < 2 {

@@ -60,7 +60,7 @@ pub fn eval_linear(l: &LTerm, env: &Env) -> Result<Lin> {
 
 /// Binds the variables of a pattern to the parts of a value.
 pub fn bind(pat: &Pat, v: Value, env: &mut Env) {
-    match pat {
+    deep(|| match pat {
         Pat::Var(x) => {
             env.insert(x.id, v);
         }
@@ -71,7 +71,7 @@ pub fn bind(pat: &Pat, v: Value, env: &mut Env) {
             bind(a, x, env);
             bind(b, y, env);
         }
-    }
+    })
 }
 
 struct TargetClosure {

@@ -36,7 +36,7 @@
 use super::term::{Child, LTerm, LTermKind, Lit, Pat, Term, TermKind, Var, VarId};
 use crate::deep::{deep, with_large_stack};
 use crate::prim::Fixity;
-use crate::source::print::{Doc, delimited, tuple_pattern};
+use crate::source::print::{Doc, Grouped, delimited, nested, tuple_pattern};
 use crate::value::format_real;
 use pretty::RcDoc;
 use std::collections::{HashMap, HashSet};
@@ -88,7 +88,7 @@ fn render(
     with_large_stack(|| {
         let mut p = Printer::new(free_names(roots, binders));
         let doc = build(&mut p);
-        doc.pretty(width).to_string()
+        crate::source::print::render(&doc, width)
     })
 }
 
@@ -167,7 +167,7 @@ fn free_names(roots: &[Child<'_>], binders: &[Var]) -> HashSet<Rc<str>> {
 
 /// `(d)`.
 fn parens(d: Doc) -> Doc {
-    RcDoc::text("(").append(d).append(")").group()
+    RcDoc::text("(").append(d).append(")").grouped()
 }
 
 /// `head` (e.g. `\x ->`) followed by `body`, on one line if it fits, else the body indented on
@@ -175,7 +175,7 @@ fn parens(d: Doc) -> Doc {
 fn lambda(head: String, body: Doc) -> Doc {
     RcDoc::text(head)
         .append(RcDoc::line().append(body).nest(2))
-        .group()
+        .grouped()
 }
 
 /// `let pat = e in` (`kw` is `let` or `let lin`), breaking after `=` if `e` does not fit.
@@ -185,7 +185,7 @@ fn let_line(kw: &'static str, pat: Doc, e: Doc) -> Doc {
         .append(pat)
         .append(" =")
         .append(RcDoc::line().append(e).nest(2))
-        .group()
+        .grouped()
         .append(" in")
 }
 
@@ -194,7 +194,7 @@ fn infix(a: Doc, op: &str, b: Doc) -> Doc {
     a.append(RcDoc::text(op.to_string()))
         .append(RcDoc::line())
         .append(b)
-        .group()
+        .grouped()
 }
 
 /// `head a1 a2 ...` (the arguments already printed as atoms), breaking with indentation.
@@ -210,7 +210,7 @@ fn app_doc(head: Doc, args: Vec<Doc>) -> (Doc, u8) {
     for a in args {
         d = d.append(RcDoc::line()).append(a);
     }
-    (d.nest(2).group(), prec::APP)
+    (d.nest(2).grouped(), prec::APP)
 }
 
 /// The printer's naming state.
@@ -313,7 +313,7 @@ impl Printer {
 
     /// Prints a Cartesian term in a context that needs precedence at least `need`.
     fn term(&mut self, t: &Term, need: u8) -> Doc {
-        deep(|| {
+        nested(|| {
             let (d, own) = self.term_inner(t);
             if own < need { parens(d) } else { d }
         })
@@ -321,7 +321,7 @@ impl Printer {
 
     /// Prints a linear term in a context that needs precedence at least `need`.
     fn lterm(&mut self, l: &LTerm, need: u8) -> Doc {
-        deep(|| {
+        nested(|| {
             let (d, own) = self.lterm_inner(l);
             if own < need { parens(d) } else { d }
         })
@@ -413,7 +413,7 @@ impl Printer {
                     .append(cd)
                     .append(RcDoc::line().append("then ").append(ad).nest(2))
                     .append(RcDoc::line().append("else ").append(bd).nest(2))
-                    .group();
+                    .grouped();
                 (d, prec::ANY)
             }
             K::Inl(e, _) => app("inl", vec![self.atom(e)]),
@@ -590,7 +590,7 @@ impl Printer {
                 .append(pd)
                 .append(" ->")
                 .append(RcDoc::line().append(ad).nest(2))
-                .group()
+                .grouped()
                 .nest(2)
         };
         let left = branch(self, "inl ", p, a);
@@ -600,7 +600,7 @@ impl Printer {
             .append(" of")
             .append(left)
             .append(right)
-            .group()
+            .grouped()
     }
 }
 

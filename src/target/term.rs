@@ -77,7 +77,7 @@ impl fmt::Debug for Var {
 }
 
 /// A binding pattern of a Cartesian `let` or `case`.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub enum Pat {
     /// Binds a variable.
     Var(Var),
@@ -90,24 +90,24 @@ pub enum Pat {
 impl Pat {
     /// The type the pattern matches.
     pub fn ty(&self) -> Ty {
-        match self {
+        crate::deep::deep(|| match self {
             Pat::Var(v) => v.ty.clone(),
             Pat::Wild(t) => t.clone(),
             Pat::Pair(a, b) => Ty::prod(a.ty(), b.ty()),
-        }
+        })
     }
 
     /// The bound variables, left to right.
     pub fn vars(&self) -> Vec<&Var> {
         fn go<'a>(p: &'a Pat, out: &mut Vec<&'a Var>) {
-            match p {
+            crate::deep::deep(|| match p {
                 Pat::Var(v) => out.push(v),
                 Pat::Wild(_) => {}
                 Pat::Pair(a, b) => {
                     go(a, out);
                     go(b, out);
                 }
-            }
+            })
         }
         let mut out = Vec::new();
         go(self, &mut out);
@@ -923,6 +923,28 @@ impl fmt::Display for LTerm {
 impl fmt::Debug for LTerm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{self}")
+    }
+}
+
+/// Patterns as deep as the program (a tuple pattern of 10⁴ components) are cloned under
+/// [`crate::deep::deep`] and dropped under [`crate::deep::deep_drop`].
+impl Clone for Pat {
+    fn clone(&self) -> Pat {
+        crate::deep::deep(|| match self {
+            Pat::Var(v) => Pat::Var(v.clone()),
+            Pat::Wild(t) => Pat::Wild(t.clone()),
+            Pat::Pair(a, b) => Pat::Pair(a.clone(), b.clone()),
+        })
+    }
+}
+
+impl Drop for Pat {
+    fn drop(&mut self) {
+        if let Pat::Pair(a, b) = self {
+            let a = std::mem::replace(&mut **a, Pat::Wild(Ty::Unit));
+            let b = std::mem::replace(&mut **b, Pat::Wild(Ty::Unit));
+            crate::deep::deep_drop(move || drop((a, b)));
+        }
     }
 }
 

@@ -97,11 +97,11 @@ impl Ty {
 
     /// The right-nested tuple of the given types (`Unit` for none).
     pub fn tuple(tys: &[Ty]) -> Ty {
-        match tys {
+        deep(|| match tys {
             [] => Ty::Unit,
             [a] => a.clone(),
             [a, rest @ ..] => Ty::prod(a.clone(), Ty::tuple(rest)),
-        }
+        })
     }
 
     /// The components of a product type.

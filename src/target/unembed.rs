@@ -61,10 +61,12 @@ pub fn var(x: &Var) -> Result<src::Var, Error> {
 
 /// The source pattern a target pattern embeds.
 pub fn pat(p: &Pat) -> Result<src::Pat, Error> {
-    Ok(match p {
-        Pat::Var(x) => src::Pat::Var(var(x)?),
-        Pat::Wild(t) => src::Pat::Wild(ty(t)?),
-        Pat::Pair(a, b) => src::Pat::Pair(Box::new(pat(a)?), Box::new(pat(b)?)),
+    deep(|| {
+        Ok(match p {
+            Pat::Var(x) => src::Pat::Var(var(x)?),
+            Pat::Wild(t) => src::Pat::Wild(ty(t)?),
+            Pat::Pair(a, b) => src::Pat::Pair(Box::new(pat(a)?), Box::new(pat(b)?)),
+        })
     })
 }
 

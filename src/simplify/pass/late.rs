@@ -182,6 +182,11 @@ impl Pass<'_> {
                         && self.uses_of(x.id) == 1
                         && !is_atom(&e)
                     {
+                        // A computation that may fail does not go into a branch, where it would
+                        // run only if the branch is taken (theory-notes/09; `use_of`).
+                        if self.may_fail(&e) {
+                            self.late_failing.insert(x.id);
+                        }
                         self.vars.slot(x.id).slot = Slot::Late(Core::C(e.clone()));
                         self.open += 1;
                         pending.push(i);
@@ -194,6 +199,9 @@ impl Pass<'_> {
                         _ => l,
                     };
                     if self.uses_of(u.id) == 1 && !is_latom(&l) {
+                        if self.lmay_fail(&l) {
+                            self.late_failing.insert(u.id);
+                        }
                         self.vars.slot(u.id).slot = Slot::Late(Core::L(l.clone()));
                         self.open += 1;
                         pending.push(i);
@@ -286,8 +294,12 @@ impl Pass<'_> {
                     let kids = t.children();
                     let mut out: SmallVec<[Option<Core>; 4]> = SmallVec::new();
                     let mut changed = false;
+                    let branching = matches!(t.kind, TermKind::If(..) | TermKind::Case(..));
                     for (i, k) in kids.iter().enumerate() {
+                        let branch = branching && i > 0;
+                        self.late_branch += u32::from(branch);
                         let r = self.fix(*k, term_child(&t.kind, i, pos));
+                        self.late_branch -= u32::from(branch);
                         changed |= r.is_some();
                         out.push(r);
                     }
@@ -305,8 +317,12 @@ impl Pass<'_> {
                     let kids = l.children();
                     let mut out: SmallVec<[Option<Core>; 4]> = SmallVec::new();
                     let mut changed = false;
+                    let branching = matches!(l.kind, LTermKind::Case(..));
                     for (i, k) in kids.iter().enumerate() {
+                        let branch = branching && i > 0;
+                        self.late_branch += u32::from(branch);
                         let r = self.fix(*k, lterm_child(&l.kind, i, pos));
+                        self.late_branch -= u32::from(branch);
                         changed |= r.is_some();
                         out.push(r);
                     }
@@ -350,6 +366,10 @@ impl Pass<'_> {
 
     /// The use of variable `v` at `pos`: its term if it is a pending candidate that may go there.
     fn use_of(&mut self, v: VarId, pos: Pos) -> Option<Core> {
+        if self.late_branch > 0 && self.late_failing.contains(&v) {
+            // Left pending: resolved at the end as a use under a λ is (the binding stays).
+            return None;
+        }
         let state = self.vars.get_mut(v)?;
         let (late, pair) = match &state.slot {
             Slot::Late(e) => (true, is_pair(e)),
