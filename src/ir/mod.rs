@@ -723,3 +723,22 @@ impl fmt::Display for Program {
         f.write_str(&print::program(self))
     }
 }
+
+/// Whether two atoms are the same variable or the same integer (what places and lengths are
+/// compared by).
+pub(crate) fn same_atom(a: &Atom, b: &Atom) -> bool {
+    match (a, b) {
+        (Atom::Var(x), Atom::Var(y)) => x.id == y.id,
+        (Atom::I64(x), Atom::I64(y)) => x == y,
+        _ => false,
+    }
+}
+
+/// Whether two steps of a place are the same field or the element at the same atom.
+pub(crate) fn same_step(a: &Step, b: &Step) -> bool {
+    match (a, b) {
+        (Step::Field(x), Step::Field(y)) => x == y,
+        (Step::Elem(x), Step::Elem(y)) => same_atom(x, y),
+        _ => false,
+    }
+}

@@ -9,7 +9,7 @@
 //!   loop that then runs zero times denotes the same value, and growing cannot fail, so no
 //!   error moves.
 
-use super::{Atom, Block, Expr, Place, Program, Step, Stmt};
+use super::{Atom, Block, Expr, Place, Program, Step, Stmt, same_atom, same_step};
 use crate::deep::deep;
 use rustc_hash::FxHashSet;
 
@@ -128,25 +128,13 @@ fn invariant(p: &Place, n: &Atom, defined: &FxHashSet<u32>) -> bool {
         })
 }
 
-fn same_atom(a: &Atom, b: &Atom) -> bool {
-    match (a, b) {
-        (Atom::Var(x), Atom::Var(y)) => x.id == y.id,
-        (Atom::I64(x), Atom::I64(y)) => x == y,
-        _ => false,
-    }
-}
-
 fn same_grow(a: &Stmt, b: &Stmt) -> bool {
     match (a, b) {
         (Stmt::Grow(p, n), Stmt::Grow(q, m)) => {
             p.root.0.id == q.root.0.id
                 && same_atom(n, m)
                 && p.path.len() == q.path.len()
-                && p.path.iter().zip(&q.path).all(|(s, t)| match (s, t) {
-                    (Step::Field(x), Step::Field(y)) => x == y,
-                    (Step::Elem(x), Step::Elem(y)) => same_atom(x, y),
-                    _ => false,
-                })
+                && p.path.iter().zip(&q.path).all(|(s, t)| same_step(s, t))
         }
         _ => false,
     }

@@ -25,7 +25,7 @@
 
 use super::{
     Arm, Atom, Block, Check, EnumDef, Expr, Func, MutVar, Op, Place, Program, SiteId, Step, Stmt,
-    Ty, TyKind,
+    Ty, TyKind, same_atom, same_step,
 };
 use crate::deep::deep;
 use crate::error::{Error, ErrorKind, Result, Source};
@@ -2133,23 +2133,6 @@ impl<'a> Emitter<'a> {
     }
 }
 
-fn same_atom(a: &Atom, b: &Atom) -> bool {
-    match (a, b) {
-        (Atom::Var(x), Atom::Var(y)) => x.id == y.id,
-        (Atom::I64(x), Atom::I64(y)) => x == y,
-        _ => false,
-    }
-}
-
-fn same_step(a: &Step, b: &Step) -> bool {
-    match (a, b) {
-        (Step::Field(x), Step::Field(y)) => x == y,
-        (Step::Elem(x), Step::Elem(y)) => same_atom(x, y),
-        _ => false,
-    }
-}
-
-/// The loop index of a place's element step `k`.
 /// Whether a loop body (of `build` or `sum`) may run on several threads: it touches no
 /// mutable variable declared outside it (its own accumulators are private to an iteration).
 /// Everything else it reads is immutable and `Sync` (numbers, tuples, `Arr`, enums, borrows).

@@ -435,43 +435,39 @@ impl Lowering {
     /// Whether indexing `xs` at `i` is in range by the range facts: `i` is a loop index below
     /// `len xs - c` (or `len xs`), plus at most `c`.
     fn in_range(&self, xs: &Atom, i: &Atom) -> bool {
-        let (Atom::Var(xs), Atom::Var(i)) = (xs, i) else {
+        let Atom::Var(xs) = xs else {
             return false;
+        };
+        self.index_bound(i)
+            .is_some_and(|n| self.len_of.get(&n) == Some(&xs.id))
+    }
+
+    /// `Some(m)` if `0 <= i < m` by the range facts: `i` is a loop index (plus at most `c`)
+    /// below `m - c` (or below `m`, with `c = 0`).
+    fn index_bound(&self, i: &Atom) -> Option<u32> {
+        let Atom::Var(i) = i else {
+            return None;
         };
         let (i, d) = match self.plus.get(&i.id) {
             Some(&(j, d)) => (j, d),
             None => (i.id, 0),
         };
-        let Some(&n) = self.below.get(&i) else {
-            return false;
-        };
-        let (n, c) = match self.minus.get(&n) {
+        let &n = self.below.get(&i)?;
+        let (m, c) = match self.minus.get(&n) {
             Some(&(m, c)) => (m, c),
             None => (n, 0),
         };
-        (0..=c).contains(&d) && self.len_of.get(&n) == Some(&xs.id)
+        (0..=c).contains(&d).then_some(m)
     }
 
     /// Whether `0 <= i < n` by the range facts: `i` is a loop index (plus at most `c`) below
     /// `m - c` where `m` is `n` or the length of the same array.
     fn index_below(&self, i: &Atom, n: &Atom) -> bool {
-        let (Atom::Var(i), Atom::Var(n)) = (i, n) else {
+        let (Some(m), Atom::Var(n)) = (self.index_bound(i), n) else {
             return false;
         };
-        let (i, d) = match self.plus.get(&i.id) {
-            Some(&(j, d)) => (j, d),
-            None => (i.id, 0),
-        };
-        let Some(&m) = self.below.get(&i) else {
-            return false;
-        };
-        let (m, c) = match self.minus.get(&m) {
-            Some(&(m, c)) => (m, c),
-            None => (m, 0),
-        };
-        let same = m == n.id
-            || matches!((self.len_of.get(&m), self.len_of.get(&n.id)), (Some(a), Some(b)) if a == b);
-        (0..=c).contains(&d) && same
+        m == n.id
+            || matches!((self.len_of.get(&m), self.len_of.get(&n.id)), (Some(a), Some(b)) if a == b)
     }
 
     /// Records that loop index `i` runs below `n`.
