@@ -140,7 +140,7 @@ fn enough_stack() -> bool {
     psm::stack_pointer() as usize >= low
 }
 
-/// Runs `f`, first moving to a new stack segment if less than [`RED_ZONE`] of stack remains.
+/// Runs `f`, first moving to a new stack segment if less than `RED_ZONE` of stack remains.
 /// Also the budget's checkpoint: unwinds with [`Exhausted::Memory`] when the memory budget is
 /// exceeded, and with [`Exhausted::Stack`] when no segment can be had (see the module doc).
 ///

@@ -14,7 +14,7 @@
 //!
 //! On the forward-mode image of a first-order program, `T(F1 A × (F2 A ⊸ F2 B)) = R1 A × (R2 B ⊸
 //! R2 A)`: transposing forward CHAD's output gives a term of reverse CHAD's type
-//! ([`crate::ad::linearize`]).
+//! ([`crate::linearize`]).
 //!
 //! **Judgements.** Two transformations, one exhaustive `match` each:
 //!

@@ -364,6 +364,19 @@ impl Lowering {
         if let Expr::Atom(a) = e {
             return a;
         }
+        // A loop index (below a checked length, so below 2^61) plus a constant in [0, 2^32]
+        // cannot overflow: plain addition, no error path in the loop.
+        let e = match e {
+            Expr::Prim(p, args, _)
+                if p.name() == "iadd"
+                    && matches!(&args[..],
+                        [Atom::Var(i), Atom::I64(c)] | [Atom::I64(c), Atom::Var(i)]
+                            if self.below.contains_key(&i.id) && (0..=1i64 << 32).contains(c)) =>
+            {
+                Expr::Op(super::Op::IAdd, args)
+            }
+            e => e,
+        };
         // The length of an array this program built is its count: no `len`, and the range
         // facts of the count apply to loops over the array.
         if let Expr::Len(Atom::Var(v)) = &e
@@ -390,6 +403,11 @@ impl Lowering {
             }
             Expr::Build(n, ..) | Expr::Replicate(n, ..) => {
                 self.count_of.insert(x.id, n.clone());
+            }
+            Expr::Op(super::Op::IAdd, args) => {
+                if let [Atom::Var(i), Atom::I64(c)] | [Atom::I64(c), Atom::Var(i)] = &args[..] {
+                    self.plus.insert(x.id, (i.id, *c));
+                }
             }
             Expr::Prim(p, args, _) => match (p.name(), &args[..]) {
                 ("isub", [Atom::Var(n), Atom::I64(c)]) => {
