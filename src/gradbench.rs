@@ -24,7 +24,7 @@ use crate::simplify::simplify;
 use crate::source::term::Entry;
 use crate::target::{embed, engine::Code};
 use crate::value::Value;
-use serde_json::{json, Map, Value as Json};
+use serde_json::{Map, Value as Json, json};
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::time::Instant;
@@ -147,7 +147,7 @@ pub fn program(module: &str) -> Option<(&'static str, &'static str)> {
 
 /// The compiled code of one module.
 enum Runner {
-    Engine { primal: Code, vjp: Vjp },
+    Engine { primal: Box<Code>, vjp: Box<Vjp> },
     Native(Box<Native>),
 }
 
@@ -187,7 +187,10 @@ impl Module {
                 let primal = Code::compile(&params, &simplify(&body));
                 let vjp = Vjp::new(&ad::with_respect_to(&optimized, &sel))?.map_body(simplify);
                 vjp.code();
-                Runner::Engine { primal, vjp }
+                Runner::Engine {
+                    primal: Box::new(primal),
+                    vjp: Box::new(vjp),
+                }
             }
             Backend::Native => {
                 let code = Compiled::with_parts(&ad::with_respect_to(&entry, &sel), Parts::VJP)?;
@@ -238,10 +241,7 @@ impl Module {
                     .zip(&types)
                     .map(|(f, ty)| {
                         let v = obj.get(*f).ok_or_else(|| {
-                            Error::new(
-                                ErrorKind::Argument,
-                                format!("the input has no field `{f}`"),
-                            )
+                            Error::new(ErrorKind::Argument, format!("the input has no field `{f}`"))
                         })?;
                         Value::from_json(v, ty).map_err(|e| e.prefixed(&format!("field `{f}`: ")))
                     })
@@ -348,7 +348,7 @@ impl Tool {
             Ok(m) => m,
             Err(e) => {
                 return json!({"id": null, "success": false,
-                              "error": format!("the message is not JSON: {e}")})
+                              "error": format!("the message is not JSON: {e}")});
             }
         };
         let id = msg.get("id").cloned().unwrap_or(Json::Null);
@@ -377,7 +377,10 @@ impl Tool {
             }
             Some("evaluate") => {
                 let (Some(module), Some(function)) = (text("module"), text("function")) else {
-                    return fail(id, "an evaluate message needs `module` and `function`".into());
+                    return fail(
+                        id,
+                        "an evaluate message needs `module` and `function`".into(),
+                    );
                 };
                 let Some(m) = self.modules.get(module) else {
                     return fail(

@@ -4,7 +4,7 @@
 //! None of this needs GradBench itself.
 
 use chad::gradbench::{Backend, Tool};
-use serde_json::{json, Value as Json};
+use serde_json::{Value as Json, json};
 use std::io::Write;
 use std::process::{Command, Stdio};
 
@@ -105,7 +105,10 @@ fn protocol_session_as_a_subprocess() {
         let e = a["error"].as_str().expect("an error message");
         assert!(e.contains(words), "`{e}` should mention `{words}`");
     };
-    failed(&answers[6], "does not implement the GradBench module `no-such-module`");
+    failed(
+        &answers[6],
+        "does not implement the GradBench module `no-such-module`",
+    );
     failed(&answers[7], "has not been defined");
     failed(&answers[8], "no function `cube`");
     failed(&answers[9], "expected a JSON value of type Real");
@@ -155,7 +158,9 @@ fn close(a: f64, e: f64, tol: f64, what: &str) {
 
 /// Deterministic pseudo-random numbers in [-1, 1).
 fn randoms(n: usize, seed: u64) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
             s = s
@@ -274,7 +279,8 @@ impl Gmm {
 
     /// The objective at the flat parameter vector (alpha, mu, q, l, row by row), written from
     /// GradBench's definition: the log-likelihood plus the log Wishart prior on the precision
-    /// matrices Q_kᵀ Q_k.
+    /// matrices Q_kᵀ Q_k. (Index loops, as in the formula.)
+    #[allow(clippy::needless_range_loop)]
     fn objective(&self, theta: &[f64]) -> f64 {
         let (d, k) = (self.d, self.k);
         let [na, nm, nq, _] = self.sizes();
@@ -330,7 +336,8 @@ impl Gmm {
                     frob += lower(c, r, cc).powi(2);
                 }
             }
-            total += self.m as f64 * sum_q - 0.5 * self.gamma * self.gamma * frob
+            total += self.m as f64 * sum_q
+                - 0.5 * self.gamma * self.gamma * frob
                 - 0.5 * (nu * d as u32) as f64 * 2f64.ln()
                 + (nu * d as u32) as f64 * self.gamma.ln()
                 - log_multigamma;
