@@ -80,8 +80,11 @@ struct Spec {
     module: &'static str,
     file: &'static str,
     source: &'static str,
-    /// The definition the functions evaluate or differentiate.
+    /// The definition the primal function evaluates.
     def: &'static str,
+    /// The definition the gradient function differentiates (`Real`-valued, with the same
+    /// parameters as `def`).
+    grad_def: &'static str,
     input: Input,
     /// The parameters the gradient is taken with respect to (the others are constants).
     wrt: &'static [&'static str],
@@ -95,6 +98,7 @@ const SPECS: &[Spec] = &[
         file: "gradbench/hello.chad",
         source: include_str!("../gradbench/hello.chad"),
         def: "square",
+        grad_def: "square",
         input: Input::Bare,
         wrt: &["x"],
         functions: &[("square", Kind::Primal), ("double", Kind::Gradient)],
@@ -105,6 +109,7 @@ const SPECS: &[Spec] = &[
         file: "gradbench/lse.chad",
         source: include_str!("../gradbench/lse.chad"),
         def: "logsumexp",
+        grad_def: "logsumexp",
         input: Input::Fields(&["x"]),
         wrt: &["x"],
         functions: &[("primal", Kind::Primal), ("gradient", Kind::Gradient)],
@@ -115,6 +120,7 @@ const SPECS: &[Spec] = &[
         file: "gradbench/llsq.chad",
         source: include_str!("../gradbench/llsq.chad"),
         def: "llsq",
+        grad_def: "llsq",
         input: Input::Fields(&["x", "n"]),
         wrt: &["x"],
         functions: &[("primal", Kind::Primal), ("gradient", Kind::Gradient)],
@@ -125,10 +131,22 @@ const SPECS: &[Spec] = &[
         file: "gradbench/gmm.chad",
         source: include_str!("../gradbench/gmm.chad"),
         def: "gmm",
+        grad_def: "gmm",
         input: Input::Fields(&["alpha", "mu", "q", "l", "x", "gamma", "m"]),
         wrt: &["alpha", "mu", "q", "l"],
         functions: &[("objective", Kind::Primal), ("jacobian", Kind::Gradient)],
         gradient: GradOutput::Fields(&["alpha", "mu", "q", "l"]),
+    },
+    Spec {
+        module: "ode",
+        file: "gradbench/ode.chad",
+        source: include_str!("../gradbench/ode.chad"),
+        def: "ode",
+        grad_def: "odeLast",
+        input: Input::Fields(&["x", "s"]),
+        wrt: &["x"],
+        functions: &[("primal", Kind::Primal), ("gradient", Kind::Gradient)],
+        gradient: GradOutput::First,
     },
 ];
 
@@ -147,8 +165,13 @@ pub fn program(module: &str) -> Option<(&'static str, &'static str)> {
 
 /// The compiled code of one module.
 enum Runner {
-    Engine { primal: Box<Code>, vjp: Box<Vjp> },
-    Native(Box<Native>),
+    Engine {
+        primal: Box<Code>,
+        vjp: Box<Vjp>,
+    },
+    /// The gradient's library (with its primal), and the primal's when that is another
+    /// definition.
+    Native(Box<Native>, Option<Box<Native>>),
 }
 
 /// A defined module: its program's entry point and code.
@@ -172,20 +195,33 @@ impl Module {
         })?;
         let prog = crate::source::load(spec.source, &Registry::builtin())
             .map_err(|e| e.prefixed(&format!("{}: ", spec.file)))?;
-        let index = prog.find(spec.def).ok_or_else(|| {
-            Error::new(
+        let find = |name: &str| {
+            prog.find(name).map(|i| prog.entry(i)).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Input,
+                    format!("{} has no definition `{name}`", spec.file),
+                )
+            })
+        };
+        let entry = find(spec.def)?;
+        let grad_entry = find(spec.grad_def)?;
+        if grad_entry.param_types() != entry.param_types() {
+            return Err(Error::new(
                 ErrorKind::Input,
-                format!("{} has no definition `{}`", spec.file, spec.def),
-            )
-        })?;
-        let entry = prog.entry(index);
-        let sel = ad::wrt::select(&entry, spec.wrt)?;
+                format!(
+                    "{}: `{}` and `{}` must have the same parameters",
+                    spec.file, spec.def, spec.grad_def
+                ),
+            ));
+        }
+        let sel = ad::wrt::select(&grad_entry, spec.wrt)?;
         let runner = match backend {
             Backend::Engine => {
                 let optimized = optimize(&entry);
                 let (params, body) = embed::entry(&optimized);
                 let primal = Code::compile(&params, &simplify(&body));
-                let vjp = Vjp::new(&ad::with_respect_to(&optimized, &sel))?.map_body(simplify);
+                let vjp = Vjp::new(&ad::with_respect_to(&optimize(&grad_entry), &sel))?
+                    .map_body(simplify);
                 vjp.code();
                 Runner::Engine {
                     primal: Box::new(primal),
@@ -193,8 +229,16 @@ impl Module {
                 }
             }
             Backend::Native => {
-                let code = Compiled::with_parts(&ad::with_respect_to(&entry, &sel), Parts::VJP)?;
-                Runner::Native(Box::new(Native::new(code, None, false)?))
+                let code =
+                    Compiled::with_parts(&ad::with_respect_to(&grad_entry, &sel), Parts::VJP)?;
+                let grad = Box::new(Native::new(code, None, false)?);
+                let primal = if spec.def == spec.grad_def {
+                    None
+                } else {
+                    let code = Compiled::with_parts(&entry, Parts::PRIMAL)?;
+                    Some(Box::new(Native::new(code, None, false)?))
+                };
+                Runner::Native(grad, primal)
             }
         };
         Ok(Module {
@@ -256,9 +300,10 @@ impl Module {
     fn run(&self, kind: Kind, args: &[Value]) -> Result<Outcome> {
         Ok(match (kind, &self.runner) {
             (Kind::Primal, Runner::Engine { primal, .. }) => Outcome::Value(primal.run(args)?),
-            (Kind::Primal, Runner::Native(n)) => Outcome::Value(n.eval(args)?),
+            (Kind::Primal, Runner::Native(_, Some(n))) => Outcome::Value(n.eval(args)?),
+            (Kind::Primal, Runner::Native(n, None)) => Outcome::Value(n.eval(args)?),
             (Kind::Gradient, Runner::Engine { vjp, .. }) => Outcome::Gradient(vjp.grad(args)?.1),
-            (Kind::Gradient, Runner::Native(n)) => Outcome::Gradient(n.grad(args)?.1),
+            (Kind::Gradient, Runner::Native(n, _)) => Outcome::Gradient(n.grad(args)?.1),
         })
     }
 

@@ -396,3 +396,46 @@ fn gmm_against_the_formula_and_finite_differences() {
         close(*a, *e, 1e-7, &format!("gmm gradient component {i}"));
     }
 }
+
+/// s steps of RK4 from 0 to 2 for f(y)_0 = x_0, f(y)_i = x_i y_{i-1}, from y = 0.
+fn ode(x: &[f64], s: usize) -> Vec<f64> {
+    let f = |y: &[f64]| -> Vec<f64> {
+        (0..x.len())
+            .map(|i| if i == 0 { x[0] } else { x[i] * y[i - 1] })
+            .collect()
+    };
+    let axpy = |y: &[f64], a: f64, k: &[f64]| -> Vec<f64> {
+        y.iter().zip(k).map(|(u, v)| u + a * v).collect()
+    };
+    let h = 2.0 / s as f64;
+    let mut y = vec![0.0; x.len()];
+    for _ in 0..s {
+        let k1 = f(&y);
+        let k2 = f(&axpy(&y, h / 2.0, &k1));
+        let k3 = f(&axpy(&y, h / 2.0, &k2));
+        let k4 = f(&axpy(&y, h, &k3));
+        y = (0..y.len())
+            .map(|i| y[i] + h / 6.0 * (k1[i] + 2.0 * k2[i] + 2.0 * k3[i] + k4[i]))
+            .collect();
+    }
+    y
+}
+
+#[test]
+fn ode_against_runge_kutta_and_finite_differences() {
+    let x: Vec<f64> = randoms(5, 4).iter().map(|v| 1.0 + v).collect();
+    for s in [1, 7] {
+        let input = json!({ "x": x, "s": s });
+        let y = reals(&run("ode", "primal", input.clone()));
+        let expected = ode(&x, s);
+        assert_eq!(y.len(), expected.len());
+        for (i, (a, e)) in y.iter().zip(&expected).enumerate() {
+            close(*a, *e, 1e-13, &format!("ode state {i}"));
+        }
+        let g = reals(&run("ode", "gradient", input));
+        let last = |x: &[f64]| *ode(x, s).last().expect("non-empty");
+        for (i, (a, e)) in g.iter().zip(fd(last, &x)).enumerate() {
+            close(*a, e, 1e-7, &format!("ode gradient {i}"));
+        }
+    }
+}
