@@ -168,7 +168,7 @@ enum Command {
         output: Option<PathBuf>,
     },
     /// Act as a GradBench tool: speak the GradBench protocol (JSON lines) on standard input and
-    /// output, with chad programs for the evals hello, lse, llsq and gmm built in.
+    /// output, with chad programs for the evals hello, lse, llsq, gmm and ode built in.
     Gradbench {
         /// Where the functions run: the execution engine, or native code compiled by rustc.
         #[arg(long, value_enum, default_value_t = Backend::Engine)]
