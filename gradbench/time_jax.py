@@ -1,4 +1,4 @@
-# Times the jitted functions of GradBench's JAX tool (lse, llsq, gmm) with block_until_ready: the
+# Times the jitted functions of GradBench's JAX tool (lse, llsq, gmm, ode) with block_until_ready: the
 # minimum over runs filling at least 1 s. The tool's own timings do not block on results (JAX
 # dispatches asynchronously), so they under-report. Run with the GradBench venv's python after
 # ../shared/gradbench/setup.sh; prints and writes /tmp/gb-jax.json.
@@ -6,7 +6,7 @@ import sys, time, json
 sys.path.insert(0, "/root/.cache/gradbench/gradbench/python/gradbench")
 import numpy as np, jax, jax.numpy as jnp
 jax.config.update("jax_enable_x64", True)
-from gradbench.tools.jax import lse as L, llsq as Q, gmm as G
+from gradbench.tools.jax import lse as L, llsq as Q, gmm as G, ode as O
 from jax import jit, grad
 def t(f, *a, **k):
     jax.block_until_ready(f(*a, **k))
@@ -30,5 +30,9 @@ for d, k in [(2,5),(2,25),(10,5),(20,5),(10,25),(20,25)]:
     ind = {"alpha": jnp.array(rng.standard_normal(k)), "mu": jnp.array(rng.random((k, d))),
            "q": jnp.array(rng.standard_normal((k, d))), "l": jnp.array(rng.standard_normal((k, d*(d-1)//2)))}
     out[f"gmm objective {d}_{k}_{n}"] = t(G.obj, ind, **fixed); out[f"gmm jacobian {d}_{k}_{n}"] = t(G.jac, ind, **fixed)
+for n in [1000, 10000]:
+    for s in [10, 100]:
+        x = jnp.array(rng.random(n))
+        out[f"ode primal n={n},s={s}"] = t(O.ode, x, s); out[f"ode gradient n={n},s={s}"] = t(O.grad_ode, x, s)
 json.dump(out, open("/tmp/gb-jax.json", "w"), indent=1)
 print(json.dumps(out, indent=1))
