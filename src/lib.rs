@@ -94,6 +94,7 @@ pub mod deep;
 pub mod dual_reverse;
 pub mod error;
 pub mod eval;
+pub mod gradbench;
 pub mod ir;
 pub mod linearize;
 pub mod native;

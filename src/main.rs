@@ -175,6 +175,13 @@ enum Command {
         #[arg(short, long, value_name = "OUT.rs")]
         output: Option<PathBuf>,
     },
+    /// Act as a GradBench tool: speak the GradBench protocol (JSON lines) on standard input and
+    /// output, with chad programs for the evals hello, lse, llsq, gmm and ode built in.
+    Gradbench {
+        /// Where the functions run: the execution engine, or native code compiled by rustc.
+        #[arg(long, value_enum, default_value_t = Backend::Engine)]
+        backend: Backend,
+    },
     /// Print a definition at a stage of the pipeline.
     Show {
         /// The program.
@@ -671,6 +678,14 @@ fn with_source<T>(r: Result<T>, src: &Source) -> CliResult<T> {
 
 fn run(cli: Cli) -> CliResult<String> {
     match cli.command {
+        Command::Gradbench { backend } => {
+            let backend = match backend {
+                Backend::Engine => chad::gradbench::Backend::Engine,
+                Backend::Native => chad::gradbench::Backend::Native,
+            };
+            chad::gradbench::serve(backend, std::io::stdin().lock(), std::io::stdout().lock())?;
+            Ok(String::new())
+        }
         Command::Check { file, json } => {
             let (_, prog) = load(&file)?;
             if json {

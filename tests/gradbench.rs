@@ -1,0 +1,441 @@
+//! `chad gradbench`, the GradBench tool: the protocol as a subprocess on a scripted message
+//! sequence, and the bundled programs' outputs (lse, llsq, gmm) against independent Rust
+//! computations (direct formulas, and central finite differences of them for the gradients).
+//! None of this needs GradBench itself.
+
+use chad::gradbench::{Backend, Tool};
+use serde_json::{Value as Json, json};
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+/// Runs `chad gradbench` on these messages (one per line) and returns its answers.
+fn converse(messages: &[Json]) -> Vec<Json> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_chad"))
+        .arg("gradbench")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("chad runs");
+    {
+        let mut stdin = child.stdin.take().expect("stdin");
+        for m in messages {
+            writeln!(stdin, "{m}").expect("write a message");
+        }
+        // A line that is not JSON is answered, not fatal.
+        writeln!(stdin, "this is not json").expect("write");
+    }
+    let out = child.wait_with_output().expect("chad finishes");
+    assert!(
+        out.status.success(),
+        "chad gradbench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each answer is JSON"))
+        .collect()
+}
+
+fn evaluate(id: u64, module: &str, function: &str, input: Json) -> Json {
+    json!({"id": id, "kind": "evaluate", "module": module, "function": function, "input": input})
+}
+
+fn evaluate_times(answer: &Json) -> usize {
+    answer["timings"]
+        .as_array()
+        .expect("timings")
+        .iter()
+        .inspect(|t| {
+            assert_eq!(t["name"], "evaluate");
+            assert!(t["nanoseconds"].is_u64());
+        })
+        .count()
+}
+
+#[test]
+fn protocol_session_as_a_subprocess() {
+    let answers = converse(&[
+        json!({"id": 0, "kind": "start", "eval": "hello"}),
+        json!({"id": 1, "kind": "define", "module": "hello"}),
+        evaluate(2, "hello", "square", json!(3.0)),
+        evaluate(3, "hello", "double", json!(3.0)),
+        evaluate(4, "hello", "square", json!(-1.5)),
+        evaluate(5, "hello", "double", json!(0.25)),
+        json!({"id": 6, "kind": "define", "module": "no-such-module"}),
+        evaluate(7, "no-such-module", "f", json!(1.0)),
+        evaluate(8, "hello", "cube", json!(1.0)),
+        evaluate(9, "hello", "square", json!("three")),
+        json!({"id": 10, "kind": "analysis", "of": 2, "valid": true}),
+        json!({"id": 11, "kind": "define", "module": "lse"}),
+        evaluate(
+            12,
+            "lse",
+            "primal",
+            json!({"x": [0.0, 0.0], "min_runs": 3, "min_seconds": 0}),
+        ),
+        evaluate(13, "lse", "primal", json!({"y": [1.0]})),
+        json!({"id": 14, "kind": "define", "module": "gmm"}),
+        evaluate(
+            15,
+            "gmm",
+            "objective",
+            json!({"alpha": [], "mu": [], "q": [], "l": [], "x": [], "gamma": 1.0, "m": 0,
+                   "min_runs": 1, "min_seconds": 0}),
+        ),
+    ]);
+    assert_eq!(answers.len(), 17, "one answer per message: {answers:#?}");
+    for (i, a) in answers.iter().take(16).enumerate() {
+        assert_eq!(a["id"], json!(i), "answers in order with their ids: {a}");
+    }
+    assert_eq!(answers[0]["tool"], "chad");
+    assert_eq!(answers[1]["success"], true);
+    let ok = |a: &Json, output: Json| {
+        assert_eq!(a["success"], true, "{a}");
+        assert_eq!(a["output"], output, "{a}");
+        assert_eq!(evaluate_times(a), 1, "hello runs once: {a}");
+    };
+    ok(&answers[2], json!(9.0));
+    ok(&answers[3], json!(6.0));
+    ok(&answers[4], json!(2.25));
+    ok(&answers[5], json!(0.5));
+    let failed = |a: &Json, words: &str| {
+        assert_eq!(a["success"], false, "{a}");
+        let e = a["error"].as_str().expect("an error message");
+        assert!(e.contains(words), "`{e}` should mention `{words}`");
+    };
+    failed(
+        &answers[6],
+        "does not implement the GradBench module `no-such-module`",
+    );
+    failed(&answers[7], "has not been defined");
+    failed(&answers[8], "no function `cube`");
+    failed(&answers[9], "expected a JSON value of type Real");
+    assert_eq!(answers[10], json!({"id": 10}));
+    assert_eq!(answers[11]["success"], true);
+    assert_eq!(answers[12]["success"], true);
+    let lse2 = answers[12]["output"].as_f64().expect("a number");
+    assert!((lse2 - 2f64.ln()).abs() < 1e-15, "{lse2}");
+    assert_eq!(evaluate_times(&answers[12]), 3, "min_runs is honoured");
+    failed(&answers[13], "no field `x`");
+    assert_eq!(answers[14]["success"], true);
+    // Empty arrays: a runtime error of the program, reported, not a crash.
+    assert_eq!(answers[15]["success"], false, "{}", answers[15]);
+    failed(&answers[16], "not JSON");
+}
+
+/// Defines `module` in-process and evaluates `function` once at `input`.
+fn run(module: &str, function: &str, mut input: Json) -> Json {
+    let mut tool = Tool::new(Backend::Engine);
+    let d = tool.respond(&json!({"id": 0, "kind": "define", "module": module}).to_string());
+    assert_eq!(d["success"], true, "{d}");
+    input["min_runs"] = json!(1);
+    input["min_seconds"] = json!(0);
+    let a = tool.respond(&evaluate(1, module, function, input).to_string());
+    assert_eq!(a["success"], true, "{a}");
+    a["output"].clone()
+}
+
+fn reals(j: &Json) -> Vec<f64> {
+    j.as_array()
+        .expect("an array")
+        .iter()
+        .map(|v| v.as_f64().expect("a number"))
+        .collect()
+}
+
+fn matrix(j: &Json) -> Vec<Vec<f64>> {
+    j.as_array().expect("an array").iter().map(reals).collect()
+}
+
+fn close(a: f64, e: f64, tol: f64, what: &str) {
+    assert!(
+        (a - e).abs() <= tol * (1.0 + a.abs() + e.abs()),
+        "{what}: chad {a}, expected {e}"
+    );
+}
+
+/// Deterministic pseudo-random numbers in [-1, 1).
+fn randoms(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// The gradient of `f` at `x` by central differences.
+fn fd(f: impl Fn(&[f64]) -> f64, x: &[f64]) -> Vec<f64> {
+    let h = 1e-6;
+    (0..x.len())
+        .map(|i| {
+            let mut a = x.to_vec();
+            let mut b = x.to_vec();
+            a[i] += h;
+            b[i] -= h;
+            (f(&a) - f(&b)) / (2.0 * h)
+        })
+        .collect()
+}
+
+#[test]
+fn lse_against_the_formula() {
+    let x: Vec<f64> = randoms(7, 1).iter().map(|v| 50.0 * v).collect();
+    let mx = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let s: f64 = x.iter().map(|v| (v - mx).exp()).sum();
+    let value = run("lse", "primal", json!({ "x": x }));
+    close(value.as_f64().unwrap(), s.ln() + mx, 1e-14, "lse");
+    let grad = reals(&run("lse", "gradient", json!({ "x": x })));
+    assert_eq!(grad.len(), x.len());
+    for (i, (g, v)) in grad.iter().zip(&x).enumerate() {
+        close(*g, (v - mx).exp() / s, 1e-14, &format!("softmax {i}"));
+    }
+}
+
+/// ½ Σ_i (sign t_i - Σ_j x_j t_i^j)² with t_i = -1 + 2i/(n-1), and its gradient
+/// -Σ_i r_i t_i^j.
+fn llsq(x: &[f64], n: usize) -> (f64, Vec<f64>) {
+    let mut value = 0.0;
+    let mut grad = vec![0.0; x.len()];
+    for i in 0..n {
+        let t = -1.0 + i as f64 * 2.0 / (n as f64 - 1.0);
+        let sign = if t > 0.0 {
+            1.0
+        } else if t < 0.0 {
+            -1.0
+        } else {
+            0.0
+        };
+        let mut p = 1.0;
+        let mut fit = 0.0;
+        let mut powers = Vec::new();
+        for xj in x {
+            fit += xj * p;
+            powers.push(p);
+            p *= t;
+        }
+        let r = sign - fit;
+        value += 0.5 * r * r;
+        for (g, p) in grad.iter_mut().zip(powers) {
+            *g -= r * p;
+        }
+    }
+    (value, grad)
+}
+
+#[test]
+fn llsq_against_the_formula() {
+    let x = randoms(6, 2);
+    // n odd, so that t = 0 (sign 0) is one of the points.
+    for n in [2, 9] {
+        let (value, grad) = llsq(&x, n);
+        let input = json!({ "x": x, "n": n });
+        close(
+            run("llsq", "primal", input.clone()).as_f64().unwrap(),
+            value,
+            1e-13,
+            "llsq",
+        );
+        let g = reals(&run("llsq", "gradient", input));
+        assert_eq!(g.len(), x.len());
+        for (j, (a, e)) in g.iter().zip(&grad).enumerate() {
+            close(*a, *e, 1e-13, &format!("llsq gradient {j}"));
+        }
+    }
+}
+
+/// log Γ(h/2) for a positive integer h, exactly by the recurrence Γ(x+1) = x Γ(x) from Γ(1) = 1
+/// and Γ(1/2) = √π.
+fn log_gamma_half(h: u32) -> f64 {
+    match h {
+        1 => 0.5 * std::f64::consts::PI.ln(),
+        2 => 0.0,
+        _ => (h as f64 / 2.0 - 1.0).ln() + log_gamma_half(h - 2),
+    }
+}
+
+/// The GMM problem: dimensions and data.
+struct Gmm {
+    d: usize,
+    k: usize,
+    x: Vec<Vec<f64>>,
+    gamma: f64,
+    m: u32,
+}
+
+impl Gmm {
+    /// The parameter counts: alpha, mu, q, l.
+    fn sizes(&self) -> [usize; 4] {
+        let (d, k) = (self.d, self.k);
+        [k, k * d, k * d, k * d * (d - 1) / 2]
+    }
+
+    /// The objective at the flat parameter vector (alpha, mu, q, l, row by row), written from
+    /// GradBench's definition: the log-likelihood plus the log Wishart prior on the precision
+    /// matrices Q_kᵀ Q_k. (Index loops, as in the formula.)
+    #[allow(clippy::needless_range_loop)]
+    fn objective(&self, theta: &[f64]) -> f64 {
+        let (d, k) = (self.d, self.k);
+        let [na, nm, nq, _] = self.sizes();
+        let alpha = &theta[..na];
+        let mu = |c: usize, j: usize| theta[na + c * d + j];
+        let q = |c: usize, j: usize| theta[na + nm + c * d + j];
+        let lsz = d * (d - 1) / 2;
+        // Q_k[r][c] for r > c: l filled column by column.
+        let lower = |comp: usize, r: usize, c: usize| {
+            let mut idx = 0;
+            for cc in 0..c {
+                idx += d - 1 - cc;
+            }
+            theta[na + nm + nq + comp * lsz + idx + (r - c - 1)]
+        };
+        let lse = |v: &[f64]| {
+            let mx = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            v.iter().map(|a| (a - mx).exp()).sum::<f64>().ln() + mx
+        };
+        let n = self.x.len();
+        let mut total = -(n as f64) * d as f64 * 0.5 * (2.0 * std::f64::consts::PI).ln();
+        for xi in &self.x {
+            let terms: Vec<f64> = (0..k)
+                .map(|c| {
+                    let mut sq = 0.0;
+                    for r in 0..d {
+                        let mut y = q(c, r).exp() * (xi[r] - mu(c, r));
+                        for cc in 0..r {
+                            y += lower(c, r, cc) * (xi[cc] - mu(c, cc));
+                        }
+                        sq += y * y;
+                    }
+                    let logdet: f64 = (0..d).map(|j| q(c, j)).sum();
+                    alpha[c] + logdet - 0.5 * sq
+                })
+                .collect();
+            total += lse(&terms);
+        }
+        total -= n as f64 * lse(alpha);
+        // The Wishart prior W(V = I/γ², ν = d + m + 1) on each precision matrix Λ = QᵀQ:
+        //   log p = (ν-d-1)/2 log det Λ - ½ tr(γ² Λ) - ν d/2 log 2 + ν d log γ - log Γ_d(ν/2),
+        // with log det Λ = 2 Σ q and tr Λ = ‖Q‖²_F.
+        let nu = d as u32 + self.m + 1;
+        let log_multigamma = 0.25 * (d * (d - 1)) as f64 * std::f64::consts::PI.ln()
+            + (1..=d as u32)
+                .map(|j| log_gamma_half(nu + 1 - j))
+                .sum::<f64>();
+        for c in 0..k {
+            let sum_q: f64 = (0..d).map(|j| q(c, j)).sum();
+            let mut frob: f64 = (0..d).map(|j| (2.0 * q(c, j)).exp()).sum();
+            for r in 0..d {
+                for cc in 0..r {
+                    frob += lower(c, r, cc).powi(2);
+                }
+            }
+            total += self.m as f64 * sum_q
+                - 0.5 * self.gamma * self.gamma * frob
+                - 0.5 * (nu * d as u32) as f64 * 2f64.ln()
+                + (nu * d as u32) as f64 * self.gamma.ln()
+                - log_multigamma;
+        }
+        total
+    }
+}
+
+#[test]
+fn gmm_against_the_formula_and_finite_differences() {
+    let (d, k, n) = (3, 2, 4);
+    let problem = Gmm {
+        d,
+        k,
+        x: (0..n).map(|i| randoms(d, 10 + i as u64)).collect(),
+        gamma: 1.3,
+        m: 1,
+    };
+    let sizes = problem.sizes();
+    let theta: Vec<f64> = randoms(sizes.iter().sum(), 3)
+        .iter()
+        .map(|v| 0.5 * v)
+        .collect();
+    let (alpha, rest) = theta.split_at(sizes[0]);
+    let (mu, rest) = rest.split_at(sizes[1]);
+    let (q, l) = rest.split_at(sizes[2]);
+    let rows = |v: &[f64], w: usize| v.chunks(w).map(|c| c.to_vec()).collect::<Vec<_>>();
+    let input = json!({
+        "d": d, "k": k, "n": n,
+        "alpha": alpha, "mu": rows(mu, d), "q": rows(q, d), "l": rows(l, d * (d - 1) / 2),
+        "x": problem.x, "gamma": problem.gamma, "m": problem.m,
+    });
+    let value = run("gmm", "objective", input.clone());
+    close(
+        value.as_f64().unwrap(),
+        problem.objective(&theta),
+        1e-12,
+        "gmm objective",
+    );
+    let grad = run("gmm", "jacobian", input);
+    let obj = grad.as_object().expect("an object");
+    let mut keys: Vec<&String> = obj.keys().collect();
+    keys.sort();
+    assert_eq!(keys, ["alpha", "l", "mu", "q"]);
+    let flat: Vec<f64> = reals(&grad["alpha"])
+        .into_iter()
+        .chain(matrix(&grad["mu"]).concat())
+        .chain(matrix(&grad["q"]).concat())
+        .chain(matrix(&grad["l"]).concat())
+        .collect();
+    assert_eq!(matrix(&grad["mu"]).len(), k);
+    assert_eq!(matrix(&grad["l"])[0].len(), d * (d - 1) / 2);
+    let expected = fd(|t| problem.objective(t), &theta);
+    assert_eq!(flat.len(), expected.len());
+    for (i, (a, e)) in flat.iter().zip(&expected).enumerate() {
+        close(*a, *e, 1e-7, &format!("gmm gradient component {i}"));
+    }
+}
+
+/// s steps of RK4 from 0 to 2 for f(y)_0 = x_0, f(y)_i = x_i y_{i-1}, from y = 0.
+fn ode(x: &[f64], s: usize) -> Vec<f64> {
+    let f = |y: &[f64]| -> Vec<f64> {
+        (0..x.len())
+            .map(|i| if i == 0 { x[0] } else { x[i] * y[i - 1] })
+            .collect()
+    };
+    let axpy = |y: &[f64], a: f64, k: &[f64]| -> Vec<f64> {
+        y.iter().zip(k).map(|(u, v)| u + a * v).collect()
+    };
+    let h = 2.0 / s as f64;
+    let mut y = vec![0.0; x.len()];
+    for _ in 0..s {
+        let k1 = f(&y);
+        let k2 = f(&axpy(&y, h / 2.0, &k1));
+        let k3 = f(&axpy(&y, h / 2.0, &k2));
+        let k4 = f(&axpy(&y, h, &k3));
+        y = (0..y.len())
+            .map(|i| y[i] + h / 6.0 * (k1[i] + 2.0 * k2[i] + 2.0 * k3[i] + k4[i]))
+            .collect();
+    }
+    y
+}
+
+#[test]
+fn ode_against_runge_kutta_and_finite_differences() {
+    let x: Vec<f64> = randoms(5, 4).iter().map(|v| 1.0 + v).collect();
+    for s in [1, 7] {
+        let input = json!({ "x": x, "s": s });
+        let y = reals(&run("ode", "primal", input.clone()));
+        let expected = ode(&x, s);
+        assert_eq!(y.len(), expected.len());
+        for (i, (a, e)) in y.iter().zip(&expected).enumerate() {
+            close(*a, *e, 1e-13, &format!("ode state {i}"));
+        }
+        let g = reals(&run("ode", "gradient", input));
+        let last = |x: &[f64]| *ode(x, s).last().expect("non-empty");
+        for (i, (a, e)) in g.iter().zip(fd(last, &x)).enumerate() {
+            close(*a, e, 1e-7, &format!("ode gradient {i}"));
+        }
+    }
+}
