@@ -91,12 +91,7 @@ fn agrees(p: &TestProgram, seed: u64) -> Result<bool, String> {
     }
     let Ok(y) = &engine else { return Ok(false) };
     let mut rng = Rng::new(seed);
-    let tangents: Vec<Value> = entry
-        .params
-        .iter()
-        .zip(&p.inputs)
-        .map(|(x, a)| random_tangent(&x.ty, a, &mut rng))
-        .collect();
+    let tangents = tangents_for(entry, &p.inputs, &mut rng);
     let jvp = Jvp::new(&optimized).unwrap().map_body(simplify);
     let e = jvp.jvp(&p.inputs, &tangents);
     let i = c.jvp(&p.inputs, &tangents);
@@ -262,13 +257,7 @@ fn the_native_backend_agrees_with_the_interpreter_on_random_programs() {
         ran += 1;
         let mut rng = Rng::new(k as u64 + 7);
         if let Some(f) = d.jvp {
-            let tangents: Vec<Value> = d
-                .entry
-                .params
-                .iter()
-                .zip(&p.inputs)
-                .map(|(x, a)| random_tangent(&x.ty, a, &mut rng))
-                .collect();
+            let tangents = tangents_for(&d.entry, &p.inputs, &mut rng);
             let i = d.context(&p.inputs).and_then(|x| {
                 let dx = d.context_tangent(&p.inputs, &tangents)?;
                 chad::ir::interp::run(prog, f, vec![x, dx]).map(|r| d.jvp_result(&r))
@@ -314,13 +303,7 @@ fn the_native_backend_agrees_with_the_interpreter_on_random_programs() {
                 let mut rng = Rng::new(k as u64 + 7);
                 let mut out = format!("{e:?}");
                 if d.jvp.is_some() {
-                    let tangents: Vec<Value> = d
-                        .entry
-                        .params
-                        .iter()
-                        .zip(&p.inputs)
-                        .map(|(x, a)| random_tangent(&x.ty, a, &mut rng))
-                        .collect();
+                    let tangents = tangents_for(&d.entry, &p.inputs, &mut rng);
                     out += &format!("\n{:?}", native.jvp_def(k, &p.inputs, &tangents));
                 }
                 if let (Some(_), Ok(y)) = (d.vjp, &e) {
@@ -350,4 +333,14 @@ fn show() {
     let prog = load(&path);
     let entry = prog.entry(prog.defs.len() - 1);
     println!("{}", Compiled::new(&entry).unwrap().program);
+}
+
+/// A random tangent per argument of `entry` (the native tests' directions).
+fn tangents_for(entry: &chad::source::term::Entry, inputs: &[Value], rng: &mut Rng) -> Vec<Value> {
+    entry
+        .params
+        .iter()
+        .zip(inputs)
+        .map(|(x, a)| random_tangent(&x.ty, a, rng))
+        .collect()
 }
