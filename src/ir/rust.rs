@@ -351,8 +351,10 @@ fn par_build<T: Send>(
     cost: u64,
     f: impl Fn(i64) -> Result<T, Error> + Sync,
 ) -> Result<Vec<T>, Error> {
-    let t = threads().min(n);
-    if t <= 1 || (n as u64).saturating_mul(cost) < par_work() || IN_PAR.with(|p| p.get()) {
+    // The work bound first: most loops are small, and it is one multiplication.
+    let small = (n as u64).saturating_mul(cost) < par_work();
+    let t = if small { 1 } else { threads().min(n) };
+    if t <= 1 || IN_PAR.with(|p| p.get()) {
         let mut v = Vec::with_capacity(n);
         for i in 0..n as i64 {
             v.push(f(i)?);
@@ -398,8 +400,8 @@ fn par_build<T: Send>(
 #[inline]
 fn par_sum(n: i64, cost: u64, f: impl Fn(i64) -> Result<f64, Error> + Sync) -> Result<f64, Error> {
     if n <= 0
-        || threads() <= 1
         || (n as u64).saturating_mul(cost) < par_work()
+        || threads() <= 1
         || IN_PAR.with(|p| p.get())
     {
         return sum_by(n, f);
