@@ -5,7 +5,9 @@
 //!
 //! * `start` → `{"id", "tool": "chad", "config": {"backend": ..}}`;
 //! * `define` of a module loads its program and compiles the primal and the gradient once
-//!   (`success: false` with an error for a module chad does not implement);
+//!   (`success: false` with an error for a module chad does not implement); its answer's
+//!   `backend` says where the functions run: `--backend native` falls back to the engine for
+//!   a program the native backend cannot lower (loops, for now: ode, lstm, det);
 //! * `evaluate` converts the JSON input into chad values, runs the function until both
 //!   `min_runs` and `min_seconds` are reached (one `evaluate` timing per run; the conversions
 //!   are not timed) and converts the result into the eval's JSON output;
@@ -72,6 +74,9 @@ enum GradOutput {
     First,
     /// An object: these fields hold the gradients of the first parameters, in order.
     Fields(&'static [&'static str]),
+    /// One flat array: the gradients of the first `n` parameters (arrays of arrays of reals),
+    /// each flattened row by row, concatenated (`lstm`).
+    Flattened(usize),
 }
 
 /// One GradBench module implemented by a bundled chad program.
@@ -148,6 +153,28 @@ const SPECS: &[Spec] = &[
         functions: &[("primal", Kind::Primal), ("gradient", Kind::Gradient)],
         gradient: GradOutput::First,
     },
+    Spec {
+        module: "lstm",
+        file: "gradbench/lstm.chad",
+        source: include_str!("../gradbench/lstm.chad"),
+        def: "lstmObjective",
+        grad_def: "lstmObjective",
+        input: Input::Fields(&["main_params", "extra_params", "state", "sequence"]),
+        wrt: &["mainParams", "extraParams"],
+        functions: &[("objective", Kind::Primal), ("jacobian", Kind::Gradient)],
+        gradient: GradOutput::Flattened(2),
+    },
+    Spec {
+        module: "det",
+        file: "gradbench/det.chad",
+        source: include_str!("../gradbench/det.chad"),
+        def: "det",
+        grad_def: "det",
+        input: Input::Fields(&["A", "ell"]),
+        wrt: &["a"],
+        functions: &[("primal", Kind::Primal), ("gradient", Kind::Gradient)],
+        gradient: GradOutput::First,
+    },
 ];
 
 /// The names of the modules `chad gradbench` implements.
@@ -179,9 +206,16 @@ pub struct Module {
     spec: &'static Spec,
     entry: Entry,
     runner: Runner,
+    backend: Backend,
 }
 
 impl Module {
+    /// Where the module's functions run: the requested backend, or the engine for a program
+    /// the native backend does not support.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
     /// Loads the module's bundled program and compiles its primal and gradient for `backend`.
     pub fn define(module: &str, backend: Backend) -> Result<Module> {
         let spec = SPECS.iter().find(|s| s.module == module).ok_or_else(|| {
@@ -215,36 +249,44 @@ impl Module {
             ));
         }
         let sel = ad::wrt::select(&grad_entry, spec.wrt)?;
-        let runner = match backend {
-            Backend::Engine => {
-                let optimized = optimize(&entry);
-                let (params, body) = embed::entry(&optimized);
-                let primal = Code::compile(&params, &simplify(&body));
-                let vjp = Vjp::new(&ad::with_respect_to(&optimize(&grad_entry), &sel))?
-                    .map_body(simplify);
-                vjp.code();
-                Runner::Engine {
-                    primal: Box::new(primal),
-                    vjp: Box::new(vjp),
-                }
-            }
-            Backend::Native => {
-                let code =
-                    Compiled::with_parts(&ad::with_respect_to(&grad_entry, &sel), Parts::VJP)?;
-                let grad = Box::new(Native::new(code, None, false)?);
-                let primal = if spec.def == spec.grad_def {
-                    None
-                } else {
-                    let code = Compiled::with_parts(&entry, Parts::PRIMAL)?;
-                    Some(Box::new(Native::new(code, None, false)?))
-                };
-                Runner::Native(grad, primal)
-            }
+        let engine = || -> Result<Runner> {
+            let optimized = optimize(&entry);
+            let (params, body) = embed::entry(&optimized);
+            let primal = Code::compile(&params, &simplify(&body));
+            let vjp =
+                Vjp::new(&ad::with_respect_to(&optimize(&grad_entry), &sel))?.map_body(simplify);
+            vjp.code();
+            Ok(Runner::Engine {
+                primal: Box::new(primal),
+                vjp: Box::new(vjp),
+            })
+        };
+        let native = || -> Result<Runner> {
+            let code = Compiled::with_parts(&ad::with_respect_to(&grad_entry, &sel), Parts::VJP)?;
+            let grad = Box::new(Native::new(code, None, false)?);
+            let primal = if spec.def == spec.grad_def {
+                None
+            } else {
+                let code = Compiled::with_parts(&entry, Parts::PRIMAL)?;
+                Some(Box::new(Native::new(code, None, false)?))
+            };
+            Ok(Runner::Native(grad, primal))
+        };
+        let (runner, ran_on) = match backend {
+            Backend::Engine => (engine()?, Backend::Engine),
+            // A program the native backend cannot lower (loops, for now) runs on the engine;
+            // `define` says so in its answer.
+            Backend::Native => match native() {
+                Ok(r) => (r, Backend::Native),
+                Err(e) if e.kind() == ErrorKind::Unsupported => (engine()?, Backend::Engine),
+                Err(e) => return Err(e),
+            },
         };
         Ok(Module {
             spec,
             entry,
             runner,
+            backend: ran_on,
         })
     }
 
@@ -320,6 +362,22 @@ impl Module {
                         .map(|(f, g)| (f.to_string(), g.to_json()))
                         .collect::<Map<_, _>>(),
                 )),
+                GradOutput::Flattened(n) => {
+                    let mut flat = Vec::new();
+                    for g in gs.iter().take(n) {
+                        let rows = match g.to_json() {
+                            Json::Array(rows) => rows,
+                            other => vec![other],
+                        };
+                        for row in rows {
+                            match row {
+                                Json::Array(xs) => flat.extend(xs),
+                                x => flat.push(x),
+                            }
+                        }
+                    }
+                    Ok(Json::Array(flat))
+                }
             },
         }
     }
@@ -413,8 +471,9 @@ impl Tool {
                 match Module::define(module, self.backend) {
                     Ok(m) => {
                         let ns = start.elapsed().as_nanos();
+                        let backend = m.backend().name();
                         self.modules.insert(module.to_string(), m);
-                        json!({"id": id, "success": true,
+                        json!({"id": id, "success": true, "backend": backend,
                                "timings": [{"name": "compile", "nanoseconds": ns}]})
                     }
                     Err(e) => fail(id, e.render(None).trim_end().to_string()),

@@ -439,3 +439,127 @@ fn ode_against_runge_kutta_and_finite_differences() {
         }
     }
 }
+
+/// The LSTM loss, transcribed from GradBench's reference (`lstm.hpp`): `main` is 2l rows of
+/// 4b (weights, biases), `extra` 3 rows of b, `state` 2l rows of b, `seq` c rows of b.
+fn lstm_loss(main: &[Vec<f64>], extra: &[Vec<f64>], state: &[Vec<f64>], seq: &[Vec<f64>]) -> f64 {
+    let sigmoid = |x: f64| 1.0 / (1.0 + (-x).exp());
+    let (l, b, c) = (main.len() / 2, seq[0].len(), seq.len());
+    let mut st = state.to_vec();
+    let mut total = 0.0;
+    for t in 0..c - 1 {
+        let mut input: Vec<f64> = (0..b).map(|i| seq[t][i] * extra[0][i]).collect();
+        for layer in 0..l {
+            let (w, u) = (&main[2 * layer], &main[2 * layer + 1]);
+            for i in 0..b {
+                let hidden = st[2 * layer][i];
+                let forget = sigmoid(input[i] * w[i] + u[i]);
+                let ingate = sigmoid(hidden * w[b + i] + u[b + i]);
+                let outgate = sigmoid(input[i] * w[2 * b + i] + u[2 * b + i]);
+                let change = (hidden * w[3 * b + i] + u[3 * b + i]).tanh();
+                let cell = st[2 * layer + 1][i] * forget + ingate * change;
+                st[2 * layer + 1][i] = cell;
+                st[2 * layer][i] = outgate * cell.tanh();
+            }
+            input = st[2 * layer].clone();
+        }
+        let ypred: Vec<f64> = (0..b)
+            .map(|i| input[i] * extra[1][i] + extra[2][i])
+            .collect();
+        let lse = (ypred.iter().map(|y| y.exp()).sum::<f64>() + 2.0).ln();
+        for i in 0..b {
+            total += seq[t + 1][i] * (ypred[i] - lse);
+        }
+    }
+    -total / ((c - 1) * b) as f64
+}
+
+#[test]
+fn lstm_against_the_reference_and_finite_differences() {
+    let (l, b, c) = (2, 3, 5);
+    let rows = |r: usize, w: usize, seed: u64| -> Vec<Vec<f64>> {
+        (0..r).map(|i| randoms(w, seed + i as u64)).collect()
+    };
+    let main = rows(2 * l, 4 * b, 20);
+    let extra = rows(3, b, 40);
+    let state = rows(2 * l, b, 50);
+    let seq: Vec<Vec<f64>> = rows(c, b, 60)
+        .into_iter()
+        .map(|r| r.iter().map(|v| if *v > 0.0 { 1.0 } else { 0.0 }).collect())
+        .collect();
+    let input = json!({"main_params": main, "extra_params": extra, "state": state,
+                       "sequence": seq});
+    close(
+        run("lstm", "objective", input.clone()).as_f64().unwrap(),
+        lstm_loss(&main, &extra, &state, &seq),
+        1e-13,
+        "lstm objective",
+    );
+    // The jacobian: main_params then extra_params, each row by row.
+    let grad = reals(&run("lstm", "jacobian", input));
+    let theta: Vec<f64> = main.concat().into_iter().chain(extra.concat()).collect();
+    assert_eq!(grad.len(), 8 * l * b + 3 * b);
+    let loss = |t: &[f64]| {
+        let (m, e) = t.split_at(8 * l * b);
+        let m: Vec<Vec<f64>> = m.chunks(4 * b).map(|r| r.to_vec()).collect();
+        let e: Vec<Vec<f64>> = e.chunks(b).map(|r| r.to_vec()).collect();
+        lstm_loss(&m, &e, &state, &seq)
+    };
+    for (i, (a, e)) in grad.iter().zip(fd(loss, &theta)).enumerate() {
+        close(*a, e, 1e-7, &format!("lstm jacobian {i}"));
+    }
+}
+
+/// The determinant of the n×n row-major matrix `a` by expansion along the first row (the
+/// reference's algorithm, not chad's elimination).
+fn det_by_minors(a: &[f64], n: usize) -> f64 {
+    if n == 1 {
+        return a[0];
+    }
+    (0..n)
+        .map(|j| {
+            let minor: Vec<f64> = (1..n)
+                .flat_map(|r| (0..n).filter(move |&c| c != j).map(move |c| a[r * n + c]))
+                .collect();
+            let sign = if j % 2 == 0 { 1.0 } else { -1.0 };
+            sign * a[j] * det_by_minors(&minor, n - 1)
+        })
+        .collect::<Vec<_>>()
+        .iter()
+        .sum()
+}
+
+#[test]
+fn det_against_minors_and_finite_differences() {
+    for n in [1, 2, 4, 6] {
+        let mut a = randoms(n * n, 70 + n as u64);
+        if n == 4 {
+            // A zero in the first column makes the first step swap rows.
+            a[0] = 0.0;
+        }
+        let input = json!({ "A": a, "ell": n });
+        close(
+            run("det", "primal", input.clone()).as_f64().unwrap(),
+            det_by_minors(&a, n),
+            1e-13,
+            &format!("det {n}"),
+        );
+        let g = reals(&run("det", "gradient", input));
+        assert_eq!(g.len(), n * n);
+        let f = |t: &[f64]| det_by_minors(t, n);
+        for (i, (x, e)) in g.iter().zip(fd(f, &a)).enumerate() {
+            close(*x, e, 1e-8, &format!("det {n} gradient {i}"));
+        }
+    }
+}
+
+#[test]
+fn native_backend_falls_back_to_the_engine_for_loops() {
+    let mut tool = Tool::new(Backend::Native);
+    let d = tool.respond(&json!({"id": 0, "kind": "define", "module": "det"}).to_string());
+    assert_eq!(d["success"], true, "{d}");
+    assert_eq!(d["backend"], "engine", "{d}");
+    let input = json!({"A": [2.0, 1.0, 1.0, 3.0], "ell": 2, "min_runs": 1, "min_seconds": 0});
+    let a = tool.respond(&evaluate(1, "det", "gradient", input).to_string());
+    assert_eq!(a["output"], json!([3.0, -1.0, -1.0, 2.0]), "{a}");
+}
