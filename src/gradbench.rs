@@ -16,6 +16,8 @@
 //! Every failure (bad JSON, an unknown module or function, a malformed input, a runtime error)
 //! is answered with `success: false` and a message; nothing the eval sends can make it panic.
 
+mod ba;
+
 use crate::ad::{self, Vjp};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ir::compile::{Compiled, Parts};
@@ -56,6 +58,9 @@ enum Kind {
     Primal,
     /// Its gradient with respect to the parameters named in [`Spec::wrt`].
     Gradient,
+    /// `ba`'s sparse Jacobian: three reverse passes of `grad_def` on per-observation copies
+    /// (see [`ba`]).
+    BaJacobian,
 }
 
 /// How the eval's input becomes the definition's arguments.
@@ -65,6 +70,8 @@ enum Input {
     Bare,
     /// An object; these fields are the arguments, in parameter order.
     Fields(&'static [&'static str]),
+    /// `ba`'s input, expanded to its n cameras, m points and p observations ([`ba::arguments`]).
+    Ba,
 }
 
 /// How the gradient becomes the eval's output.
@@ -175,6 +182,17 @@ const SPECS: &[Spec] = &[
         functions: &[("primal", Kind::Primal), ("gradient", Kind::Gradient)],
         gradient: GradOutput::First,
     },
+    Spec {
+        module: "ba",
+        file: "gradbench/ba.chad",
+        source: include_str!("../gradbench/ba.chad"),
+        def: "baObjective",
+        grad_def: "baRows",
+        input: Input::Ba,
+        wrt: &["camsObs", "xsObs", "ws"],
+        functions: &[("objective", Kind::Primal), ("jacobian", Kind::BaJacobian)],
+        gradient: GradOutput::First,
+    },
 ];
 
 /// The names of the modules `chad gradbench` implements.
@@ -239,7 +257,8 @@ impl Module {
         };
         let entry = find(spec.def)?;
         let grad_entry = find(spec.grad_def)?;
-        if grad_entry.param_types() != entry.param_types() {
+        let jacobian_by_rows = spec.functions.iter().any(|f| f.1 == Kind::BaJacobian);
+        if !jacobian_by_rows && grad_entry.param_types() != entry.param_types() {
             return Err(Error::new(
                 ErrorKind::Input,
                 format!(
@@ -315,6 +334,7 @@ impl Module {
         let types = self.entry.param_types();
         let args = match self.spec.input {
             Input::Bare => vec![Value::from_json(input, &types[0])?],
+            Input::Ba => ba::arguments(input)?,
             Input::Fields(fields) => {
                 let obj = input.as_object().ok_or_else(|| {
                     Error::new(
@@ -340,19 +360,35 @@ impl Module {
 
     /// One run of a function: its result as chad values (the value, or the gradients).
     fn run(&self, kind: Kind, args: &[Value]) -> Result<Outcome> {
+        let grad = |args: &[Value]| match &self.runner {
+            Runner::Engine { vjp, .. } => vjp.grad(args),
+            Runner::Native(n, _) => n.grad(args),
+        };
         Ok(match (kind, &self.runner) {
+            (Kind::BaJacobian, _) => {
+                let mut rows_args = ba::observation_copies(args)?;
+                let mut pass = |r: i64| -> Result<Vec<Value>> {
+                    rows_args.push(Value::Int(r));
+                    let g = grad(&rows_args)?.1;
+                    rows_args.pop();
+                    Ok(g)
+                };
+                let passes = [pass(0)?, pass(1)?, pass(2)?];
+                Outcome::Jacobian(ba::assemble(args, &passes)?)
+            }
             (Kind::Primal, Runner::Engine { primal, .. }) => Outcome::Value(primal.run(args)?),
             (Kind::Primal, Runner::Native(_, Some(n))) => Outcome::Value(n.eval(args)?),
             (Kind::Primal, Runner::Native(n, None)) => Outcome::Value(n.eval(args)?),
-            (Kind::Gradient, Runner::Engine { vjp, .. }) => Outcome::Gradient(vjp.grad(args)?.1),
-            (Kind::Gradient, Runner::Native(n, _)) => Outcome::Gradient(n.grad(args)?.1),
+            (Kind::Gradient, _) => Outcome::Gradient(grad(args)?.1),
         })
     }
 
     /// The eval's JSON output for a result.
     fn output(&self, out: Outcome) -> Result<Json> {
         match out {
+            Outcome::Value(v) if matches!(self.spec.input, Input::Ba) => ba::objective_json(&v),
             Outcome::Value(v) => Ok(v.to_json()),
+            Outcome::Jacobian(coo) => Ok(ba::jacobian_json(&coo)),
             Outcome::Gradient(gs) => match self.spec.gradient {
                 GradOutput::First => Ok(gs[0].to_json()),
                 GradOutput::Fields(fields) => Ok(Json::Object(
@@ -428,6 +464,7 @@ impl Module {
 enum Outcome {
     Value(Value),
     Gradient(Vec<Value>),
+    Jacobian(ba::Coo),
 }
 
 /// The protocol's state: the backend and the defined modules.
