@@ -563,3 +563,106 @@ fn native_backend_falls_back_to_the_engine_for_loops() {
     let a = tool.respond(&evaluate(1, "det", "gradient", input).to_string());
     assert_eq!(a["output"], json!([3.0, -1.0, -1.0, 2.0]), "{a}");
 }
+
+/// One observation's reprojection error, transcribed from GradBench's reference (`ba.hpp`):
+/// `v` is the camera (11), the point (3) and the weight (1).
+fn ba_error(v: &[f64], feat: [f64; 2]) -> [f64; 2] {
+    let (cam, x, w) = (&v[..11], &v[11..14], v[14]);
+    let cross = |a: &[f64], b: &[f64]| {
+        [
+            a[1] * b[2] - a[2] * b[1],
+            a[2] * b[0] - a[0] * b[2],
+            a[0] * b[1] - a[1] * b[0],
+        ]
+    };
+    let xo: Vec<f64> = (0..3).map(|i| x[i] - cam[3 + i]).collect();
+    let rot = &cam[..3];
+    let sqtheta: f64 = rot.iter().map(|r| r * r).sum();
+    let xcam: Vec<f64> = if sqtheta != 0.0 {
+        let theta = sqtheta.sqrt();
+        let (c, s) = (theta.cos(), theta.sin());
+        let wv: Vec<f64> = rot.iter().map(|r| r / theta).collect();
+        let wxp = cross(&wv, &xo);
+        let tmp = (wv[0] * xo[0] + wv[1] * xo[1] + wv[2] * xo[2]) * (1.0 - c);
+        (0..3)
+            .map(|i| xo[i] * c + wxp[i] * s + wv[i] * tmp)
+            .collect()
+    } else {
+        let rxp = cross(rot, &xo);
+        (0..3).map(|i| xo[i] + rxp[i]).collect()
+    };
+    let p = [xcam[0] / xcam[2], xcam[1] / xcam[2]];
+    let rsq = p[0] * p[0] + p[1] * p[1];
+    let l = 1.0 + cam[9] * rsq + cam[10] * rsq * rsq;
+    [
+        w * (p[0] * l * cam[6] + cam[7] - feat[0]),
+        w * (p[1] * l * cam[6] + cam[8] - feat[1]),
+    ]
+}
+
+#[test]
+fn ba_against_the_reference_and_finite_differences() {
+    let cam = [
+        -0.758453, -1.109613, -0.845551, 34.556073, 39.676747, 53.881673, 419.194514, 5.864426,
+        -8.518870, 0.087812, 0.002739,
+    ];
+    let (x, w, feat) = (
+        [7.203245, 0.001144, 3.023326],
+        0.417022,
+        [271.760969, 834.209256],
+    );
+    let (n, m, p) = (2, 3, 11);
+    let input = json!({"n": n, "m": m, "p": p, "cam": cam, "x": x, "w": w, "feat": feat});
+    let v: Vec<f64> = cam.iter().chain(&x).chain([w].iter()).copied().collect();
+    let err = ba_error(&v, feat);
+    let out = run("ba", "objective", input.clone());
+    close(
+        out["reproj_error"]["elements"][0].as_f64().unwrap(),
+        err[0],
+        1e-13,
+        "ba error 0",
+    );
+    close(
+        out["reproj_error"]["elements"][1].as_f64().unwrap(),
+        err[1],
+        1e-13,
+        "ba error 1",
+    );
+    assert_eq!(out["reproj_error"]["repeated"], json!(p));
+    close(
+        out["w_err"]["element"].as_f64().unwrap(),
+        1.0 - w * w,
+        1e-15,
+        "w_err",
+    );
+    assert_eq!(out["w_err"]["repeated"], json!(p));
+    let jac = run("ba", "jacobian", input);
+    let (rows, cols, vals) = (
+        reals(&jac["rows"]),
+        reals(&jac["cols"]),
+        reals(&jac["vals"]),
+    );
+    assert_eq!((rows.len(), cols.len(), vals.len()), (31, 31, 31));
+    // Row pointers: 15 entries per reprojection row; the last is the number of entries.
+    for (i, r) in rows.iter().take(30).enumerate() {
+        assert_eq!(*r, (15 * i.min(2 * p) + i.saturating_sub(2 * p)) as f64);
+    }
+    assert_eq!(rows[30], (31 * p) as f64);
+    // Observation 0 sees camera 0 and point 0; its weight's column follows the points'.
+    for r in 0..2 {
+        let block = &cols[15 * r..15 * r + 15];
+        let expected: Vec<f64> = (0..11)
+            .chain(11 * n..11 * n + 3)
+            .chain([11 * n + 3 * m])
+            .map(|c| c as f64)
+            .collect();
+        assert_eq!(block, &expected[..]);
+        let d = fd(|t| ba_error(t, feat)[r], &v);
+        for (k, (a, e)) in vals[15 * r..15 * r + 15].iter().zip(&d).enumerate() {
+            close(*a, *e, 1e-6, &format!("ba jacobian row {r} entry {k}"));
+        }
+    }
+    // The last entry: the last weight error's derivative -2w in the last weight's column.
+    assert_eq!(cols[30], (11 * n + 3 * m + p - 1) as f64);
+    close(vals[30], -2.0 * w, 1e-15, "w_err derivative");
+}
