@@ -17,8 +17,9 @@
 //! is answered with `success: false` and a message; nothing the eval sends can make it panic.
 
 mod ba;
+mod ht;
 
-use crate::ad::{self, Vjp};
+use crate::ad::{self, Jvp, Vjp};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ir::compile::{Compiled, Parts};
 use crate::native::Native;
@@ -61,6 +62,8 @@ enum Kind {
     /// `ba`'s sparse Jacobian: three reverse passes of `grad_def` on per-observation copies
     /// (see [`ba`]).
     BaJacobian,
+    /// `ht`'s dense Jacobian: forward passes of `def`, one per column (see [`ht`]).
+    HtJacobian,
 }
 
 /// How the eval's input becomes the definition's arguments.
@@ -72,6 +75,8 @@ enum Input {
     Fields(&'static [&'static str]),
     /// `ba`'s input, expanded to its n cameras, m points and p observations ([`ba::arguments`]).
     Ba,
+    /// An object; these `/`-separated paths into it are the arguments (`ht`'s nested model).
+    Paths(&'static [&'static str]),
 }
 
 /// How the gradient becomes the eval's output.
@@ -193,6 +198,29 @@ const SPECS: &[Spec] = &[
         functions: &[("objective", Kind::Primal), ("jacobian", Kind::BaJacobian)],
         gradient: GradOutput::First,
     },
+    Spec {
+        module: "ht",
+        file: "gradbench/ht.chad",
+        source: include_str!("../gradbench/ht.chad"),
+        def: "htObjective",
+        grad_def: "htObjective",
+        input: Input::Paths(&[
+            "theta",
+            "us",
+            "data/model/parents",
+            "data/model/base_relatives",
+            "data/model/inverse_base_absolutes",
+            "data/model/base_positions",
+            "data/model/weights",
+            "data/model/triangles",
+            "data/model/is_mirrored",
+            "data/correspondences",
+            "data/points",
+        ]),
+        wrt: &["theta", "us"],
+        functions: &[("objective", Kind::Primal), ("jacobian", Kind::HtJacobian)],
+        gradient: GradOutput::First,
+    },
 ];
 
 /// The names of the modules `chad gradbench` implements.
@@ -213,6 +241,8 @@ enum Runner {
     Engine {
         primal: Box<Code>,
         vjp: Box<Vjp>,
+        /// Forward mode, for a module whose Jacobian is computed by forward passes.
+        jvp: Option<Box<Jvp>>,
     },
     /// The gradient's library (with its primal), and the primal's when that is another
     /// definition.
@@ -258,6 +288,8 @@ impl Module {
         let entry = find(spec.def)?;
         let grad_entry = find(spec.grad_def)?;
         let jacobian_by_rows = spec.functions.iter().any(|f| f.1 == Kind::BaJacobian);
+        // Forward passes run on the engine (the native library has no JVP entry here).
+        let forward = spec.functions.iter().any(|f| f.1 == Kind::HtJacobian);
         if !jacobian_by_rows && grad_entry.param_types() != entry.param_types() {
             return Err(Error::new(
                 ErrorKind::Input,
@@ -275,9 +307,18 @@ impl Module {
             let vjp =
                 Vjp::new(&ad::with_respect_to(&optimize(&grad_entry), &sel))?.map_body(simplify);
             vjp.code();
+            let jvp = if forward {
+                let jvp =
+                    Jvp::new(&ad::with_respect_to(&optimize(&entry), &sel))?.map_body(simplify);
+                jvp.code();
+                Some(Box::new(jvp))
+            } else {
+                None
+            };
             Ok(Runner::Engine {
                 primal: Box::new(primal),
                 vjp: Box::new(vjp),
+                jvp,
             })
         };
         let native = || -> Result<Runner> {
@@ -295,6 +336,7 @@ impl Module {
             Backend::Engine => (engine()?, Backend::Engine),
             // A program the native backend cannot lower (loops, for now) runs on the engine;
             // `define` says so in its answer.
+            Backend::Native if forward => (engine()?, Backend::Engine),
             Backend::Native => match native() {
                 Ok(r) => (r, Backend::Native),
                 Err(e) if e.kind() == ErrorKind::Unsupported => (engine()?, Backend::Engine),
@@ -335,6 +377,19 @@ impl Module {
         let args = match self.spec.input {
             Input::Bare => vec![Value::from_json(input, &types[0])?],
             Input::Ba => ba::arguments(input)?,
+            Input::Paths(paths) => paths
+                .iter()
+                .zip(&types)
+                .map(|(path, ty)| {
+                    let v = path
+                        .split('/')
+                        .try_fold(input, |j, key| j.get(key))
+                        .ok_or_else(|| {
+                            Error::new(ErrorKind::Argument, format!("the input has no `{path}`"))
+                        })?;
+                    Value::from_json(v, ty).map_err(|e| e.prefixed(&format!("`{path}`: ")))
+                })
+                .collect::<Result<Vec<_>>>()?,
             Input::Fields(fields) => {
                 let obj = input.as_object().ok_or_else(|| {
                     Error::new(
@@ -376,6 +431,15 @@ impl Module {
                 let passes = [pass(0)?, pass(1)?, pass(2)?];
                 Outcome::Jacobian(ba::assemble(args, &passes)?)
             }
+            (Kind::HtJacobian, Runner::Engine { jvp: Some(jvp), .. }) => {
+                Outcome::Dense(ht::jacobian(jvp, &self.entry.param_types(), args)?)
+            }
+            (Kind::HtJacobian, _) => {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    "this module's Jacobian needs forward mode, compiled on the engine only",
+                ));
+            }
             (Kind::Primal, Runner::Engine { primal, .. }) => Outcome::Value(primal.run(args)?),
             (Kind::Primal, Runner::Native(_, Some(n))) => Outcome::Value(n.eval(args)?),
             (Kind::Primal, Runner::Native(n, None)) => Outcome::Value(n.eval(args)?),
@@ -389,6 +453,7 @@ impl Module {
             Outcome::Value(v) if matches!(self.spec.input, Input::Ba) => ba::objective_json(&v),
             Outcome::Value(v) => Ok(v.to_json()),
             Outcome::Jacobian(coo) => Ok(ba::jacobian_json(&coo)),
+            Outcome::Dense(rows) => Ok(json!(rows)),
             Outcome::Gradient(gs) => match self.spec.gradient {
                 GradOutput::First => Ok(gs[0].to_json()),
                 GradOutput::Fields(fields) => Ok(Json::Object(
@@ -465,6 +530,7 @@ enum Outcome {
     Value(Value),
     Gradient(Vec<Value>),
     Jacobian(ba::Coo),
+    Dense(Vec<Vec<f64>>),
 }
 
 /// The protocol's state: the backend and the defined modules.
