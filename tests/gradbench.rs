@@ -137,6 +137,21 @@ fn run(module: &str, function: &str, mut input: Json) -> Json {
     a["output"].clone()
 }
 
+/// A tool with `module` defined, evaluating functions once at given inputs.
+fn session(module: &str) -> impl FnMut(&str, Json) -> Json {
+    let mut tool = Tool::new(Backend::Engine);
+    let d = tool.respond(&json!({"id": 0, "kind": "define", "module": module}).to_string());
+    assert_eq!(d["success"], true, "{d}");
+    let module = module.to_string();
+    move |function, mut input| {
+        input["min_runs"] = json!(1);
+        input["min_seconds"] = json!(0);
+        let a = tool.respond(&evaluate(1, &module, function, input).to_string());
+        assert_eq!(a["success"], true, "{a}");
+        a["output"].clone()
+    }
+}
+
 fn reals(j: &Json) -> Vec<f64> {
     j.as_array()
         .expect("an array")
@@ -665,4 +680,120 @@ fn ba_against_the_reference_and_finite_differences() {
     // The last entry: the last weight error's derivative -2w in the last weight's column.
     assert_eq!(cols[30], (11 * n + 3 * m + p - 1) as f64);
     close(vals[30], -2.0 * w, 1e-15, "w_err derivative");
+}
+
+/// A small hand model: `bones` bones in a chain (bone 0 the root), random 4×4 base transforms
+/// (rigid rows 0-2, last row 0 0 0 1), `nverts` vertices with random weights.
+fn hand_model(bones: usize, nverts: usize, seed: u64) -> Json {
+    let transform = |s: u64| -> Vec<Vec<f64>> {
+        let r = randoms(12, s);
+        (0..4)
+            .map(|i| {
+                if i < 3 {
+                    r[4 * i..4 * i + 4].to_vec()
+                } else {
+                    vec![0.0, 0.0, 0.0, 1.0]
+                }
+            })
+            .collect()
+    };
+    let parents: Vec<i64> = (0..bones as i64).map(|b| b - 1).collect();
+    json!({
+        "bone_count": bones,
+        "bone_names": (0..bones).map(|b| format!("bone{b}")).collect::<Vec<_>>(),
+        "parents": parents,
+        "base_relatives": (0..bones).map(|b| transform(seed + b as u64)).collect::<Vec<_>>(),
+        "inverse_base_absolutes":
+            (0..bones).map(|b| transform(seed + 100 + b as u64)).collect::<Vec<_>>(),
+        "base_positions": (0..nverts)
+            .map(|v| { let mut p = randoms(3, seed + 200 + v as u64); p.push(1.0); p })
+            .collect::<Vec<_>>(),
+        "weights": (0..nverts).map(|v| randoms(bones, seed + 300 + v as u64)).collect::<Vec<_>>(),
+        "triangles": (0..nverts).map(|v| [v, (v + 1) % nverts, (v + 2) % nverts]).collect::<Vec<_>>(),
+        "is_mirrored": seed % 2 == 1,
+    })
+}
+
+#[test]
+fn ht_objective_by_hand_and_jacobian_against_finite_differences() {
+    // Identity transforms, weights summing to 1, no rotation: each vertex is its base position
+    // moved by the translation theta[3..6] (x negated when mirrored).
+    let mut ht = session("ht");
+    let nverts = 4;
+    let mut model = hand_model(3, nverts, 7);
+    let identity = json!([
+        [1.0, 0.0, 0.0, 0.0],
+        [0.0, 1.0, 0.0, 0.0],
+        [0.0, 0.0, 1.0, 0.0],
+        [0.0, 0.0, 0.0, 1.0]
+    ]);
+    model["base_relatives"] = json!([identity, identity, identity]);
+    model["inverse_base_absolutes"] = json!([identity, identity, identity]);
+    model["weights"] = json!(vec![[0.5, 0.25, 0.25]; nverts]);
+    let base = matrix(&model["base_positions"]);
+    let mut theta = vec![0.0; 26];
+    theta[3..6].copy_from_slice(&[0.5, -1.0, 2.0]);
+    let points: Vec<Vec<f64>> = (0..3).map(|i| randoms(3, 500 + i)).collect();
+    let corr = [2, 0, 3];
+    let input = json!({"theta": theta, "us": [],
+                       "data": {"model": model, "correspondences": corr, "points": points}});
+    let residuals = reals(&ht("objective", input));
+    assert_eq!(residuals.len(), 9);
+    for (i, &c) in corr.iter().enumerate() {
+        for j in 0..3 {
+            let v = if j == 0 { -base[c][0] } else { base[c][j] } + theta[3 + j];
+            close(residuals[3 * i + j], points[i][j] - v, 1e-14, "ht residual");
+        }
+    }
+
+    // A random model and pose, both variants: the Jacobian's columns against central
+    // differences of the objective.
+    for complicated in [false, true] {
+        let model = hand_model(7, 6, 11);
+        let theta: Vec<f64> = randoms(26, 12).iter().map(|v| 0.7 * v).collect();
+        let npts = 4;
+        let us: Vec<Vec<f64>> = if complicated {
+            (0..npts)
+                .map(|i| randoms(2, 600 + i).iter().map(|v| 0.4 * v + 0.3).collect())
+                .collect()
+        } else {
+            vec![]
+        };
+        let points: Vec<Vec<f64>> = (0..npts).map(|i| randoms(3, 700 + i)).collect();
+        let input = |theta: &[f64], us: &[Vec<f64>]| {
+            json!({"theta": theta, "us": us, "data": {"model": model.clone(),
+                   "correspondences": [5, 1, 0, 3], "points": points}})
+        };
+        let jac = matrix(&ht("jacobian", input(&theta, &us)));
+        let ncols = 26 + if complicated { 2 } else { 0 };
+        assert_eq!(jac.len(), 3 * npts as usize);
+        assert!(jac.iter().all(|r| r.len() == ncols));
+        let h = 1e-6;
+        for col in 0..ncols {
+            let (mut tp, mut tm, mut up, mut um) =
+                (theta.clone(), theta.clone(), us.clone(), us.clone());
+            if complicated && col < 2 {
+                // Along every point's coordinate `col` at once.
+                for (a, b) in up.iter_mut().zip(um.iter_mut()) {
+                    a[col] += h;
+                    b[col] -= h;
+                }
+            } else {
+                let k = col - (ncols - 26);
+                tp[k] += h;
+                tm[k] -= h;
+            }
+            let plus = reals(&ht("objective", input(&tp, &up)));
+            let minus = reals(&ht("objective", input(&tm, &um)));
+            for (r, row) in jac.iter().enumerate() {
+                let fd = (plus[r] - minus[r]) / (2.0 * h);
+                close(
+                    row[col],
+                    fd,
+                    1e-7,
+                    &format!("ht jacobian ({r}, {col}), us: {complicated}"),
+                );
+            }
+        }
+    }
 }
