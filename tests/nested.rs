@@ -368,3 +368,188 @@ fn hvp_with_respect_to_some_parameters() {
     assert_eq!(g, vec![48.0, 108.0]);
     assert_eq!(h, vec![vec![16.0, 72.0], vec![72.0, 108.0]]);
 }
+
+// ----- derivatives inside programs -----
+
+fn run(src: &str, args: &[Value]) -> Value {
+    let program = nested::load(src, &chad::prim::Registry::builtin())
+        .unwrap_or_else(|e| panic!("{}", e.render(None)));
+    let entry = program.entry(program.defs.len() - 1);
+    chad::eval::eval_entry(&entry, args).unwrap()
+}
+
+fn real(src: &str) -> f64 {
+    run(src, &[]).expect_real()
+}
+
+#[test]
+fn no_perturbation_confusion() {
+    // The issue's example and Siskind & Pearlmutter's: d/dx (x · d/dy (x + y)) = 1.
+    assert_eq!(
+        real("def main : Real = grad (\\x -> x * grad (\\y -> x + y) 1.0) 2.0"),
+        1.0
+    );
+    assert_eq!(
+        real("def main : Real = grad (\\x -> grad (\\y -> x * y) 1.0) 2.0"),
+        1.0
+    );
+    // d/dx (x · d/dy (x · y)) = d/dx x² = 2x.
+    assert_eq!(
+        real("def main : Real = grad (\\x -> x * grad (\\y -> x * y) 2.0) 1.0"),
+        2.0
+    );
+    // The same with forward mode inside reverse and reverse inside forward.
+    assert_eq!(
+        real("def main : Real = grad (\\x -> x * snd (jvp (\\y -> x + y) 1.0 1.0)) 2.0"),
+        1.0
+    );
+    assert_eq!(
+        real("def main : Real = snd (jvp (\\x -> x * snd (vjp (\\y -> x * y) 2.0 1.0)) 1.0 1.0)"),
+        2.0
+    );
+}
+
+#[test]
+fn higher_derivatives_by_nesting() {
+    // (x³)'' = 6x.
+    assert_eq!(
+        real("def main : Real = grad (\\x -> grad (\\y -> y * y * y) x) 2.0"),
+        12.0
+    );
+    // (x^4)'' = 12x^2 (a third level works too, but its code grows geometrically with the
+    // depth: theory-notes/12-nested-ad.md).
+    assert_eq!(
+        real("def main : Real = grad (\\y -> grad (\\z -> z * z * z * z) y) 1.0"),
+        12.0
+    );
+    // A top-level definition as the function, and arrays.
+    let v = run(
+        "def cube (x : Real) : Real = x * x * x\n\
+         def sq (v : Array Real) : Real = sum (map (\\a -> a * cube a) v)\n\
+         def main (v : Array Real) : Array Real = grad sq v",
+        &[Value::reals(vec![1.0, 2.0, -1.0])],
+    );
+    assert_eq!(v.expect_reals(), &[4.0, 32.0, -4.0]);
+    let v = run(
+        "def main : ((Real, Real), (Real, Real)) = jvp (\\(x : Real) -> (x * x, sin x)) 0.0 1.0",
+        &[],
+    );
+    assert_eq!(fd::leaves(&v), vec![0.0, 0.0, 0.0, 1.0]);
+    let v = run(
+        "def main : ((Real, Real), Real) = vjp (\\(x : Real) -> (x * x, 3.0 * x)) 2.0 (1.0, 1.0)",
+        &[],
+    );
+    assert_eq!(format!("{v}"), "((4.0, 6.0), 7.0)");
+}
+
+#[test]
+fn nested_forms_are_checked() {
+    let err = |src: &str| {
+        nested::load(src, &chad::prim::Registry::builtin())
+            .err()
+            .unwrap_or_else(|| panic!("`{src}` should not check"))
+            .message()
+            .to_string()
+    };
+    assert!(err("def main : Real = grad (\\(x : Real) -> (x, x)) 1.0").contains("Real"));
+    assert!(err("def main : Int = grad (\\(i : Int) -> 1.0) 1").contains("`Int`"));
+    assert!(
+        err("def main (c : Real) : Real = let h = \\(y : Real) -> c * y in grad (\\x -> h x) 1.0")
+            .contains("local function")
+    );
+    // Without the differentiating loader, a clear error.
+    let e = chad::source::load(
+        "def main : Real = grad (\\x -> x) 1.0",
+        &chad::prim::Registry::builtin(),
+    )
+    .unwrap_err();
+    assert!(e.message().contains("loader"), "{}", e.message());
+}
+
+/// The elaborator on random programs: `grad` of the last parameter inside a program gives the
+/// gradient reverse CHAD gives, and differentiating that program again (forward CHAD over the
+/// concretised reverse derivative) agrees with central differences of it.
+#[test]
+fn nested_gradients_on_random_programs() {
+    use chad::source::check::{Differentiate, Form};
+    use chad::source::term::{Entry, Term, Var};
+    let cfg = Config {
+        result: Some(Type::Real),
+        ..config(false)
+    };
+    let strategy = random::program(cfg);
+    let mut r = common::runner(100);
+    let mut rng = proptest::test_runner::TestRunner::deterministic();
+    let (mut compared, mut second) = (0, 0);
+    for _ in 0..common::cases(100) {
+        let p = common::supported_program(&strategy, &mut r);
+        let e = &p.entry;
+        let n = e.params.len();
+        let last = &e.params[n - 1].ty;
+        if !matches!(last, Type::Real) && last.as_array() != Some(&Type::Real) {
+            continue;
+        }
+        let Ok(y) = chad::eval::eval_entry(e, &p.inputs) else {
+            continue;
+        };
+        if !y.expect_real().is_finite() {
+            continue;
+        }
+        let (_, g) = Vjp::new(e)
+            .unwrap()
+            .map_body(simplify)
+            .grad(&p.inputs)
+            .unwrap();
+        let want = fd::leaves(&g[n - 1]);
+        if !finite(&want) {
+            continue;
+        }
+        let outer: Vec<Var> = e
+            .params
+            .iter()
+            .map(|q| Var::fresh(q.name.clone(), q.ty.clone()))
+            .collect();
+        let args: Vec<Term> = outer.iter().map(Term::var).collect();
+        let body = nested::Elaborator
+            .elaborate(Form::Grad, e, &args, None)
+            .unwrap_or_else(|err| panic!("{err:?}\n{p:?}"));
+        let outer_entry = Entry {
+            name: "outer".into(),
+            params: outer,
+            body,
+        };
+        let got = chad::eval::eval_entry(&outer_entry, &p.inputs).unwrap();
+        assert!(
+            close(&want, &fd::leaves(&got), 1e-9),
+            "grad inside {:?} vs reverse CHAD {want:?}\n{p:?}",
+            fd::leaves(&got)
+        );
+        compared += 1;
+        // Second order: forward mode of the program with `grad` inside, against central
+        // differences of it.
+        let mut real = || (-1.0f64..1.0).new_tree(&mut rng).unwrap().current();
+        let ts: Vec<Value> = e
+            .params
+            .iter()
+            .zip(&p.inputs)
+            .map(|(q, a)| fd::tangent_with(&q.ty, a, &mut real))
+            .collect();
+        let Ok(jvp) = Jvp::new(&outer_entry) else {
+            panic!("forward mode of the nested program\n{p:?}");
+        };
+        let (_, d) = jvp.map_body(simplify).jvp(&p.inputs, &ts).unwrap();
+        let Ok(num) = fd::jvp(&outer_entry, &p.inputs, &ts, 1e-5) else {
+            continue;
+        };
+        let (d, num) = (fd::leaves(&d), fd::leaves(&num));
+        if finite(&d) && finite(&num) && close(&d, &num, 1e-4) {
+            second += 1;
+        }
+    }
+    let n = common::cases(100);
+    assert!(compared * 4 >= n, "only {compared} of {n} compared");
+    assert!(
+        second * 2 >= compared,
+        "second order agreed on {second} of {compared}"
+    );
+}

@@ -466,3 +466,107 @@ pub fn jacobian(
     }
     Ok((y, rows))
 }
+
+/// Loads a program with `grad`, `jvp` and `vjp` inside it elaborated ([`Elaborator`]): what
+/// the command line uses.
+pub fn load(text: &str, reg: &crate::prim::Registry) -> Result<crate::source::term::Program> {
+    crate::source::load_with(text, reg, &Elaborator)
+}
+
+/// Elaborates `grad f x`, `jvp f x dx` and `vjp f x ct` inside programs (for the checker,
+/// [`crate::source::check::Differentiate`]): the function, as an entry of its captured
+/// variables and its argument, is differentiated ([`vjp_entry`], [`jvp_entry`]) and the
+/// concretised derivative applied to the actual arguments. Every parameter of the entry is an
+/// input of the derivative code, so enclosing derivatives see how the inner result depends on
+/// the captured variables (no `stopGradient`, no perturbation confusion); only the argument's
+/// (co)tangent is returned.
+pub struct Elaborator;
+
+impl crate::source::check::Differentiate for Elaborator {
+    fn elaborate(
+        &self,
+        form: crate::source::check::Form,
+        entry: &Entry,
+        args: &[Term],
+        extra: Option<Term>,
+    ) -> Result<Term> {
+        use crate::source::check::Form;
+        let n = entry.params.len();
+        let built = (|| -> Result<Term> {
+            match form {
+                Form::Grad | Form::Vjp => {
+                    let d = vjp_entry(entry)?;
+                    let ct = match extra {
+                        Some(ct) => ct,
+                        None => Term::lit(Lit::Real(1.0)),
+                    };
+                    let mut vals: Vec<Term> = args.to_vec();
+                    vals.push(ct);
+                    let body = (|| -> R<Term> {
+                        bind("r", d.body.clone(), |r| {
+                            let mut g = mk(S::Snd(r.clone()))?;
+                            for _ in 1..n {
+                                g = mk(S::Snd(g))?;
+                            }
+                            if form == Form::Grad {
+                                Ok(g)
+                            } else {
+                                mk(S::Pair(mk(S::Fst(r))?, g))
+                            }
+                        })
+                    })()
+                    .map_err(fail)?;
+                    bind_params(&d.params, vals, body)
+                }
+                Form::Jvp => {
+                    let d = jvp_entry(entry)?;
+                    let mut vals: Vec<Term> = args.to_vec();
+                    // Zero tangents for the captured variables, the given one for the argument.
+                    for (p, a) in entry.params.iter().zip(args).take(n - 1) {
+                        vals.push(zero_like(&p.ty, a.clone()).map_err(fail)?);
+                    }
+                    vals.push(extra.ok_or_else(|| fail("jvp needs a tangent".into()))?);
+                    bind_params(&d.params, vals, d.body.clone())
+                }
+            }
+        })();
+        built
+    }
+}
+
+/// `let p1 = v1 in ... let pn = vn in body`.
+fn bind_params(params: &[Var], vals: Vec<Term>, body: Term) -> Result<Term> {
+    let mut out = body;
+    for (p, v) in params.iter().zip(vals).rev() {
+        out = mk(S::Let(Pat::Var(p.clone()), v, out)).map_err(fail)?;
+    }
+    Ok(out)
+}
+
+/// The zero tangent (of type `ty.tangent()`) of the value of `x : ty`.
+fn zero_like(ty: &Type, x: Term) -> R<Term> {
+    crate::deep::deep(|| match ty {
+        Type::Real => Ok(Term::lit(Lit::Real(0.0))),
+        Type::Int | Type::Bool | Type::Unit => Ok(Term::lit(Lit::Unit)),
+        Type::Prod(p) => bind("x", x, |x| {
+            mk(S::Pair(
+                zero_like(&p.0, mk(S::Fst(x.clone()))?)?,
+                zero_like(&p.1, mk(S::Snd(x))?)?,
+            ))
+        }),
+        Type::Sum(p) => {
+            let (ta, tb) = (tangent(&p.0)?, tangent(&p.1)?);
+            let u = Var::fresh("u", p.0.clone());
+            let v = Var::fresh("v", p.1.clone());
+            let left = mk(S::Inl(zero_like(&p.0, Term::var(&u))?, tb))?;
+            let right = mk(S::Inr(ta, zero_like(&p.1, Term::var(&v))?))?;
+            mk(S::Case(x, Pat::Var(u), left, Pat::Var(v), right))
+        }
+        Type::Array(a) => {
+            let u = Var::fresh("u", (**a).clone());
+            let body = zero_like(a, Term::var(&u))?;
+            mk(S::Map(mk(S::Lam(u, body))?, x))
+        }
+        Type::Fun(_) => Err(format!("`{ty}` has no tangents")),
+    })
+}
