@@ -192,9 +192,9 @@ fn hessians_agree_with_finite_differences_of_gradients_and_are_symmetric() {
             continue;
         }
         // Symmetric (exactly in exact arithmetic; to rounding here).
-        for i in 0..h.len() {
-            for j in 0..i {
-                let (a, b) = (h[i][j], h[j][i]);
+        for (i, row) in h.iter().enumerate() {
+            for (j, &a) in row.iter().enumerate().take(i) {
+                let b = h[j][i];
                 assert!(
                     (a - b).abs() <= 1e-8 * (1.0 + a.abs().max(b.abs())),
                     "H[{i}][{j}] = {a} but H[{j}][{i}] = {b}\n{p:?}"

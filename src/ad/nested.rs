@@ -492,7 +492,7 @@ impl crate::source::check::Differentiate for Elaborator {
     ) -> Result<Term> {
         use crate::source::check::Form;
         let n = entry.params.len();
-        let built = (|| -> Result<Term> {
+        {
             match form {
                 Form::Grad | Form::Vjp => {
                     let d = vjp_entry(entry)?;
@@ -502,19 +502,17 @@ impl crate::source::check::Differentiate for Elaborator {
                     };
                     let mut vals: Vec<Term> = args.to_vec();
                     vals.push(ct);
-                    let body = (|| -> R<Term> {
-                        bind("r", d.body.clone(), |r| {
-                            let mut g = mk(S::Snd(r.clone()))?;
-                            for _ in 1..n {
-                                g = mk(S::Snd(g))?;
-                            }
-                            if form == Form::Grad {
-                                Ok(g)
-                            } else {
-                                mk(S::Pair(mk(S::Fst(r))?, g))
-                            }
-                        })
-                    })()
+                    let body = bind("r", d.body.clone(), |r| {
+                        let mut g = mk(S::Snd(r.clone()))?;
+                        for _ in 1..n {
+                            g = mk(S::Snd(g))?;
+                        }
+                        if form == Form::Grad {
+                            Ok(g)
+                        } else {
+                            mk(S::Pair(mk(S::Fst(r))?, g))
+                        }
+                    })
                     .map_err(fail)?;
                     bind_params(&d.params, vals, body)
                 }
@@ -529,8 +527,7 @@ impl crate::source::check::Differentiate for Elaborator {
                     bind_params(&d.params, vals, d.body.clone())
                 }
             }
-        })();
-        built
+        }
     }
 }
 

@@ -62,11 +62,7 @@ fn bound_and_used(t: &Term) -> (HashSet<VarId>, Vec<Var>) {
     let mut stack = vec![t];
     while let Some(t) = stack.pop() {
         match &t.kind {
-            TermKind::Var(v) => {
-                if seen.insert(v.id) {
-                    used.push(v.clone());
-                }
-            }
+            TermKind::Var(v) if seen.insert(v.id) => used.push(v.clone()),
             TermKind::Lam(x, _) => {
                 bound.insert(x.id);
             }
@@ -113,7 +109,7 @@ impl Checker<'_> {
             let a = a.clone();
             (f.clone(), self.check_arg(args[1], &a)?)
         };
-        let (a, b) = f.ty.as_fun().expect("a function").clone();
+        let (a, b) = f.ty.as_fun().expect("a function");
         let (a, b) = (a.clone(), b.clone());
         for (what, t) in [("argument", &a), ("result", &b)] {
             if !self_tangent(t) {
