@@ -16,6 +16,8 @@ use chad::source::{self, term::Entry, term::Program};
 use chad::value::Value;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
+
+mod nested_cmd;
 use std::process::ExitCode;
 
 /// mimalloc rather than the system allocator: derivative code allocates many small, short-lived
@@ -129,6 +131,45 @@ enum Command {
         #[command(flatten)]
         native: NativeArgs,
         /// Print `{"value": V, "gradient": [G1, ...]}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Hessian of a Real-valued definition (forward over reverse, one Hessian-vector product
+    /// per row), over the Real components of the (selected) arguments.
+    Hessian {
+        #[command(flatten)]
+        run: RunArgs,
+        #[command(flatten)]
+        wrt: WrtArgs,
+        /// Print `{"value": V, "gradient": [..], "hessian": [[..], ..]}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Hessian-vector product of a Real-valued definition (forward over reverse).
+    Hvp {
+        #[command(flatten)]
+        run: RunArgs,
+        #[command(flatten)]
+        wrt: WrtArgs,
+        /// A tangent per argument (per selected argument with `--wrt`), in literal syntax.
+        #[arg(long = "tangent", value_name = "T", allow_hyphen_values = true)]
+        tangents: Vec<String>,
+        /// Print `{"value": V, "gradient": [G1, ..], "hvp": [H1, ..]}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Full Jacobian of a first-order definition: rows the flattened result, columns the
+    /// flattened (selected) arguments.
+    Jacobian {
+        #[command(flatten)]
+        run: RunArgs,
+        #[command(flatten)]
+        wrt: WrtArgs,
+        /// Forward (one JVP per column) or reverse (one VJP per row); by default the one
+        /// with fewer runs.
+        #[arg(long, value_enum)]
+        mode: Option<nested_cmd::JacobianMode>,
+        /// Print `{"value": V, "jacobian": [[..], ..]}`.
         #[arg(long)]
         json: bool,
     },
@@ -436,7 +477,7 @@ fn read_source(path: &PathBuf) -> CliResult<Source> {
 
 fn load(path: &PathBuf) -> CliResult<(Source, Program)> {
     let src = read_source(path)?;
-    match source::load(&src.text, &Registry::builtin()) {
+    match chad::ad::nested::load(&src.text, &Registry::builtin()) {
         Ok(p) => Ok((src, p)),
         Err(error) => Err(Failure {
             error,
@@ -905,6 +946,47 @@ fn run(cli: Cli) -> CliResult<String> {
                 with_source(vjp.vjp(&args, &ct), &src)?
             };
             Ok(gradient_output(&entry, &value, &grads, &sel, json))
+        }
+        Command::Hessian { run, wrt, json } => {
+            let (src, entry, args) = prepare(&run)?;
+            let sel = wrt.selection(&entry)?;
+            with_source(
+                nested_cmd::hessian(&optimize(&entry), &sel, &args, json),
+                &src,
+            )
+        }
+        Command::Hvp {
+            run,
+            wrt,
+            tangents,
+            json,
+        } => {
+            let (src, entry, args) = prepare(&run)?;
+            let sel = wrt.selection(&entry)?;
+            let types: Vec<_> = tangent_types(&entry)
+                .into_iter()
+                .zip(&sel)
+                .filter(|(_, s)| **s)
+                .map(|(t, _)| t)
+                .collect();
+            let ts = values(&tangents, None, &types, "tangent")?;
+            with_source(
+                nested_cmd::hvp(&optimize(&entry), &sel, &args, &ts, json),
+                &src,
+            )
+        }
+        Command::Jacobian {
+            run,
+            wrt,
+            mode,
+            json,
+        } => {
+            let (src, entry, args) = prepare(&run)?;
+            let sel = wrt.selection(&entry)?;
+            with_source(
+                nested_cmd::jacobian(&optimize(&entry), &sel, &args, mode, json),
+                &src,
+            )
         }
         Command::Bench {
             run,

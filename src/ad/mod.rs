@@ -23,6 +23,7 @@
 
 pub mod check;
 pub mod forward;
+pub mod nested;
 pub mod reverse;
 pub(crate) mod tangent;
 pub mod transpose;

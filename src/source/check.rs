@@ -14,7 +14,10 @@
 //! `reverse`, `zip`, `slice`, `concat`, ..., the power `^`) become the core forms they stand
 //! for, so every later stage handles them with no case of its own.
 
+mod nested;
 mod sugar;
+
+pub use nested::{Differentiate, Form};
 
 use super::syntax::{self as ast, BinOp, Expr, ExprKind};
 use super::term::*;
@@ -28,8 +31,20 @@ use std::rc::Rc;
 
 /// Checks a parsed program against the primitives of `reg`.
 pub fn check_program(prog: &ast::Program, reg: &Registry) -> Result<Program> {
+    check_program_with(prog, reg, None)
+}
+
+/// [`check_program`], with `grad`, `jvp` and `vjp` inside the program elaborated by `nested`
+/// (without it they are an error).
+pub fn check_program_with(
+    prog: &ast::Program,
+    reg: &Registry,
+    nested: Option<&dyn Differentiate>,
+) -> Result<Program> {
     let mut c = Checker {
         reg,
+        nested,
+        values: HashMap::new(),
         scope: HashMap::new(),
         globals: HashMap::new(),
         deps: BTreeSet::new(),
@@ -92,6 +107,8 @@ pub fn check_program(prog: &ast::Program, reg: &Registry) -> Result<Program> {
             deps: c.deps.iter().copied().collect(),
             span: d.span,
         });
+        let last = defs.last().expect("just pushed");
+        c.values.insert(last.var.id, (defs.len() - 1, last.value()));
     }
     Ok(Program { defs })
 }
@@ -122,10 +139,18 @@ const POLY: &[(&str, usize)] = &[
     ("scan", 3),
     ("iterate", 3),
     ("while", 3),
+    // Derivatives inside programs (`nested`).
+    ("grad", 2),
+    ("jvp", 3),
+    ("vjp", 3),
 ];
 
 struct Checker<'r> {
     reg: &'r Registry,
+    /// What elaborates `grad`, `jvp` and `vjp` (none: they are an error).
+    nested: Option<&'r dyn Differentiate>,
+    /// The definitions checked so far, as values (for the functions `grad` differentiates).
+    values: HashMap<VarId, (usize, Term)>,
     scope: HashMap<Rc<str>, Vec<Var>>,
     globals: HashMap<Rc<str>, (usize, Var)>,
     deps: BTreeSet<usize>,
@@ -1157,6 +1182,7 @@ impl<'r> Checker<'r> {
             }
             n if sugar::is_sugar(n) => self.sugar(n, args, expected, span)?,
             "loop" | "fold" | "iterate" | "while" => self.iteration(name, args, span)?,
+            "grad" | "jvp" | "vjp" => self.nested(name, args, span)?,
             "scan" => {
                 return Err(Error::new(
                     crate::error::ErrorKind::Unsupported,

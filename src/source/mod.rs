@@ -72,6 +72,17 @@ pub fn load(text: &str, reg: &Registry) -> Result<term::Program> {
     check::check_program(&ast, reg)
 }
 
+/// [`load`], with `grad`, `jvp` and `vjp` inside the program elaborated by `nested`
+/// ([`crate::ad::nested::load`] supplies AD).
+pub fn load_with(
+    text: &str,
+    reg: &Registry,
+    nested: &dyn check::Differentiate,
+) -> Result<term::Program> {
+    let ast = parser::parse_program(text)?;
+    check::check_program_with(&ast, reg, Some(nested))
+}
+
 /// Reads a value of type `ty` written in the literal syntax: `1.5`, `-2`, `true`, `()`,
 /// `[1.0, 2.0]`, `(1.0, [2.0, 3.0])`, `inl 2.0`, `inr (1.0, 2.0)`. An integer is accepted where a
 /// `Real` is expected. Errors are [`ErrorKind::Argument`] with a span into `text`.

@@ -33,6 +33,8 @@
 //! * a copower is a binary tree of concatenations, so `plus` is O(1) and `fold` is linear in
 //!   the number of pairs (iterative, any depth).
 
+pub mod concrete;
+
 use crate::deep::{Deep, deep};
 use crate::error::{Error, Result};
 use crate::value::Value;

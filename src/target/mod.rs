@@ -16,9 +16,12 @@
 //! * [`testing`]: random linear types, values and maps, and observations of linear values, for
 //!   property tests.
 //! * [`random`]: random well-typed linear terms, for property tests.
+//! * [`concretize`]: any target term as an ordinary source term (linear types represented by
+//!   source types, [`linear::concrete`]), for differentiating derivative code again.
 //! * [`transpose`]: transposition of linear maps (YOLO), and of the linear maps inside any term.
 
 pub mod check;
+pub mod concretize;
 pub mod embed;
 pub mod engine;
 pub mod eval;

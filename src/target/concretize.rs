@@ -1,0 +1,419 @@
+//! Concretisation: any target term, linear parts included, as an ordinary source term (CHAD
+//! paper §9.2-9.3), so that derivative code can be run by the source evaluator and
+//! differentiated again (nested AD, Hessians: `theory-notes/12-nested-ad.md`).
+//!
+//! The linear types become source types by [`concrete::ty`] (a linear map a function, a copower
+//! an array of pairs, `⊕` a pair, ...), and every linear form the source term
+//! [`super::linear::concrete`] defines for its type. This module is the traversal: one
+//! exhaustive match over the Cartesian forms and one over the linear forms, each computing the
+//! (target) type of the term it concretises, which the type-directed operations (zero, plus,
+//! scaling, indexing, sums) need. Its judgement:
+//!
+//! ```text
+//! Γ ⊢ t : τ           gives   C(Γ) ⊢ C(t) : C(τ)
+//! Γ; v : L ⊢ l : L'    gives   C(Γ), v : C(L) ⊢ C(l) : C(L')
+//! ```
+//!
+//! (linear variables become ordinary variables, with the same identities). The rules, beside
+//! their code below, are
+//!
+//! ```text
+//! C(λ̲v. l) = \v -> C(l)           C(f • t) = C(f) C(t)           C(op t) = C(expand(op) t)
+//! C(0 : L) = zero_L               C(l1 + l2 : L) = plus_L C(l1) C(l2)
+//! C(!t ⊗ l) = [(C(t), C(l))]      C(copowfold t l) = Σ over the pairs (a, x) of C(t) a x
+//! C(\b -> l) = \b -> C(l)         C(l @ t) = C(l) C(t)
+//! C(linl l) = (C(l), 0)           C(fromLeft l) = fst C(l)
+//! C(t * l : L) = scale_L C(t) C(l) C(l ! t) = C(l) ! C(t), zero past the end
+//! C(loopTape f x) = a loop whose state carries the tape as an array
+//! ```
+//!
+//! and every other form is mapped to the source form of the same name. The result is checked
+//! by the source's local typing rules as it is built ([`crate::source::term::Term::try_new`]).
+//! A kernel without a definition as a term ([`LinPrim::expansion`]) has no concrete form: an
+//! error naming it.
+
+use super::linear::concrete::{self, mk};
+use super::term::{LTerm, LTermKind, LinPrim, Pat, Term, TermKind, Var};
+use super::types::{LTy, Ty};
+use crate::deep::deep;
+use crate::source::term::{self as src, TermKind as S};
+use std::rc::Rc;
+
+/// Why a target term has no concrete form.
+pub type Error = String;
+type R<T> = std::result::Result<T, Error>;
+
+/// The concrete (source) variable of a target variable: same identity and name, type
+/// [`concrete::cty`].
+pub fn var(x: &Var) -> R<src::Var> {
+    Ok(src::Var {
+        id: x.id,
+        name: x.name.clone(),
+        ty: concrete::cty(&x.ty).map_err(|e| format!("variable `{}`: {e}", x.name))?,
+    })
+}
+
+/// The concrete pattern of a target pattern.
+pub fn pat(p: &Pat) -> R<src::Pat> {
+    deep(|| {
+        Ok(match p {
+            Pat::Var(x) => src::Pat::Var(var(x)?),
+            Pat::Wild(t) => src::Pat::Wild(concrete::cty(t)?),
+            Pat::Pair(a, b) => src::Pat::Pair(Box::new(pat(a)?), Box::new(pat(b)?)),
+        })
+    })
+}
+
+/// The concrete form of a Cartesian target term.
+pub fn term(t: &Term) -> R<src::Term> {
+    Ok(cterm(t)?.0)
+}
+
+/// The concrete form of a linear target term.
+pub fn linear(l: &LTerm) -> R<src::Term> {
+    Ok(lterm(l)?.0)
+}
+
+fn ill(what: &str, ty: &dyn std::fmt::Display) -> Error {
+    format!("concretisation: {what} of type `{ty}`")
+}
+
+/// A Cartesian term's concrete form and its target type.
+fn cterm(t: &Term) -> R<(src::Term, Ty)> {
+    deep(|| {
+        use TermKind as K;
+        let sub = |e: &Term| cterm(e);
+        Ok(match &t.kind {
+            K::Var(x) => (mk(S::Var(var(x)?))?, x.ty.clone()),
+            K::Lit(l) => (mk(S::Lit(*l))?, Ty::from_source(&l.ty())),
+            K::Lam(x, b) => {
+                let (b, tb) = sub(b)?;
+                (mk(S::Lam(var(x)?, b))?, Ty::fun(x.ty.clone(), tb))
+            }
+            K::App(f, a) => {
+                let (f, tf) = sub(f)?;
+                let (a, _) = sub(a)?;
+                let cod = tf
+                    .as_fun()
+                    .ok_or_else(|| ill("application", &tf))?
+                    .1
+                    .clone();
+                (mk(S::App(f, a))?, cod)
+            }
+            K::Let(..) => return let_chain(t),
+            K::Pair(a, b) => {
+                let ((a, ta), (b, tb)) = (sub(a)?, sub(b)?);
+                (mk(S::Pair(a, b))?, Ty::prod(ta, tb))
+            }
+            K::Fst(e) => {
+                let (e, te) = sub(e)?;
+                let c = te.as_prod().ok_or_else(|| ill("fst", &te))?.0.clone();
+                (mk(S::Fst(e))?, c)
+            }
+            K::Snd(e) => {
+                let (e, te) = sub(e)?;
+                let c = te.as_prod().ok_or_else(|| ill("snd", &te))?.1.clone();
+                (mk(S::Snd(e))?, c)
+            }
+            K::If(c, a, b) => {
+                let ((c, _), (a, ta), (b, _)) = (sub(c)?, sub(a)?, sub(b)?);
+                (mk(S::If(c, a, b))?, ta)
+            }
+            K::Inl(e, r) => {
+                let (e, te) = sub(e)?;
+                (mk(S::Inl(e, concrete::cty(r)?))?, Ty::sum(te, r.clone()))
+            }
+            K::Inr(l, e) => {
+                let (e, te) = sub(e)?;
+                (mk(S::Inr(concrete::cty(l)?, e))?, Ty::sum(l.clone(), te))
+            }
+            K::Case(e, p, a, q, b) => {
+                let ((e, _), (a, ta), (b, _)) = (sub(e)?, sub(a)?, sub(b)?);
+                (mk(S::Case(e, pat(p)?, a, pat(q)?, b))?, ta)
+            }
+            K::Prim(op, args) => {
+                let args = args.iter().map(|a| Ok(sub(a)?.0)).collect::<R<Vec<_>>>()?;
+                let ty = Ty::from_source(op.result());
+                (mk(S::Prim(op.clone(), args))?, ty)
+            }
+            K::Array(elem, items) => {
+                let items = items.iter().map(|a| Ok(sub(a)?.0)).collect::<R<Vec<_>>>()?;
+                (
+                    mk(S::Array(concrete::cty(elem)?, items))?,
+                    Ty::array(elem.clone()),
+                )
+            }
+            K::Map(f, xs) => {
+                let ((f, tf), (xs, _)) = (sub(f)?, sub(xs)?);
+                let b = tf.as_fun().ok_or_else(|| ill("map", &tf))?.1.clone();
+                (mk(S::Map(f, xs))?, Ty::array(b))
+            }
+            K::Map2(f, xs, ys) => {
+                let ((f, tf), (xs, _), (ys, _)) = (sub(f)?, sub(xs)?, sub(ys)?);
+                let c = tf
+                    .as_fun()
+                    .and_then(|(_, bc)| bc.as_fun())
+                    .ok_or_else(|| ill("map2", &tf))?
+                    .1
+                    .clone();
+                (mk(S::Map2(f, xs, ys))?, Ty::array(c))
+            }
+            K::Build(n, f) => {
+                let ((n, _), (f, tf)) = (sub(n)?, sub(f)?);
+                let a = tf.as_fun().ok_or_else(|| ill("build", &tf))?.1.clone();
+                (mk(S::Build(n, f))?, Ty::array(a))
+            }
+            K::Index(xs, i) => {
+                let ((xs, txs), (i, _)) = (sub(xs)?, sub(i)?);
+                let a = txs.as_array().ok_or_else(|| ill("index", &txs))?.clone();
+                (mk(S::Index(xs, i))?, a)
+            }
+            K::Length(xs) => (mk(S::Length(sub(xs)?.0))?, Ty::Int),
+            K::Replicate(n, x) => {
+                let ((n, _), (x, tx)) = (sub(n)?, sub(x)?);
+                (mk(S::Replicate(n, x))?, Ty::array(tx))
+            }
+            K::Loop(f, x, tape) => {
+                let ((f, tf), (x, _)) = (sub(f)?, sub(x)?);
+                let step = tf.as_fun().ok_or_else(|| ill("loop", &tf))?.1.clone();
+                if *tape {
+                    // loopTape f x : B × Array T for f : A → (A + B) × T.
+                    let (ab, tt) = step.as_prod().ok_or_else(|| ill("loopTape", &tf))?;
+                    let b = ab.as_sum().ok_or_else(|| ill("loopTape", &tf))?.1.clone();
+                    (
+                        concrete::loop_tape(f, x)?,
+                        Ty::prod(b, Ty::array(tt.clone())),
+                    )
+                } else {
+                    let b = step.as_sum().ok_or_else(|| ill("loop", &tf))?.1.clone();
+                    (mk(S::Loop(f, x))?, b)
+                }
+            }
+            // C(λ̲v. l) = \v -> C(l)
+            K::LinLam(v, body) => {
+                let dom = v.lin_ty().ok_or_else(|| ill("linear λ", &v.ty))?.clone();
+                let (b, cod) = lterm(body)?;
+                (mk(S::Lam(var(v)?, b))?, Ty::lin_fun(dom, cod))
+            }
+            // C(f • t) = C(f) C(t)
+            K::LinApp(f, a) => {
+                let ((f, tf), (a, _)) = (sub(f)?, sub(a)?);
+                let cod = tf.as_lin_fun().ok_or_else(|| ill("•", &tf))?.1.clone();
+                (mk(S::App(f, a))?, Ty::lin(cod))
+            }
+            // C(op t) = C(let p = t in expand(op) p)
+            K::LinPrim(k, a) => kernel(k, a)?,
+        })
+    })
+}
+
+/// A kernel applied to its argument, through its definition as a term.
+fn kernel(k: &Rc<LinPrim>, a: &Term) -> R<(src::Term, Ty)> {
+    let p = Var::fresh("k", k.param().clone());
+    let Some(def) = k.expansion(&Term::var(&p)) else {
+        return Err(format!(
+            "the derivative kernel `{}` has no definition as a term, so it cannot be \
+             concretised (differentiated again)",
+            k.name()
+        ));
+    };
+    cterm(&Term::let_(&p, a.clone(), def))
+}
+
+/// Let-chains are concretised in a loop (they can be very long).
+fn let_chain(t: &Term) -> R<(src::Term, Ty)> {
+    let mut bindings = Vec::new();
+    let mut cur = t;
+    while let TermKind::Let(p, e, b) = &cur.kind {
+        bindings.push((pat(p)?, term(e)?));
+        cur = b;
+    }
+    let (mut out, ty) = cterm(cur)?;
+    for (p, e) in bindings.into_iter().rev() {
+        out = mk(S::Let(p, e, out))?;
+    }
+    Ok((out, ty))
+}
+
+/// A linear term's concrete form and its linear type.
+fn lterm(l: &LTerm) -> R<(src::Term, LTy)> {
+    deep(|| {
+        use LTermKind as K;
+        let c = |t: &Term| cterm(t);
+        let sub = |e: &LTerm| lterm(e);
+        Ok(match &l.kind {
+            K::Var(v) => {
+                let ty = v.lin_ty().ok_or_else(|| ill("linear variable", &v.ty))?;
+                (mk(S::Var(var(v)?))?, ty.clone())
+            }
+            K::Zero(ty) => (concrete::zero(ty)?, ty.clone()),
+            K::Plus(a, b) => {
+                let ((a, ta), (b, _)) = (sub(a)?, sub(b)?);
+                (concrete::plus(&ta, a, b)?, ta)
+            }
+            K::Pair(a, b) => {
+                let ((a, ta), (b, tb)) = (sub(a)?, sub(b)?);
+                (mk(S::Pair(a, b))?, LTy::prod(ta, tb))
+            }
+            K::Fst(e) => {
+                let (e, te) = sub(e)?;
+                let f = te
+                    .as_prod()
+                    .ok_or_else(|| ill("linear fst", &te))?
+                    .0
+                    .clone();
+                (mk(S::Fst(e))?, f)
+            }
+            K::Snd(e) => {
+                let (e, te) = sub(e)?;
+                let s = te
+                    .as_prod()
+                    .ok_or_else(|| ill("linear snd", &te))?
+                    .1
+                    .clone();
+                (mk(S::Snd(e))?, s)
+            }
+            K::App(f, e) => {
+                let ((f, tf), (e, _)) = (c(f)?, sub(e)?);
+                let cod = tf.as_lin_fun().ok_or_else(|| ill("•", &tf))?.1.clone();
+                (mk(S::App(f, e))?, cod)
+            }
+            K::Let(..) | K::LinLet(..) => return linear_let_chain(l),
+            // C(!t ⊗ l) = [(C(t), C(l))]
+            K::Copower(t, e) => {
+                let ((t, tt), (e, te)) = (c(t)?, sub(e)?);
+                (concrete::copower(t, e)?, LTy::copower(tt, te))
+            }
+            K::CopowFold(f, e) => {
+                let ((f, tf), (e, _)) = (c(f)?, sub(e)?);
+                let m = tf
+                    .as_fun()
+                    .and_then(|(_, lm)| lm.as_lin_fun())
+                    .ok_or_else(|| ill("copowfold", &tf))?
+                    .1
+                    .clone();
+                (concrete::copowfold(&m, f, e)?, m)
+            }
+            K::PowLam(b, body) => {
+                let (body, tb) = sub(body)?;
+                (mk(S::Lam(var(b)?, body))?, LTy::power(b.ty.clone(), tb))
+            }
+            K::PowApp(e, t) => {
+                let ((e, te), (t, _)) = (sub(e)?, c(t)?);
+                let r = te.as_power().ok_or_else(|| ill("@", &te))?.1.clone();
+                (mk(S::App(e, t))?, r)
+            }
+            K::Inl(e, r) => {
+                let (e, te) = sub(e)?;
+                (concrete::inl(e, r)?, LTy::sum(te, r.clone()))
+            }
+            K::Inr(lt, e) => {
+                let (e, te) = sub(e)?;
+                (concrete::inr(lt, e)?, LTy::sum(lt.clone(), te))
+            }
+            K::FromLeft(e) => {
+                let (e, te) = sub(e)?;
+                let a = te.as_sum().ok_or_else(|| ill("fromLeft", &te))?.0.clone();
+                (concrete::from_left(e)?, a)
+            }
+            K::FromRight(e) => {
+                let (e, te) = sub(e)?;
+                let b = te.as_sum().ok_or_else(|| ill("fromRight", &te))?.1.clone();
+                (concrete::from_right(e)?, b)
+            }
+            K::Replicate(n, e) => {
+                let ((n, _), (e, te)) = (c(n)?, sub(e)?);
+                (concrete::replicate(n, e)?, LTy::array(te))
+            }
+            K::Sum(e) => {
+                let (e, te) = sub(e)?;
+                let a = te.as_array().ok_or_else(|| ill("lsum", &te))?.clone();
+                (concrete::sum(&a, e)?, a)
+            }
+            K::OneHot(n, i, e) => {
+                let ((n, _), (i, _), (e, te)) = (c(n)?, c(i)?, sub(e)?);
+                (concrete::onehot(&te, n, i, e)?, LTy::array(te))
+            }
+            K::Index(e, i) => {
+                let ((e, te), (i, _)) = (sub(e)?, c(i)?);
+                let a = te
+                    .as_array()
+                    .ok_or_else(|| ill("linear index", &te))?
+                    .clone();
+                (concrete::lindex(&a, e, i)?, a)
+            }
+            K::ZipWith(fs, e) => {
+                let ((fs, tfs), (e, te)) = (c(fs)?, sub(e)?);
+                let m = tfs
+                    .as_array()
+                    .and_then(|f| f.as_lin_fun())
+                    .ok_or_else(|| ill("zipWith", &tfs))?
+                    .1
+                    .clone();
+                let a = te.as_array().ok_or_else(|| ill("zipWith", &te))?.clone();
+                (concrete::zip_with(&a, fs, e)?, LTy::array(m))
+            }
+            K::Map(f, e) => {
+                let ((f, tf), (e, _)) = (c(f)?, sub(e)?);
+                let m = tf.as_lin_fun().ok_or_else(|| ill("lmap", &tf))?.1.clone();
+                (concrete::lmap(f, e)?, LTy::array(m))
+            }
+            K::Build(n, i, body) => {
+                let ((n, _), (body, tb)) = (c(n)?, sub(body)?);
+                (concrete::lbuild(n, var(i)?, body)?, LTy::array(tb))
+            }
+            K::Scale(t, e) => {
+                let ((t, _), (e, te)) = (c(t)?, sub(e)?);
+                (concrete::scale(&te, t, e)?, te)
+            }
+            K::Case(t, p, a, q, b) => {
+                let ((t, _), (a, ta), (b, _)) = (c(t)?, sub(a)?, sub(b)?);
+                (mk(S::Case(t, pat(p)?, a, pat(q)?, b))?, ta)
+            }
+            K::Chain(fs, e, rev) => {
+                let ((fs, tfs), (e, _)) = (c(fs)?, sub(e)?);
+                let (dom, cod) = tfs
+                    .as_array()
+                    .and_then(|f| f.as_lin_fun())
+                    .ok_or_else(|| ill("lchain", &tfs))?;
+                if *rev {
+                    // fs : Array (A ⊕ B ⊸ G × A)
+                    let (a, b) = dom.as_sum().ok_or_else(|| ill("lchainRev", &tfs))?;
+                    let (g, _) = cod.as_prod().ok_or_else(|| ill("lchainRev", &tfs))?;
+                    (
+                        concrete::chain_reverse(g, a, b, fs, e)?,
+                        LTy::prod(g.clone(), a.clone()),
+                    )
+                } else {
+                    // fs : Array (G × A ⊸ A ⊕ B)
+                    let (a, b) = cod.as_sum().ok_or_else(|| ill("lchain", &tfs))?;
+                    (concrete::chain_forward(a, b, fs, e)?, b.clone())
+                }
+            }
+        })
+    })
+}
+
+/// Linear let-chains (Cartesian and linear lets) are concretised in a loop.
+fn linear_let_chain(l: &LTerm) -> R<(src::Term, LTy)> {
+    let mut bindings = Vec::new();
+    let mut cur = l;
+    loop {
+        match &cur.kind {
+            LTermKind::Let(p, e, b) => {
+                bindings.push((pat(p)?, term(e)?));
+                cur = b;
+            }
+            LTermKind::LinLet(u, e, b) => {
+                bindings.push((src::Pat::Var(var(u)?), linear(e)?));
+                cur = b;
+            }
+            _ => break,
+        }
+    }
+    let (mut out, ty) = lterm(cur)?;
+    for (p, e) in bindings.into_iter().rev() {
+        out = mk(S::Let(p, e, out))?;
+    }
+    Ok((out, ty))
+}

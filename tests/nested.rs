@@ -1,0 +1,555 @@
+//! Derivatives of derivatives (`chad::ad::nested`, `chad::target::concretize`):
+//!
+//! * concretisation: on random programs (higher-order inside, sums, arrays, loops), the
+//!   concretised reverse and forward derivatives ([`nested::vjp_entry`], [`nested::jvp_entry`]),
+//!   run by the *source* evaluator, give what the target engine gives for the derivative code
+//!   they come from;
+//! * Hessian-vector products (forward over reverse) agree with central finite differences of
+//!   the gradient, and Hessians are symmetric, on random `Real`-valued programs;
+//! * the Jacobian by forward mode equals the one by reverse mode, and finite differences;
+//! * fixed examples with known Hessians (Rosenbrock, a product, `--wrt`).
+
+mod common;
+
+use chad::ad::nested::{self, Hvp, Mode};
+use chad::ad::{Jvp, Vjp};
+use chad::oracle::fd;
+use chad::random::{self, Config};
+use chad::simplify::simplify;
+use chad::types::Type;
+use chad::value::Value;
+use proptest::strategy::{Strategy, ValueTree};
+
+fn leaves(vs: &[Value]) -> Vec<f64> {
+    vs.iter().flat_map(fd::leaves).collect()
+}
+
+fn finite(xs: &[f64]) -> bool {
+    xs.iter().all(|x| x.is_finite())
+}
+
+fn close(a: &[f64], b: &[f64], tol: f64) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| (x - y).abs() <= tol * (1.0 + x.abs().max(y.abs())))
+}
+
+fn config(loops: bool) -> Config {
+    Config {
+        loops,
+        ..Config::default()
+    }
+}
+
+/// The concretised reverse derivative, run by the source evaluator, agrees with reverse CHAD
+/// run by the engine (on random cotangents), and the concretised forward derivative with
+/// forward CHAD (on random tangents).
+fn concretisation_agrees(loops: bool, cases: u32) {
+    let strategy = random::program(config(loops));
+    let mut r = common::runner(cases);
+    let mut rng = proptest::test_runner::TestRunner::deterministic();
+    let (mut compared, mut higher_order) = (0, 0);
+    for _ in 0..common::cases(cases) {
+        let p = common::supported_program(&strategy, &mut r);
+        let e = &p.entry;
+        let Ok(y) = chad::eval::eval_entry(e, &p.inputs) else {
+            continue;
+        };
+        let mut real = || (-2.0f64..2.0).new_tree(&mut rng).unwrap().current();
+        let ct = fd::tangent_with(&e.body.ty, &y, &mut real);
+        let ts: Vec<Value> = e
+            .params
+            .iter()
+            .zip(&p.inputs)
+            .map(|(q, a)| fd::tangent_with(&q.ty, a, &mut real))
+            .collect();
+        // Reverse.
+        let (y1, g1) = Vjp::new(e)
+            .unwrap()
+            .map_body(simplify)
+            .vjp(&p.inputs, &ct)
+            .unwrap();
+        let ve = nested::vjp_entry(e).unwrap_or_else(|err| panic!("{err}\n{p:?}"));
+        let mut args = p.inputs.clone();
+        args.push(ct.clone());
+        let out = chad::eval::eval_entry(&ve, &args).unwrap_or_else(|err| panic!("{err}\n{p:?}"));
+        let (y2, g2) = out.expect_pair();
+        let g2 = if e.params.len() == 1 {
+            vec![g2.clone()]
+        } else {
+            let mut v = Vec::new();
+            let mut cur = g2.clone();
+            for _ in 1..e.params.len() {
+                let (a, b) = cur.expect_pair();
+                let (a, b) = (a.clone(), b.clone());
+                v.push(a);
+                cur = b;
+            }
+            v.push(cur);
+            v
+        };
+        let (l1, l2) = (leaves(&g1), leaves(&g2));
+        if !finite(&l1) || !finite(&fd::leaves(&y1)) {
+            continue;
+        }
+        assert_eq!(y1.same(y2), Some(true), "value\n{p:?}");
+        assert!(
+            close(&l1, &l2, 1e-9),
+            "reverse: engine {l1:?} vs concretised {l2:?}\n{p:?}"
+        );
+        // Forward.
+        let (_, d1) = Jvp::new(e)
+            .unwrap()
+            .map_body(simplify)
+            .jvp(&p.inputs, &ts)
+            .unwrap();
+        let je = nested::jvp_entry(e).unwrap_or_else(|err| panic!("{err}\n{p:?}"));
+        let mut args = p.inputs.clone();
+        args.extend(ts.iter().cloned());
+        let out = chad::eval::eval_entry(&je, &args).unwrap_or_else(|err| panic!("{err}\n{p:?}"));
+        let (f1, f2) = (fd::leaves(&d1), fd::leaves(out.expect_pair().1));
+        if finite(&f1) {
+            assert!(
+                close(&f1, &f2, 1e-9),
+                "forward: engine {f1:?} vs concretised {f2:?}\n{p:?}"
+            );
+        }
+        compared += 1;
+        if p.source().contains("\\") {
+            higher_order += 1;
+        }
+    }
+    let n = common::cases(cases);
+    assert!(
+        compared * 2 >= n,
+        "only {compared} of {n} programs compared"
+    );
+    assert!(
+        higher_order * 5 >= compared,
+        "only {higher_order} with lambdas"
+    );
+}
+
+#[test]
+fn concretised_derivatives_agree_with_the_engine() {
+    concretisation_agrees(false, 150);
+}
+
+#[test]
+fn concretised_derivatives_of_loops_agree_with_the_engine() {
+    concretisation_agrees(true, 80);
+}
+
+/// Central differences of the gradient along `t`: `(∇f(x + h t) - ∇f(x - h t)) / 2h`.
+fn fd_of_gradient(e: &chad::source::term::Entry, args: &[Value], t: &[Value]) -> Option<Vec<f64>> {
+    let h = 1e-5;
+    let shifted = |s: f64| -> Vec<Value> {
+        e.params
+            .iter()
+            .zip(args)
+            .zip(t)
+            .map(|((p, a), d)| fd::add_scaled(&p.ty, a, d, s))
+            .collect()
+    };
+    let vjp = Vjp::new(e).ok()?.map_body(simplify);
+    let (_, gp) = vjp.grad(&shifted(h)).ok()?;
+    let (_, gm) = vjp.grad(&shifted(-h)).ok()?;
+    let (gp, gm) = (leaves(&gp), leaves(&gm));
+    Some(
+        gp.iter()
+            .zip(&gm)
+            .map(|(a, b)| (a - b) / (2.0 * h))
+            .collect(),
+    )
+}
+
+#[test]
+fn hessians_agree_with_finite_differences_of_gradients_and_are_symmetric() {
+    let cfg = Config {
+        result: Some(Type::Real),
+        ..config(false)
+    };
+    let strategy = random::program(cfg);
+    let mut r = common::runner(120);
+    let mut rng = proptest::test_runner::TestRunner::deterministic();
+    let (mut compared, mut higher_order) = (0, 0);
+    for _ in 0..common::cases(120) {
+        let p = common::supported_program(&strategy, &mut r);
+        let e = &p.entry;
+        let Ok(y) = chad::eval::eval_entry(e, &p.inputs) else {
+            continue;
+        };
+        if !y.expect_real().is_finite() {
+            continue;
+        }
+        let all = vec![true; e.params.len()];
+        let Ok((v, g, h)) = nested::hessian(e, &all, &p.inputs) else {
+            panic!("hessian failed\n{p:?}");
+        };
+        assert_eq!(v.to_bits(), y.expect_real().to_bits(), "{p:?}");
+        if !finite(&g) || !h.iter().all(|row| finite(row)) {
+            continue;
+        }
+        // Symmetric (exactly in exact arithmetic; to rounding here).
+        for (i, row) in h.iter().enumerate() {
+            for (j, &a) in row.iter().enumerate().take(i) {
+                let b = h[j][i];
+                assert!(
+                    (a - b).abs() <= 1e-8 * (1.0 + a.abs().max(b.abs())),
+                    "H[{i}][{j}] = {a} but H[{j}][{i}] = {b}\n{p:?}"
+                );
+            }
+        }
+        // Against central differences of the gradient along a random direction (the
+        // Hessian-vector product); skipped where the gradient is not smooth there.
+        let mut real = || (-1.0f64..1.0).new_tree(&mut rng).unwrap().current();
+        let t: Vec<Value> = e
+            .params
+            .iter()
+            .zip(&p.inputs)
+            .map(|(q, a)| fd::tangent_with(&q.ty, a, &mut real))
+            .collect();
+        let tl = leaves(&t);
+        let hv: Vec<f64> = h
+            .iter()
+            .map(|row| row.iter().zip(&tl).map(|(a, b)| a * b).sum())
+            .collect();
+        let direct = Hvp::new(e, &all).unwrap().hvp(&p.inputs, &t).unwrap();
+        let direct: Vec<f64> = direct.hvp.iter().flatten().flat_map(fd::leaves).collect();
+        assert!(
+            close(&hv, &direct, 1e-9),
+            "H t {hv:?} vs hvp {direct:?}\n{p:?}"
+        );
+        let Some(numeric) = fd_of_gradient(e, &p.inputs, &t) else {
+            continue;
+        };
+        if !finite(&numeric) {
+            continue;
+        }
+        // Central differences are accurate to O(h²) only where the gradient is smooth; a
+        // kink (`if`, `max`, `abs`) within h shows as a large disagreement, so compare with a
+        // loose tolerance and only count the smooth cases.
+        if close(&hv, &numeric, 1e-4) {
+            compared += 1;
+            if p.source().contains("\\") {
+                higher_order += 1;
+            }
+        } else {
+            // A kink: the finite difference must then disagree in the same way with a second,
+            // smaller step; otherwise the Hessian is wrong.
+            let h2 = fd_of_gradient_step(e, &p.inputs, &t, 1e-7);
+            let smooth = h2.is_some_and(|n2| close(&numeric, &n2, 1e-3));
+            assert!(
+                !smooth,
+                "hvp {hv:?} vs finite differences {numeric:?} (smooth there)\n{p:?}"
+            );
+        }
+    }
+    let n = common::cases(120);
+    assert!(compared * 3 >= n, "only {compared} of {n} compared");
+    assert!(
+        higher_order * 5 >= compared,
+        "only {higher_order} with lambdas"
+    );
+}
+
+fn fd_of_gradient_step(
+    e: &chad::source::term::Entry,
+    args: &[Value],
+    t: &[Value],
+    h: f64,
+) -> Option<Vec<f64>> {
+    let shifted = |s: f64| -> Vec<Value> {
+        e.params
+            .iter()
+            .zip(args)
+            .zip(t)
+            .map(|((p, a), d)| fd::add_scaled(&p.ty, a, d, s))
+            .collect()
+    };
+    let vjp = Vjp::new(e).ok()?.map_body(simplify);
+    let (_, gp) = vjp.grad(&shifted(h)).ok()?;
+    let (_, gm) = vjp.grad(&shifted(-h)).ok()?;
+    let (gp, gm) = (leaves(&gp), leaves(&gm));
+    Some(
+        gp.iter()
+            .zip(&gm)
+            .map(|(a, b)| (a - b) / (2.0 * h))
+            .collect(),
+    )
+}
+
+#[test]
+fn jacobian_forward_equals_reverse_and_finite_differences() {
+    let strategy = random::program(config(false));
+    let mut r = common::runner(120);
+    let mut compared = 0;
+    for _ in 0..common::cases(120) {
+        let p = common::supported_program(&strategy, &mut r);
+        let e = &p.entry;
+        if chad::eval::eval_entry(e, &p.inputs).is_err() {
+            continue;
+        }
+        let all = vec![true; e.params.len()];
+        let (y1, jf) = nested::jacobian(e, &all, &p.inputs, Some(Mode::Forward)).unwrap();
+        let (y2, jr) = nested::jacobian(e, &all, &p.inputs, Some(Mode::Reverse)).unwrap();
+        assert_eq!(y1.same(&y2), Some(true));
+        if !jf.iter().chain(&jr).all(|row| finite(row)) {
+            continue;
+        }
+        assert_eq!(jf.len(), jr.len(), "{p:?}");
+        for (a, b) in jf.iter().zip(&jr) {
+            assert!(close(a, b, 1e-9), "forward {jf:?} vs reverse {jr:?}\n{p:?}");
+        }
+        compared += 1;
+    }
+    let n = common::cases(120);
+    assert!(compared * 2 >= n, "only {compared} of {n} compared");
+}
+
+fn load(src: &str) -> chad::source::term::Entry {
+    let program = chad::source::load(src, &chad::prim::Registry::builtin()).unwrap();
+    program.entry(program.defs.len() - 1)
+}
+
+const ROSENBROCK: &str = "def rosenbrock (x : Array Real) : Real =
+  let n = length x in
+  sum (build (n - 1) (\\i -> 100.0 * (x ! (i + 1) - x ! i * x ! i) * (x ! (i + 1) - x ! i * x ! i)
+                            + (1.0 - x ! i) * (1.0 - x ! i)))";
+
+/// Rosenbrock's Hessian, by hand: H[i][i] = 1200 x_i² - 400 x_{i+1} + 2 (for i < n-1) + 200
+/// (for i > 0); H[i][i+1] = H[i+1][i] = -400 x_i.
+#[test]
+fn rosenbrock_hessian_is_the_analytic_one() {
+    let e = load(ROSENBROCK);
+    let xs = vec![0.5, -1.25, 2.0, 0.75];
+    let n = xs.len();
+    let (_, _, h) = nested::hessian(&e, &[true], &[Value::reals(xs.clone())]).unwrap();
+    for i in 0..n {
+        for j in 0..n {
+            let mut want = 0.0;
+            if i == j {
+                if i + 1 < n {
+                    want += 1200.0 * xs[i] * xs[i] - 400.0 * xs[i + 1] + 2.0;
+                }
+                if i > 0 {
+                    want += 200.0;
+                }
+            } else if j == i + 1 {
+                want = -400.0 * xs[i];
+            } else if i == j + 1 {
+                want = -400.0 * xs[j];
+            }
+            assert!(
+                (h[i][j] - want).abs() < 1e-9 * (1.0 + want.abs()),
+                "H[{i}][{j}] = {} but should be {want}",
+                h[i][j]
+            );
+        }
+    }
+}
+
+#[test]
+fn hvp_with_respect_to_some_parameters() {
+    // f(x, y) = x² y³: ∂²f/∂x² = 2 y³, with y a constant.
+    let e = load("def f (x : Real) (y : Real) : Real = x * x * y * y * y");
+    let h = Hvp::new(&e, &[true, false]).unwrap();
+    let r = h
+        .hvp(&[Value::Real(3.0), Value::Real(2.0)], &[Value::Real(1.0)])
+        .unwrap();
+    assert_eq!(r.value.expect_real(), 72.0);
+    assert_eq!(r.gradient[0].as_ref().unwrap().expect_real(), 48.0);
+    assert!(r.gradient[1].is_none() && r.hvp[1].is_none());
+    assert_eq!(r.hvp[0].as_ref().unwrap().expect_real(), 16.0);
+    // Both: H = [[2y³, 6xy²], [6xy², 6x²y]] at (3, 2) = [[16, 72], [72, 108]].
+    let (_, g, h) =
+        nested::hessian(&e, &[true, true], &[Value::Real(3.0), Value::Real(2.0)]).unwrap();
+    assert_eq!(g, vec![48.0, 108.0]);
+    assert_eq!(h, vec![vec![16.0, 72.0], vec![72.0, 108.0]]);
+}
+
+// ----- derivatives inside programs -----
+
+fn run(src: &str, args: &[Value]) -> Value {
+    let program = nested::load(src, &chad::prim::Registry::builtin())
+        .unwrap_or_else(|e| panic!("{}", e.render(None)));
+    let entry = program.entry(program.defs.len() - 1);
+    chad::eval::eval_entry(&entry, args).unwrap()
+}
+
+fn real(src: &str) -> f64 {
+    run(src, &[]).expect_real()
+}
+
+#[test]
+fn no_perturbation_confusion() {
+    // The issue's example and Siskind & Pearlmutter's: d/dx (x · d/dy (x + y)) = 1.
+    assert_eq!(
+        real("def main : Real = grad (\\x -> x * grad (\\y -> x + y) 1.0) 2.0"),
+        1.0
+    );
+    assert_eq!(
+        real("def main : Real = grad (\\x -> grad (\\y -> x * y) 1.0) 2.0"),
+        1.0
+    );
+    // d/dx (x · d/dy (x · y)) = d/dx x² = 2x.
+    assert_eq!(
+        real("def main : Real = grad (\\x -> x * grad (\\y -> x * y) 2.0) 1.0"),
+        2.0
+    );
+    // The same with forward mode inside reverse and reverse inside forward.
+    assert_eq!(
+        real("def main : Real = grad (\\x -> x * snd (jvp (\\y -> x + y) 1.0 1.0)) 2.0"),
+        1.0
+    );
+    assert_eq!(
+        real("def main : Real = snd (jvp (\\x -> x * snd (vjp (\\y -> x * y) 2.0 1.0)) 1.0 1.0)"),
+        2.0
+    );
+}
+
+#[test]
+fn higher_derivatives_by_nesting() {
+    // (x³)'' = 6x.
+    assert_eq!(
+        real("def main : Real = grad (\\x -> grad (\\y -> y * y * y) x) 2.0"),
+        12.0
+    );
+    // (x^4)'' = 12x^2 (a third level works too, but its code grows geometrically with the
+    // depth: theory-notes/12-nested-ad.md).
+    assert_eq!(
+        real("def main : Real = grad (\\y -> grad (\\z -> z * z * z * z) y) 1.0"),
+        12.0
+    );
+    // A top-level definition as the function, and arrays.
+    let v = run(
+        "def cube (x : Real) : Real = x * x * x\n\
+         def sq (v : Array Real) : Real = sum (map (\\a -> a * cube a) v)\n\
+         def main (v : Array Real) : Array Real = grad sq v",
+        &[Value::reals(vec![1.0, 2.0, -1.0])],
+    );
+    assert_eq!(v.expect_reals(), &[4.0, 32.0, -4.0]);
+    let v = run(
+        "def main : ((Real, Real), (Real, Real)) = jvp (\\(x : Real) -> (x * x, sin x)) 0.0 1.0",
+        &[],
+    );
+    assert_eq!(fd::leaves(&v), vec![0.0, 0.0, 0.0, 1.0]);
+    let v = run(
+        "def main : ((Real, Real), Real) = vjp (\\(x : Real) -> (x * x, 3.0 * x)) 2.0 (1.0, 1.0)",
+        &[],
+    );
+    assert_eq!(format!("{v}"), "((4.0, 6.0), 7.0)");
+}
+
+#[test]
+fn nested_forms_are_checked() {
+    let err = |src: &str| {
+        nested::load(src, &chad::prim::Registry::builtin())
+            .err()
+            .unwrap_or_else(|| panic!("`{src}` should not check"))
+            .message()
+            .to_string()
+    };
+    assert!(err("def main : Real = grad (\\(x : Real) -> (x, x)) 1.0").contains("Real"));
+    assert!(err("def main : Int = grad (\\(i : Int) -> 1.0) 1").contains("`Int`"));
+    assert!(
+        err("def main (c : Real) : Real = let h = \\(y : Real) -> c * y in grad (\\x -> h x) 1.0")
+            .contains("local function")
+    );
+    // Without the differentiating loader, a clear error.
+    let e = chad::source::load(
+        "def main : Real = grad (\\x -> x) 1.0",
+        &chad::prim::Registry::builtin(),
+    )
+    .unwrap_err();
+    assert!(e.message().contains("loader"), "{}", e.message());
+}
+
+/// The elaborator on random programs: `grad` of the last parameter inside a program gives the
+/// gradient reverse CHAD gives, and differentiating that program again (forward CHAD over the
+/// concretised reverse derivative) agrees with central differences of it.
+#[test]
+fn nested_gradients_on_random_programs() {
+    use chad::source::check::{Differentiate, Form};
+    use chad::source::term::{Entry, Term, Var};
+    let cfg = Config {
+        result: Some(Type::Real),
+        ..config(false)
+    };
+    let strategy = random::program(cfg);
+    let mut r = common::runner(100);
+    let mut rng = proptest::test_runner::TestRunner::deterministic();
+    let (mut compared, mut second) = (0, 0);
+    for _ in 0..common::cases(100) {
+        let p = common::supported_program(&strategy, &mut r);
+        let e = &p.entry;
+        let n = e.params.len();
+        let last = &e.params[n - 1].ty;
+        if !matches!(last, Type::Real) && last.as_array() != Some(&Type::Real) {
+            continue;
+        }
+        let Ok(y) = chad::eval::eval_entry(e, &p.inputs) else {
+            continue;
+        };
+        if !y.expect_real().is_finite() {
+            continue;
+        }
+        let (_, g) = Vjp::new(e)
+            .unwrap()
+            .map_body(simplify)
+            .grad(&p.inputs)
+            .unwrap();
+        let want = fd::leaves(&g[n - 1]);
+        if !finite(&want) {
+            continue;
+        }
+        let outer: Vec<Var> = e
+            .params
+            .iter()
+            .map(|q| Var::fresh(q.name.clone(), q.ty.clone()))
+            .collect();
+        let args: Vec<Term> = outer.iter().map(Term::var).collect();
+        let body = nested::Elaborator
+            .elaborate(Form::Grad, e, &args, None)
+            .unwrap_or_else(|err| panic!("{err:?}\n{p:?}"));
+        let outer_entry = Entry {
+            name: "outer".into(),
+            params: outer,
+            body,
+        };
+        let got = chad::eval::eval_entry(&outer_entry, &p.inputs).unwrap();
+        assert!(
+            close(&want, &fd::leaves(&got), 1e-9),
+            "grad inside {:?} vs reverse CHAD {want:?}\n{p:?}",
+            fd::leaves(&got)
+        );
+        compared += 1;
+        // Second order: forward mode of the program with `grad` inside, against central
+        // differences of it.
+        let mut real = || (-1.0f64..1.0).new_tree(&mut rng).unwrap().current();
+        let ts: Vec<Value> = e
+            .params
+            .iter()
+            .zip(&p.inputs)
+            .map(|(q, a)| fd::tangent_with(&q.ty, a, &mut real))
+            .collect();
+        let Ok(jvp) = Jvp::new(&outer_entry) else {
+            panic!("forward mode of the nested program\n{p:?}");
+        };
+        let (_, d) = jvp.map_body(simplify).jvp(&p.inputs, &ts).unwrap();
+        let Ok(num) = fd::jvp(&outer_entry, &p.inputs, &ts, 1e-5) else {
+            continue;
+        };
+        let (d, num) = (fd::leaves(&d), fd::leaves(&num));
+        if finite(&d) && finite(&num) && close(&d, &num, 1e-4) {
+            second += 1;
+        }
+    }
+    let n = common::cases(100);
+    assert!(compared * 4 >= n, "only {compared} of {n} compared");
+    assert!(
+        second * 2 >= compared,
+        "second order agreed on {second} of {compared}"
+    );
+}
