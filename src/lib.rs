@@ -86,6 +86,7 @@
 #![warn(missing_docs)]
 
 pub mod ad;
+pub mod api;
 pub mod bench;
 pub mod budget;
 pub mod build;
@@ -109,7 +110,9 @@ pub mod target;
 pub mod types;
 pub mod value;
 
+pub use api::{Backend, Function, Program, Pullback, Pushforward, Via};
 pub use error::{Error, ErrorKind, Result, Source, Span};
+pub use value::Value;
 
 /// The README's code examples, compiled and run as doctests.
 #[doc = include_str!("../README.md")]
