@@ -620,3 +620,42 @@ impl Pushforward {
         self.inner.apply(&expand(&self.zeros, tangents)?)
     }
 }
+
+impl std::fmt::Debug for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Program")
+            .field("source", &self.data.source.name)
+            .field("definitions", &self.data.defs)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Function {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = &self.data;
+        f.debug_struct("Function")
+            .field("name", &d.name)
+            .field("params", &d.params)
+            .field("wrt", &d.wrt)
+            .field("backend", &d.backend)
+            .field("via", &d.via)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Pullback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pullback")
+            .field("value", self.value())
+            .field("wrt", &self.wrt)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Pushforward {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pushforward")
+            .field("value", self.value())
+            .finish_non_exhaustive()
+    }
+}
