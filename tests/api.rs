@@ -141,19 +141,22 @@ fn t_short(args: &[Value]) -> Vec<Value> {
 fn wrt_selects_components_of_the_full_derivatives() {
     let (f, args) = example("gmm");
     let full = f.grad(&args).unwrap();
-    let part = f.wrt(&["means", "alphas"]).unwrap();
-    assert_eq!(part.selection(), &[true, true, false, false, false, false]);
+    // Not a prefix of the parameters, so that the selected ones' places matter.
+    let part = f.wrt(&["icf", "alphas"]).unwrap();
+    assert_eq!(part.selection(), &[true, false, true, false, false, false]);
     let g = part.grad(&args).unwrap();
     assert_eq!(g.len(), 2);
     assert_close(&g[0], &full[0], 1e-12, "alphas");
-    assert_close(&g[1], &full[1], 1e-12, "means");
+    assert_close(&g[1], &full[2], 1e-12, "icf");
     // Tangents for the selected parameters only: the others are zero.
     let t = tangents(&f, &args, 7);
     let mut zeroed = t.clone();
-    for (k, z) in zeroed.iter_mut().enumerate().skip(2) {
-        *z = fd::zero_tangent(&f.entry().unwrap().params[k].ty, &args[k]);
+    for (k, z) in zeroed.iter_mut().enumerate() {
+        if k != 0 && k != 2 {
+            *z = fd::zero_tangent(&f.entry().unwrap().params[k].ty, &args[k]);
+        }
     }
-    let (_, dy_part) = part.jvp(&args, &t[..2]).unwrap();
+    let (_, dy_part) = part.jvp(&args, &[t[0].clone(), t[2].clone()]).unwrap();
     let (_, dy_full) = f.jvp(&args, &zeroed).unwrap();
     assert_close(&dy_part, &dy_full, 1e-12, "jvp wrt");
     let err = part.jvp(&args, &t).unwrap_err();
