@@ -2,14 +2,15 @@
 //! input, on the execution engine ([`crate::target::engine`]), and the benchmark suite.
 //!
 //! A [`Bench`] prepares, once, the three pieces of code the cheap-gradient principle compares
-//! (DESIGN.md §7):
+//! (DESIGN.md §7), through the library's pipeline ([`Optimized`], as `chad::Function` runs
+//! programs):
 //!
-//! * the *primal*: the source program optimised ([`optimize`]: simplified, its called helper
-//!   functions inlined), embedded in the target language ([`embed::entry`]) and simplified,
-//!   compiled with [`Code::compile`];
-//! * the *forward* derivative: [`Jvp`] of the optimised program with simplified code, run along
+//! * the *primal*: the source program optimised ([`optimize`](crate::optimize::optimize): simplified, its called helper
+//!   functions inlined), embedded in the target language ([`embed::entry`](crate::target::embed::entry)) and simplified,
+//!   compiled with [`Code::compile`](crate::target::engine::Code::compile);
+//! * the *forward* derivative: [`Jvp`](crate::ad::Jvp) of the optimised program with simplified code, run along
 //!   a fixed tangent;
-//! * the *reverse* derivative: [`Vjp`] of the optimised program with simplified code, run with
+//! * the *reverse* derivative: [`Vjp`](crate::ad::Vjp) of the optimised program with simplified code, run with
 //!   a fixed output cotangent;
 //! * and, as the baseline reverse CHAD is measured against, *dual-numbers reverse* AD
 //!   ([`DualReverse`], the taping algorithm of Smeding & Vákár 2023) of the optimised program,
@@ -54,14 +55,10 @@
 pub mod programs;
 pub mod suite;
 
-use crate::ad::{Jvp, Vjp};
+use crate::ad::optimized::Optimized;
 use crate::dual_reverse::{self, DualReverse};
 use crate::error::{Error, ErrorKind, Result};
-use crate::optimize::optimize;
-use crate::simplify::simplify;
 use crate::source::term::Entry;
-use crate::target::embed;
-use crate::target::engine::Code;
 use crate::types::Type;
 use crate::value::Value;
 use std::hint::black_box;
@@ -70,9 +67,7 @@ use std::time::Instant;
 /// One program at one input, ready to time: primal, forward and reverse code compiled once.
 pub struct Bench {
     args: Vec<Value>,
-    primal: Code,
-    jvp: Jvp,
-    vjp: Vjp,
+    code: Optimized,
     dual: DualReverse,
     tangents: Vec<Value>,
     cotangent: Value,
@@ -80,7 +75,7 @@ pub struct Bench {
 }
 
 impl Bench {
-    /// Prepares `entry` at `args`: checks the arguments, optimises the program ([`optimize`]),
+    /// Prepares `entry` at `args`: checks the arguments, optimises the program ([`optimize`](crate::optimize::optimize)),
     /// builds the primal code (the simplified embedding of the optimised program) and the
     /// simplified forward and reverse derivatives of the optimised program (the time this takes
     /// is [`Bench::compile_s`]), fixes the tangents and runs the primal once to
@@ -93,15 +88,13 @@ impl Bench {
         // All three phases run the optimised program (simplified, its called helper functions
         // inlined: see `crate::optimize`), so the ratios compare derivatives to the primal
         // they differentiate.
-        let optimized = optimize(entry);
-        let (params, body) = embed::entry(&optimized);
-        let primal = Code::compile(&params, &simplify(&body));
-        let jvp = Jvp::new(&optimized)?.map_body(simplify);
-        let vjp = Vjp::new(&optimized)?.map_body(simplify);
-        jvp.code();
-        vjp.code();
+        // The library's pipeline (`Optimized`), as `chad::Function` runs it.
+        let code = Optimized::new(entry);
+        code.primal();
+        code.jvp()?;
+        code.vjp()?;
         let compile_s = start.elapsed().as_secs_f64();
-        let dual = DualReverse::new(&optimized, dual_reverse::Options::default())?;
+        let dual = DualReverse::new(code.differentiated(), dual_reverse::Options::default())?;
 
         let mut rng = Rng::new(TANGENT_SEED);
         let tangents = entry
@@ -110,16 +103,14 @@ impl Bench {
             .zip(&args)
             .map(|(p, a)| random_tangent(&p.ty, a, &mut rng))
             .collect();
-        let result = primal.run(&args)?;
+        let result = code.primal().run(&args)?;
         let cotangent = match entry.body.ty {
             Type::Real => Value::Real(1.0),
             ref ty => random_tangent(ty, &result, &mut Rng::new(COTANGENT_SEED)),
         };
         Ok(Bench {
             args,
-            primal,
-            jvp,
-            vjp,
+            code,
             dual,
             tangents,
             cotangent,
@@ -150,19 +141,19 @@ impl Bench {
 
     /// One run of the primal code: the program's value.
     pub fn primal(&self) -> Result<Value> {
-        self.primal.run(&self.args)
+        self.code.primal().run(&self.args)
     }
 
-    /// One forward-mode run ([`Jvp::jvp`]) along the fixed tangents: the value and the
+    /// One forward-mode run ([`Jvp::jvp`](crate::ad::Jvp::jvp)) along the fixed tangents: the value and the
     /// result's tangent.
     pub fn forward(&self) -> Result<(Value, Value)> {
-        self.jvp.jvp(&self.args, &self.tangents)
+        self.code.jvp()?.jvp(&self.args, &self.tangents)
     }
 
-    /// One reverse-mode run ([`Vjp::vjp`]) with the fixed cotangent: the value and every
+    /// One reverse-mode run ([`Vjp::vjp`](crate::ad::Vjp::vjp)) with the fixed cotangent: the value and every
     /// argument's cotangent (the gradient, for a `Real` result).
     pub fn reverse(&self) -> Result<(Value, Vec<Value>)> {
-        self.vjp.vjp(&self.args, &self.cotangent)
+        self.code.vjp()?.vjp(&self.args, &self.cotangent)
     }
 
     /// One run of dual-numbers reverse AD ([`DualReverse::vjp`]) with the fixed cotangent: the

@@ -16,7 +16,45 @@
 //!      --simplify--> legible derivative code of the program's size (never called by `ad`)
 //! ```
 //!
-//! ## Example
+//! ## Using it
+//!
+//! [`Program`] loads and checks a program once; [`Function`] is one of its definitions, ready to
+//! run and differentiate: the first call of each kind optimises the definition
+//! ([`optimize`]), differentiates it (forward or reverse CHAD), simplifies the derivative
+//! ([`simplify`]) and compiles it for the execution engine ([`target::engine`]), and later
+//! calls reuse that code ([`api`] has the details: `wrt`, backends, threads). Every `chad`
+//! command that runs a program goes through it.
+//!
+//! ```
+//! use chad::{Program, Value};
+//!
+//! let program = Program::load(
+//!     "def f (x : Real) (ys : Array Real) : Real =
+//!        let g = \\(y : Real) -> x * sin y in
+//!        sum (map g ys)",
+//! )?;
+//! let f = program.function("f")?;
+//! let args = [Value::from(2.0), Value::from(vec![0.0, 1.0])];
+//! assert_eq!(f64::try_from(&f.eval(&args)?)?, 2.0 * 1f64.sin());
+//!
+//! // Reverse mode: the gradient with respect to both inputs.
+//! let (value, grad) = f.value_and_grad(&args)?;
+//! assert_eq!(f64::try_from(&value)?, 2.0 * 1f64.sin());
+//! assert_eq!(f64::try_from(&grad[0])?, 1f64.sin()); // ∂/∂x = sin 0 + sin 1
+//! let dys = Vec::<f64>::try_from(&grad[1])?; // ∂/∂ys_i = x cos ys_i
+//! assert_eq!(dys, vec![2.0 * 0f64.cos(), 2.0 * 1f64.cos()]);
+//!
+//! // Forward mode along a tangent per input; a pullback for many cotangents.
+//! let (_, dy) = f.jvp(&args, &[Value::from(1.0), Value::from(vec![0.0, 0.0])])?;
+//! assert_eq!(f64::try_from(&dy)?, 1f64.sin());
+//! let pullback = f.vjp_at(&args)?;
+//! assert_eq!(f64::try_from(&pullback.apply(&Value::from(2.0))?[0])?, 2.0 * 1f64.sin());
+//! # Ok::<(), chad::Error>(())
+//! ```
+//!
+//! ## The internals
+//!
+//! Underneath, the stages are separate and public, for research use:
 //!
 //! ```
 //! use chad::prim::Registry;
@@ -42,16 +80,17 @@
 //! assert_eq!(direct.expect_real(), 2.0 * 1f64.sin());
 //! assert_eq!(direct.same(&via_ccc), Some(true));
 //!
-//! // Reverse-mode CHAD: the gradient with respect to both inputs.
-//! let (value, grad) = chad::ad::grad(&entry, &args)?;
+//! // Reverse CHAD of the program as written, unsimplified: the AD functor alone.
+//! let vjp = chad::ad::Vjp::new(&entry)?;
+//! let (value, grad) = vjp.grad(&args)?;
 //! assert_eq!(value.expect_real(), 2.0 * 1f64.sin());
-//! assert_eq!(grad[0].expect_real(), 1f64.sin()); // ∂/∂x = sin 0 + sin 1
-//! assert_eq!(grad[1].expect_reals(), &[2.0 * 0f64.cos(), 2.0 * 1f64.cos()]); // ∂/∂ys_i = x cos ys_i
+//! assert_eq!(grad[0].expect_real(), 1f64.sin());
 //! # Ok::<(), chad::error::Error>(())
 //! ```
 //!
 //! ## Modules
 //!
+//! * [`api`]: the front door: [`Program`], [`Function`], [`Pullback`], [`Pushforward`].
 //! * [`types`]: source types, the objects of the category.
 //! * [`source`]: surface syntax, parser, bidirectional checker, typed core terms, printer.
 //! * [`prim`]: primitive operations, registered once with their derivatives.
@@ -86,6 +125,7 @@
 #![warn(missing_docs)]
 
 pub mod ad;
+pub mod api;
 pub mod bench;
 pub mod budget;
 pub mod build;
@@ -109,7 +149,9 @@ pub mod target;
 pub mod types;
 pub mod value;
 
+pub use api::{Backend, Function, Program, Pullback, Pushforward, Via};
 pub use error::{Error, ErrorKind, Result, Source, Span};
+pub use value::Value;
 
 /// The README's code examples, compiled and run as doctests.
 #[doc = include_str!("../README.md")]

@@ -3,14 +3,12 @@
 //! Exit status: 0 on success, 1 for program errors (syntax, type, argument, runtime, input),
 //! 2 for command-line usage errors (from `clap`).
 
+use chad::Function;
 use chad::ad::{self, TypeMaps};
 use chad::bench::Bench;
 use chad::ccc;
 use chad::error::{Error, ErrorKind, Result, Source};
-use chad::ir::compile::Parts;
-use chad::native::Native;
 use chad::optimize::optimize;
-use chad::prim::Registry;
 use chad::simplify::simplify;
 use chad::source::{self, term::Entry, term::Program};
 use chad::value::Value;
@@ -19,6 +17,7 @@ use std::path::PathBuf;
 
 mod nested_cmd;
 use std::process::ExitCode;
+use std::rc::Rc;
 
 /// mimalloc rather than the system allocator: derivative code allocates many small, short-lived
 /// values, and glibc's malloc handed large freed arrays back to the OS only to page-fault them in
@@ -59,8 +58,9 @@ enum Command {
     Eval {
         #[command(flatten)]
         run: RunArgs,
-        /// Which evaluator: the compiled combinators (default) or the direct term evaluator.
-        #[arg(long, value_enum, default_value_t = Engine::Ccc)]
+        /// Which evaluator: the optimised program on the execution engine (default), the
+        /// compiled combinators, or the direct term evaluator.
+        #[arg(long, value_enum, default_value_t = Engine::Optimized)]
         engine: Engine,
         #[command(flatten)]
         native: NativeArgs,
@@ -331,6 +331,8 @@ enum Stage {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum Engine {
+    /// The optimised program on the execution engine (as `bench` runs the primal).
+    Optimized,
     /// Compile to combinators and evaluate through `interpret`.
     Ccc,
     /// Walk the typed source term.
@@ -358,12 +360,20 @@ fn native_via(native: NativeArgs, via: Via) -> CliResult<()> {
     Ok(())
 }
 
-/// Reverse mode for an optimised entry point, made as `via` says, simplified.
-fn reverse_mode(entry: &Entry, via: Via) -> Result<ad::Vjp> {
-    match via {
-        Via::Reverse => Ok(ad::Vjp::new(entry)?.map_body(simplify)),
-        Via::Transpose => chad::linearize::vjp_via_transpose(entry),
-    }
+/// The library's function for `function` with the command's settings: the parameters `wrt`
+/// selects, where it runs and how reverse mode is made.
+fn configure(function: &Function, wrt: &[bool], native: NativeArgs, via: Via) -> Function {
+    function
+        .with_selection(wrt.to_vec())
+        .backend(match native.backend {
+            Backend::Engine => chad::Backend::Engine,
+            Backend::Native => chad::Backend::Native,
+        })
+        .via(match via {
+            Via::Reverse => chad::Via::Reverse,
+            Via::Transpose => chad::Via::Transpose,
+        })
+        .verbose(native.verbose)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -475,15 +485,12 @@ fn read_source(path: &PathBuf) -> CliResult<Source> {
     Ok(Source::new(path.display().to_string(), text))
 }
 
-fn load(path: &PathBuf) -> CliResult<(Source, Program)> {
+/// Reads and checks a program: its source, the library's program, and its typed terms.
+fn load(path: &PathBuf) -> CliResult<(Source, chad::Program, Rc<Program>)> {
     let src = read_source(path)?;
-    match chad::ad::nested::load(&src.text, &Registry::builtin()) {
-        Ok(p) => Ok((src, p)),
-        Err(error) => Err(Failure {
-            error,
-            source: Some(src),
-        }),
-    }
+    let program = with_source(chad::Program::from_source(src.clone()), &src)?;
+    let terms = with_source(program.terms(), &src)?;
+    Ok((src, program, terms))
 }
 
 fn select(src: &Source, prog: &Program, def: Option<&str>) -> Result<usize> {
@@ -609,18 +616,21 @@ fn tangent_types(entry: &Entry) -> Vec<chad::types::Type> {
         .collect()
 }
 
-/// Loads the program and selects the entry point and its arguments.
-fn prepare(run: &RunArgs) -> CliResult<(Source, Entry, Vec<Value>)> {
-    let (src, prog) = load(&run.file)?;
+/// Loads the program and selects the entry point (as the library's function and as a term)
+/// and its arguments.
+fn prepare(run: &RunArgs) -> CliResult<(Source, Function, Entry, Vec<Value>)> {
+    let (src, program, prog) = load(&run.file)?;
     let index = with_source(select(&src, &prog, run.def.as_deref()), &src)?;
     working_on(&src, &prog, index);
+    let function = with_source(program.function_at(index), &src)?;
     let entry = prog.entry(index);
     let args = arguments(run, &entry.param_types())?;
     with_source(chad::eval::check_args(&entry, &args), &src)?;
-    Ok((src, entry, args))
+    Ok((src, function, entry, args))
 }
 
-/// `value` and one gradient per selected parameter, as text or JSON (`null` for the others).
+/// `value` and the gradients of the selected parameters (one each, in order), as text or
+/// JSON (`null` for the others).
 fn gradient_output(
     entry: &Entry,
     value: &Value,
@@ -629,15 +639,12 @@ fn gradient_output(
     json: bool,
 ) -> String {
     if json {
-        let gs: Vec<serde_json::Value> = grads
+        let mut given = grads.iter();
+        let gs: Vec<serde_json::Value> = wrt
             .iter()
-            .zip(wrt)
-            .map(|(g, &s)| {
-                if s {
-                    g.to_json()
-                } else {
-                    serde_json::Value::Null
-                }
+            .map(|&s| match s.then(|| given.next()).flatten() {
+                Some(g) => g.to_json(),
+                None => serde_json::Value::Null,
             })
             .collect();
         return format!(
@@ -646,7 +653,8 @@ fn gradient_output(
         );
     }
     let mut out = format!("value: {value}\ngradient:\n");
-    for ((p, g), _) in entry.params.iter().zip(grads).zip(wrt).filter(|(_, s)| **s) {
+    let selected = entry.params.iter().zip(wrt).filter(|(_, s)| **s);
+    for ((p, _), g) in selected.zip(grads) {
         out.push_str(&format!("  {} = {g}\n", p.name));
     }
     out
@@ -692,24 +700,6 @@ fn show_mor(name: &str, m: &chad::ad::Mor, image: chad::target::types::Ty, width
     )
 }
 
-/// The definition compiled to native code (the parts asked for), with `--verbose`'s report.
-fn native_code(entry: &Entry, src: &Source, args: NativeArgs, parts: Parts) -> Result<Native> {
-    let code = chad::ir::compile::Compiled::with_parts(entry, parts)?;
-    let n = Native::new(code, Some(src), args.verbose)?;
-    if args.verbose {
-        if n.cached {
-            eprintln!("native library (cached): {}", n.path.display());
-        } else {
-            eprintln!(
-                "native library built in {:.2} s: {}",
-                n.rustc_s,
-                n.path.display()
-            );
-        }
-    }
-    Ok(n)
-}
-
 fn with_source<T>(r: Result<T>, src: &Source) -> CliResult<T> {
     r.map_err(|error| Failure {
         error,
@@ -728,7 +718,7 @@ fn run(cli: Cli) -> CliResult<String> {
             Ok(String::new())
         }
         Command::Check { file, json } => {
-            let (_, prog) = load(&file)?;
+            let (_, _, prog) = load(&file)?;
             if json {
                 let defs: serde_json::Map<String, serde_json::Value> = prog
                     .defs
@@ -750,17 +740,14 @@ fn run(cli: Cli) -> CliResult<String> {
             native,
             json,
         } => {
-            let (src, prog) = load(&run.file)?;
-            let index = with_source(select(&src, &prog, run.def.as_deref()), &src)?;
-            working_on(&src, &prog, index);
-            let entry = prog.entry(index);
-            let args = arguments(&run, &entry.param_types())?;
-            with_source(chad::eval::check_args(&entry, &args), &src)?;
+            let (src, function, entry, args) = prepare(&run)?;
             let value = with_source(
                 match engine {
                     _ if native.backend == Backend::Native => {
-                        native_code(&entry, &src, native, Parts::PRIMAL).and_then(|n| n.eval(&args))
+                        let all = vec![true; entry.params.len()];
+                        configure(&function, &all, native, Via::Reverse).eval(&args)
                     }
+                    Engine::Optimized => function.eval(&args),
                     Engine::Ccc => {
                         let comb = ccc::compile_entry(&entry);
                         ccc::eval::run(&comb, &ccc::eval::context_value(&args))
@@ -802,7 +789,7 @@ fn run(cli: Cli) -> CliResult<String> {
                 )
                 .into());
             }
-            let (src, entry, args) = prepare(&run)?;
+            let (src, _, entry, args) = prepare(&run)?;
             let sel = wrt.selection(&entry)?;
             with_source(ad::check_real_valued(&entry), &src)?;
             let options = chad::dual_reverse::Options {
@@ -814,13 +801,13 @@ fn run(cli: Cli) -> CliResult<String> {
                     .and_then(|d| d.grad(&args)),
                 &src,
             )?;
-            Ok(gradient_output(
-                &entry,
-                &out.value,
-                &out.gradient,
-                &sel,
-                json,
-            ))
+            let grads: Vec<Value> = out
+                .gradient
+                .into_iter()
+                .zip(&sel)
+                .filter_map(|(g, &s)| s.then_some(g))
+                .collect();
+            Ok(gradient_output(&entry, &out.value, &grads, &sel, json))
         }
         Command::Grad {
             run,
@@ -835,22 +822,11 @@ fn run(cli: Cli) -> CliResult<String> {
                 return Err(Error::new(ErrorKind::Argument, "--naive needs --engine dual").into());
             }
             native_via(native, via)?;
-            let (src, entry, args) = prepare(&run)?;
+            let (src, function, entry, args) = prepare(&run)?;
             let sel = wrt.selection(&entry)?;
             with_source(ad::check_real_valued(&entry), &src)?;
-            if native.backend == Backend::Native {
-                let (value, grads) = with_source(
-                    native_code(&ad::with_respect_to(&entry, &sel), &src, native, Parts::VJP)
-                        .and_then(|n| n.grad(&args)),
-                    &src,
-                )?;
-                return Ok(gradient_output(&entry, &value, &grads, &sel, json));
-            }
-            let vjp = with_source(
-                reverse_mode(&ad::with_respect_to(&optimize(&entry), &sel), via),
-                &src,
-            )?;
-            let (value, grads) = with_source(vjp.grad(&args), &src)?;
+            let function = configure(&function, &sel, native, via);
+            let (value, grads) = with_source(function.value_and_grad(&args), &src)?;
             Ok(gradient_output(&entry, &value, &grads, &sel, json))
         }
         Command::Jvp {
@@ -861,9 +837,9 @@ fn run(cli: Cli) -> CliResult<String> {
             native,
             json,
         } => {
-            let (src, entry, args) = prepare(&run)?;
+            let (src, function, entry, args) = prepare(&run)?;
             let sel = wrt.selection(&entry)?;
-            // Tangents for the selected parameters only; zero for the others.
+            // Tangents for the selected parameters only (the library makes the others zero).
             let types: Vec<_> = tangent_types(&entry)
                 .into_iter()
                 .zip(&sel)
@@ -885,31 +861,8 @@ fn run(cli: Cli) -> CliResult<String> {
                 .into());
             }
             let given = values(&tangents, tangents_file.as_ref(), &types, "tangent")?;
-            let mut given = given.into_iter();
-            let ts: Vec<Value> = entry
-                .params
-                .iter()
-                .zip(&args)
-                .zip(&sel)
-                .map(|((p, a), &s)| match s {
-                    true => given.next().expect("one tangent per selected parameter"),
-                    false => chad::oracle::fd::zero_tangent(&p.ty, a),
-                })
-                .collect();
-            let (value, tangent) = if native.backend == Backend::Native {
-                with_source(
-                    native_code(&ad::with_respect_to(&entry, &sel), &src, native, Parts::JVP)
-                        .and_then(|n| n.jvp(&args, &ts)),
-                    &src,
-                )?
-            } else {
-                let jvp = with_source(
-                    ad::Jvp::new(&ad::with_respect_to(&optimize(&entry), &sel)),
-                    &src,
-                )?
-                .map_body(simplify);
-                with_source(jvp.jvp(&args, &ts), &src)?
-            };
+            let function = configure(&function, &sel, native, Via::Reverse);
+            let (value, tangent) = with_source(function.jvp(&args, &given), &src)?;
             if json {
                 Ok(format!(
                     "{}\n",
@@ -928,27 +881,16 @@ fn run(cli: Cli) -> CliResult<String> {
             json,
         } => {
             native_via(native, via)?;
-            let (src, entry, args) = prepare(&run)?;
+            let (src, function, entry, args) = prepare(&run)?;
             let sel = wrt.selection(&entry)?;
             let ct_ty = entry.body.ty.tangent().unwrap_or(chad::types::Type::Unit);
             let ct = literal(&cotangent, &ct_ty, "cotangent")?;
-            let (value, grads) = if native.backend == Backend::Native {
-                with_source(
-                    native_code(&ad::with_respect_to(&entry, &sel), &src, native, Parts::VJP)
-                        .and_then(|n| n.vjp(&args, &ct)),
-                    &src,
-                )?
-            } else {
-                let vjp = with_source(
-                    reverse_mode(&ad::with_respect_to(&optimize(&entry), &sel), via),
-                    &src,
-                )?;
-                with_source(vjp.vjp(&args, &ct), &src)?
-            };
+            let function = configure(&function, &sel, native, via);
+            let (value, grads) = with_source(function.vjp(&args, &ct), &src)?;
             Ok(gradient_output(&entry, &value, &grads, &sel, json))
         }
         Command::Hessian { run, wrt, json } => {
-            let (src, entry, args) = prepare(&run)?;
+            let (src, _, entry, args) = prepare(&run)?;
             let sel = wrt.selection(&entry)?;
             with_source(
                 nested_cmd::hessian(&optimize(&entry), &sel, &args, json),
@@ -961,7 +903,7 @@ fn run(cli: Cli) -> CliResult<String> {
             tangents,
             json,
         } => {
-            let (src, entry, args) = prepare(&run)?;
+            let (src, _, entry, args) = prepare(&run)?;
             let sel = wrt.selection(&entry)?;
             let types: Vec<_> = tangent_types(&entry)
                 .into_iter()
@@ -981,7 +923,7 @@ fn run(cli: Cli) -> CliResult<String> {
             mode,
             json,
         } => {
-            let (src, entry, args) = prepare(&run)?;
+            let (src, _, entry, args) = prepare(&run)?;
             let sel = wrt.selection(&entry)?;
             with_source(
                 nested_cmd::jacobian(&optimize(&entry), &sel, &args, mode, json),
@@ -996,7 +938,7 @@ fn run(cli: Cli) -> CliResult<String> {
             backend,
             verbose,
         } => {
-            let (src, entry, args) = prepare(&run)?;
+            let (src, _, entry, args) = prepare(&run)?;
             let report = if backend == Backend::Native {
                 let bench =
                     with_source(chad::bench::NativeBench::new(&entry, args, verbose), &src)?;
@@ -1008,7 +950,7 @@ fn run(cli: Cli) -> CliResult<String> {
             Ok(bench_output(&report, repeat, json))
         }
         Command::EmitRust { file, def, output } => {
-            let (src, prog) = load(&file)?;
+            let (src, _, prog) = load(&file)?;
             let indices: Vec<usize> = match def {
                 Some(name) => vec![with_source(select(&src, &prog, Some(&name)), &src)?],
                 None => (0..prog.defs.len())
@@ -1040,7 +982,7 @@ fn run(cli: Cli) -> CliResult<String> {
             wrt,
             no_simplify,
         } => {
-            let (src, prog) = load(&file)?;
+            let (src, _, prog) = load(&file)?;
             let index = with_source(select(&src, &prog, def.as_deref()), &src)?;
             working_on(&src, &prog, index);
             match stage {

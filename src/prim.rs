@@ -454,16 +454,12 @@ impl Registry {
         }
     }
 
-    /// Adds a primitive. Fails if the name is taken or reserved, or if a parameter or the result
-    /// is not first-order.
-    pub fn register(&mut self, p: Primitive) -> Result<Prim> {
-        self.add(p, true)
-    }
+    // `Registry::register`, which also checks the primitive's derivative rules against the AD
+    // modes, is implemented in `crate::ad::check`: this module does not depend on `ad`.
 
-    /// [`Registry::register`]; `check_rules` makes and type-checks the AD images (not for the
-    /// builtins, whose rules call other builtins while the builtin registry is being built;
-    /// `tests/ad.rs` checks them all).
-    fn add(&mut self, p: Primitive, check_rules: bool) -> Result<Prim> {
+    /// The checks of [`Registry::register`] that need no AD: fails if the name is taken or
+    /// reserved, or if a parameter or the result is not first-order.
+    pub(crate) fn validate(&self, p: &Primitive) -> Result<()> {
         let err = |m: String| Error::new(ErrorKind::Input, m);
         if self.by_name.contains_key(&p.name) {
             return Err(err(format!("primitive `{}` is already registered", p.name)));
@@ -477,18 +473,21 @@ impl Registry {
                 p.name
             )));
         }
-        if let Derivative::Native { forward, transpose } = &p.derivative {
-            crate::ad::check_kernels(&p, forward, transpose).map_err(err)?;
-        }
-        let p = Rc::new(p);
-        // Both AD modes' images of the primitive are made and type-checked now, so that a
-        // derivative rule of the wrong type (or, given alone, one that does not transpose) is
-        // an error here rather than when a program is differentiated.
-        if check_rules {
-            crate::ad::check_rules(&p).map_err(|m| err(format!("primitive `{}`: {m}", p.name)))?;
-        }
+        Ok(())
+    }
+
+    /// Adds a validated primitive.
+    pub(crate) fn insert(&mut self, p: Prim) {
         self.by_name.insert(p.name.clone(), p.clone());
-        self.prims.push(p.clone());
+        self.prims.push(p);
+    }
+
+    /// Adds a builtin (validated; the AD images of the builtins' rules call other builtins
+    /// while the builtin registry is being built, so `tests/ad.rs` checks them all instead).
+    fn add_builtin(&mut self, p: Primitive) -> Result<Prim> {
+        self.validate(&p)?;
+        let p = Rc::new(p);
+        self.insert(p.clone());
         Ok(p)
     }
 
@@ -520,7 +519,7 @@ thread_local! {
     static BUILTINS: Registry = {
         let mut r = Registry::empty();
         for p in builtins() {
-            r.add(p, false).expect("builtin primitives are distinct");
+            r.add_builtin(p).expect("builtin primitives are distinct");
         }
         r
     };

@@ -8,6 +8,8 @@
 //! Closures are trait objects ([`Closure`]): each evaluator supplies its own implementation, so
 //! values of function type can flow between generic code without it knowing how they run.
 
+mod convert;
+
 use crate::deep::{Deep, deep};
 use crate::error::{Error, Result};
 use crate::target::linear::{Lin, LinFun};

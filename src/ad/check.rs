@@ -7,13 +7,34 @@ use super::forward::Forward;
 use super::reverse::Reverse;
 use super::{from_tangent, run, to_tangent};
 use crate::ccc::model::Primitives;
+use crate::error::{Error, ErrorKind, Result};
 use crate::oracle::fd::{add_scaled, leaves, tangent_with};
-use crate::prim::{Prim, Primitive};
+use crate::prim::{Derivative, Prim, Primitive, Registry};
 use crate::target::term::LinPrim;
 use crate::target::testing::sample_value;
 use crate::target::types::Ty;
 use crate::types::Type;
 use crate::value::Value;
+
+impl Registry {
+    /// Adds a primitive. Fails if the name is taken or reserved, or if a parameter or the result
+    /// is not first-order; and, so that a derivative rule of the wrong type (or, given alone,
+    /// one that does not transpose) is an error here rather than when a program is
+    /// differentiated, if native kernels have the wrong types ([`check_kernels`]) or the AD
+    /// modes' images of the primitive do not type-check. (Implemented here rather than in
+    /// [`crate::prim`], so that `prim` does not depend on `ad`.)
+    pub fn register(&mut self, p: Primitive) -> Result<Prim> {
+        let err = |m: String| Error::new(ErrorKind::Input, m);
+        self.validate(&p)?;
+        if let Derivative::Native { forward, transpose } = p.derivative() {
+            check_kernels(&p, forward, transpose).map_err(err)?;
+        }
+        let p = std::rc::Rc::new(p);
+        super::check_rules(&p).map_err(|m| err(format!("primitive `{}`: {m}", p.name())))?;
+        self.insert(p.clone());
+        Ok(p)
+    }
+}
 
 /// Checks that native kernels have the types the AD modes need: the forward kernel maps the
 /// argument tuple `x : A` to `F2 A ⊸ F2 B`, the transposed one to `R2 B ⊸ R2 A`.

@@ -24,6 +24,7 @@
 pub mod check;
 pub mod forward;
 pub mod nested;
+pub mod optimized;
 pub mod reverse;
 pub(crate) mod tangent;
 pub mod transpose;
@@ -798,6 +799,98 @@ impl Jvp {
         let t = from_tangent(&self.entry.body.ty, &y, &dy);
         Ok((y, t))
     }
+
+    /// Runs the primal at `args` once and keeps the derivative there: a [`Pushforward`] maps
+    /// many tangents without running the primal again.
+    pub fn pushforward(&self, args: &[Value]) -> Result<Pushforward> {
+        crate::eval::check_args(&self.entry, args)?;
+        let (value, map) = split_image(self.code().run(&[context(args)])?)?;
+        Ok(Pushforward {
+            entry: self.entry.clone(),
+            args: args.to_vec(),
+            value,
+            map,
+        })
+    }
+}
+
+/// Forward mode at one point ([`Jvp::pushforward`]): the value and the derivative, a linear
+/// map of the arguments' tangents evaluated by [`Pushforward::apply`] without rerunning the
+/// primal.
+pub struct Pushforward {
+    entry: Entry,
+    args: Vec<Value>,
+    value: Value,
+    map: LinFun,
+}
+
+impl Pushforward {
+    /// The value of the entry at the point.
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+
+    /// The result's tangent along `tangents` (one per argument, as [`Jvp::jvp`] takes them).
+    pub fn apply(&self, tangents: &[Value]) -> Result<Value> {
+        if tangents.len() != self.args.len() {
+            return Err(Error::new(
+                ErrorKind::Argument,
+                format!(
+                    "{} tangent{} given for {} argument{}",
+                    tangents.len(),
+                    if tangents.len() == 1 { "" } else { "s" },
+                    self.args.len(),
+                    if self.args.len() == 1 { "" } else { "s" },
+                ),
+            ));
+        }
+        let mut ds = Vec::with_capacity(tangents.len());
+        for (k, ((p, a), t)) in self
+            .entry
+            .params
+            .iter()
+            .zip(&self.args)
+            .zip(tangents)
+            .enumerate()
+        {
+            let d = to_tangent(&p.ty, a, t)
+                .map_err(|e| e.prefixed(&format!("tangent {} (of `{}`): ", k + 1, p.name)))?;
+            ds.push(d);
+        }
+        let dy = self.map.apply(&context_linear(ds))?;
+        Ok(from_tangent(&self.entry.body.ty, &self.value, &dy))
+    }
+}
+
+/// Reverse mode at one point ([`Vjp::pullback`]): the value and the transposed derivative, a
+/// linear map of output cotangents evaluated by [`Pullback::apply`] without rerunning the
+/// primal.
+pub struct Pullback {
+    entry: Entry,
+    args: Vec<Value>,
+    value: Value,
+    map: LinFun,
+}
+
+impl Pullback {
+    /// The value of the entry at the point.
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+
+    /// Every argument's cotangent for the output cotangent `cotangent` (of type
+    /// `Type::tangent` of the result type).
+    pub fn apply(&self, cotangent: &Value) -> Result<Vec<Value>> {
+        let v = to_tangent(&self.entry.body.ty, &self.value, cotangent)
+            .map_err(|e| e.prefixed("cotangent: "))?;
+        let g = self.map.apply(&v)?;
+        Ok(context_components(g, self.args.len())
+            .iter()
+            .zip(&self.entry.params)
+            .zip(&self.args)
+            .map(|((g, p), a)| from_tangent(&p.ty, a, g))
+            .collect())
+    }
 }
 
 /// Reverse mode for an entry point, transformed once: evaluate with [`Vjp::vjp`] or
@@ -859,18 +952,22 @@ impl Vjp {
     /// The value at `args` and the cotangent of every argument for the output cotangent
     /// `cotangent` (of type `Type::tangent` of the result type).
     pub fn vjp(&self, args: &[Value], cotangent: &Value) -> Result<(Value, Vec<Value>)> {
+        let p = self.pullback(args)?;
+        let gs = p.apply(cotangent)?;
+        Ok((p.value, gs))
+    }
+
+    /// Runs the primal at `args` once and keeps the transposed derivative there: a
+    /// [`Pullback`] maps many output cotangents without running the primal again.
+    pub fn pullback(&self, args: &[Value]) -> Result<Pullback> {
         crate::eval::check_args(&self.entry, args)?;
-        let (y, f) = split_image(self.code().run(&[context(args)])?)?;
-        let v = to_tangent(&self.entry.body.ty, &y, cotangent)
-            .map_err(|e| e.prefixed("cotangent: "))?;
-        let g = f.apply(&v)?;
-        let gs = context_components(g, args.len())
-            .iter()
-            .zip(&self.entry.params)
-            .zip(args)
-            .map(|((g, p), a)| from_tangent(&p.ty, a, g))
-            .collect();
-        Ok((y, gs))
+        let (value, map) = split_image(self.code().run(&[context(args)])?)?;
+        Ok(Pullback {
+            entry: self.entry.clone(),
+            args: args.to_vec(),
+            value,
+            map,
+        })
     }
 
     /// The value and the gradient with respect to every argument, for a `Real`-valued entry.
@@ -880,22 +977,24 @@ impl Vjp {
     }
 }
 
-/// Forward mode: the value of `entry` at `args` and its derivative along `tangents`.
+/// Forward mode: the value of `entry` at `args` and its derivative along `tangents`. Goes
+/// through the library's pipeline ([`optimized::Optimized`]: optimise, differentiate, simplify,
+/// compile), as `chad jvp` does; to differentiate many times, keep a `chad::Function`.
 pub fn jvp(entry: &Entry, args: &[Value], tangents: &[Value]) -> Result<(Value, Value)> {
-    Jvp::new(entry)?.jvp(args, tangents)
+    optimized::Optimized::new(entry).jvp()?.jvp(args, tangents)
 }
 
 /// Reverse mode: the value of `entry` at `args` and the cotangent of every argument for the
-/// output cotangent `cotangent`.
+/// output cotangent `cotangent`, through the library's pipeline (see [`jvp`]).
 pub fn vjp(entry: &Entry, args: &[Value], cotangent: &Value) -> Result<(Value, Vec<Value>)> {
-    Vjp::new(entry)?.vjp(args, cotangent)
+    optimized::Optimized::new(entry).vjp()?.vjp(args, cotangent)
 }
 
 /// Reverse mode for a `Real`-valued entry: the value and the gradient for every argument
-/// (`()` for discrete arguments).
+/// (`()` for discrete arguments), through the library's pipeline (see [`jvp`]).
 pub fn grad(entry: &Entry, args: &[Value]) -> Result<(Value, Vec<Value>)> {
     check_real_valued(entry)?;
-    Vjp::new(entry)?.grad(args)
+    optimized::Optimized::new(entry).vjp()?.grad(args)
 }
 
 /// The taped loop of both iteration rules: with `F(f)` or `R(f)` the image of the step
