@@ -346,6 +346,10 @@ impl Prepared<'_> {
     /// Runs it `reps` times (at least once); the last result and each run's seconds.
     pub fn run(&mut self, reps: usize) -> Result<(Val, Vec<f64>)> {
         let reps = reps.max(1);
+        // The host's `--max-steps` budget, what is left of it.
+        let steps: unsafe extern "C" fn(u64) = self.native.symbol("chad_set_max_steps")?;
+        // SAFETY: the generated interface's function, taking one integer.
+        unsafe { steps(crate::steps::remaining().unwrap_or(u64::MAX)) };
         let run: RunFn = self.native.symbol("chad_run")?;
         let free: FreeBufFn = self.native.symbol("chad_free_buf")?;
         let mut times = vec![0.0; reps];
@@ -502,6 +506,7 @@ fn decode_error(p: &Program, bytes: &[u8]) -> Error {
             2 => crate::value::check_same_len(name, a as usize, b as usize).err()?,
             3 => crate::ir::Check::OneHot(crate::ir::Atom::Unit, crate::ir::Atom::Unit)
                 .failure(&[a, b])?,
+            5 => crate::steps::exceeded(a as u64),
             4 => {
                 let prim = crate::prim::Registry::builtin().get(name)?.clone();
                 let args = if name == "floor" {

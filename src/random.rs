@@ -83,7 +83,7 @@ pub struct Config {
     /// Loops (the core `loop` that `fold`, `iterate` and `while` desugar to), each terminating
     /// by construction: counted (`iterate`), over an array (`fold`, capturing the array and the
     /// rest of the context) and on a real-valued condition with a step bound (`while`). Off by
-    /// default (the native backend does not lower loops yet).
+    /// default.
     pub loops: bool,
     /// Also generate near-duplicate subterms that a common-subexpression pass must keep apart:
     /// `let p = e in op (fst p) ⋆ op (snd p)` for a unary primitive `op` and a binary `⋆`,

@@ -25,6 +25,21 @@ pub fn used() -> u64 {
     USED.with(|u| u.get())
 }
 
+/// The steps left in the budget (`None`: unlimited); the native backend runs with this
+/// budget.
+pub fn remaining() -> Option<u64> {
+    LIMIT
+        .with(|l| l.get())
+        .map(|limit| limit.saturating_sub(used()))
+}
+
+/// The error of a program that ran more than `limit` loop steps.
+pub fn exceeded(limit: u64) -> Error {
+    Error::runtime(format!(
+        "the program ran more than {limit} loop steps (the limit set by --max-steps)"
+    ))
+}
+
 /// Takes one loop step (a loop continuing with a next state: `iterate n` takes `n`, a `fold`
 /// one per element): an error at `at` if the budget is exhausted.
 #[inline]
@@ -38,9 +53,7 @@ pub fn step(at: Span) -> Result<()> {
         n
     });
     if used > limit {
-        let e = Error::runtime(format!(
-            "the program ran more than {limit} loop steps (the limit set by --max-steps)"
-        ));
+        let e = exceeded(limit);
         // An unknown position (`Span::default()`) is left for the caller to fill in.
         return Err(if at == Span::default() {
             e

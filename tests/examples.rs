@@ -391,14 +391,8 @@ fn check_point(
     ];
 
     // The same primal and derivatives compiled to the IR, on its reference interpreter.
-    // (Loops are not lowered to the IR yet: such definitions skip the IR's checks.)
     let ir = match chad::ir::compile::Compiled::new(entry) {
         Ok(ir) => Some(ir),
-        Err(e)
-            if e.kind() == chad::error::ErrorKind::Unsupported && e.message().contains("loop") =>
-        {
-            None
-        }
         Err(e) => return Err(err("IR lowering", e)),
     };
     if let Some(ir) = &ir {

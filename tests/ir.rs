@@ -152,6 +152,26 @@ fn the_ir_agrees_on_sum_programs() {
 }
 
 #[test]
+fn the_ir_agrees_on_loop_programs() {
+    check(
+        Config {
+            loops: true,
+            ..Config::default()
+        },
+        common::cases(200),
+    );
+    check(
+        Config {
+            loops: true,
+            array_bias: true,
+            depth: 5,
+            ..Config::default()
+        },
+        common::cases(100),
+    );
+}
+
+#[test]
 fn the_ir_agrees_on_deeper_higher_order_programs() {
     check(
         Config {
@@ -219,6 +239,10 @@ fn the_native_backend_agrees_with_the_interpreter_on_random_programs() {
         },
         Config {
             depth: 6,
+            ..Config::default()
+        },
+        Config {
+            loops: true,
             ..Config::default()
         },
     ];

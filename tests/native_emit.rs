@@ -59,17 +59,6 @@ fn emitted_modules_compile_without_warnings() {
     for (k, p) in programs().iter().enumerate() {
         let out = match chad::build::compile_to(p, &dir, &Registry::builtin()) {
             Ok(out) => out,
-            // Loops do not lower to native code yet (note 07): the one error allowed, and
-            // only for a program that has one.
-            Err(e) if e.0.contains("loops (`loop`, `fold`, `iterate`, `while` and their derivatives) are not yet supported") => {
-                let text = std::fs::read_to_string(p).unwrap();
-                assert!(
-                    ["loop ", "fold ", "iterate ", "while "].iter().any(|w| text.contains(w)),
-                    "{}: {e}",
-                    p.display()
-                );
-                continue;
-            }
             Err(e) => panic!("{}: {e}", p.display()),
         };
         compiled += 1;

@@ -411,6 +411,43 @@ impl<'a> Checker<'a> {
                 let t = self.atom(a)?;
                 self.arms(t, arms)
             }
+            Expr::Iterate(init, s, body, tape, _) => {
+                let a = self.atom(init)?;
+                self.same(s.ty, a, "an iteration's state")?;
+                let t = self.block_with(Some(s), body)?;
+                let (sum, entry) = if *tape {
+                    match types.kind(t) {
+                        TyKind::Tuple(cs) if cs.len() == 2 => (cs[0], Some(cs[1])),
+                        _ => {
+                            return Err(format!("a taped iteration step of type {}", self.show(t)));
+                        }
+                    }
+                } else {
+                    (t, None)
+                };
+                let b = match types.kind(sum) {
+                    TyKind::Enum(e) => {
+                        let def = &types.enums()[*e as usize];
+                        if def.variants.len() != 2 {
+                            return Err(format!("an iteration step of type {}", def.name));
+                        }
+                        self.same(def.variants[0].1, a, "an iteration's next state")?;
+                        def.variants[1].1
+                    }
+                    _ => return Err(format!("an iteration step of type {}", self.show(sum))),
+                };
+                match entry {
+                    None => Ok(b),
+                    Some(e) => {
+                        let tape = types
+                            .lookup(&TyKind::Array(e))
+                            .ok_or("an uninterned tape type")?;
+                        types
+                            .lookup(&TyKind::Tuple(vec![b, tape]))
+                            .ok_or_else(|| "an uninterned taped iteration result".into())
+                    }
+                }
+            }
             Expr::Call(f, xs) => {
                 let callee = self
                     .p

@@ -333,6 +333,33 @@ impl Interp<'_> {
                 let v = self.atom(a, frame);
                 return self.arms(&v, arms, frame);
             }
+            Expr::Iterate(init, s, body, tape, at) => {
+                let mut state = self.atom(init, frame);
+                let mut entries = Vec::new();
+                loop {
+                    crate::steps::step(site(at))?;
+                    frame.insert(s.id, state);
+                    let mut r = self.value(body, frame)?;
+                    if *tape {
+                        let Val::Tuple(xs) = r else {
+                            panic!("internal error: a taped step is not a pair")
+                        };
+                        entries.push(xs[1].clone());
+                        r = xs[0].clone();
+                    }
+                    let Val::Enum(tag, v) = r else {
+                        panic!("internal error: an iteration step is not a sum")
+                    };
+                    let v = Rc::try_unwrap(v).unwrap_or_else(|v| (*v).clone());
+                    if tag == 0 {
+                        state = v;
+                    } else if *tape {
+                        break Val::Tuple(vec![v, Val::Array(Rc::new(entries))].into());
+                    } else {
+                        break v;
+                    }
+                }
+            }
             Expr::Call(f, xs) => {
                 let xs: Vec<Val> = xs.iter().map(|x| self.atom(x, frame)).collect();
                 self.call(*f, xs)?

@@ -13,6 +13,7 @@
 //!             | len a | build a (i -> block) | sum a (i -> block) | replicate a a
 //!             | if a block block | match a { k(x) -> block, .. } | call f(a, ..)
 //!             | zero τ | a + a | a * a (scale) | take m | get m
+//!             | iterate[tape] x = a block
 //! stmts   s ::= let x = e | mut m = e | set m = a | place += a [* a] | grow place a
 //!             | for i in 0..a block | do e | loop block | break
 //! places  p ::= m | p.k | p[a]
@@ -489,6 +490,13 @@ pub enum Expr {
     If(Atom, Block, Block),
     /// A match on an enum value, one arm per variant in order.
     Match(Atom, Vec<Arm>),
+    /// `iterate s = init { body }`: the iteration of a `loop` (note 10). The state `s`
+    /// starts at `init`; each step takes one `--max-steps` step (failing at the site past
+    /// the budget) and runs the body, whose value is a sum `A + B` (an enum with two
+    /// variants): variant 0 continues with the new state, variant 1 is the result `B`. With
+    /// the tape flag the body's value is a pair `(A + B, T)` and the result `(B, [T])`, the
+    /// `T` of every step run, in order.
+    Iterate(Atom, Var, Block, bool, SiteId),
     /// A call of a function of the program.
     Call(FuncId, Vec<Atom>),
     /// The zero of an additive type.

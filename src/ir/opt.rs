@@ -55,7 +55,7 @@ fn block(b: &mut Block) {
 
 fn expr(e: &mut Expr) {
     match e {
-        Expr::Build(_, _, b, _) | Expr::Sum(_, _, b) => block(b),
+        Expr::Build(_, _, b, _) | Expr::Sum(_, _, b) | Expr::Iterate(_, _, b, _, _) => block(b),
         Expr::If(_, a, b) => {
             block(a);
             block(b);
@@ -92,7 +92,7 @@ fn defs(b: &Block, out: &mut FxHashSet<u32>) {
 
 fn expr_defs(e: &Expr, out: &mut FxHashSet<u32>) {
     match e {
-        Expr::Build(_, i, b, _) | Expr::Sum(_, i, b) => {
+        Expr::Build(_, i, b, _) | Expr::Sum(_, i, b) | Expr::Iterate(_, i, b, _, _) => {
             out.insert(i.id);
             defs(b, out);
         }

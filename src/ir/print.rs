@@ -231,6 +231,12 @@ impl Printer<'_> {
                 self.block(b, depth);
                 write!(self.out, ")")
             }
+            Expr::Iterate(init, s, b, tape, site) => {
+                let kw = if *tape { "iterateTape" } else { "iterate" };
+                let _ = write!(o, "{kw} {} = {} @{} ", var(s), atom(init), site.0);
+                self.block(b, depth);
+                Ok(())
+            }
             Expr::Replicate(n, x, s) => write!(o, "replicate {} {} @{}", atom(n), atom(x), s.0),
             Expr::If(c, a, b) => {
                 let _ = write!(o, "if {} ", atom(c));

@@ -169,6 +169,11 @@ pub enum ErrorKind {
         /// The length.
         len: i64,
     },
+    /// A program ran more loop steps than [`set_max_steps`] allows.
+    Steps {
+        /// The limit.
+        limit: u64,
+    },
     /// A primitive failed (integer overflow or division by zero, `floor` out of range).
     Prim {
         /// The primitive.
@@ -197,6 +202,10 @@ impl std::fmt::Display for Error {
             ErrorKind::OneHot { index, len } => {
                 write!(f, "onehot: index {index} out of range for an array of length {len}")?
             }
+            ErrorKind::Steps { limit } => write!(
+                f,
+                "the program ran more than {limit} loop steps (the limit set by --max-steps)"
+            )?,
             ErrorKind::Prim { name, ints, real } => match *name {
                 "floor" => write!(f, "floor: {real} is not in the range of Int")?,
                 "idiv" if ints[1] == 0 => {
@@ -298,6 +307,41 @@ fn sum_by(n: i64, mut f: impl FnMut(i64) -> Result<f64, Error>) -> Result<f64, E
         c0 = c1;
     }
     Ok(total)
+}
+
+/// The vector of an array, without a copy when it is not shared.
+#[allow(dead_code)]
+fn thaw_vec<T: Clone>(a: Arr<T>) -> Vec<T> {
+    match a.0 {
+        None => Vec::new(),
+        Some(v) => std::sync::Arc::try_unwrap(v).unwrap_or_else(|v| (*v).clone()),
+    }
+}
+
+/// The loop steps a call may take in total (`u64::MAX`: no limit), and the steps taken.
+static STEP_LIMIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
+static STEPS_USED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Limits the loop steps (iterations of `loop`, `fold`, `iterate`, `while`) the functions of
+/// this module may take in total from now on (`None`: no limit, the default); past the limit
+/// they fail with [`ErrorKind::Steps`].
+#[allow(dead_code)]
+pub fn set_max_steps(limit: Option<u64>) {
+    STEP_LIMIT.store(limit.unwrap_or(u64::MAX), std::sync::atomic::Ordering::Relaxed);
+    STEPS_USED.store(0, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Takes one loop step.
+#[allow(dead_code)]
+#[inline]
+fn loop_step(site: usize) -> Result<(), Error> {
+    let limit = STEP_LIMIT.load(std::sync::atomic::Ordering::Relaxed);
+    if limit != u64::MAX
+        && STEPS_USED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= limit
+    {
+        return Err(Error { site, kind: ErrorKind::Steps { limit } });
+    }
+    Ok(())
 }
 
 /// Parallel loops run when the estimated work (length x per-iteration cost) reaches this.
@@ -455,6 +499,8 @@ struct Emitter<'a> {
     funcs: Vec<String>,
     /// Enum types that need boxed payloads (they contain themselves).
     recursive: FxHashSet<u32>,
+    /// Enums that only derive `Clone` ([`Emitter::find_no_debug`]).
+    no_debug: FxHashSet<u32>,
     /// Per function being emitted: use counts and movability of variables.
     uses: FxHashMap<u32, Use>,
     /// Mutable variables that are accumulators (roots of `+=` or `grow`).
@@ -505,6 +551,7 @@ impl<'a> Emitter<'a> {
             helpers: BTreeMap::new(),
             funcs: Vec::new(),
             recursive: FxHashSet::default(),
+            no_debug: FxHashSet::default(),
             uses: FxHashMap::default(),
             accs: FxHashSet::default(),
             mutated: FxHashSet::default(),
@@ -513,7 +560,50 @@ impl<'a> Emitter<'a> {
             next_slice: 0,
         };
         e.find_recursive();
+        e.find_no_debug();
         e
+    }
+
+    /// Enums that cannot derive `Debug` and `PartialEq`: their payloads reach a tuple of more
+    /// than 12 components (Rust implements those traits for tuples up to 12) or such an enum.
+    /// (A closure capturing many variables has such a payload; these enums only derive
+    /// `Clone`.)
+    fn find_no_debug(&mut self) {
+        let types = self.types();
+        loop {
+            let mut changed = false;
+            for (k, def) in types.enums().iter().enumerate() {
+                let k = k as u32;
+                if self.no_debug.contains(&k) {
+                    continue;
+                }
+                let mut stack: Vec<Ty> = def.variants.iter().map(|(_, t)| *t).collect();
+                let mut seen = FxHashSet::default();
+                let mut bad = false;
+                while let Some(t) = stack.pop() {
+                    if !seen.insert(t) {
+                        continue;
+                    }
+                    match types.kind(t) {
+                        TyKind::Tuple(cs) => {
+                            bad |= cs.len() > 12;
+                            stack.extend(cs.iter().copied());
+                        }
+                        TyKind::Array(x) => stack.push(*x),
+                        TyKind::List(a, b) => stack.extend([*a, *b]),
+                        TyKind::Enum(j) => bad |= self.no_debug.contains(j),
+                        _ => {}
+                    }
+                }
+                if bad {
+                    self.no_debug.insert(k);
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
     }
 
     fn types(&self) -> &'a super::Types {
@@ -617,10 +707,11 @@ impl<'a> Emitter<'a> {
     }
 
     fn enum_def(&self, k: u32, def: &EnumDef) -> String {
-        let derive = if self.enum_is_copy(k) {
-            "#[derive(Clone, Copy, Debug, PartialEq)]"
-        } else {
-            "#[derive(Clone, Debug, PartialEq)]"
+        let derive = match (self.enum_is_copy(k), self.no_debug.contains(&k)) {
+            (true, false) => "#[derive(Clone, Copy, Debug, PartialEq)]",
+            (false, false) => "#[derive(Clone, Debug, PartialEq)]",
+            (true, true) => "#[derive(Clone, Copy)]",
+            (false, true) => "#[derive(Clone)]",
         };
         let mut s = format!(
             "\n{derive}\n#[allow(dead_code)]\npub enum {} {{\n",
@@ -876,6 +967,45 @@ impl<'a> Emitter<'a> {
     }
 
     /// `freeze_T(acc) -> T`: an accumulator as a value.
+    /// The accumulator of a value (the inverse of [`Emitter::freeze`]): arrays of reals and
+    /// lists take the vector out of an unshared `Arc` (no copy), others are copied.
+    fn thaw(&mut self, t: Ty, v: &str) -> String {
+        match self.types().kind(t) {
+            TyKind::F64 | TyKind::Unit => return v.to_string(),
+            TyKind::List(..) => return format!("thaw_vec({v})"),
+            TyKind::Array(e) if matches!(self.types().kind(*e), TyKind::F64 | TyKind::Unit) => {
+                return format!("thaw_vec({v})");
+            }
+            _ => {}
+        }
+        let name = format!("thaw_{}", self.type_key(t));
+        if !self.helpers.contains_key(&name) {
+            self.helpers.insert(name.clone(), String::new());
+            let at = self.at(t);
+            let vt = self.vt(t);
+            let body = match self.types().kind(t).clone() {
+                TyKind::Tuple(cs) => {
+                    let parts: Vec<String> = cs
+                        .iter()
+                        .enumerate()
+                        .map(|(k, c)| self.thaw(*c, &format!("a.{k}")))
+                        .collect();
+                    format!("({},)", parts.join(", "))
+                }
+                TyKind::Array(e) => {
+                    let inner = self.thaw(e, "x");
+                    format!("thaw_vec(a).into_iter().map(|x| {inner}).collect()")
+                }
+                other => panic!("internal error: thaw of {other:?}"),
+            };
+            self.helpers.insert(
+                name.clone(),
+                format!("\n#[allow(dead_code)]\nfn {name}(a: {vt}) -> {at} {{\n    {body}\n}}\n"),
+            );
+        }
+        format!("{name}({v})")
+    }
+
     fn freeze(&mut self, t: Ty, acc: &str) -> String {
         match self.types().kind(t) {
             TyKind::F64 | TyKind::Unit => return acc.to_string(),
@@ -1049,6 +1179,11 @@ impl<'a> Emitter<'a> {
             Expr::Build(n, i, b, _) | Expr::Sum(n, i, b) => {
                 self.use_atom(n, depth);
                 self.def(i, depth + 1);
+                self.walk_block(b, depth + 1);
+            }
+            Expr::Iterate(init, s, b, _, _) => {
+                self.use_owned(init, depth);
+                self.def(s, depth + 1);
                 self.walk_block(b, depth + 1);
             }
             Expr::If(c, a, b) => {
@@ -1406,6 +1541,16 @@ impl<'a> Emitter<'a> {
                         _ if self.at(m.0.ty) == self.vt(m.0.ty) => {
                             self.expr(e, depth, Some(m.0.ty))?
                         }
+                        // An accumulator passed in (`acc_apply`): its arrays reused in place
+                        // when unshared.
+                        Expr::Atom(a) => {
+                            let v = self.own(a);
+                            self.thaw(m.0.ty, &v)
+                        }
+                        Expr::Take(n) => {
+                            let v = self.get(n, true);
+                            self.thaw(m.0.ty, &v)
+                        }
                         _ => {
                             return Err(internal("an accumulator initialised with a value"));
                         }
@@ -1417,10 +1562,14 @@ impl<'a> Emitter<'a> {
                 }
             }
             Stmt::Set(m, a) => {
-                if self.accs.contains(&m.0.id) {
-                    return Err(internal("set of an accumulator"));
-                }
-                let _ = write!(line, "{} = {};", var_name(&m.0), self.own(a));
+                let v = self.own(a);
+                let v = if self.accs.contains(&m.0.id) {
+                    // An accumulator passed through `acc_apply` and back.
+                    self.thaw(m.0.ty, &v)
+                } else {
+                    v
+                };
+                let _ = write!(line, "{} = {v};", var_name(&m.0));
             }
             Stmt::AddTo {
                 place,
@@ -1611,6 +1760,9 @@ impl<'a> Emitter<'a> {
                 format!("if {} {a} else {b}", self.read(c))
             }
             Expr::Match(a, arms) => self.match_(a, arms, depth)?,
+            Expr::Iterate(init, s, b, tape, site) => {
+                self.iterate(init, s, b, *tape, *site, depth)?
+            }
             Expr::Call(f, xs) => {
                 let x: Vec<String> = xs.iter().map(|a| self.own(a)).collect();
                 format!("f_{}({})?", self.p.func(*f).name, x.join(", "))
@@ -1635,6 +1787,70 @@ impl<'a> Emitter<'a> {
             Expr::Get(m) => self.get(m, false),
             Expr::Take(m) => self.get(m, true),
         })
+    }
+
+    /// `iterate s = init { body }` as a Rust `loop` whose `break` carries the result.
+    fn iterate(
+        &mut self,
+        init: &Atom,
+        s: &super::Var,
+        body: &Block,
+        tape: bool,
+        site: SiteId,
+        depth: usize,
+    ) -> Result<String> {
+        let rt = body.result.ty();
+        let (sum, entry) = match (tape, self.types().kind(rt)) {
+            (false, _) => (rt, None),
+            (true, TyKind::Tuple(cs)) => (cs[0], Some(cs[1])),
+            _ => return Err(internal("a taped iteration step that is not a pair")),
+        };
+        let e = self.types().enum_index(sum);
+        let boxed = self.recursive.contains(&e);
+        let name = self.types().enum_def(sum).name.clone();
+        let unbox = |x: &str| {
+            if boxed {
+                format!("(*{x}).clone()")
+            } else {
+                x.to_string()
+            }
+        };
+        let st = self.decl_name(s);
+        let vt = self.vt(s.ty);
+        let init = self.own(init);
+        let step = self.block_expr(body, depth + 2)?;
+        let rvt = self.vt(rt);
+        let ind = "    ".repeat(depth);
+        let mut out = format!("{{\n{ind}    let mut {st}: {vt} = {init};\n");
+        if let Some(t) = entry {
+            let _ = writeln!(
+                out,
+                "{ind}    let mut tape: Vec<{}> = Vec::new();",
+                self.vt(t)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{ind}    loop {{\n{ind}        loop_step({})?;",
+            site.0
+        );
+        let _ = writeln!(out, "{ind}        let r: {rvt} = {step};");
+        let result = if entry.is_some() {
+            let _ = writeln!(
+                out,
+                "{ind}        let (r, t) = r;\n{ind}        tape.push(t);"
+            );
+            format!("({}, Arr::new(tape))", unbox("b"))
+        } else {
+            unbox("b")
+        };
+        let _ = writeln!(
+            out,
+            "{ind}        match r {{\n{ind}            {name}::V0(n) => {st} = {},\n{ind}            {name}::V1(b) => break {result},\n{ind}        }}",
+            unbox("n")
+        );
+        let _ = write!(out, "{ind}    }}\n{ind}}}");
+        Ok(out)
     }
 
     fn get(&mut self, m: &MutVar, take: bool) -> String {
@@ -2157,7 +2373,9 @@ fn parallel_ok(b: &Block) -> bool {
     }
     fn expr(e: &Expr, own: &mut FxHashSet<u32>) -> bool {
         match e {
-            Expr::Build(_, _, b, _) | Expr::Sum(_, _, b) => block(b, own),
+            Expr::Build(_, _, b, _) | Expr::Sum(_, _, b) | Expr::Iterate(_, _, b, _, _) => {
+                block(b, own)
+            }
             Expr::If(_, a, b) => block(a, own) && block(b, own),
             Expr::Match(_, arms) => arms.iter().all(|arm| block(&arm.body, own)),
             Expr::Get(m) | Expr::Take(m) => own.contains(&m.0.id),
@@ -2186,7 +2404,9 @@ fn cost(b: &Block) -> u64 {
     }
     fn expr(e: &Expr) -> u64 {
         match e {
-            Expr::Build(_, _, b, _) | Expr::Sum(_, _, b) => 64u64.saturating_mul(block(b)),
+            Expr::Build(_, _, b, _) | Expr::Sum(_, _, b) | Expr::Iterate(_, _, b, _, _) => {
+                64u64.saturating_mul(block(b))
+            }
             Expr::Replicate(..) => 64,
             Expr::If(_, a, b) => 1 + block(a).max(block(b)),
             Expr::Match(_, arms) => 1 + arms.iter().map(|a| block(&a.body)).max().unwrap_or(0),
@@ -2221,7 +2441,9 @@ fn walk_places(b: &Block, place: &mut dyn FnMut(&Place), read: &mut dyn FnMut(&M
 
 fn walk_expr_places(e: &Expr, place: &mut dyn FnMut(&Place), read: &mut dyn FnMut(&MutVar)) {
     match e {
-        Expr::Build(_, _, b, _) | Expr::Sum(_, _, b) => walk_places(b, place, read),
+        Expr::Build(_, _, b, _) | Expr::Sum(_, _, b) | Expr::Iterate(_, _, b, _, _) => {
+            walk_places(b, place, read)
+        }
         Expr::If(_, a, b) => {
             walk_places(a, place, read);
             walk_places(b, place, read);
@@ -2446,6 +2668,7 @@ fn encode_error(e: &Error) -> Vec<u8> {
         ErrorKind::SameLength { op, a, b } => (2, *a, *b, 0.0, op),
         ErrorKind::OneHot { index, len } => (3, *index, *len, 0.0, ""),
         ErrorKind::Prim { name, ints, real } => (4, ints[0], ints[1], *real, name),
+        ErrorKind::Steps { limit } => (5, *limit as i64, 0, 0.0, ""),
     };
     let mut w = Vec::new();
     w.extend_from_slice(&(e.site as u32).to_le_bytes());
@@ -2477,6 +2700,12 @@ fn into_buf(v: Vec<u8>) -> Buf {
 #[unsafe(no_mangle)]
 pub extern "C" fn chad_abi() -> u32 {
     1
+}
+
+/// [`set_max_steps`] (`u64::MAX`: no limit).
+#[unsafe(no_mangle)]
+pub extern "C" fn chad_set_max_steps(limit: u64) {
+    set_max_steps((limit != u64::MAX).then_some(limit));
 }
 
 /// [`set_parallelism`].

@@ -319,7 +319,27 @@ impl Lowering {
                 let xs = self.atom(xs, env)?;
                 SVal::Dyn(self.let_("n", Ty::I64, Expr::Len(xs)))
             }
-            K::Loop(..) => return Err(super::unsupported_loop(t.span)),
+            K::Loop(f, x, tape) => {
+                // The step applied to the state inside an `iterate` (inlined when static).
+                let fv = self.term(f, env)?;
+                let ft = self.type_of.term(f);
+                let init = self.atom(x, env)?;
+                let (st, rt) = ft
+                    .as_fun()
+                    .map(|(a, b)| (a.clone(), b.clone()))
+                    .unwrap_or_else(|| panic!("internal error: a loop step of type {ft}"));
+                let sit = self.ty(&st);
+                let s = self.prog.var("s", sit);
+                let sa = Atom::Var(s.clone());
+                let body = self.block(|this| {
+                    let r = this.app(&fv, SVal::Dyn(sa), &ft)?;
+                    this.materialise(&r, &rt)
+                })?;
+                let result = self.type_of.term(t);
+                let it = self.ty(&result);
+                let site = self.site(t.span);
+                SVal::Dyn(self.let_("r", it, Expr::Iterate(init, s, body, *tape, site)))
+            }
             K::Replicate(n, x) => {
                 let n = self.atom(n, env)?;
                 let x = self.atom(x, env)?;

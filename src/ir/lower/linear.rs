@@ -410,6 +410,18 @@ fn merge(a: Dest, b: Dest) -> Dest {
 }
 
 /// Whether a linear term is a variable or zero (lowered again at no cost).
+/// Whether a linear term is built from materialised variables, zeros, pairs and injections
+/// only (so that [`Lowering::construct`] builds its value without an accumulator).
+fn constructible(l: &LTerm, lenv: &LEnv) -> bool {
+    deep(|| match &l.kind {
+        LTermKind::Var(u) => matches!(lenv.get(&u.id), Some(LBind::Mat(_))),
+        LTermKind::Zero(_) => true,
+        LTermKind::Pair(a, b) => constructible(a, lenv) && constructible(b, lenv),
+        LTermKind::Inl(a, _) | LTermKind::Inr(_, a) => constructible(a, lenv),
+        _ => false,
+    })
+}
+
 fn trivial(l: &LTerm) -> bool {
     matches!(l.kind, LTermKind::Var(_) | LTermKind::Zero(_))
 }
@@ -635,6 +647,12 @@ impl Lowering {
             }
             _ => {}
         }
+        // Tuples and injections of materialised values are built directly: the values are
+        // shared, not copied into a fresh accumulator (a loop's tangent `(dγ, ds)` would
+        // otherwise copy every array of `dγ` at every step).
+        if constructible(l, lenv) {
+            return Ok(self.construct(l, lenv, ty));
+        }
         let t = self.lin_ty(ty);
         let acc = self.mut_("acc", t, Expr::Zero(t));
         let d = self.dest_of_place(&Place::of(&acc), ty);
@@ -643,6 +661,141 @@ impl Lowering {
         self.exit_barrier();
         r?;
         Ok(self.let_("v", t, Expr::Take(acc)))
+    }
+
+    /// The value of a [`constructible`] term.
+    fn construct(&mut self, l: &LTerm, lenv: &LEnv, ty: &LTy) -> Atom {
+        deep(|| {
+            let t = self.lin_ty(ty);
+            match &l.kind {
+                LTermKind::Var(u) => match lenv.get(&u.id) {
+                    Some(LBind::Mat(a)) => a.clone(),
+                    _ => unreachable!("checked by `constructible`"),
+                },
+                LTermKind::Zero(_) => self.let_("z", t, Expr::Zero(t)),
+                LTermKind::Pair(a, b) => {
+                    let (ta, tb) = ty.as_prod().expect("a pair type");
+                    let (ta, tb) = (ta.clone(), tb.clone());
+                    let x = self.construct(a, lenv, &ta);
+                    let y = self.construct(b, lenv, &tb);
+                    self.let_("p", t, Expr::Tuple(vec![x, y]))
+                }
+                LTermKind::Inl(a, _) | LTermKind::Inr(_, a) => {
+                    let (ta, tb) = ty.as_sum().expect("a sum type");
+                    let (ta, tb) = (ta.clone(), tb.clone());
+                    let left = matches!(l.kind, LTermKind::Inl(..));
+                    let (inner, other) = if left { (ta, tb) } else { (tb, ta) };
+                    let x = self.construct(a, lenv, &inner);
+                    let ot = self.lin_ty(&other);
+                    let z = self.let_("z", ot, Expr::Zero(ot));
+                    let parts = if left { vec![x, z] } else { vec![z, x] };
+                    self.let_("p", t, Expr::Tuple(parts))
+                }
+                _ => unreachable!("checked by `constructible`"),
+            }
+        })
+    }
+
+    /// A mutable variable that a destination adds into as a whole, at a path of pair
+    /// components whose siblings are zero-dimensional (unit) and dropped.
+    fn root_in(&mut self, d: &Dest) -> Option<(super::super::MutVar, Vec<u32>)> {
+        fn unit_only(t: &LTy) -> bool {
+            match t {
+                LTy::Unit => true,
+                LTy::Prod(p) | LTy::Sum(p) => unit_only(&p.0) && unit_only(&p.1),
+                _ => false,
+            }
+        }
+        if let Some(m) = self.whole_root(d)
+            && m.0.ty == self.lin_ty(&d.ty)
+        {
+            return Some((m, Vec::new()));
+        }
+        if d.scaled {
+            return None;
+        }
+        let DK::Pair(a, b) = &d.kind else {
+            return None;
+        };
+        for (k, x, y) in [(0, a, b), (1, b, a)] {
+            if y.is_zero() && unit_only(&y.ty) {
+                if let Some((m, mut p)) = self.root_in(x) {
+                    p.insert(0, k);
+                    return Some((m, p));
+                }
+            }
+        }
+        None
+    }
+
+    /// `a` at `path` inside a value of type `ty`, zeros elsewhere.
+    fn wrap(&mut self, a: Atom, ty: &LTy, path: &[u32]) -> Atom {
+        let Some((&k, rest)) = path.split_first() else {
+            return a;
+        };
+        let (t0, t1) = ty
+            .as_prod()
+            .or_else(|| ty.as_sum())
+            .map(|(x, y)| (x.clone(), y.clone()))
+            .expect("a pair type on the path");
+        let (inner, other) = if k == 0 { (&t0, &t1) } else { (&t1, &t0) };
+        let x = self.wrap(a, inner, rest);
+        let ot = self.lin_ty(other);
+        let z = self.let_("z", ot, Expr::Zero(ot));
+        let parts = if k == 0 { vec![x, z] } else { vec![z, x] };
+        let t = self.lin_ty(ty);
+        self.let_("p", t, Expr::Tuple(parts))
+    }
+
+    /// The mutable variable a destination adds into as a whole (every component at its own
+    /// field path, unscaled), if it is one.
+    fn whole_root(&self, d: &Dest) -> Option<super::super::MutVar> {
+        fn leaf(d: &Dest) -> Option<&Place> {
+            match &d.kind {
+                DK::Places(ts) => ts.first().map(|t| &t.place),
+                DK::Array(ad) => ad.whole.first().map(|t| &t.place),
+                DK::Pair(a, b) => leaf(a).or_else(|| leaf(b)),
+                _ => None,
+            }
+        }
+        fn matches(d: &Dest, root: u32, path: &mut Vec<u32>) -> bool {
+            if d.scaled {
+                return false;
+            }
+            let at = |p: &Place, path: &[u32]| {
+                p.root.0.id == root
+                    && p.path.len() == path.len()
+                    && p.path
+                        .iter()
+                        .zip(path)
+                        .all(|(s, k)| matches!(s, super::super::Step::Field(j) if j == k))
+            };
+            match &d.kind {
+                DK::Zero => matches!(d.ty, LTy::Unit),
+                DK::Places(ts) => ts.len() == 1 && ts[0].scale.is_none() && at(&ts[0].place, path),
+                DK::Array(ad) => {
+                    ad.whole.len() == 1
+                        && ad.whole[0].scale.is_none()
+                        && at(&ad.whole[0].place, path)
+                        && ad.sum.is_zero()
+                        && ad.each.is_none()
+                        && ad.at.is_empty()
+                }
+                DK::Pair(a, b) => {
+                    path.push(0);
+                    let ok = matches(a, root, path);
+                    path.pop();
+                    path.push(1);
+                    let ok = ok && matches(b, root, path);
+                    path.pop();
+                    ok
+                }
+                _ => false,
+            }
+        }
+        let p = leaf(d)?;
+        let root = p.root.clone();
+        matches(d, root.0.id, &mut Vec::new()).then_some(root)
     }
 
     /// Starts a materialisation: an accumulator that is read when it ends.
@@ -746,6 +899,29 @@ impl Lowering {
             SVal::Dyn(fa) => {
                 let x = self.arg_value(arg, &dom)?;
                 let e = self.ty(&ft);
+                if let Some((m, path)) = self.root_in(&d) {
+                    // Into a whole accumulator (beside zero-dimensional parts): passed to the
+                    // function, which adds into it.
+                    let g = self.acc_apply_of(e);
+                    let rt = self.lin_ty(&cod);
+                    let a = self.let_("a", m.0.ty, Expr::Take(m.clone()));
+                    let a = self.wrap(a, &cod, &path);
+                    let y = self.let_("y", rt, Expr::Call(g, vec![fa.clone(), x, a]));
+                    let mut v = y;
+                    let mut t = cod.clone();
+                    for k in path {
+                        let (t0, t1) = t
+                            .as_prod()
+                            .or_else(|| t.as_sum())
+                            .map(|(a, b)| (a.clone(), b.clone()))
+                            .expect("a pair type on the path");
+                        t = if k == 0 { t0 } else { t1 };
+                        let it = self.lin_ty(&t);
+                        v = self.let_("y", it, Expr::Proj(v, k));
+                    }
+                    self.emit(Stmt::Set(m, v));
+                    return Ok(());
+                }
                 let (apply, _) = self.apply_of(e);
                 let rt = self.lin_ty(&cod);
                 let y = self.let_("y", rt, Expr::Call(apply, vec![fa.clone(), x]));
@@ -867,6 +1043,119 @@ impl Lowering {
         Ok(())
     }
 
+    /// `lchain fs a` (forward) or `lchainRev fs a` (reverse) into `d` (note 10): a loop over the
+    /// recorded step derivatives `fs`, the carried tangent (cotangent) in a mutable variable,
+    /// and, in reverse, the environment's cotangent added up in an accumulator.
+    fn chain(
+        &mut self,
+        fs: &crate::target::term::Term,
+        a: &LTerm,
+        rev: bool,
+        env: &Env,
+        lenv: &LEnv,
+        d: Dest,
+    ) -> Result<()> {
+        let fst = self.type_of.term(fs);
+        let ft = fst
+            .as_array()
+            .unwrap_or_else(|| panic!("internal error: lchain over a {fst}"))
+            .clone();
+        let (dom, cod) = ft
+            .as_lin_fun()
+            .map(|(x, y)| (x.clone(), y.clone()))
+            .unwrap_or_else(|| panic!("internal error: lchain of a {ft}"));
+        let et = self.ty(&ft);
+        let fsa = self.atom(fs, env)?;
+        let n = self.let_("n", Ty::I64, Expr::Len(fsa.clone()));
+        let site = self.internal_site();
+        if !rev {
+            // fs : Array (G × A ⊸ A ⊕ B), a : G × A.
+            let (gt, at) = dom.as_prod().expect("G × A");
+            let bt = cod.as_sum().expect("A ⊕ B").1.clone();
+            let (git, ait, bit) = (self.lin_ty(gt), self.lin_ty(at), self.lin_ty(&bt));
+            let da = self.lin_value(a, env, lenv, &dom)?;
+            let dg = self.let_("dg", git, Expr::Proj(da.clone(), 0));
+            let ds = self.let_("ds", ait, Expr::Proj(da, 1));
+            let w = self.mut_("w", ait, Expr::Atom(ds));
+            let out = self.mut_("wb", bit, Expr::Zero(bit));
+            let i = self.prog.var("k", Ty::I64);
+            self.loop_bound(&i, &n);
+            let ia = Atom::Var(i.clone());
+            let dom_t = self.lin_ty(&dom);
+            let cod_t = self.lin_ty(&cod);
+            let body = self.block(|this| {
+                let f = this.let_("f", et, Expr::Index(fsa.clone(), ia, site));
+                let s = this.let_("s", ait, Expr::Take(w.clone()));
+                let x = this.let_("x", dom_t, Expr::Tuple(vec![dg.clone(), s]));
+                let r = this.lin_apply_value(&SVal::Dyn(f), x, &dom, &cod)?;
+                let _ = cod_t;
+                let next = this.let_("s", ait, Expr::Proj(r.clone(), 0));
+                let b = this.let_("b", bit, Expr::Proj(r, 1));
+                this.emit(Stmt::Set(w.clone(), next));
+                this.emit(Stmt::Set(out.clone(), b));
+                Ok(Atom::Unit)
+            })?;
+            self.emit(Stmt::For(i, n, body));
+            let b = self.let_("b", bit, Expr::Take(out));
+            self.add_value(&b, d)
+        } else {
+            // fs : Array (A ⊕ B ⊸ G × A), a : B.
+            let (at, bt) = dom
+                .as_sum()
+                .map(|(x, y)| (x.clone(), y.clone()))
+                .expect("A ⊕ B");
+            let gt = cod.as_prod().expect("G × A").0.clone();
+            let (git, ait, bit) = (self.lin_ty(&gt), self.lin_ty(&at), self.lin_ty(&bt));
+            let dom_t = self.lin_ty(&dom);
+            let v = self.lin_value(a, env, lenv, &bt)?;
+            let za = self.let_("z", ait, Expr::Zero(ait));
+            let w0 = self.let_("w", dom_t, Expr::Tuple(vec![za, v]));
+            let w = self.mut_("w", dom_t, Expr::Atom(w0));
+            let cod_t = self.lin_ty(&cod);
+            // The environment's cotangent, added to in place by each step's derivative
+            // (`acc_apply`: destination passing across the call, so that a step adding a
+            // one-hot costs O(1), not the length of the array).
+            let acc = self.mut_("acc", cod_t, Expr::Zero(cod_t));
+            let acc_apply = self.acc_apply_of(et);
+            let k = self.mut_("k", Ty::I64, Expr::Atom(n));
+            let body = self.block(|this| {
+                let kk = this.let_("k", Ty::I64, Expr::Get(k.clone()));
+                let stop = this.let_(
+                    "b",
+                    Ty::BOOL,
+                    Expr::Op(Op::ILt, vec![kk.clone(), Atom::I64(1)]),
+                );
+                this.emit(Stmt::Do(Expr::If(
+                    stop,
+                    Block::unit(vec![Stmt::Break]),
+                    Block::unit(vec![]),
+                )));
+                let j = this.let_("j", Ty::I64, Expr::Op(Op::IAdd, vec![kk, Atom::I64(-1)]));
+                this.emit(Stmt::Set(k.clone(), j.clone()));
+                let f = this.let_("f", et, Expr::Index(fsa.clone(), j, site));
+                let x = this.let_("x", dom_t, Expr::Take(w.clone()));
+                let a0 = this.let_("a", cod_t, Expr::Take(acc.clone()));
+                let r = this.let_("r", cod_t, Expr::Call(acc_apply, vec![f, x, a0]));
+                let g = this.let_("g", git, Expr::Proj(r.clone(), 0));
+                let s = this.let_("s", ait, Expr::Proj(r, 1));
+                let za = this.let_("z", ait, Expr::Zero(ait));
+                let a1 = this.let_("a", cod_t, Expr::Tuple(vec![g, za]));
+                this.emit(Stmt::Set(acc.clone(), a1));
+                let zb = this.let_("z", bit, Expr::Zero(bit));
+                let next = this.let_("w", dom_t, Expr::Tuple(vec![s, zb]));
+                this.emit(Stmt::Set(w.clone(), next));
+                Ok(Atom::Unit)
+            })?;
+            self.emit(Stmt::Loop(body));
+            let a = self.let_("a", cod_t, Expr::Take(acc));
+            let g = self.let_("g", git, Expr::Proj(a, 0));
+            let wl = self.let_("w", dom_t, Expr::Take(w));
+            let s = self.let_("s", ait, Expr::Proj(wl, 0));
+            let r = self.let_("r", cod_t, Expr::Tuple(vec![g, s]));
+            self.add_value(&r, d)
+        }
+    }
+
     /// Adds a materialised linear value into a destination.
     fn add_value(&mut self, x: &Atom, d: Dest) -> Result<()> {
         deep(|| {
@@ -979,7 +1268,7 @@ impl Lowering {
                 None => panic!("internal error: unbound linear variable {u:?}"),
             },
             K::Zero(_) => Ok(()),
-            K::Chain(..) => Err(super::unsupported_loop(l.span)),
+            K::Chain(fs, a, rev) => self.chain(fs, a, *rev, env, lenv, d),
             K::Plus(..) if d.scaled => {
                 // c * (a + b): the sum first (see `Dest::scaled`).
                 let ty = d.ty.clone();

@@ -81,6 +81,15 @@ struct ClosureEnum {
     arms: Vec<Option<Arm>>,
     /// The variants by λ node address (the node is kept alive by the free-variable cache).
     tags: FxHashMap<usize, u32>,
+    /// Each variant's λ and captured variables, by tag.
+    lams: Vec<(Owned, Rc<[TVar]>)>,
+    /// For linear functions, once asked for ([`Lowering::acc_apply_of`]): `acc_apply(f, x,
+    /// acc) = acc + f • x`, adding into the given accumulator (destination passing across
+    /// the call), and its arms.
+    acc_apply: Option<FuncId>,
+    acc_arms: Vec<Option<Arm>>,
+    /// `acc_apply`'s accumulator, moved into a mutable variable that the arm taken takes.
+    acc_in: Option<MutVar>,
 }
 
 /// A variant whose arm is still to be lowered.
@@ -91,6 +100,8 @@ struct Pending {
     lam: Owned,
     /// The captured variables, in payload order.
     captured: Rc<[TVar]>,
+    /// The arm of the enum's `acc_apply` (not `apply`).
+    acc: bool,
 }
 
 /// Builds one IR program.
@@ -316,26 +327,46 @@ impl Lowering {
                 .closures
                 .get_mut(&p.enum_ty)
                 .expect("a pending variant's enum");
-            ce.arms[p.tag as usize] = Some(arm);
+            if p.acc {
+                ce.acc_arms[p.tag as usize] = Some(arm);
+            } else {
+                ce.arms[p.tag as usize] = Some(arm);
+            }
         }
-        let mut enums: Vec<(Ty, FuncId, Vec<Arm>)> = Vec::new();
+        let mut enums: Vec<(Ty, FuncId, Vec<Arm>, Option<MutVar>)> = Vec::new();
         for (t, ce) in self.closures.drain() {
             let arms = ce
                 .arms
                 .into_iter()
                 .map(|a| a.expect("every variant's arm is lowered"))
                 .collect();
-            enums.push((t, ce.apply, arms));
+            enums.push((t, ce.apply, arms, None));
+            if let Some(f) = ce.acc_apply {
+                let arms = ce
+                    .acc_arms
+                    .into_iter()
+                    .map(|a| a.expect("every variant's accumulating arm is lowered"))
+                    .collect();
+                enums.push((t, f, arms, ce.acc_in));
+            }
         }
-        for (_, f, arms) in enums {
-            let func = &self.prog.funcs[f.0 as usize];
+        for (_, f, arms, acc_in) in enums {
+            let func = self.prog.funcs[f.0 as usize].clone();
             let (scrutinee, ret) = (func.params[0].clone(), func.ret);
             let r = self.prog.var("r", ret);
+            let mut stmts = Vec::new();
+            if let Some(m) = acc_in {
+                // `mut acc = acc_param`: the arm taken moves it (`take`), so an unshared
+                // accumulator is updated in place.
+                let p = func.params[2].clone();
+                stmts.push(Stmt::Mut(m, Expr::Atom(Atom::Var(p))));
+            }
+            stmts.push(Stmt::Let(
+                r.clone(),
+                Expr::Match(Atom::Var(scrutinee), arms),
+            ));
             self.prog.funcs[f.0 as usize].body = Block {
-                stmts: vec![Stmt::Let(
-                    r.clone(),
-                    Expr::Match(Atom::Var(scrutinee), arms),
-                )],
+                stmts,
                 result: Atom::Var(r),
             };
         }
@@ -642,9 +673,44 @@ impl Lowering {
                 apply,
                 arms: Vec::new(),
                 tags: FxHashMap::default(),
+                lams: Vec::new(),
+                acc_apply: None,
+                acc_arms: Vec::new(),
+                acc_in: None,
             },
         );
         t
+    }
+
+    /// The accumulating apply function of a linear-function enum `t` (`acc_apply(f, x, acc) =
+    /// acc + f • x`), made on first use with an arm for every variant, present and future.
+    fn acc_apply_of(&mut self, t: Ty) -> FuncId {
+        if let Some(f) = self.closures[&t].acc_apply {
+            return f;
+        }
+        let apply = self.closures[&t].apply;
+        let func = self.prog.func(apply).clone();
+        let f = self.prog.var("f", t);
+        let x = self.prog.var("x", func.params[1].ty);
+        let acc = self.prog.var("acc", func.ret);
+        let name = format!("acc_{}", func.name);
+        let g = self.add_func(&name, vec![f, x, acc], func.ret, Block::unit(vec![]));
+        let m = self.prog.mut_var("acc", func.ret);
+        let ce = self.closures.get_mut(&t).expect("checked");
+        ce.acc_apply = Some(g);
+        ce.acc_in = Some(m);
+        ce.acc_arms = vec![None; ce.lams.len()];
+        let lams = ce.lams.clone();
+        for (tag, (lam, captured)) in lams.into_iter().enumerate() {
+            self.pending.push(Pending {
+                enum_ty: t,
+                tag: tag as u32,
+                lam,
+                captured,
+                acc: true,
+            });
+        }
+        g
     }
 
     /// The apply function of a closure enum and its kind.
@@ -732,6 +798,11 @@ impl Lowering {
         let tag = ce.arms.len() as u32;
         ce.arms.push(None);
         ce.tags.insert(addr(lam), tag);
+        ce.lams.push((Owned::of(lam), captured.clone()));
+        let acc = ce.acc_apply.is_some();
+        if acc {
+            ce.acc_arms.push(None);
+        }
         let payload: Vec<Ty> = captured.iter().map(|x| self.var_ty(x)).collect::<Vec<_>>();
         let payload = self.prog.types.tuple(payload);
         let name = match lam {
@@ -749,7 +820,17 @@ impl Lowering {
             tag,
             lam: Owned::of(lam),
             captured: captured.clone(),
+            acc: false,
         });
+        if acc {
+            self.pending.push(Pending {
+                enum_ty: e,
+                tag,
+                lam: Owned::of(lam),
+                captured: captured.clone(),
+                acc: true,
+            });
+        }
         (tag, captured)
     }
 
@@ -812,7 +893,17 @@ impl Lowering {
     /// the apply function's argument.
     fn arm(&mut self, p: &Pending) -> Result<Arm> {
         let (f, kind) = self.apply_of(p.enum_ty);
+        let f = match (p.acc, self.closures[&p.enum_ty].acc_apply) {
+            (true, Some(g)) => g,
+            _ => f,
+        };
         let func = self.prog.func(f).clone();
+        // `acc_apply`'s accumulator: the arm adds into it instead of a zero.
+        let acc_in = self.closures[&p.enum_ty].acc_in.clone();
+        let acc_init = |acc_ty: Ty| match &acc_in {
+            Some(m) if p.acc => Expr::Take(m.clone()),
+            _ => Expr::Zero(acc_ty),
+        };
         let arg = func.params[1].clone();
         let payload_ty = self.prog.types.enum_def(p.enum_ty).variants[p.tag as usize].1;
         let bind = self.prog.var("env", payload_ty);
@@ -859,7 +950,7 @@ impl Lowering {
                     this.occ.analyse(Child::C(t));
                     let cod = this.type_of.linear(body);
                     let acc_ty = this.lin_ty(&cod);
-                    let acc = this.mut_("acc", acc_ty, Expr::Zero(acc_ty));
+                    let acc = this.mut_("acc", acc_ty, acc_init(acc_ty));
                     let mut lenv = linear::LEnv::new();
                     lenv.insert(v.id, linear::LBind::Mat(Atom::Var(arg.clone())));
                     let d = this.dest_of_place(&super::Place::of(&acc), &cod);
@@ -951,16 +1042,4 @@ pub fn value_ty(types: &mut super::Types, t: &crate::types::Type) -> Ty {
 /// Whether the IR type is an enum.
 pub fn is_enum(types: &super::Types, t: Ty) -> bool {
     matches!(types.kind(t), TyKind::Enum(_))
-}
-
-/// The error for the loop forms of the target language (`loop`, `loopTape`, `lchain`), which
-/// the native backend does not lower yet (the IR's `Stmt::Loop` can carry them; issue 22).
-pub(crate) fn unsupported_loop(at: crate::error::Span) -> Error {
-    Error::new(
-        ErrorKind::Unsupported,
-        "loops (`loop`, `fold`, `iterate`, `while` and their derivatives) are not yet supported \
-         by the native backend",
-    )
-    .with_note("run this program on the execution engine (the default)")
-    .or_span(at)
 }
