@@ -146,6 +146,7 @@ impl TestProgram {
             ret: self.entry.body.ty.clone(),
             body: self.entry.body.clone(),
             deps: vec![],
+            rec: false,
             span: Span::default(),
         };
         defs_to_string(&Program { defs: vec![def] }, &[0], 100)

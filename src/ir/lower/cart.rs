@@ -320,6 +320,7 @@ impl Lowering {
                 SVal::Dyn(self.let_("n", Ty::I64, Expr::Len(xs)))
             }
             K::Loop(..) => return Err(super::unsupported_loop(t.span)),
+            K::Fix(_, at) => return Err(super::unsupported_recursion(*at)),
             K::Replicate(n, x) => {
                 let n = self.atom(n, env)?;
                 let x = self.atom(x, env)?;

@@ -955,6 +955,16 @@ pub fn is_enum(types: &super::Types, t: Ty) -> bool {
 
 /// The error for the loop forms of the target language (`loop`, `loopTape`, `lchain`), which
 /// the native backend does not lower yet (the IR's `Stmt::Loop` can carry them; issue 22).
+pub(crate) fn unsupported_recursion(at: crate::error::Span) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        "recursive definitions (`def rec`) and their derivatives are not supported by the \
+         native backend",
+    )
+    .with_note("run this program on the execution engine (the default)")
+    .or_span(at)
+}
+
 pub(crate) fn unsupported_loop(at: crate::error::Span) -> Error {
     Error::new(
         ErrorKind::Unsupported,
