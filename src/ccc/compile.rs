@@ -523,11 +523,12 @@ impl Compiler {
                 let sigma = self.bind(&pg, false);
                 let bodyc = self.under(&Pat::Var(x.clone()), body);
                 self.pop(&pg);
-                let ctx = Comb::pair(gamma, rec);
-                let ctx = match sigma {
-                    Some(sigma) => Comb::compose(sigma, ctx),
-                    None => ctx,
+                // σ : Γ → Γ' rearranges the context before `g` is bound (skew-binary merge).
+                let gamma = match sigma {
+                    Some(sigma) => Comb::compose(sigma, gamma),
+                    None => gamma,
                 };
+                let ctx = Comb::pair(gamma, rec);
                 Comb::compose(bodyc, Comb::pair(ctx, arg))
             }
             _ => {
