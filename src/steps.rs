@@ -39,7 +39,8 @@ pub fn step(at: Span) -> Result<()> {
     });
     if used > limit {
         let e = Error::runtime(format!(
-            "the program ran more than {limit} loop steps (the limit set by --max-steps)"
+            "the program ran more than {limit} loop steps and recursive calls (the limit set by \
+             --max-steps)"
         ));
         // An unknown position (`Span::default()`) is left for the caller to fill in.
         return Err(if at == Span::default() {

@@ -335,7 +335,8 @@ impl<'r> Checker<'r> {
         if self.current.as_deref() == Some(name) {
             return e.with_note(format!(
                 "`{name}` is not in scope in its own body: a plain `def` cannot be recursive \
-                 (write the repetition with `loop`, `fold`, `iterate` or `while`)"
+                 (write `def rec {name} (x : T) .. : R = ..`, or the repetition with `loop`, \
+                 `fold`, `iterate` or `while`)"
             ));
         }
         if let Some(hint) = sugar::synonym(name) {
