@@ -70,6 +70,12 @@ fn emitted_modules_compile_without_warnings() {
                 );
                 continue;
             }
+            // Neither does recursion (`def rec`), the same way.
+            Err(e) if e.0.contains("recursive definitions (`def rec`) and their derivatives are not supported by the native backend") => {
+                let text = std::fs::read_to_string(p).unwrap();
+                assert!(text.contains("def rec "), "{}: {e}", p.display());
+                continue;
+            }
             Err(e) => panic!("{}: {e}", p.display()),
         };
         compiled += 1;
