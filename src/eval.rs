@@ -210,6 +210,7 @@ fn eval_node(t: &Term, env: &Env) -> Result<Value> {
             let x = eval(x, env)?;
             crate::steps::run_loop(|s| f.apply(s), x, t.span)?
         }
+        K::Fix(f) => crate::steps::FixClosure::value(eval(f, env)?, t.span),
     })
 }
 

@@ -7,7 +7,8 @@
 //! * `define` of a module loads its program and compiles the primal and the gradient once
 //!   (`success: false` with an error for a module chad does not implement); its answer's
 //!   `backend` says where the functions run: `--backend native` falls back to the engine for
-//!   a program the native backend cannot lower (loops, for now: ode, lstm, det);
+//!   a program the native backend cannot lower (recursion, for now) and for forward mode
+//!   (ht's Jacobian);
 //! * `evaluate` converts the JSON input into chad values, runs the function until both
 //!   `min_runs` and `min_seconds` are reached (one `evaluate` timing per run; the conversions
 //!   are not timed) and converts the result into the eval's JSON output;
@@ -334,8 +335,8 @@ impl Module {
         };
         let (runner, ran_on) = match backend {
             Backend::Engine => (engine()?, Backend::Engine),
-            // A program the native backend cannot lower (loops, for now) runs on the engine;
-            // `define` says so in its answer.
+            // A program the native backend cannot lower (recursion, for now) runs on the
+            // engine; `define` says so in its answer.
             Backend::Native if forward => (engine()?, Backend::Engine),
             Backend::Native => match native() {
                 Ok(r) => (r, Backend::Native),

@@ -284,8 +284,8 @@ struct RunArgs {
     /// Read the arguments as a JSON array instead.
     #[arg(long, value_name = "PATH")]
     args_file: Option<PathBuf>,
-    /// Stop with a runtime error when loops (`loop`, `fold`, `iterate`, `while`) run more
-    /// than N steps in total.
+    /// Stop with a runtime error when loops (`loop`, `fold`, `iterate`, `while`) and recursive
+    /// calls (`def rec`) run more than N steps in total.
     #[arg(long, value_name = "N")]
     max_steps: Option<u64>,
 }

@@ -85,6 +85,11 @@ pub struct Config {
     /// rest of the context) and on a real-valued condition with a step bound (`while`). Off by
     /// default.
     pub loops: bool,
+    /// Recursion: `fix` (what `def rec` elaborates to) with structural fuel, an `Int` counter
+    /// that every recursive call decreases, non-tail (the calls' results are used after them)
+    /// and tree-shaped (two calls per level). Off by default (the native backend does not
+    /// lower recursion, and `fix` inside an expression has no surface syntax).
+    pub recursion: bool,
     /// Also generate near-duplicate subterms that a common-subexpression pass must keep apart:
     /// `let p = e in op (fst p) ⋆ op (snd p)` for a unary primitive `op` and a binary `⋆`,
     /// and `f (fst p) (snd p) ⋆ f (snd p) (fst p)` for a binary `f` (issue 27: random
@@ -110,6 +115,7 @@ impl Default for Config {
             array_bias: false,
             sum_bias: false,
             loops: false,
+            recursion: false,
             near_duplicates: false,
         }
     }
@@ -146,6 +152,7 @@ impl TestProgram {
             ret: self.entry.body.ty.clone(),
             body: self.entry.body.clone(),
             deps: vec![],
+            rec: false,
             span: Span::default(),
         };
         defs_to_string(&Program { defs: vec![def] }, &[0], 100)
@@ -1035,6 +1042,9 @@ impl Gen {
         if cfg.loops {
             self.loop_forms(&ty, d, &mut opts);
         }
+        if cfg.recursion {
+            self.rec_forms(&ty, d, &mut opts);
+        }
         Union::new_weighted(opts).boxed()
     }
 
@@ -1161,6 +1171,81 @@ impl Gen {
                             let step = mk(TermKind::Let(pair_pat(&k, &s), Term::var(&st), step));
                             let init = mk(TermKind::Pair(int(0), x0));
                             mk(TermKind::Loop(mk(TermKind::Lam(st.clone(), step)), init))
+                        })
+                        .boxed()
+                }),
+            ));
+        }
+    }
+
+    /// Recursive functions of result type `ty` (see [`Config::recursion`]), terminating by
+    /// construction: the state carries an `Int` fuel `k` that every call decreases, and `k <= 0`
+    /// is the base case:
+    ///
+    /// ```text
+    /// (fix (\g -> \st -> let (k, s) = st in
+    ///    if k <= 0 then base
+    ///    else let r1 = g (k - 1, next1) in [let r2 = g (k - 1, next2) in] body)) (n, x0)
+    /// ```
+    ///
+    /// with `base`, `next1`, `next2` terms of the state `s` and the context, and `body` of `s`,
+    /// the calls' results and the context (so the recursion is not a tail call).
+    fn rec_forms(&self, ty: &Type, d: u32, opts: &mut Vec<(u32, S)>) {
+        let st_ty = Type::prod(Type::Int, ty.clone());
+        let fty = Type::fun(st_ty.clone(), ty.clone());
+        for tree in [false, true] {
+            let g = self.clone();
+            let (ty, st_ty, fty) = (ty.clone(), st_ty.clone(), fty.clone());
+            opts.push((
+                if tree { 1 } else { 3 },
+                lazy(move || {
+                    let int = |k: i64| mk(TermKind::Lit(Lit::Int(k)));
+                    let p2 =
+                        |op: &str, a: Term, b: Term| mk(TermKind::Prim(prim::op(op), vec![a, b]));
+                    let gv = Var::fresh("rec", fty.clone());
+                    let st = Var::fresh("st", st_ty.clone());
+                    let k = Var::fresh("k", Type::Int);
+                    let s = Var::fresh(fresh_name(&ty), ty.clone());
+                    let r1 = Var::fresh("r", ty.clone());
+                    let r2 = Var::fresh("r", ty.clone());
+                    let inner = g.with(&[&s]);
+                    let after = if tree {
+                        g.with(&[&s, &r1, &r2])
+                    } else {
+                        g.with(&[&s, &r1])
+                    };
+                    (
+                        0i64..=if tree { 2 } else { 4 },
+                        g.term(&ty, d),
+                        inner.term(&ty, d),
+                        inner.term(&ty, d),
+                        inner.term(&ty, d),
+                        after.term(&ty, d),
+                    )
+                        .prop_map(move |(n, x0, base, next1, next2, body)| {
+                            let call = |next: Term| {
+                                let arg =
+                                    mk(TermKind::Pair(p2("isub", Term::var(&k), int(1)), next));
+                                mk(TermKind::App(Term::var(&gv), arg))
+                            };
+                            let mut rest = body;
+                            if tree {
+                                rest = mk(TermKind::Let(Pat::Var(r2.clone()), call(next2), rest));
+                            }
+                            rest = mk(TermKind::Let(Pat::Var(r1.clone()), call(next1), rest));
+                            let step =
+                                mk(TermKind::If(p2("ile", Term::var(&k), int(0)), base, rest));
+                            let pat = Pat::Pair(
+                                Box::new(Pat::Var(k.clone())),
+                                Box::new(Pat::Var(s.clone())),
+                            );
+                            let step = mk(TermKind::Let(pat, Term::var(&st), step));
+                            let f = mk(TermKind::Lam(
+                                gv.clone(),
+                                mk(TermKind::Lam(st.clone(), step)),
+                            ));
+                            let init = mk(TermKind::Pair(int(n), x0));
+                            mk(TermKind::App(mk(TermKind::Fix(f)), init))
                         })
                         .boxed()
                 }),
@@ -1661,6 +1746,25 @@ pub fn features(p: &TestProgram) -> std::collections::BTreeSet<&'static str> {
                 }
                 if free_vars(f).iter().any(|v| !matches!(v.ty, Type::Array(_))) {
                     out.insert("loop capturing a variable");
+                }
+            }
+            TermKind::Fix(f) => {
+                out.insert("recursion");
+                let (g, _, body) = crate::source::term::fix_parts(f);
+                let mut calls = 0;
+                let mut stack = vec![&body];
+                while let Some(t) = stack.pop() {
+                    if matches!(&t.kind, TermKind::App(h, _) if matches!(&h.kind, TermKind::Var(v) if v.id == g.id))
+                    {
+                        calls += 1;
+                    }
+                    stack.extend(t.children());
+                }
+                if calls >= 2 {
+                    out.insert("tree recursion");
+                }
+                if !free_vars(f).is_empty() {
+                    out.insert("recursion capturing a variable");
                 }
             }
             TermKind::Length(..) => _ = out.insert("length"),

@@ -36,7 +36,8 @@ pub fn remaining() -> Option<u64> {
 /// The error of a program that ran more than `limit` loop steps.
 pub fn exceeded(limit: u64) -> Error {
     Error::runtime(format!(
-        "the program ran more than {limit} loop steps (the limit set by --max-steps)"
+        "the program ran more than {limit} loop steps and recursive calls (the limit set by \
+         --max-steps)"
     ))
 }
 
@@ -173,5 +174,85 @@ pub fn chain(
             w = step(k)?.apply_owned(Lin::pair(g.clone(), w.from_left()))?;
         }
         Ok(w.from_right())
+    }
+}
+
+// ----- recursion (`def rec`) -----
+
+/// The default recursion depth limit: nested calls of recursive functions (`def rec`) that
+/// may be active at once.
+pub const DEFAULT_MAX_DEPTH: u64 = 100_000;
+
+thread_local! {
+    static MAX_DEPTH: Cell<u64> = const { Cell::new(DEFAULT_MAX_DEPTH) };
+    static DEPTH: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Sets the recursion depth limit (nested active calls of recursive functions).
+pub fn set_max_depth(limit: u64) {
+    MAX_DEPTH.with(|l| l.set(limit));
+}
+
+/// The recursion depth limit in force.
+pub fn max_depth() -> u64 {
+    MAX_DEPTH.with(|l| l.get())
+}
+
+/// Restores the depth counter when a call returns (or unwinds).
+struct DepthGuard;
+
+impl Drop for DepthGuard {
+    fn drop(&mut self) {
+        DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
+
+/// Runs one call of a recursive function defined at `at`: takes one step of the
+/// `--max-steps` budget, counts the call against the recursion depth limit (a runtime error
+/// at `at` past it), and runs `body` through [`crate::deep::deep`], so the Rust stack grows
+/// by segments instead of overflowing. Every evaluator's fixpoint goes through here.
+pub fn recursive_call<T>(at: Span, body: impl FnOnce() -> Result<T>) -> Result<T> {
+    step(at)?;
+    let limit = max_depth();
+    let depth = DEPTH.with(|d| d.get()) + 1;
+    if depth > limit {
+        let e = Error::runtime(format!(
+            "recursion deeper than {limit} nested calls (the recursion depth limit) in this \
+             recursive definition"
+        ));
+        return Err(if at == Span::default() {
+            e
+        } else {
+            e.with_span(at)
+        });
+    }
+    DEPTH.with(|d| d.set(depth));
+    let _guard = DepthGuard;
+    crate::deep::deep(body)
+}
+
+/// `fix F` on values, for a functional `F : (A → B) → (A → B)` (a closure): the function
+/// `g` with `g a = F g a`. Each application is one [`recursive_call`] at `at`. Shared by the
+/// evaluators whose function values are [`crate::value::Closure`]s (source, target, engine).
+pub struct FixClosure {
+    /// The functional `F`.
+    pub functional: crate::value::Value,
+    /// The recursive definition's position (for the depth and step limits' errors).
+    pub at: Span,
+}
+
+impl FixClosure {
+    /// The fixpoint `fix F` as a function value.
+    pub fn value(functional: crate::value::Value, at: Span) -> crate::value::Value {
+        crate::value::Value::Closure(std::rc::Rc::new(FixClosure { functional, at }))
+    }
+}
+
+impl crate::value::Closure for FixClosure {
+    fn apply(&self, arg: crate::value::Value) -> Result<crate::value::Value> {
+        recursive_call(self.at, || {
+            let me = FixClosure::value(self.functional.clone(), self.at);
+            self.functional.apply(me)?.apply(arg)
+        })
     }
 }

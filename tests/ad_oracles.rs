@@ -456,3 +456,26 @@ fn dual_numbers_agree_with_forward_chad_on_loop_programs() {
 fn jacobians_agree_on_loop_programs() {
     jacobians_agree(loop_heavy(), cases(300), LOOPS);
 }
+
+/// Recursive programs (`fix` with structural fuel, non-tail and tree-shaped; see
+/// `tests/logical_relations.rs`), first-order results.
+fn rec_heavy() -> Config {
+    Config {
+        sums: true,
+        conditionals: true,
+        recursion: true,
+        ..config(true)
+    }
+}
+
+const RECURSION: Requirements = &[("recursion", 0.5), ("tree recursion", 0.1)];
+
+#[test]
+fn dual_numbers_agree_with_forward_chad_on_recursive_programs() {
+    dual_agrees_with_forward(rec_heavy(), cases(200), RECURSION);
+}
+
+#[test]
+fn jacobians_agree_on_recursive_programs() {
+    jacobians_agree(rec_heavy(), cases(200), RECURSION);
+}

@@ -121,3 +121,14 @@ fn agree_on_loop_programs() {
     };
     check_config(cfg, common::cases(200), 0.5);
 }
+
+#[test]
+fn agree_on_recursive_programs() {
+    // Recursion (`fix` with structural fuel, non-tail and tree-shaped) through `fix(h)`.
+    let cfg = Config {
+        recursion: true,
+        higher_order_result: true,
+        ..Config::default()
+    };
+    check_config(cfg, common::cases(200), 0.5);
+}

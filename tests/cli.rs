@@ -1514,8 +1514,8 @@ fn iteration_errors_are_clear() {
             "a plain `def` cannot be recursive",
         ),
         (
-            "def rec f (x : Real) : Real = f x\n",
-            "recursive definitions (`def rec`) are not supported yet",
+            "def rec f (x : Real) = f x\n",
+            "the recursive definition `f` needs its result type",
         ),
         (
             "def f (xs : Array Real) : Array Real = scan (\\(a : Real) (x : Real) -> a + x) 0.0 xs\n",

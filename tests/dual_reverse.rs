@@ -881,3 +881,15 @@ fn agrees_with_reverse_chad_on_loop_programs() {
     };
     agrees_with_reverse_chad(loops, cases(200), &[("loop", 0.5)]);
 }
+
+#[test]
+fn agrees_with_reverse_chad_on_recursive_programs() {
+    // (Sums off, as for loops: enough non-zero gradients.)
+    let rec = Config {
+        sums: false,
+        conditionals: true,
+        recursion: true,
+        ..functions(true)
+    };
+    agrees_with_reverse_chad(rec, cases(200), &[("recursion", 0.5)]);
+}

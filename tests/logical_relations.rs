@@ -722,3 +722,35 @@ fn forward_chad_fundamental_lemma_on_loop_programs() {
 fn reverse_chad_fundamental_lemma_on_loop_programs() {
     run_lemma_with(Mode::Reverse, loop_heavy(), cases(250), LOOPS);
 }
+
+/// Recursion-heavy programs ([`Config::recursion`]): `fix` (what `def rec` is) with an `Int`
+/// fuel, non-tail and tree-shaped calls, states of any type (functions included), capturing
+/// the context.
+fn rec_heavy() -> Config {
+    // (Arrays off: out-of-range indices in the random bodies made too many programs fail at
+    // their inputs; recursion over arrays is covered by the examples, `det` and `cfrac`.)
+    Config {
+        sums: true,
+        conditionals: true,
+        arrays: false,
+        recursion: true,
+        ..ad_config()
+    }
+}
+
+/// The share of related recursive programs that must contain each form.
+const RECURSION: common::Requirements = &[
+    ("recursion", 0.5),
+    ("tree recursion", 0.1),
+    ("recursion capturing a variable", 0.2),
+];
+
+#[test]
+fn forward_chad_fundamental_lemma_on_recursive_programs() {
+    run_lemma_with(Mode::Forward, rec_heavy(), cases(200), RECURSION);
+}
+
+#[test]
+fn reverse_chad_fundamental_lemma_on_recursive_programs() {
+    run_lemma_with(Mode::Reverse, rec_heavy(), cases(200), RECURSION);
+}

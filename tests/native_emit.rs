@@ -59,6 +59,13 @@ fn emitted_modules_compile_without_warnings() {
     for (k, p) in programs().iter().enumerate() {
         let out = match chad::build::compile_to(p, &dir, &Registry::builtin()) {
             Ok(out) => out,
+            // Recursion (`def rec`) does not lower to native code yet (note 07): the one error
+            // allowed, and only for a program that has one.
+            Err(e) if e.0.contains("recursive definitions (`def rec`) and their derivatives are not supported by the native backend") => {
+                let text = std::fs::read_to_string(p).unwrap();
+                assert!(text.contains("def rec "), "{}: {e}", p.display());
+                continue;
+            }
             Err(e) => panic!("{}: {e}", p.display()),
         };
         compiled += 1;

@@ -800,4 +800,26 @@ impl Iteration for Forward {
             }))
         })
     }
+
+    fn fix(&self, h: Mor, z: &Type, b: &Type, at: Span) -> Result<Mor> {
+        // F(fix h) = (fix (λg. λz. let (c, f') = F(h)[(g, z)] in (c, λ̲dz. f' • (0, dz)))) x
+        // The recursive function is closed, so its tangent is 0: each call's tangent is its
+        // argument's pushed through the call's own derivative (`F(eval)` uses it).
+        let zb = Type::fun(z.clone(), b.clone());
+        let g = Var::fresh(name("g"), self.primal(&zb));
+        let zv = Var::fresh(name("z"), self.primal(z));
+        let cv = Var::fresh(name("c"), self.primal(b));
+        let df = Var::fresh(name("df"), self.derivative(&h.dom, b));
+        let dz = Var::linear(name("dz"), self.tangent(z));
+        let d = LTerm::pair(LTerm::zero(self.tangent(&zb)), LTerm::var(&dz));
+        let arg = Term::lin_lam(&dz, LTerm::app(Term::var(&df), d));
+        let call = Term::let_(&h.x, Term::pair(Term::var(&g), Term::var(&zv)), h.body);
+        let step = Term::let_pat(
+            Pat::Pair(Box::new(Pat::Var(cv.clone())), Box::new(Pat::Var(df))),
+            call,
+            Term::pair(Term::var(&cv), arg),
+        );
+        let fixed = Term::mk(TermKind::Fix(Term::lam(&g, Term::lam(&zv, step)), at));
+        new_mor(self, z, b, |x| Term::app(fixed, Term::var(x)))
+    }
 }

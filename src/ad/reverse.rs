@@ -886,4 +886,26 @@ impl Iteration for Reverse {
             }))
         })
     }
+
+    fn fix(&self, h: Mor, z: &Type, b: &Type, at: Span) -> Result<Mor> {
+        // R(fix h) = (fix (λg. λz. let (c, f') = R(h)[(g, z)] in (c, λ̲v. snd (f' • v)))) x
+        // The recursive function is closed: the cotangent `h` returns for it (the copower of
+        // its calls) is dropped, and each call's cotangent reaches its argument through the
+        // call's own derivative (`R(eval)` applies it), so every call is backpropagated once.
+        let zb = Type::fun(z.clone(), b.clone());
+        let g = Var::fresh(name("g"), self.primal(&zb));
+        let zv = Var::fresh(name("z"), self.primal(z));
+        let cv = Var::fresh(name("c"), self.primal(b));
+        let df = Var::fresh(name("df"), self.derivative(&h.dom, b));
+        let v = Var::linear(name("v"), self.cotangent(b));
+        let arg = Term::lin_lam(&v, LTerm::snd(LTerm::app(Term::var(&df), LTerm::var(&v))));
+        let call = Term::let_(&h.x, Term::pair(Term::var(&g), Term::var(&zv)), h.body);
+        let step = Term::let_pat(
+            Pat::Pair(Box::new(Pat::Var(cv.clone())), Box::new(Pat::Var(df))),
+            call,
+            Term::pair(Term::var(&cv), arg),
+        );
+        let fixed = Term::mk(TermKind::Fix(Term::lam(&g, Term::lam(&zv, step)), at));
+        new_mor(self, z, b, |x| Term::app(fixed, Term::var(x)))
+    }
 }

@@ -476,7 +476,71 @@ impl Compiler {
                     Comb::compose(Comb::iter(Comb::eval(a, ab), span), Comb::pair(fc, xc))
                 }
             },
+            K::Fix(f) => self.fix(f, span),
         }
+    }
+
+    /// `fix F` (`F : (A → B) → (A → B)`) in the context `Γ`, lambda-lifted: `curry(fix(h))`
+    /// with `h : ((Γ × A) ⇒ B) × (Γ × A) → B` and `Z = Γ × A`, where `h (s, (γ, a))` runs the
+    /// body with the recursive function bound to `λa'. s (γ, a')` (a closure over `s` and
+    /// `γ`). So the fixpoint itself is closed, and the context reaches the recursive calls
+    /// as part of their argument. For `F = \g -> \x -> body`, `h` is `body` compiled in
+    /// `Γ, g, x`; for any other `F`, `h = eval ∘ ⟨eval ∘ ⟨F' ∘ γ, g⟩, a⟩`.
+    fn fix(&mut self, f: &Term, span: Span) -> Comb {
+        use TermKind as K;
+        let (gt, _) = f.ty.as_fun().expect("typed");
+        let (a, b) = gt.as_fun().expect("typed");
+        let (a, b) = (a.clone(), b.clone());
+        let g = self.ctx().clone();
+        let z = Type::prod(g.clone(), a.clone());
+        let zb = Type::fun(z.clone(), b.clone());
+        let d = Type::prod(zb.clone(), z.clone());
+        let s = Comb::fst_of(&d);
+        let zz = Comb::snd_of(&d);
+        let gamma = Comb::compose(Comb::fst_of(&z), zz.clone());
+        let arg = Comb::compose(Comb::snd_of(&z), zz);
+        // k : ((Z ⇒ B) × Γ) × A → B = eval ∘ ⟨fst ∘ fst, ⟨snd ∘ fst, snd⟩⟩
+        let sg = Type::prod(zb.clone(), g.clone());
+        let k_dom = Type::prod(sg.clone(), a.clone());
+        let k_fst = Comb::fst_of(&k_dom);
+        let k = Comb::compose(
+            Comb::eval(&z, &b),
+            Comb::pair(
+                Comb::compose(Comb::fst_of(&sg), k_fst.clone()),
+                Comb::pair(
+                    Comb::compose(Comb::snd_of(&sg), k_fst),
+                    Comb::snd_of(&k_dom),
+                ),
+            ),
+        );
+        let rec = Comb::compose(Comb::curry(k), Comb::pair(s, gamma.clone()));
+        let h = match &f.kind {
+            K::Lam(gv, inner) if matches!(inner.kind, K::Lam(..)) => {
+                let K::Lam(x, body) = &inner.kind else {
+                    unreachable!("matched above")
+                };
+                let pg = Pat::Var(gv.clone());
+                let sigma = self.bind(&pg, false);
+                let bodyc = self.under(&Pat::Var(x.clone()), body);
+                self.pop(&pg);
+                // σ : Γ → Γ' rearranges the context before `g` is bound (skew-binary merge).
+                let gamma = match sigma {
+                    Some(sigma) => Comb::compose(sigma, gamma),
+                    None => gamma,
+                };
+                let ctx = Comb::pair(gamma, rec);
+                Comb::compose(bodyc, Comb::pair(ctx, arg))
+            }
+            _ => {
+                let fc = self.term(f);
+                let inner = Comb::compose(
+                    Comb::eval(gt, gt),
+                    Comb::pair(Comb::compose(fc, gamma), rec),
+                );
+                Comb::compose(Comb::eval(&a, &b), Comb::pair(inner, arg))
+            }
+        };
+        Comb::curry(Comb::fix(h, span))
     }
 
     /// `map2 f xs ys`. The mapped combinator `h : Γ' × (A × B) → C` is built from the lambda

@@ -257,6 +257,31 @@ impl Iteration for Eval {
             )
         })
     }
+
+    fn fix(&self, h: Fun, _: &Type, _: &Type, at: Span) -> std::result::Result<Fun, Infallible> {
+        // fix(h)(z) = h(g, z) with g the closed function value of fix(h) itself.
+        fun(move |z| run_fix(&h, at, z.clone()))
+    }
+}
+
+/// One call of `fix(h)` at `z` (counted against the depth limit at `at`).
+fn run_fix(h: &Fun, at: Span, z: Value) -> Result<Value> {
+    crate::steps::recursive_call(at, || {
+        let me = Value::Closure(Rc::new(FixFun { h: h.clone(), at }));
+        h(&Value::pair(me, z))
+    })
+}
+
+/// The function value of `fix(h)`: calling it is one call of `fix(h)`.
+struct FixFun {
+    h: Fun,
+    at: Span,
+}
+
+impl Closure for FixFun {
+    fn apply(&self, arg: Value) -> Result<Value> {
+        run_fix(&self.h, self.at, arg)
+    }
 }
 
 impl Primitives for Eval {

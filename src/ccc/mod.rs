@@ -18,7 +18,13 @@
 //! index : Array A × Int → A     length : Array A → Int     replicate : Int × A → Array A
 //! array_n : A × (... × A) → Array A              (an array literal of n elements)
 //! it(f)   : Γ × A → B                            (f : Γ × A → A + B; iteration)
+//! fix(h)  : Z → B                                (h : (Z ⇒ B) × Z → B; recursion)
 //! ```
+//!
+//! `fix(h)` is the closed fixpoint: `fix(h) = h ∘ ⟨curry(fix(h) ∘ snd) ∘ bang, id⟩`, i.e. `h`
+//! is given the recursive function itself (a closed function value) and the argument. A
+//! `def rec` compiles to it after lambda lifting: its captured context is part of `Z`
+//! (`theory-notes/10-iteration.md`).
 //!
 //! `it(f)` is the iteration combinator of CHAD §11.2: from `(γ, a)` it applies `f` to
 //! `(γ, a)` while the result is `inl a'` (continuing from `a'`), and returns `b` at the first
@@ -196,6 +202,9 @@ pub enum CombKind {
     Array(usize),
     /// `it(f)`, with the location of the loop (for the step limit's error).
     Iter(Comb, Span),
+    /// `fix(h) : Z → B` for `h : (Z ⇒ B) × Z → B`, with the location of the recursive
+    /// definition (for the depth and step limits' errors).
+    Fix(Comb, Span),
 }
 
 /// A typed combinator (cheap to clone; immutable).
@@ -438,12 +447,30 @@ impl Comb {
         Comb::node(CombKind::Iter(f, at), dom, cod)
     }
 
+    /// `fix(h) : Z → B` for `h : (Z ⇒ B) × Z → B`.
+    #[track_caller]
+    pub fn fix(h: Comb, at: Span) -> Comb {
+        let (zb, z) = prod("fix", &h.dom);
+        let Some((z2, b)) = zb.as_fun() else {
+            panic!(
+                "internal error: fix(h) with h : {} → {}, not taking a function",
+                h.dom, h.cod
+            )
+        };
+        fits("fix argument", &z, z2);
+        fits("fix result", b, &h.cod);
+        let (dom, cod) = (z.clone(), h.cod.clone());
+        Comb::node(CombKind::Fix(h, at), dom, cod)
+    }
+
     /// The immediate sub-combinators.
     pub fn children(&self) -> SmallVec<[&Comb; 2]> {
         use CombKind::*;
         match &self.kind {
             Compose(a, b) | Pair(a, b) | Copair(a, b) => SmallVec::from_slice(&[a, b]),
-            Curry(a) | Map(a) | Map2(a, _) | Build(a, _) | Iter(a, _) => SmallVec::from_slice(&[a]),
+            Curry(a) | Map(a) | Map2(a, _) | Build(a, _) | Iter(a, _) | Fix(a, _) => {
+                SmallVec::from_slice(&[a])
+            }
             _ => SmallVec::new(),
         }
     }

@@ -181,6 +181,11 @@ pub trait Iteration: Category {
         a: &Type,
         b: &Type,
     ) -> Result<Self::Mor, Self::Error>;
+
+    /// `fix(h) : Z → B` for `h : (Z ⇒ B) × Z → B`: the recursive function `g` with
+    /// `g z = h (g, z)` (a closed function value), at `z`; `at` is the recursive definition
+    /// (every call counts against the depth limit there).
+    fn fix(&self, h: Self::Mor, z: &Type, b: &Type, at: Span) -> Result<Self::Mor, Self::Error>;
 }
 
 /// The generators: literal constants and primitive operations.
@@ -317,6 +322,10 @@ pub fn interpret<M: Model>(c: &Comb, m: &M) -> Result<M::Mor, M::Error> {
                 let (g, a) = prod(&f.dom);
                 let fm = interpret(f, m)?;
                 (m.iter(fm, &g, &a, &c.cod)?, Some(*at))
+            }
+            CombKind::Fix(h, at) => {
+                let hm = interpret(h, m)?;
+                (m.fix(hm, &c.dom, &c.cod, *at)?, Some(*at))
             }
         };
         Ok(match at {

@@ -198,6 +198,10 @@ impl Iteration for Printer {
     fn iter(&self, f: Chain, _: &Type, _: &Type, _: &Type) -> R {
         call("it", vec![f])
     }
+
+    fn fix(&self, h: Chain, _: &Type, _: &Type, _: crate::error::Span) -> R {
+        call("fix", vec![h])
+    }
 }
 
 impl Primitives for Printer {

@@ -175,6 +175,13 @@ impl Iteration for Typing {
         same("it function codomain", &s, &Type::sum(a.clone(), b.clone()))?;
         Ok((Type::prod(g.clone(), a.clone()), b.clone()))
     }
+
+    fn fix(&self, (d, s): Sig, z: &Type, b: &Type, _: crate::error::Span) -> R {
+        let zb = Type::fun(z.clone(), b.clone());
+        same("fix function domain", &d, &Type::prod(zb, z.clone()))?;
+        same("fix function codomain", &s, b)?;
+        Ok((z.clone(), b.clone()))
+    }
 }
 
 impl Primitives for Typing {

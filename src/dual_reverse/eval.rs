@@ -20,7 +20,7 @@
 use super::prims;
 use super::tape::{Id, NONE, Tape};
 use crate::deep::{Deep, deep};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Span};
 use crate::source::term::{Pat, Term, TermKind, Var, VarId};
 use crate::types::Type;
 use crate::value::{self, Value};
@@ -56,6 +56,9 @@ pub struct Lambda {
     param: Var,
     body: Term,
     env: Env,
+    /// For `fix f` (a recursive function): the variable the body calls itself by (bound to
+    /// this closure at each call) and the position of the definition.
+    fix: Option<(Var, Span)>,
 }
 
 /// An environment of dual values.
@@ -202,10 +205,19 @@ impl DVal {
     /// Applies a function value.
     pub fn apply(&self, arg: DVal, run: &mut Run) -> Result<DVal> {
         match self {
-            DVal::Fun(c) => {
-                let env = c.env.update(c.param.id, arg);
-                eval(&c.body, &env, run)
-            }
+            DVal::Fun(c) => match &c.fix {
+                None => {
+                    let env = c.env.update(c.param.id, arg);
+                    eval(&c.body, &env, run)
+                }
+                Some((g, at)) => crate::steps::recursive_call(*at, || {
+                    let env = c
+                        .env
+                        .update(g.id, DVal::Fun(c.clone()))
+                        .update(c.param.id, arg);
+                    eval(&c.body, &env, run)
+                }),
+            },
             other => invariant("a function", other),
         }
     }
@@ -271,6 +283,7 @@ fn eval_node(t: &Term, env: &Env, run: &mut Run) -> Result<DVal> {
             param: x.clone(),
             body: b.clone(),
             env: env.clone(),
+            fix: None,
         }))),
         K::App(f, a) => {
             let f = eval(f, env, run)?;
@@ -376,6 +389,15 @@ fn eval_node(t: &Term, env: &Env, run: &mut Run) -> Result<DVal> {
                     other => invariant("a sum", &other),
                 }
             }
+        }
+        K::Fix(f) => {
+            let (g, x, body) = crate::source::term::fix_parts(f);
+            DVal::Fun(Rc::new(Deep::new(Lambda {
+                param: x,
+                body,
+                env: env.clone(),
+                fix: Some((g, t.span)),
+            })))
         }
     })
 }

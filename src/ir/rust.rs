@@ -204,7 +204,7 @@ impl std::fmt::Display for Error {
             }
             ErrorKind::Steps { limit } => write!(
                 f,
-                "the program ran more than {limit} loop steps (the limit set by --max-steps)"
+                "the program ran more than {limit} loop steps and recursive calls (the limit set by --max-steps)"
             )?,
             ErrorKind::Prim { name, ints, real } => match *name {
                 "floor" => write!(f, "floor: {real} is not in the range of Int")?,

@@ -65,7 +65,7 @@
 //! for it.
 
 use crate::deep::{Deep, deep};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result, Span};
 use crate::prim::{Prim, Registry};
 use crate::source::term::{Entry, Pat, Term, TermKind, Var, VarId};
 use crate::types::Type;
@@ -101,6 +101,9 @@ pub struct DualClosure {
     param: Var,
     body: Term,
     env: Env,
+    /// For `fix f` (a recursive function): the variable the body calls itself by (bound to
+    /// this closure at each call) and the position of the definition.
+    fix: Option<(Var, Span)>,
 }
 
 impl fmt::Debug for DualClosure {
@@ -203,10 +206,19 @@ impl Dual {
     /// Applies a function value. Panics if the value is not a function (a typing invariant).
     pub fn apply(&self, arg: Dual) -> Result<Dual> {
         match self {
-            Dual::Fun(c) => {
-                let env = c.env.update(c.param.id, arg);
-                eval(&c.body, &env)
-            }
+            Dual::Fun(c) => match &c.fix {
+                None => {
+                    let env = c.env.update(c.param.id, arg);
+                    eval(&c.body, &env)
+                }
+                Some((g, at)) => crate::steps::recursive_call(*at, || {
+                    let env = c
+                        .env
+                        .update(g.id, Dual::Fun(c.clone()))
+                        .update(c.param.id, arg);
+                    eval(&c.body, &env)
+                }),
+            },
             other => panic!("internal error: applying {other:?}"),
         }
     }
@@ -382,6 +394,7 @@ fn eval_node(t: &Term, env: &Env) -> Result<Dual> {
             param: x.clone(),
             body: b.clone(),
             env: env.clone(),
+            fix: None,
         }))),
         K::App(f, a) => {
             let f = eval(f, env)?;
@@ -484,6 +497,15 @@ fn eval_node(t: &Term, env: &Env) -> Result<Dual> {
                     other => panic!("internal error: a loop step returned {other:?}"),
                 }
             }
+        }
+        K::Fix(f) => {
+            let (g, x, body) = crate::source::term::fix_parts(f);
+            Dual::Fun(Rc::new(Deep::new(DualClosure {
+                param: x,
+                body,
+                env: env.clone(),
+                fix: Some((g, t.span)),
+            })))
         }
     })
 }

@@ -246,6 +246,7 @@ impl<T: OccEntry> Occurrences<T> {
             | K::Inl(a, _)
             | K::Inr(_, a)
             | K::Length(a)
+            | K::Fix(a, _)
             | K::LinPrim(_, a) => work.push(C(a, d)),
             K::If(a, b, c) => work.extend([C(c, d + 1), C(b, d + 1), C(a, d)]),
             K::Map2(a, b, c) => work.extend([C(c, d), C(b, d), C(a, d)]),

@@ -438,6 +438,7 @@ fn same_kind(old: &TermKind, new: &TermKind) -> bool {
         | (K::Replicate(a, b), K::Replicate(c, d))
         | (K::LinApp(a, b), K::LinApp(c, d)) => s(a, c) && s(b, d),
         (K::Loop(a, b, t), K::Loop(c, d, u)) => t == u && s(a, c) && s(b, d),
+        (K::Fix(a, _), K::Fix(b, _)) => s(a, b),
         (K::Let(p, a, b), K::Let(q, c, d)) => same_pat(p, q) && s(a, c) && s(b, d),
         (K::Fst(a), K::Fst(b))
         | (K::Snd(a), K::Snd(b))
@@ -1623,6 +1624,10 @@ impl Pass<'_> {
                 self.branches = true;
                 let f2 = self.c(f);
                 mk(K::Loop(f2, self.c(x), *tape))
+            }
+            K::Fix(f, at) => {
+                self.branches = true;
+                mk(K::Fix(self.c(f), *at))
             }
             K::LinLam(v, l) => {
                 let body = self.lblock(l);

@@ -60,6 +60,7 @@ fn ty_(t: &Term, fuel: &mut u32) -> Option<Ty> {
                 r.as_sum()?.1.clone()
             }
         }
+        K::Fix(f, _) => ty_(f, fuel)?.as_fun()?.1.clone(),
         K::LinLam(v, l) => Ty::lin_fun(v.lin_ty()?.clone(), lty_(l, fuel)?),
         K::LinApp(f, _) => Ty::lin(ty_(f, fuel)?.as_lin_fun()?.1.clone()),
         K::LinPrim(k, _) => Ty::lin_fun(k.dom().clone(), k.cod().clone()),

@@ -81,22 +81,60 @@ pub fn check_program_with(
             }
             params.push(Var::fresh(p.name.name.clone(), ty));
         }
+        // A `def rec` is in scope in its own body, at its declared type.
+        let own =
+            if d.rec {
+                let Some(ret) = &d.ret else {
+                    return Err(Error::type_error(
+                    d.name.span,
+                    format!("the recursive definition `{}` needs its result type", d.name.name),
+                )
+                .with_note(format!(
+                    "write `def rec {} (x : T) .. : R = ..`: a `def rec` is in scope in its own \
+                     body, so its type must be known before the body is checked",
+                    d.name.name
+                )));
+                };
+                if params.is_empty() {
+                    return Err(Error::type_error(
+                        d.name.span,
+                        format!(
+                            "the recursive definition `{}` needs at least one parameter",
+                            d.name.name
+                        ),
+                    )
+                    .with_note("only functions can be recursive"));
+                }
+                let ty = Type::curried(
+                    &params.iter().map(|p| p.ty.clone()).collect::<Vec<_>>(),
+                    ret.ty.clone(),
+                );
+                let var = Var::fresh(d.name.name.clone(), ty);
+                c.push(&var);
+                Some(var)
+            } else {
+                None
+            };
         for v in &params {
             c.push(v);
         }
         let body = match &d.ret {
-            Some(t) => c.check(&d.body, &t.ty)?,
-            None => c.infer(&d.body)?,
+            Some(t) => c.check(&d.body, &t.ty),
+            None => c.infer(&d.body),
         };
         for v in &params {
             c.pop(v);
         }
+        if let Some(v) = &own {
+            c.pop(v);
+        }
+        let body = body?;
         let ret = body.ty.clone();
         let ty = Type::curried(
             &params.iter().map(|p| p.ty.clone()).collect::<Vec<_>>(),
             ret.clone(),
         );
-        let var = Var::fresh(d.name.name.clone(), ty);
+        let var = own.unwrap_or_else(|| Var::fresh(d.name.name.clone(), ty));
         c.globals
             .insert(d.name.name.clone(), (defs.len(), var.clone()));
         defs.push(Def {
@@ -105,6 +143,7 @@ pub fn check_program_with(
             ret,
             body,
             deps: c.deps.iter().copied().collect(),
+            rec: d.rec,
             span: d.span,
         });
         let last = defs.last().expect("just pushed");
@@ -321,7 +360,8 @@ impl<'r> Checker<'r> {
         if self.current.as_deref() == Some(name) {
             return e.with_note(format!(
                 "`{name}` is not in scope in its own body: a plain `def` cannot be recursive \
-                 (write the repetition with `loop`, `fold`, `iterate` or `while`)"
+                 (write `def rec {name} (x : T) .. : R = ..`, or the repetition with `loop`, \
+                 `fold`, `iterate` or `while`)"
             ));
         }
         if let Some(hint) = sugar::synonym(name) {

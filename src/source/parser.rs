@@ -224,15 +224,10 @@ impl Parser {
         if !self.eat_kw("def") {
             return Err(self.error_expected("`def` (the start of a definition)"));
         }
-        if matches!(self.peek(), Tok::Ident(r) if &**r == "rec")
-            && matches!(self.peek_at(1), Tok::Ident(_))
-        {
-            return Err(Error::new(
-                crate::error::ErrorKind::Unsupported,
-                "recursive definitions (`def rec`) are not supported yet",
-            )
-            .with_span(self.span())
-            .with_note("write the repetition with `loop`, `fold`, `iterate` or `while`"));
+        let rec = matches!(self.peek(), Tok::Ident(r) if &**r == "rec")
+            && matches!(self.peek_at(1), Tok::Ident(_));
+        if rec {
+            self.bump();
         }
         let name = self.ident("the name of the definition")?;
         let mut params = Vec::new();
@@ -268,6 +263,7 @@ impl Parser {
         let span = start.to(self.prev_span());
         Ok(Def {
             name,
+            rec,
             params,
             ret,
             body,

@@ -247,7 +247,8 @@ impl Printer {
     }
 
     fn def(&mut self, d: &Def) -> Doc {
-        let mut head = RcDoc::text("def ").append(RcDoc::text(d.var.name.to_string()));
+        let kw = if d.rec { "def rec " } else { "def " };
+        let mut head = RcDoc::text(kw).append(RcDoc::text(d.var.name.to_string()));
         for p in &d.params {
             let n = self.name(p);
             head = head.append(RcDoc::text(format!(" ({n} : {})", p.ty)));
@@ -518,6 +519,9 @@ impl Printer {
             K::Length(xs) => self.app(RcDoc::text("length"), &[xs]),
             K::Replicate(n, x) => self.app(RcDoc::text("replicate"), &[n, x]),
             K::Loop(f, x) => self.app(RcDoc::text("loop"), &[f, x]),
+            // Not surface syntax: a `def rec` prints as a definition; a `fix` inside an
+            // expression (a recursive definition inlined into an entry) prints as `fix F`.
+            K::Fix(f) => self.app(RcDoc::text("fix"), &[f]),
         }
     }
 }

@@ -17,11 +17,13 @@ pub struct Program {
     pub defs: Vec<Def>,
 }
 
-/// `def name (x1 : T1) ... (xn : Tn) : T = body`.
+/// `def name (x1 : T1) ... (xn : Tn) : T = body`, or `def rec name ...` (recursive).
 #[derive(Debug)]
 pub struct Def {
     /// The defined name.
     pub name: Ident,
+    /// `def rec`: the body may call the definition itself.
+    pub rec: bool,
     /// Parameters (always annotated).
     pub params: Vec<Param>,
     /// The optional result annotation.

@@ -206,6 +206,11 @@ pub enum TermKind {
     /// while it returns `inl` (the next state); its first `inr` is the result. `fold`,
     /// `iterate` and `while` are desugared into it by the checker.
     Loop(Term, Term),
+    /// `fix F` (with `F : (A -> B) -> (A -> B)`, result `A -> B`): the recursive function
+    /// `g` with `g a = F g a` (what `def rec` elaborates to, `F = \g -> \x -> body`). Each
+    /// call counts against the recursion depth limit and the step budget at the node's
+    /// position ([`crate::steps::recursive_call`]).
+    Fix(Term),
 }
 
 /// A typed core term: a cheap-to-clone, immutable handle.
@@ -333,6 +338,12 @@ pub fn type_of(kind: &TermKind) -> Result<Type, String> {
             expect_eq("loop next state", a, a2)?;
             b.clone()
         }
+        TermKind::Fix(f) => {
+            let (g, g2) = expect_fun("fix", &f.ty)?;
+            expect_fun("fix", g)?;
+            expect_eq("fix: the functional's result", g, g2)?;
+            g.clone()
+        }
     })
 }
 
@@ -368,7 +379,7 @@ impl Term {
         use TermKind::*;
         match &self.kind {
             Var(_) | Lit(_) => SmallVec::new(),
-            Lam(_, b) | Fst(b) | Snd(b) | Inl(b, _) | Inr(_, b) | Length(b) => {
+            Lam(_, b) | Fst(b) | Snd(b) | Inl(b, _) | Inr(_, b) | Length(b) | Fix(b) => {
                 SmallVec::from_slice(&[b])
             }
             App(a, b)
@@ -409,6 +420,25 @@ impl fmt::Debug for Term {
     }
 }
 
+/// The parts `(g, x, body)` of a fixpoint's functional seen as `\g -> \x -> body`: exactly
+/// those when `f` is written so (what `def rec` elaborates to), else fresh `g`, `x` and
+/// `body = f g x`. An evaluator makes `fix f` a closure over `x` with `body` that binds `g` to
+/// itself when called.
+pub fn fix_parts(f: &Term) -> (Var, Var, Term) {
+    if let TermKind::Lam(g, inner) = &f.kind
+        && let TermKind::Lam(x, body) = &inner.kind
+    {
+        return (g.clone(), x.clone(), body.clone());
+    }
+    let (gt, _) = f.ty.as_fun().expect("fix of a functional");
+    let (a, _) = gt.as_fun().expect("fix of a functional on functions");
+    let g = Var::fresh("rec", gt.clone());
+    let x = Var::fresh("x", a.clone());
+    let fg = Term::new(TermKind::App(f.clone(), Term::var(&g)), f.span);
+    let body = Term::new(TermKind::App(fg, Term::var(&x)), f.span);
+    (g, x, body)
+}
+
 /// A checked definition.
 #[derive(Clone, Debug)]
 pub struct Def {
@@ -420,8 +450,10 @@ pub struct Def {
     pub ret: Type,
     /// The body, in the scope of the parameters and the definitions above.
     pub body: Term,
-    /// Indices of the definitions the body refers to directly.
+    /// Indices of the definitions the body refers to directly (never itself).
     pub deps: Vec<usize>,
+    /// `def rec`: the body refers to `var` itself.
+    pub rec: bool,
     /// The whole definition in the source.
     pub span: Span,
 }
@@ -432,11 +464,77 @@ impl Def {
         &self.var.name
     }
 
-    /// The definition as a value: its body under lambdas for the parameters.
+    /// The definition as a value: its body under lambdas for the parameters; for a `def rec`,
+    /// `fix (\var -> \x1 -> .. body)`.
     pub fn value(&self) -> Term {
-        self.params.iter().rev().fold(self.body.clone(), |body, p| {
+        let lam = self.params.iter().rev().fold(self.body.clone(), |body, p| {
             Term::new(TermKind::Lam(p.clone(), body), self.span)
-        })
+        });
+        if !self.rec {
+            return lam;
+        }
+        let sp = self.span;
+        let mk = |k| Term::new(k, sp);
+        // Fresh binders: the entry of the definition itself binds the parameters too.
+        if self.params.len() == 1 {
+            let f = mk(TermKind::Lam(self.var.clone(), lam));
+            return freshen(&mk(TermKind::Fix(f)));
+        }
+        // Several parameters: the fixpoint is over their tuple, so that every recursive call is
+        // one call of the fixpoint (the depth limit counts calls, and a call's work happens
+        // inside it), and the definition is its curried wrapper:
+        //   let u = fix (\u' -> \p -> let f = \y1 .. yk -> u' (y1, .., yk) in
+        //                             let (x1, .., xk) = p in body)
+        //   in \y1 .. yk -> u (y1, .., yk)
+        let tys: Vec<Type> = self.params.iter().map(|p| p.ty.clone()).collect();
+        let tuple_ty = tys
+            .iter()
+            .rev()
+            .skip(1)
+            .fold(tys[tys.len() - 1].clone(), |acc, t| {
+                Type::prod(t.clone(), acc)
+            });
+        let uty = Type::fun(tuple_ty.clone(), self.ret.clone());
+        let wrapper = |u: &Var| {
+            let ys: Vec<Var> = self
+                .params
+                .iter()
+                .map(|p| Var::fresh(p.name.clone(), p.ty.clone()))
+                .collect();
+            let mut items: Vec<Term> = ys.iter().map(Term::var).collect();
+            let last = items.pop().expect("several parameters");
+            let tuple = items
+                .into_iter()
+                .rev()
+                .fold(last, |acc, t| mk(TermKind::Pair(t, acc)));
+            let call = mk(TermKind::App(Term::var(u), tuple));
+            ys.iter()
+                .rev()
+                .fold(call, |b, y| mk(TermKind::Lam(y.clone(), b)))
+        };
+        let rec_name = format!("{}_rec", self.var.name);
+        let inner_u = Var::fresh(rec_name.as_str(), uty.clone());
+        let p = Var::fresh("args", tuple_ty);
+        let mut pats: Vec<Pat> = self.params.iter().map(|v| Pat::Var(v.clone())).collect();
+        let last = pats.pop().expect("several parameters");
+        let pat = pats
+            .into_iter()
+            .rev()
+            .fold(last, |acc, q| Pat::Pair(Box::new(q), Box::new(acc)));
+        let unpack = mk(TermKind::Let(pat, Term::var(&p), self.body.clone()));
+        let with_f = mk(TermKind::Let(
+            Pat::Var(self.var.clone()),
+            wrapper(&inner_u),
+            unpack,
+        ));
+        let functional = mk(TermKind::Lam(inner_u, mk(TermKind::Lam(p, with_f))));
+        let u = Var::fresh(rec_name.as_str(), uty);
+        let whole = mk(TermKind::Let(
+            Pat::Var(u.clone()),
+            mk(TermKind::Fix(functional)),
+            wrapper(&u),
+        ));
+        freshen(&whole)
     }
 }
 
@@ -489,11 +587,20 @@ impl Program {
     /// The entry point for definition `index`.
     pub fn entry(&self, index: usize) -> Entry {
         let def = &self.defs[index];
+        // A `def rec` sees itself: `let var = fix (..) in body`.
+        let own = if def.rec {
+            Term::new(
+                TermKind::Let(Pat::Var(def.var.clone()), def.value(), def.body.clone()),
+                def.span,
+            )
+        } else {
+            def.body.clone()
+        };
         let body = self
             .dependencies(index)
             .into_iter()
             .rev()
-            .fold(def.body.clone(), |body, d| {
+            .fold(own, |body, d| {
                 let dep = &self.defs[d];
                 Term::new(
                     TermKind::Let(Pat::Var(dep.var.clone()), dep.value(), body),
@@ -620,6 +727,7 @@ pub fn freshen(t: &Term) -> Term {
                 K::Length(xs) => K::Length(go(xs, sub)),
                 K::Replicate(n, x) => K::Replicate(go(n, sub), go(x, sub)),
                 K::Loop(f, x) => K::Loop(go(f, sub), go(x, sub)),
+                K::Fix(f) => K::Fix(go(f, sub)),
             };
             Term::new(kind, t.span)
         })

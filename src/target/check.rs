@@ -294,6 +294,14 @@ impl Checker {
                     None => b.clone(),
                 }
             }
+            K::Fix(f, _) => {
+                let (g, r) = self.fun(f, cart)?;
+                let Some((a, b)) = g.as_fun() else {
+                    return mismatch("a functional `(A -> B) -> (A -> B)`", &g, Child::C(f));
+                };
+                expect_eq("fix: the functional's result", &g, &r, at)?;
+                Ty::fun(a.clone(), b.clone())
+            }
             K::LinLam(v, body) => {
                 let l =
                     self.linear_binder(v, || format!("the variable `{}` of a linear λ", v.name))?;

@@ -173,6 +173,12 @@ fn cterm(t: &Term) -> R<(src::Term, Ty)> {
                 let ((n, _), (x, tx)) = (sub(n)?, sub(x)?);
                 (mk(S::Replicate(n, x))?, Ty::array(tx))
             }
+            K::Fix(f, _) => {
+                // `fix F : A → B` for `F : (A → B) → (A → B)`: the same form in the source.
+                let (f, tf) = sub(f)?;
+                let ab = tf.as_fun().ok_or_else(|| ill("fix", &tf))?.1.clone();
+                (mk(S::Fix(f))?, ab)
+            }
             K::Loop(f, x, tape) => {
                 let ((f, tf), (x, _)) = (sub(f)?, sub(x)?);
                 let step = tf.as_fun().ok_or_else(|| ill("loop", &tf))?.1.clone();

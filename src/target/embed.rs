@@ -59,6 +59,7 @@ pub fn term(t: &src::Term) -> Term {
             S::Length(xs) => K::Length(term(xs)),
             S::Replicate(n, x) => K::Replicate(term(n), term(x)),
             S::Loop(f, x) => K::Loop(term(f), term(x), false),
+            S::Fix(f) => K::Fix(term(f), t.span),
         };
         Term::new(kind, t.span)
     })

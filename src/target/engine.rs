@@ -1210,6 +1210,13 @@ impl Compiler {
                     run(&mut |st| f.apply(st), x)
                 })
             }
+            K::Fix(f, at) => {
+                // A closure that calls the functional's closure with itself at each call
+                // (`steps::FixClosure`: depth limit, step budget, stack segments).
+                let at = *at;
+                let f = self.term(f);
+                Box::new(move |fr| Ok(crate::steps::FixClosure::value(f(fr)?, at)))
+            }
             K::Index(xs, i) => {
                 if let Some(site) = self.column_node(t) {
                     return Box::new(move |fr| site.build(fr));

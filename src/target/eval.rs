@@ -218,6 +218,7 @@ fn node(t: &Term, env: &Env) -> Result<Value> {
                 crate::steps::run_loop(|s| f.apply(s), x, t.span)?
             }
         }
+        K::Fix(f, at) => crate::steps::FixClosure::value(eval(f, env)?, *at),
         K::LinLam(v, body) => Value::LinFun(LinFun::new(LinearClosure {
             param: v.clone(),
             body: body.clone(),

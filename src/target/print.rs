@@ -465,6 +465,7 @@ impl Printer {
                 if *tape { "loopTape" } else { "loop" },
                 vec![self.atom(f), self.atom(x)],
             ),
+            K::Fix(f, _) => app("fix", vec![self.atom(f)]),
             K::LinApp(f, x) => {
                 let d = infix(self.term(f, prec::INDEX), " •", self.term(x, prec::LINAPP));
                 (d, prec::LINAPP)

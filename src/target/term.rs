@@ -344,6 +344,11 @@ pub enum TermKind {
     /// entries of every step run, in order (CHAD's iteration rules record each step's
     /// derivative this way; `theory-notes/10-iteration.md`).
     Loop(Term, Term, bool),
+    /// `fix F` (`F : (A -> B) -> (A -> B)`, result `A -> B`): the recursive function `g` with
+    /// `g a = F g a`, as a closure; each call counts against the recursion depth limit and the
+    /// step budget at the given position (the recursive definition). What `def rec` embeds to,
+    /// and the primal of its CHAD derivative (`theory-notes/10-iteration.md`).
+    Fix(Term, Span),
     /// The linear λ `λ̲v. l : L ⊸ L'` (`v` a linear variable of type `Lin L`).
     LinLam(Var, LTerm),
     /// `f • t`: a linear function applied to a value `t : Lin L`.
@@ -516,6 +521,7 @@ impl Term {
             | K::Inl(b, _)
             | K::Inr(_, b)
             | K::Length(b)
+            | K::Fix(b, _)
             | K::LinPrim(_, b) => SmallVec::from_slice(&[C(b)]),
             K::App(a, b)
             | K::Let(_, a, b)
@@ -811,6 +817,10 @@ impl Term {
             K::Loop(f, x, tape) => {
                 let (f2, x2) = (r.term(f), r.term(x));
                 rebuild!(f => f2, x => x2; K::Loop(f2, x2, *tape))
+            }
+            K::Fix(f, at) => {
+                let f2 = r.term(f);
+                rebuild!(f => f2; K::Fix(f2, *at))
             }
             K::LinLam(v, l) => {
                 let l2 = r.linear(l);

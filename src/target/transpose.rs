@@ -552,6 +552,7 @@ impl Transposer {
             }
             K::App(f, a) => K::App(self.term(f)?, self.term(a)?),
             K::Loop(f, x, tape) => K::Loop(self.term(f)?, self.term(x)?, *tape),
+            K::Fix(f, at) => K::Fix(self.term(f)?, *at),
             K::Let(..) => {
                 // Let chains are long: iteratively.
                 let mut binds = Vec::new();

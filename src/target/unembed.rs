@@ -102,6 +102,7 @@ pub fn term(t: &Term) -> Result<src::Term, Error> {
             K::Replicate(n, x) => S::Replicate(term(n)?, term(x)?),
             K::Loop(f, x, false) => S::Loop(term(f)?, term(x)?),
             K::Loop(_, _, true) => return Err("a taped loop is target-only".into()),
+            K::Fix(f, _) => S::Fix(term(f)?),
             K::LinLam(..) => return Err("a linear λ is target-only".into()),
             K::LinApp(..) => return Err("a linear application is target-only".into()),
             K::LinPrim(k, _) => {

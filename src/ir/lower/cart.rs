@@ -340,6 +340,7 @@ impl Lowering {
                 let site = self.site(t.span);
                 SVal::Dyn(self.let_("r", it, Expr::Iterate(init, s, body, *tape, site)))
             }
+            K::Fix(_, at) => return Err(super::unsupported_recursion(*at)),
             K::Replicate(n, x) => {
                 let n = self.atom(n, env)?;
                 let x = self.atom(x, env)?;

@@ -1043,3 +1043,15 @@ pub fn value_ty(types: &mut super::Types, t: &crate::types::Type) -> Ty {
 pub fn is_enum(types: &super::Types, t: Ty) -> bool {
     matches!(types.kind(t), TyKind::Enum(_))
 }
+
+/// The error for recursion (`fix`), which the native backend does not lower yet.
+pub(crate) fn unsupported_recursion(at: crate::error::Span) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        "recursive definitions (`def rec`) and their derivatives are not supported by the \
+         native backend",
+    )
+    .with_note("run this program on the execution engine (the default)")
+    .or_span(at)
+}
+

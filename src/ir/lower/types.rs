@@ -150,6 +150,12 @@ impl TypeOf {
                     r.as_sum().unwrap_or_else(|| invariant("loop")).1.clone()
                 }
             }
+            K::Fix(f, _) => self
+                .term(f)
+                .as_fun()
+                .unwrap_or_else(|| invariant("fix"))
+                .1
+                .clone(),
             K::LinLam(v, l) => TTy::lin_fun(
                 v.lin_ty().unwrap_or_else(|| invariant("linear λ")).clone(),
                 self.linear(l),
