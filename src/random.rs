@@ -147,6 +147,7 @@ impl TestProgram {
             body: self.entry.body.clone(),
             deps: vec![],
             span: Span::default(),
+            custom: None,
         };
         defs_to_string(&Program { defs: vec![def] }, &[0], 100)
     }

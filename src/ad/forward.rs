@@ -447,7 +447,7 @@ impl Primitives for Forward {
             Derivative::Terms { forward, .. } => lin_lam("d", self.tangent(&dom), |d| {
                 forward(&args, &split_linear(d, op.params().len()))
             }),
-            Derivative::Jvp(rule) => {
+            Derivative::Jvp(rule) | Derivative::JvpVjp { jvp: rule, .. } => {
                 // The primal result is shared with the rule.
                 let y = Var::fresh(name("y"), self.primal(&cod));
                 lets.push(Pat::Var(y.clone()), value);

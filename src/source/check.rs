@@ -14,6 +14,7 @@
 //! `reverse`, `zip`, `slice`, `concat`, ..., the power `^`) become the core forms they stand
 //! for, so every later stage handles them with no case of its own.
 
+mod custom;
 mod sugar;
 
 use super::syntax::{self as ast, BinOp, Expr, ExprKind};
@@ -23,13 +24,14 @@ use crate::error::{Error, Result, Span};
 use crate::prim::{Prim, Registry};
 use crate::types::Type;
 use crate::value::tuple_components;
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 
 /// Checks a parsed program against the primitives of `reg`.
 pub fn check_program(prog: &ast::Program, reg: &Registry) -> Result<Program> {
     let mut c = Checker {
-        reg,
+        reg: Cow::Borrowed(reg),
         scope: HashMap::new(),
         globals: HashMap::new(),
         deps: BTreeSet::new(),
@@ -37,7 +39,8 @@ pub fn check_program(prog: &ast::Program, reg: &Registry) -> Result<Program> {
     };
     let mut defs: Vec<Def> = Vec::new();
     for d in &prog.defs {
-        if let Some(&(i, _)) = c.globals.get(&d.name.name) {
+        // (A definition with derivative clauses is a primitive, not a global.)
+        if let Some(i) = defs.iter().position(|x| *x.var.name == *d.name.name) {
             return Err(Error::type_error(
                 d.name.span,
                 format!("`{}` is defined twice", d.name.name),
@@ -82,16 +85,22 @@ pub fn check_program(prog: &ast::Program, reg: &Registry) -> Result<Program> {
             ret.clone(),
         );
         let var = Var::fresh(d.name.name.clone(), ty);
-        c.globals
-            .insert(d.name.name.clone(), (defs.len(), var.clone()));
-        defs.push(Def {
+        let mut def = Def {
             var,
             params,
             ret,
             body,
             deps: c.deps.iter().copied().collect(),
             span: d.span,
-        });
+            custom: None,
+        };
+        if let Some(jvp) = &d.jvp {
+            def.custom = Some(c.custom(d, jvp, &def, &defs)?);
+        } else {
+            c.globals
+                .insert(d.name.name.clone(), (defs.len(), def.var.clone()));
+        }
+        defs.push(def);
     }
     Ok(Program { defs })
 }
@@ -125,7 +134,8 @@ const POLY: &[(&str, usize)] = &[
 ];
 
 struct Checker<'r> {
-    reg: &'r Registry,
+    /// The primitives, with those the program's definitions with derivative clauses add.
+    reg: Cow<'r, Registry>,
     scope: HashMap<Rc<str>, Vec<Var>>,
     globals: HashMap<Rc<str>, (usize, Var)>,
     deps: BTreeSet<usize>,

@@ -485,7 +485,7 @@ impl Printer {
                     (RcDoc::text(sym).append(operand), 6)
                 }
                 Fixity::Function | Fixity::Internal => {
-                    let head = RcDoc::text(op.name().to_string());
+                    let head = RcDoc::text(op.source_name().to_string());
                     let refs: Vec<&Term> = args.iter().collect();
                     if refs.is_empty() {
                         (head, 9)
