@@ -34,6 +34,7 @@ pub fn check_program(prog: &ast::Program, reg: &Registry) -> Result<Program> {
         reg: Cow::Borrowed(reg),
         scope: HashMap::new(),
         globals: HashMap::new(),
+        customs: HashMap::new(),
         deps: BTreeSet::new(),
         current: None,
     };
@@ -96,6 +97,7 @@ pub fn check_program(prog: &ast::Program, reg: &Registry) -> Result<Program> {
         };
         if let Some(jvp) = &d.jvp {
             def.custom = Some(c.custom(d, jvp, &def, &defs)?);
+            c.customs.insert(d.name.name.clone(), defs.len());
         } else {
             c.globals
                 .insert(d.name.name.clone(), (defs.len(), def.var.clone()));
@@ -138,6 +140,8 @@ struct Checker<'r> {
     reg: Cow<'r, Registry>,
     scope: HashMap<Rc<str>, Vec<Var>>,
     globals: HashMap<Rc<str>, (usize, Var)>,
+    /// The definitions with derivative clauses (primitives of `reg`), by name.
+    customs: HashMap<Rc<str>, usize>,
     deps: BTreeSet<usize>,
     current: Option<Rc<str>>,
 }
@@ -906,6 +910,9 @@ impl<'r> Checker<'r> {
         expected: Option<&Type>,
         span: Span,
     ) -> Result<Term> {
+        if let Some(&i) = self.customs.get(name) {
+            self.deps.insert(i);
+        }
         let t = if args.len() < self.arity(name) {
             self.eta_expand(name, args, expected, span)?
         } else {
