@@ -524,9 +524,11 @@ impl Program {
     /// with custom derivative clauses, [`Program::entry`] calls its primitive instead).
     pub fn body_entry(&self, index: usize) -> Entry {
         let def = &self.defs[index];
+        // (A definition with derivative clauses is called as its primitive: not bound.)
         let body = self
             .dependencies(index)
             .into_iter()
+            .filter(|&d| self.defs[d].custom.is_none())
             .rev()
             .fold(def.body.clone(), |body, d| {
                 let dep = &self.defs[d];

@@ -41,6 +41,7 @@
 //! L(replicate n e)          = replicate n L(e)
 //! L(build n (\i -> e))      = lbuild n (\i -> P(e))
 //! L(map (\y -> e) es)       = lmap (λ̲y. P(e)) L(es)          (e mentions no other tangent)
+//! L(map (\a -> e) as)       = let v = as in lbuild (length v) (\i -> let a = v ! i in P(e))
 //! L(map2 (\a y -> e) as es) = zipWith (map (\a -> λ̲y. P(e)) as) L(es)   (and symmetrically)
 //! ```
 //!
@@ -96,7 +97,8 @@ fn closure(defs: &[Def], direct: &[usize]) -> Vec<usize> {
 
 /// `let d1 = .. in .. let dk = .. in body` for the definitions `deps`.
 fn with_deps(defs: &[Def], deps: &[usize], body: Term) -> Term {
-    deps.iter().rev().fold(body, |body, &d| {
+    let plain = deps.iter().filter(|&&d| defs[d].custom.is_none());
+    plain.rev().fold(body, |body, &d| {
         let dep = &defs[d];
         Term::new(
             TermKind::Let(Pat::Var(dep.var.clone()), dep.value(), body),
@@ -339,6 +341,30 @@ impl Elab {
                         "`build` needs a literal `\\i -> ...` here",
                     )),
                 },
+                TermKind::Map(f, xs) if !self.mentions(xs) => {
+                    // The tangents are in the function: `lbuild (length as) (\i -> P(e)[a :=
+                    // as ! i])`.
+                    let (params, body) = lambdas(f, 1).ok_or_else(|| {
+                        not_linear(f.span, "the function mapped must be a literal lambda")
+                    })?;
+                    let arr = tt::Var::fresh("as", Ty::from_source(&xs.ty));
+                    let i = tt::Var::fresh("i", Ty::Int);
+                    let elem = tt::Term::new(
+                        tt::TermKind::Index(tt::Term::var(&arr), tt::Term::var(&i)),
+                        span,
+                    );
+                    let body = LTerm::mk(LTermKind::Let(
+                        tt::Pat::Var(embed::var(&params[0])),
+                        elem,
+                        self.position(body)?,
+                    ));
+                    let n = tt::Term::new(tt::TermKind::Length(tt::Term::var(&arr)), span);
+                    mk(LTermKind::Let(
+                        tt::Pat::Var(arr),
+                        embed::term(xs),
+                        LTerm::mk(LTermKind::Build(n, i, body)),
+                    ))
+                }
                 TermKind::Map(f, xs) => {
                     let f = self.linear_map(f, 1, 0)?;
                     mk(LTermKind::Map(f, self.linear(xs)?))
