@@ -184,7 +184,7 @@ fn clauses_not_the_body_are_used() {
         assert_eq!(grad[0].expect_real(), 2.5);
     }
     assert_eq!(
-        ad::jvp(&g, &[x.clone()], &[Value::Real(1.0)])
+        ad::jvp(&g, std::slice::from_ref(&x), &[Value::Real(1.0)])
             .unwrap()
             .1
             .expect_real(),
@@ -201,9 +201,14 @@ fn clauses_not_the_body_are_used() {
     // (3 x ct), inside a map with a closure: not the body's 2x.
     let h = prog.entry(prog.find("h").unwrap());
     let xs = Value::reals(vec![1.0, -2.0]);
-    let (_, jv) = ad::jvp(&h, &[xs.clone()], &[Value::reals(vec![1.0, 1.0])]).unwrap();
+    let (_, jv) = ad::jvp(
+        &h,
+        std::slice::from_ref(&xs),
+        &[Value::reals(vec![1.0, 1.0])],
+    )
+    .unwrap();
     assert_eq!(jv.expect_real(), 2.0 + -1.0);
-    for grad in reverse_routes(&h, &[xs.clone()], &Value::Real(1.0)) {
+    for grad in reverse_routes(&h, std::slice::from_ref(&xs), &Value::Real(1.0)) {
         assert_eq!(grad[0].expect_reals(), &[6.0, -3.0]);
     }
     // Primal evaluation runs the body.
