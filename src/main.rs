@@ -53,6 +53,11 @@ enum Command {
         /// Print `{"defs": {"name": "type", ...}}`.
         #[arg(long)]
         json: bool,
+        /// Also test every custom derivative clause (`with jvp`, `with vjp`) against finite
+        /// differences and the dot-product test at random points; fail naming those that
+        /// disagree.
+        #[arg(long)]
+        derivatives: bool,
     },
     /// Evaluate a definition applied to arguments.
     Eval {
@@ -717,8 +722,21 @@ fn run(cli: Cli) -> CliResult<String> {
             chad::gradbench::serve(backend, std::io::stdin().lock(), std::io::stdout().lock())?;
             Ok(String::new())
         }
-        Command::Check { file, json } => {
-            let (_, _, prog) = load(&file)?;
+        Command::Check {
+            file,
+            json,
+            derivatives,
+        } => {
+            let (src, _, prog) = load(&file)?;
+            if derivatives {
+                let found = with_source(chad::ad::clauses::check_clauses(&prog, 20, 1), &src)?;
+                if let Some(error) = chad::ad::clauses::disagreement_error(&found) {
+                    return Err(Failure {
+                        error,
+                        source: Some(src),
+                    });
+                }
+            }
             if json {
                 let defs: serde_json::Map<String, serde_json::Value> = prog
                     .defs

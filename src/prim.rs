@@ -87,6 +87,22 @@ pub struct JvpArgs<'a> {
     pub tangents: &'a [LTerm],
 }
 
+/// A transposed derivative given with a [`JvpRule`] ([`Derivative::jvp_vjp`]): one cotangent
+/// per parameter from [`VjpArgs`], each linear in the result's cotangent.
+pub type VjpRule = dyn Fn(&VjpArgs<'_>) -> Vec<LTerm>;
+
+/// What a [`VjpRule`] receives. The terms are variables.
+pub struct VjpArgs<'a> {
+    /// The primitive itself.
+    pub this: &'a Prim,
+    /// The primal arguments, one per parameter.
+    pub args: &'a [Term],
+    /// The primal result (computed once, for the program and the derivative).
+    pub result: &'a Term,
+    /// The cotangent of the result.
+    pub cotangent: &'a LTerm,
+}
+
 /// How a primitive is differentiated (in both modes; DESIGN.md §5).
 #[derive(Clone)]
 pub enum Derivative {
@@ -104,6 +120,15 @@ pub enum Derivative {
     /// `Dop` alone (see [`Derivative::jvp`]); `DopT` is its transpose
     /// ([`crate::target::transpose`]), made where reverse mode needs it.
     Jvp(Rc<JvpRule>),
+    /// `Dop` and `DopT` both given, each receiving the primal result (see
+    /// [`Derivative::jvp_vjp`]); how a definition with `with jvp` and `with vjp` clauses is
+    /// differentiated.
+    JvpVjp {
+        /// `Dop`.
+        jvp: Rc<JvpRule>,
+        /// `DopT`.
+        vjp: Rc<VjpRule>,
+    },
     /// `Dop` and `DopT` as native kernels (see [`Derivative::native`]).
     Native {
         /// From the argument tuple `x : A`, the linear map `F2 A ⊸ F2 B`.
@@ -156,6 +181,20 @@ impl Derivative {
         Derivative::Jvp(Rc::new(forward))
     }
 
+    /// `Dop` and `DopT` both as rules that receive the primal result, like [`Derivative::jvp`];
+    /// reverse mode uses `vjp` rather than transposing `jvp`. Registration type-checks both;
+    /// whether they are transposes of each other is not checked there (`chad check
+    /// --derivatives` tests it at random points).
+    pub fn jvp_vjp(
+        jvp: impl Fn(&JvpArgs<'_>) -> LTerm + 'static,
+        vjp: impl Fn(&VjpArgs<'_>) -> Vec<LTerm> + 'static,
+    ) -> Derivative {
+        Derivative::JvpVjp {
+            jvp: Rc::new(jvp),
+            vjp: Rc::new(vjp),
+        }
+    }
+
     /// Native kernels: `forward` makes `F2 A ⊸ F2 B` and `transpose` makes `R2 B ⊸ R2 A` from
     /// the argument tuple `x : A` (for first-order types, `F2 = R2`: `Real` for `Real`, `Unit`
     /// for discrete types, componentwise otherwise). Registration checks the kernels' types.
@@ -204,6 +243,7 @@ impl fmt::Debug for Derivative {
             Derivative::Zero => "Zero",
             Derivative::Terms { .. } => "Terms",
             Derivative::Jvp(_) => "Jvp",
+            Derivative::JvpVjp { .. } => "JvpVjp",
             Derivative::Native { .. } => "Native",
         })
     }
@@ -350,6 +390,12 @@ impl Primitive {
         &self.name
     }
 
+    /// The name as written in source: [`Primitive::name`] without the [`SHADOW_MARK`] of a
+    /// primitive that shadows a builtin ([`Registry::shadow`]).
+    pub fn source_name(&self) -> &str {
+        self.name.strip_suffix(SHADOW_MARK).unwrap_or(&self.name)
+    }
+
     /// The curried parameter types.
     pub fn params(&self) -> &[Type] {
         &self.params
@@ -405,6 +451,7 @@ pub const RESERVED: &[&str] = &[
     "of",
     "true",
     "false",
+    "with",
     "fst",
     "snd",
     "inl",
@@ -425,6 +472,11 @@ pub const RESERVED: &[&str] = &[
     "slice",
     "concat",
 ];
+
+/// The mark ending the name of a primitive that shadows a builtin function in a program's
+/// registry ([`Registry::shadow`]): `softplus#`. No builtin and no identifier ends in it, so
+/// code that recognises builtins by name never mistakes the primitive for the builtin.
+pub const SHADOW_MARK: char = '#';
 
 /// The set of primitives known to a program.
 #[derive(Clone)]
@@ -489,6 +541,12 @@ impl Registry {
         let p = Rc::new(p);
         self.insert(p.clone());
         Ok(p)
+    }
+
+    /// Makes `p` the function called `source_name` from source (see `Registry::shadow` in
+    /// [`crate::ad::check`]).
+    pub(crate) fn alias(&mut self, source_name: &str, p: Prim) {
+        self.by_name.insert(source_name.to_string(), p);
     }
 
     /// Every primitive, in registration order.

@@ -154,6 +154,7 @@ impl TestProgram {
             deps: vec![],
             rec: false,
             span: Span::default(),
+            custom: None,
         };
         defs_to_string(&Program { defs: vec![def] }, &[0], 100)
     }

@@ -34,6 +34,25 @@ impl Registry {
         self.insert(p.clone());
         Ok(p)
     }
+
+    /// Registers `p`, named `source_name` followed by [`crate::prim::SHADOW_MARK`], and makes it the function
+    /// called `source_name` from source in this registry, in place of the builtin function of
+    /// that name (a definition with derivative clauses named like a builtin, e.g. `softplus`).
+    /// Fails if `source_name` is not a function of this registry or the shadowing name is
+    /// taken.
+    pub fn shadow(&mut self, source_name: &str, p: Primitive) -> Result<Prim> {
+        if self.function(source_name).is_none()
+            || p.name() != format!("{source_name}{}", crate::prim::SHADOW_MARK)
+        {
+            return Err(Error::new(
+                ErrorKind::Input,
+                format!("`{source_name}` is not a function primitive that can be shadowed"),
+            ));
+        }
+        let prim = self.register(p)?;
+        self.alias(source_name, prim.clone());
+        Ok(prim)
+    }
 }
 
 /// Checks that native kernels have the types the AD modes need: the forward kernel maps the

@@ -97,6 +97,7 @@ use crate::target::term::{LTerm, LTermKind, LinPrim, Pat, Term, TermKind, Var};
 use crate::target::types::{LTy, Ty};
 use crate::types::Type;
 use crate::value::Value;
+use std::rc::Rc;
 
 /// `F1(A)`: the type of forward primals.
 pub fn primal(a: &Type) -> Ty {
@@ -447,6 +448,23 @@ impl Primitives for Forward {
             Derivative::Terms { forward, .. } => lin_lam("d", self.tangent(&dom), |d| {
                 forward(&args, &split_linear(d, op.params().len()))
             }),
+            Derivative::JvpVjp { jvp, vjp } => {
+                // `Dop` as a kernel whose declared transpose is the given `DopT`, so that
+                // reverse mode by transposition uses the `vjp` rule too.
+                let y = Var::fresh(name("y"), self.primal(&cod));
+                lets.push(Pat::Var(y.clone()), value);
+                let k = custom_kernel(op, jvp, vjp, self.primal(&dom), self.primal(&cod));
+                let deriv = Term::mk(TermKind::LinPrim(
+                    k,
+                    Term::pair(Term::var(&x), Term::var(&y)),
+                ));
+                return Ok(Mor {
+                    dom,
+                    cod,
+                    body: lets.finish(Term::pair(Term::var(&y), deriv)),
+                    x,
+                });
+            }
             Derivative::Jvp(rule) => {
                 // The primal result is shared with the rule.
                 let y = Var::fresh(name("y"), self.primal(&cod));
@@ -470,6 +488,94 @@ impl Primitives for Forward {
             x,
         })
     }
+}
+
+/// The kernels of a primitive whose `Dop` and `DopT` are both given
+/// ([`Derivative::JvpVjp`]): at `(x, y)` (arguments and primal result), `λ̲d. Dop(x; d)` and,
+/// declared its transpose, `λ̲v. DopT(x; v)`. Their expansions are the rules' terms; their
+/// maps are those terms evaluated ([`crate::target::eval`]).
+fn custom_kernel(
+    op: &Prim,
+    jvp: &Rc<crate::prim::JvpRule>,
+    vjp: &Rc<crate::prim::VjpRule>,
+    dom: Ty,
+    cod: Ty,
+) -> Rc<LinPrim> {
+    let n = op.params().len();
+    let (tdom, tcod) = (tangent(&op.domain()), tangent(op.result()));
+    // The arguments: the components of `fst t`.
+    let args = move |t: &Term| {
+        let mut out = Vec::with_capacity(n);
+        let mut rest = Term::fst(t.clone());
+        for k in 0..n {
+            if k + 1 == n {
+                out.push(rest.clone());
+            } else {
+                out.push(Term::fst(rest.clone()));
+                rest = Term::snd(rest);
+            }
+        }
+        out
+    };
+    let kernel = |name: String, a: LTy, b: LTy, expand: Rc<dyn Fn(&Term) -> Term>| {
+        let e = expand.clone();
+        let param = Ty::prod(dom.clone(), cod.clone());
+        let p = Var::fresh("k", param.clone());
+        LinPrim::with_expansion(
+            name,
+            param,
+            a,
+            b,
+            move |v| {
+                let env = crate::target::eval::Env::unit(p.id, v.clone());
+                match crate::target::eval::eval(&e(&Term::var(&p)), &env)? {
+                    crate::value::Value::LinFun(f) => Ok(f),
+                    _ => Err(crate::error::Error::runtime(
+                        "internal error: a derivative rule is not a linear map",
+                    )),
+                }
+            },
+            move |t| expand(t),
+        )
+    };
+    let (op1, jvp, tdom1) = (op.clone(), jvp.clone(), tdom.clone());
+    let fwd = kernel(
+        format!("{}Jvp", op.source_name()),
+        tdom.clone(),
+        tcod.clone(),
+        Rc::new(move |t: &Term| {
+            let a = args(t);
+            let result = Term::snd(t.clone());
+            lin_lam("d", tdom1.clone(), |d| {
+                jvp(&crate::prim::JvpArgs {
+                    this: &op1,
+                    args: &a,
+                    result: &result,
+                    tangents: &super::split_linear(d, n),
+                })
+            })
+        }),
+    );
+    let (op2, vjp, tcod2) = (op.clone(), vjp.clone(), tcod.clone());
+    let rev = kernel(
+        format!("{}Vjp", op.source_name()),
+        tcod,
+        tdom,
+        Rc::new(move |t: &Term| {
+            let a = args(t);
+            let result = Term::snd(t.clone());
+            lin_lam("v", tcod2.clone(), |v| {
+                super::tuple_linear(vjp(&crate::prim::VjpArgs {
+                    this: &op2,
+                    args: &a,
+                    result: &result,
+                    cotangent: &v,
+                }))
+            })
+        }),
+    );
+    LinPrim::pair_transposes(&fwd, &rev);
+    fwd
 }
 
 impl Coproducts for Forward {

@@ -22,6 +22,7 @@
 //! restricts differentiation to some parameters (`--wrt`).
 
 pub mod check;
+pub mod clauses;
 pub mod forward;
 pub mod nested;
 pub mod optimized;

@@ -506,6 +506,26 @@ impl Primitives for Reverse {
                     x,
                 });
             }
+            Derivative::JvpVjp { vjp, .. } => {
+                // DopT as given, sharing the primal result with it.
+                let y = Var::fresh(name("y"), self.primal(&cod));
+                lets.push(Pat::Var(y.clone()), value);
+                let result = Term::var(&y);
+                let deriv = lin_lam("v", self.cotangent(&cod), |v| {
+                    tuple_linear(vjp(&crate::prim::VjpArgs {
+                        this: op,
+                        args: &args,
+                        result: &result,
+                        cotangent: &v,
+                    }))
+                });
+                return Ok(Mor {
+                    dom,
+                    cod,
+                    body: lets.finish(Term::pair(Term::var(&y), deriv)),
+                    x,
+                });
+            }
             Derivative::Native { transpose, .. } => {
                 Term::mk(TermKind::LinPrim(transpose.clone(), Term::var(&x)))
             }

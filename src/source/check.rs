@@ -14,6 +14,7 @@
 //! `reverse`, `zip`, `slice`, `concat`, ..., the power `^`) become the core forms they stand
 //! for, so every later stage handles them with no case of its own.
 
+mod custom;
 mod nested;
 mod sugar;
 
@@ -26,6 +27,7 @@ use crate::error::{Error, Result, Span};
 use crate::prim::{Prim, Registry};
 use crate::types::Type;
 use crate::value::tuple_components;
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 
@@ -42,17 +44,19 @@ pub fn check_program_with(
     nested: Option<&dyn Differentiate>,
 ) -> Result<Program> {
     let mut c = Checker {
-        reg,
+        reg: Cow::Borrowed(reg),
         nested,
         values: HashMap::new(),
         scope: HashMap::new(),
         globals: HashMap::new(),
+        customs: HashMap::new(),
         deps: BTreeSet::new(),
         current: None,
     };
     let mut defs: Vec<Def> = Vec::new();
     for d in &prog.defs {
-        if let Some(&(i, _)) = c.globals.get(&d.name.name) {
+        // (A definition with derivative clauses is a primitive, not a global.)
+        if let Some(i) = defs.iter().position(|x| *x.var.name == *d.name.name) {
             return Err(Error::type_error(
                 d.name.span,
                 format!("`{}` is defined twice", d.name.name),
@@ -135,9 +139,7 @@ pub fn check_program_with(
             ret.clone(),
         );
         let var = own.unwrap_or_else(|| Var::fresh(d.name.name.clone(), ty));
-        c.globals
-            .insert(d.name.name.clone(), (defs.len(), var.clone()));
-        defs.push(Def {
+        let mut def = Def {
             var,
             params,
             ret,
@@ -145,9 +147,17 @@ pub fn check_program_with(
             deps: c.deps.iter().copied().collect(),
             rec: d.rec,
             span: d.span,
-        });
-        let last = defs.last().expect("just pushed");
-        c.values.insert(last.var.id, (defs.len() - 1, last.value()));
+            custom: None,
+        };
+        if let Some(jvp) = &d.jvp {
+            def.custom = Some(c.custom(d, jvp, &def, &defs)?);
+            c.customs.insert(d.name.name.clone(), defs.len());
+        } else {
+            c.globals
+                .insert(d.name.name.clone(), (defs.len(), def.var.clone()));
+            c.values.insert(def.var.id, (defs.len(), def.value()));
+        }
+        defs.push(def);
     }
     Ok(Program { defs })
 }
@@ -185,13 +195,16 @@ const POLY: &[(&str, usize)] = &[
 ];
 
 struct Checker<'r> {
-    reg: &'r Registry,
+    /// The primitives, with those the program's definitions with derivative clauses add.
+    reg: Cow<'r, Registry>,
     /// What elaborates `grad`, `jvp` and `vjp` (none: they are an error).
     nested: Option<&'r dyn Differentiate>,
     /// The definitions checked so far, as values (for the functions `grad` differentiates).
     values: HashMap<VarId, (usize, Term)>,
     scope: HashMap<Rc<str>, Vec<Var>>,
     globals: HashMap<Rc<str>, (usize, Var)>,
+    /// The definitions with derivative clauses (primitives of `reg`), by name.
+    customs: HashMap<Rc<str>, usize>,
     deps: BTreeSet<usize>,
     current: Option<Rc<str>>,
 }
@@ -961,6 +974,9 @@ impl<'r> Checker<'r> {
         expected: Option<&Type>,
         span: Span,
     ) -> Result<Term> {
+        if let Some(&i) = self.customs.get(name) {
+            self.deps.insert(i);
+        }
         let t = if args.len() < self.arity(name) {
             self.eta_expand(name, args, expected, span)?
         } else {

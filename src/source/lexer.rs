@@ -9,7 +9,7 @@ use std::rc::Rc;
 pub enum Tok {
     /// An identifier (letters, digits, `_` and `'`, not starting with a digit or `'`).
     Ident(Rc<str>),
-    /// A keyword: `def let in if then else case of true false`.
+    /// A keyword: `def let in if then else case of true false with`.
     Keyword(&'static str),
     /// An integer literal.
     Int(i64),
@@ -35,7 +35,7 @@ impl fmt::Display for Tok {
 }
 
 const KEYWORDS: &[&str] = &[
-    "def", "let", "in", "if", "then", "else", "case", "of", "true", "false",
+    "def", "let", "in", "if", "then", "else", "case", "of", "true", "false", "with",
 ];
 
 // Longest symbols first so that `->` wins over `-`, `==` over `=`, and so on.

@@ -260,6 +260,51 @@ impl Parser {
         };
         self.expect("=", "before the body of the definition")?;
         let body = self.expr()?;
+        let (mut jvp, mut vjp) = (None, None);
+        while self.peek() == &Tok::Keyword("with") {
+            let with = self.span();
+            self.bump();
+            let kind = self.ident("`jvp` or `vjp` after `with`")?;
+            let slot = match &*kind.name {
+                "jvp" if jvp.is_none() && vjp.is_none() => &mut jvp,
+                "vjp" if vjp.is_none() && jvp.is_some() => &mut vjp,
+                "jvp" | "vjp" => {
+                    return Err(Error::syntax(
+                        kind.span,
+                        format!("unexpected `with {}` clause", kind.name),
+                    )
+                    .with_note("a definition has at most one `with jvp` clause, then at most one `with vjp` clause"));
+                }
+                _ => {
+                    return Err(Error::syntax(
+                        kind.span,
+                        format!(
+                            "expected `jvp` or `vjp` after `with`, found `{}`",
+                            kind.name
+                        ),
+                    ));
+                }
+            };
+            let mut cparams = Vec::new();
+            while self.peek() == &Tok::Sym("(") {
+                self.bump();
+                let pname = self.ident("a tangent name")?;
+                self.expect(":", "and the tangent's type")?;
+                let ty = self.ty()?;
+                self.expect(")", "to close the tangent")?;
+                cparams.push(Param {
+                    name: pname,
+                    ty: Some(ty),
+                });
+            }
+            self.expect("=", "before the body of the derivative clause")?;
+            let cbody = self.expr()?;
+            *slot = Some(Clause {
+                params: cparams,
+                body: cbody,
+                span: with.to(self.prev_span()),
+            });
+        }
         let span = start.to(self.prev_span());
         Ok(Def {
             name,
@@ -267,6 +312,8 @@ impl Parser {
             params,
             ret,
             body,
+            jvp,
+            vjp,
             span,
         })
     }

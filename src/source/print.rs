@@ -114,6 +114,17 @@ pub fn defs_to_string(prog: &Program, which: &[usize], width: usize) -> String {
         for &i in which {
             let d = &prog.defs[i];
             p.plan(std::slice::from_ref(&d.body), &d.params);
+            if let Some(c) = &d.custom {
+                let mut scope = d.params.clone();
+                scope.push(c.result.clone());
+                let mut jvp_scope = scope.clone();
+                jvp_scope.extend(c.tangents.iter().cloned());
+                p.plan(std::slice::from_ref(&c.jvp), &jvp_scope);
+                if let Some((ct, body)) = &c.vjp {
+                    scope.push(ct.clone());
+                    p.plan(std::slice::from_ref(body), &scope);
+                }
+            }
         }
         let docs: Vec<Doc> = which.iter().map(|&i| p.def(&prog.defs[i])).collect();
         let doc = RcDoc::intersperse(docs, RcDoc::hardline().append(RcDoc::hardline()));
@@ -255,7 +266,30 @@ impl Printer {
         }
         head = head.append(RcDoc::text(format!(" : {} =", d.ret)));
         let body = self.term(&d.body, 0);
-        head.append(RcDoc::line().append(body).nest(2)).grouped()
+        let mut doc = head.append(RcDoc::line().append(body).nest(2)).grouped();
+        if let Some(c) = &d.custom {
+            // The derivative clauses (LANGUAGE.md, "Custom derivatives").
+            let mut clause = RcDoc::text("with jvp");
+            for t in &c.tangents {
+                let n = self.name(t);
+                clause = clause.append(RcDoc::text(format!(" ({n} : {})", t.ty)));
+            }
+            let jvp = self.term(&c.jvp, 0);
+            let clause = clause
+                .append(RcDoc::text(" ="))
+                .append(RcDoc::line().append(jvp).nest(2))
+                .grouped();
+            doc = doc.append(RcDoc::hardline().append(clause).nest(2));
+            if let Some((ct, body)) = &c.vjp {
+                let n = self.name(ct);
+                let vjp = self.term(body, 0);
+                let clause = RcDoc::text(format!("with vjp ({n} : {}) =", ct.ty))
+                    .append(RcDoc::line().append(vjp).nest(2))
+                    .grouped();
+                doc = doc.append(RcDoc::hardline().append(clause).nest(2));
+            }
+        }
+        doc
     }
 
     fn pat(&mut self, p: &Pat) -> Doc {
@@ -486,7 +520,7 @@ impl Printer {
                     (RcDoc::text(sym).append(operand), 6)
                 }
                 Fixity::Function | Fixity::Internal => {
-                    let head = RcDoc::text(op.name().to_string());
+                    let head = RcDoc::text(op.source_name().to_string());
                     let refs: Vec<&Term> = args.iter().collect();
                     if refs.is_empty() {
                         (head, 9)

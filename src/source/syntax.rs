@@ -30,7 +30,23 @@ pub struct Def {
     pub ret: Option<TypeAnn>,
     /// The body.
     pub body: Expr,
+    /// The custom forward derivative, `with jvp (dx : T1) ... = e` (LANGUAGE.md, "Custom
+    /// derivatives").
+    pub jvp: Option<Clause>,
+    /// The custom transposed derivative, `with vjp (ct : T) = e`.
+    pub vjp: Option<Clause>,
     /// The whole definition.
+    pub span: Span,
+}
+
+/// A derivative clause of a definition: `with jvp (dx : T) ... = e` or `with vjp (ct : T) = e`.
+#[derive(Debug)]
+pub struct Clause {
+    /// The bound tangents (for `jvp`, one per parameter) or the cotangent (for `vjp`).
+    pub params: Vec<Param>,
+    /// The clause's expression.
+    pub body: Expr,
+    /// The whole clause, from `with`.
     pub span: Span,
 }
 

@@ -456,6 +456,25 @@ pub struct Def {
     pub rec: bool,
     /// The whole definition in the source.
     pub span: Span,
+    /// Its custom derivative, if it has `with` clauses (LANGUAGE.md, "Custom derivatives").
+    pub custom: Option<Rc<Custom>>,
+}
+
+/// A definition's checked custom derivative clauses. The definition is registered as the
+/// primitive [`Custom::prim`] (evaluated by running the body, differentiated by the clauses;
+/// `source::check`'s `custom` module), and every later reference to it is that primitive.
+#[derive(Debug)]
+pub struct Custom {
+    /// The definition as a primitive.
+    pub prim: Prim,
+    /// `result`, bound to the primal value in the clauses.
+    pub result: Var,
+    /// The tangents the `jvp` clause binds, one per parameter.
+    pub tangents: Vec<Var>,
+    /// The `jvp` clause's body.
+    pub jvp: Term,
+    /// The `vjp` clause: its cotangent variable and its body.
+    pub vjp: Option<(Var, Term)>,
 }
 
 impl Def {
@@ -587,6 +606,23 @@ impl Program {
     /// The entry point for definition `index`.
     pub fn entry(&self, index: usize) -> Entry {
         let def = &self.defs[index];
+        if let Some(c) = &def.custom {
+            // The definition is its primitive, so that differentiating it uses its clauses.
+            let args = def.params.iter().map(Term::var).collect();
+            return Entry {
+                name: def.var.name.clone(),
+                params: def.params.clone(),
+                body: Term::new(TermKind::Prim(c.prim.clone(), args), def.span),
+            };
+        }
+        self.body_entry(index)
+    }
+
+    /// The entry point for definition `index` running its body as written (for a definition
+    /// with custom derivative clauses, [`Program::entry`] calls its primitive instead).
+    pub fn body_entry(&self, index: usize) -> Entry {
+        let def = &self.defs[index];
+        // (A definition with derivative clauses is called as its primitive: not bound.)
         // A `def rec` sees itself: `let var = fix (..) in body`.
         let own = if def.rec {
             Term::new(
@@ -599,6 +635,7 @@ impl Program {
         let body = self
             .dependencies(index)
             .into_iter()
+            .filter(|&d| self.defs[d].custom.is_none())
             .rev()
             .fold(own, |body, d| {
                 let dep = &self.defs[d];

@@ -1054,4 +1054,3 @@ pub(crate) fn unsupported_recursion(at: crate::error::Span) -> Error {
     .with_note("run this program on the execution engine (the default)")
     .or_span(at)
 }
-
