@@ -966,81 +966,61 @@ impl<'a> Emitter<'a> {
         name
     }
 
-    /// `freeze_T(acc) -> T`: an accumulator as a value.
-    /// The accumulator of a value (the inverse of [`Emitter::freeze`]): arrays of reals and
-    /// lists take the vector out of an unshared `Arc` (no copy), others are copied.
-    fn thaw(&mut self, t: Ty, v: &str) -> String {
-        match self.types().kind(t) {
-            TyKind::F64 | TyKind::Unit => return v.to_string(),
-            TyKind::List(..) => return format!("thaw_vec({v})"),
-            TyKind::Array(e) if matches!(self.types().kind(*e), TyKind::F64 | TyKind::Unit) => {
-                return format!("thaw_vec({v})");
-            }
-            _ => {}
-        }
-        let name = format!("thaw_{}", self.type_key(t));
-        if !self.helpers.contains_key(&name) {
-            self.helpers.insert(name.clone(), String::new());
-            let at = self.at(t);
-            let vt = self.vt(t);
-            let body = match self.types().kind(t).clone() {
-                TyKind::Tuple(cs) => {
-                    let parts: Vec<String> = cs
-                        .iter()
-                        .enumerate()
-                        .map(|(k, c)| self.thaw(*c, &format!("a.{k}")))
-                        .collect();
-                    format!("({},)", parts.join(", "))
-                }
-                TyKind::Array(e) => {
-                    let inner = self.thaw(e, "x");
-                    format!("thaw_vec(a).into_iter().map(|x| {inner}).collect()")
-                }
-                other => panic!("internal error: thaw of {other:?}"),
-            };
-            self.helpers.insert(
-                name.clone(),
-                format!("\n#[allow(dead_code)]\nfn {name}(a: {vt}) -> {at} {{\n    {body}\n}}\n"),
-            );
-        }
-        format!("{name}({v})")
+    /// `freeze_T(acc) -> T`: an accumulator as a value (arrays of reals and lists wrap their
+    /// vector without a copy).
+    fn freeze(&mut self, t: Ty, acc: &str) -> String {
+        self.convert(t, acc, true)
     }
 
-    fn freeze(&mut self, t: Ty, acc: &str) -> String {
+    /// `thaw_T(v) -> AT`: the accumulator of a value (the inverse of [`Emitter::freeze`]):
+    /// arrays of reals and lists take the vector out of an unshared `Arc` (no copy); arrays of
+    /// arrays convert element by element.
+    fn thaw(&mut self, t: Ty, v: &str) -> String {
+        self.convert(t, v, false)
+    }
+
+    /// [`Emitter::freeze`] (`freeze` set) or [`Emitter::thaw`].
+    fn convert(&mut self, t: Ty, x: &str, freeze: bool) -> String {
+        let (prefix, flat) = if freeze {
+            ("freeze", "Arr::new")
+        } else {
+            ("thaw", "thaw_vec")
+        };
         match self.types().kind(t) {
-            TyKind::F64 | TyKind::Unit => return acc.to_string(),
-            TyKind::List(..) => return format!("Arr::new({acc})"),
+            TyKind::F64 | TyKind::Unit => return x.to_string(),
+            TyKind::List(..) => return format!("{flat}({x})"),
             TyKind::Array(e) if matches!(self.types().kind(*e), TyKind::F64 | TyKind::Unit) => {
-                return format!("Arr::new({acc})");
+                return format!("{flat}({x})");
             }
             _ => {}
         }
-        let name = format!("freeze_{}", self.type_key(t));
+        let name = format!("{prefix}_{}", self.type_key(t));
         if !self.helpers.contains_key(&name) {
             self.helpers.insert(name.clone(), String::new());
-            let at = self.at(t);
-            let vt = self.vt(t);
+            let (at, vt) = (self.at(t), self.vt(t));
             let body = match self.types().kind(t).clone() {
                 TyKind::Tuple(cs) => {
                     let parts: Vec<String> = cs
                         .iter()
                         .enumerate()
-                        .map(|(k, c)| self.freeze(*c, &format!("a.{k}")))
+                        .map(|(k, c)| self.convert(*c, &format!("a.{k}"), freeze))
                         .collect();
                     format!("({},)", parts.join(", "))
                 }
                 TyKind::Array(e) => {
-                    let inner = self.freeze(e, "x");
-                    format!("a.into_iter().map(|x| {inner}).collect()")
+                    let inner = self.convert(e, "x", freeze);
+                    let outer = if freeze { "a" } else { "thaw_vec(a)" };
+                    format!("{outer}.into_iter().map(|x| {inner}).collect()")
                 }
-                other => panic!("internal error: freeze of {other:?}"),
+                other => panic!("internal error: {prefix} of {other:?}"),
             };
+            let (from, to) = if freeze { (at, vt) } else { (vt, at) };
             self.helpers.insert(
                 name.clone(),
-                format!("\n#[allow(dead_code)]\nfn {name}(a: {at}) -> {vt} {{\n    {body}\n}}\n"),
+                format!("\n#[allow(dead_code)]\nfn {name}(a: {from}) -> {to} {{\n    {body}\n}}\n"),
             );
         }
-        format!("{name}({acc})")
+        format!("{name}({x})")
     }
 
     /// `grow_T(&mut p, n)` for an accumulated array place.
