@@ -130,6 +130,7 @@ pub mod bench;
 pub mod budget;
 pub mod build;
 pub mod ccc;
+pub mod cli;
 pub mod deep;
 pub mod dual_reverse;
 pub mod error;
