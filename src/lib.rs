@@ -135,6 +135,7 @@ pub mod deep;
 pub mod dual_reverse;
 pub mod error;
 pub mod eval;
+pub mod fuzz;
 pub mod gradbench;
 pub mod ir;
 pub mod linearize;

@@ -408,6 +408,18 @@ pub fn jacobian(
     mode: Option<Mode>,
 ) -> Result<(Value, Vec<Vec<f64>>)> {
     crate::eval::check_args(entry, args)?;
+    // Rows and columns are the `Real` components of the result and the parameters: a
+    // function has none to list (found by the command-line fuzzer, `chad::fuzz`).
+    if !entry.body.ty.is_first_order() || entry.params.iter().any(|p| !p.ty.is_first_order()) {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "a Jacobian needs first-order parameters and result; `{}` has type {}",
+                entry.name,
+                Type::curried(&entry.param_types(), entry.body.ty.clone())
+            ),
+        ));
+    }
     let w = with_respect_to(entry, wrt);
     let (types, sel) = selected(entry, wrt, args);
     let y = crate::eval::eval_entry(entry, args)?;
