@@ -92,3 +92,31 @@ fn the_corpus_checks() {
         }
     }
 }
+
+/// What the fuzzer found, each now an error with a message instead of a panic.
+#[test]
+fn fuzzer_findings_are_errors() {
+    let dir = std::env::temp_dir().join(format!("chad-fuzz-found-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("f.chad");
+    // `chad jacobian` of a function-valued result panicked listing the result's components
+    // (input 57 of seed 1).
+    std::fs::write(
+        &file,
+        "def main (x : Real) : Real -> Real = \\(y : Real) -> x * y\n",
+    )
+    .unwrap();
+    let path = file.display().to_string();
+    for mode in [&[][..], &["--mode", "forward"], &["--mode", "reverse"]] {
+        let mut args = vec!["jacobian", &path, "--arg", "1.5"];
+        args.extend_from_slice(mode);
+        let o = chad::cli::run_args(args);
+        assert_eq!(o.status, 1, "{o:?}");
+        assert!(
+            o.stderr.contains("a Jacobian needs first-order parameters and result"),
+            "{}",
+            o.stderr
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
