@@ -8,7 +8,8 @@
 //! Options: `--seed S` (default 1), `--from K` (first input index, default 0), `--inputs N`,
 //! `--jobs J` (child processes), `--out DIR` (findings and each worker's input file),
 //! `--timeout SECS` (a hang: an input running longer, default 10), `--max-memory SIZE` (each
-//! child's budget, default 2G).
+//! child's budget, default 2G). `--replay K` runs input K alone, in process, and prints each
+//! command with its exit status and time.
 //!
 //! Each worker runs a contiguous range of input indices and prints the index of each input
 //! before running it; the supervisor kills a worker that prints nothing for `--timeout`
@@ -42,6 +43,7 @@ struct Opts {
     timeout: u64,
     max_memory: String,
     worker: bool,
+    replay: Option<u64>,
 }
 
 fn opts() -> Opts {
@@ -54,6 +56,7 @@ fn opts() -> Opts {
         timeout: 10,
         max_memory: "2G".into(),
         worker: false,
+        replay: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -67,6 +70,7 @@ fn opts() -> Opts {
             "--timeout" => o.timeout = val().parse().expect("--timeout SECS"),
             "--max-memory" => o.max_memory = val(),
             "--worker" => o.worker = true,
+            "--replay" => o.replay = Some(val().parse().expect("--replay K")),
             _ => panic!("unknown option {a}"),
         }
     }
@@ -159,6 +163,22 @@ fn spawn(o: &Opts, k: usize, from: u64, end: u64) -> Running {
 
 fn main() {
     let o = opts();
+    if let Some(k) = o.replay {
+        // One input, in process: its text, then each command with its status and time.
+        chad::budget::note_counting();
+        chad::budget::set_limit(chad::budget::parse_size(&o.max_memory).expect("--max-memory"));
+        std::fs::create_dir_all(&o.out).unwrap();
+        let text = chad::fuzz::input(o.seed, k);
+        println!("{text}\n---");
+        let report = chad::fuzz::exercise(&text, &o.out.join("replay.chad"), k);
+        for ((args, outcome), s) in report.runs.iter().zip(&report.seconds) {
+            let status = outcome
+                .as_ref()
+                .map_or("panic".to_string(), |o| o.status.to_string());
+            println!("{s:8.3} s  exit {status}  chad {}", args.join(" "));
+        }
+        return;
+    }
     if o.worker {
         std::fs::create_dir_all(&o.out).unwrap();
         return worker(&o, &o.out.join("input.chad"));

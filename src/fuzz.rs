@@ -459,6 +459,8 @@ pub struct Report {
     pub runs: Vec<(Vec<String>, Option<Outcome>)>,
     /// The panics.
     pub findings: Vec<Finding>,
+    /// How long each command of `runs` took, in seconds.
+    pub seconds: Vec<f64>,
 }
 
 impl Report {
@@ -515,7 +517,10 @@ pub fn exercise(text: &str, file: &Path, seed: u64) -> Report {
     }
     let path = file.display().to_string();
     let run = |args: Vec<String>, report: &mut Report| -> Option<Outcome> {
-        match catch_unwind(AssertUnwindSafe(|| run_args(args.clone()))) {
+        let t0 = std::time::Instant::now();
+        let result = catch_unwind(AssertUnwindSafe(|| run_args(args.clone())));
+        report.seconds.push(t0.elapsed().as_secs_f64());
+        match result {
             Ok(o) => {
                 report.runs.push((args, Some(o.clone())));
                 Some(o)

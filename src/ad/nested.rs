@@ -362,8 +362,8 @@ pub fn hessian(
     wrt: &[bool],
     args: &[Value],
 ) -> Result<(f64, Vec<f64>, Vec<Vec<f64>>)> {
+    runs_at(entry, args)?;
     let h = Hvp::new(entry, wrt)?;
-    crate::eval::check_args(entry, args)?;
     let (types, sel) = selected(entry, wrt, args);
     let mut value = None;
     let mut rows = Vec::new();
@@ -396,6 +396,17 @@ pub enum Mode {
     Forward,
     /// Reverse mode (rows).
     Reverse,
+}
+
+/// Checks, before any second-order code is built, that `entry` is `Real`-valued, that `args`
+/// fit its parameters and that it runs at them: a program that fails where it is evaluated
+/// fails at once with the evaluator's error. (Building a Hessian-vector product's code costs
+/// far more than the primal; the fuzzer found programs that spent 50 s compiling it, then
+/// failed on an index out of range.)
+pub fn runs_at(entry: &Entry, args: &[Value]) -> Result<()> {
+    super::check_real_valued(entry)?;
+    crate::eval::check_args(entry, args)?;
+    crate::eval::eval_entry(entry, args).map(drop)
 }
 
 /// Value and Jacobian of a first-order entry at `args`, with respect to the selected

@@ -65,6 +65,7 @@ pub fn hvp(
     tangents: &[Value],
     json: bool,
 ) -> Result<String> {
+    nested::runs_at(entry, args)?;
     let r = nested::Hvp::new(entry, wrt)?.hvp(args, tangents)?;
     if json {
         let opt = |vs: &[Option<Value>]| -> serde_json::Value {
