@@ -362,8 +362,8 @@ pub fn hessian(
     wrt: &[bool],
     args: &[Value],
 ) -> Result<(f64, Vec<f64>, Vec<Vec<f64>>)> {
+    runs_at(entry, args)?;
     let h = Hvp::new(entry, wrt)?;
-    crate::eval::check_args(entry, args)?;
     let (types, sel) = selected(entry, wrt, args);
     let mut value = None;
     let mut rows = Vec::new();
@@ -398,6 +398,17 @@ pub enum Mode {
     Reverse,
 }
 
+/// Checks, before any second-order code is built, that `entry` is `Real`-valued, that `args`
+/// fit its parameters and that it runs at them: a program that fails where it is evaluated
+/// fails at once with the evaluator's error. (Building a Hessian-vector product's code costs
+/// far more than the primal; the fuzzer found programs that spent 50 s compiling it, then
+/// failed on an index out of range.)
+pub fn runs_at(entry: &Entry, args: &[Value]) -> Result<()> {
+    super::check_real_valued(entry)?;
+    crate::eval::check_args(entry, args)?;
+    crate::eval::eval_entry(entry, args).map(drop)
+}
+
 /// Value and Jacobian of a first-order entry at `args`, with respect to the selected
 /// parameters: rows are the flattened result, columns the flattened selected arguments. With
 /// no `mode`, forward when there are no more inputs than outputs, else reverse.
@@ -408,6 +419,18 @@ pub fn jacobian(
     mode: Option<Mode>,
 ) -> Result<(Value, Vec<Vec<f64>>)> {
     crate::eval::check_args(entry, args)?;
+    // Rows and columns are the `Real` components of the result and the parameters: a
+    // function has none to list (found by the command-line fuzzer, `chad::fuzz`).
+    if !entry.body.ty.is_first_order() || entry.params.iter().any(|p| !p.ty.is_first_order()) {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "a Jacobian needs first-order parameters and result; `{}` has type {}",
+                entry.name,
+                Type::curried(&entry.param_types(), entry.body.ty.clone())
+            ),
+        ));
+    }
     let w = with_respect_to(entry, wrt);
     let (types, sel) = selected(entry, wrt, args);
     let y = crate::eval::eval_entry(entry, args)?;

@@ -1,10 +1,10 @@
 //! `chad hessian`, `chad hvp`, `chad jacobian`: second derivatives and full Jacobians
-//! (LANGUAGE.md, "New commands and flags"), over [`chad::ad::nested`].
+//! (LANGUAGE.md, "New commands and flags"), over [`crate::ad::nested`].
 
-use chad::ad::nested::{self, Mode};
-use chad::error::Result;
-use chad::source::term::Entry;
-use chad::value::{Value, format_real};
+use crate::ad::nested::{self, Mode};
+use crate::error::Result;
+use crate::source::term::Entry;
+use crate::value::{Value, format_real};
 
 /// `--mode` of `jacobian`.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -65,6 +65,7 @@ pub fn hvp(
     tangents: &[Value],
     json: bool,
 ) -> Result<String> {
+    nested::runs_at(entry, args)?;
     let r = nested::Hvp::new(entry, wrt)?.hvp(args, tangents)?;
     if json {
         let opt = |vs: &[Option<Value>]| -> serde_json::Value {
