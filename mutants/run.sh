@@ -27,7 +27,7 @@ TIMEOUT="${MUTANTS_TIMEOUT:-900}"
 # The test binaries in the order they run: the likely catchers first, then the rest of the
 # suite; `lib` is the library's unit tests (`cargo test --lib`), `bin` the CLI's. The native-code tests
 # (rustc per program) run only for plants in src/ir or the native backend.
-ORDER=(conventions ad_oracles oracles ad modes_agree simplify engine linear_laws linear_terms
+ORDER=(mutation_survivors conventions ad_oracles oracles ad modes_agree simplify engine linear_laws linear_terms
   transpose dual_reverse logical_relations agreement wrt nested custom_derivatives linearize
   recursion target optimize builtins language api examples cli generators roundtrip readme deep
   bench_suite reliability lib bin)
