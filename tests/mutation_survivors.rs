@@ -66,12 +66,18 @@ fn oracle(e: &Entry, xs: &[Value]) -> (f64, Vec<f64>) {
 }
 
 /// Value and gradient of a `Real`-valued entry by every route, named.
-fn routes(src: &str, xs: &[&str]) -> (Entry, Vec<Value>, Vec<(&'static str, f64, Vec<f64>)>) {
+/// One route's name, value and gradient.
+type Route = (&'static str, f64, Vec<f64>);
+
+/// A forward-mode route: the value and tangent along a tangent of the arguments.
+type Forward<'a> = &'a dyn Fn(&[Value]) -> chad::Result<(Value, Value)>;
+
+fn routes(src: &str, xs: &[&str]) -> (Entry, Vec<Value>, Vec<Route>) {
     let e = entry(src);
     let xs = args(&e, xs);
     let basis = fd::basis(&e.param_types(), &xs);
     let real = |v: &Value| fd::leaves(v)[0];
-    let forward = |name: &'static str, f: &dyn Fn(&[Value]) -> chad::Result<(Value, Value)>| {
+    let forward = |name: &'static str, f: Forward<'_>| -> Route {
         let mut value = f64::NAN;
         let mut g = Vec::new();
         for dx in &basis {
