@@ -331,6 +331,8 @@ fn lterm(l: &LTerm) -> R<(src::Term, LTy)> {
                 let ((n, _), (e, te)) = (c(n)?, sub(e)?);
                 (concrete::replicate(n, e)?, LTy::array(te))
             }
+            // C(lsum (lbuild m (\i -> Σ onehot n_c j_c x_c))) = Σ_c scatterAdd n_c js_c xs_c
+            K::Sum(e) if let Some(r) = fused_sum(e)? => r,
             K::Sum(e) => {
                 let (e, te) = sub(e)?;
                 let a = te.as_array().ok_or_else(|| ill("lsum", &te))?.clone();
@@ -422,4 +424,194 @@ fn linear_let_chain(l: &LTerm) -> R<(src::Term, LTy)> {
         out = mk(S::Let(p, e, out))?;
     }
     Ok((out, ty))
+}
+
+/// The entries a body of `lsum (lbuild m (\i -> body))` contributes, when `body : Array Real`
+/// is built from one-hots by `+`, `0`, scaling, `case` and `let` (a sum of one-hots with
+/// bindings and branches): a tree of leaves, one per one-hot, each the length `n` of its
+/// one-hot (a target term), and the concrete term computing, per iteration, the tree's entries
+/// `(index, value)` (an entry of an untaken branch is `(-1, 0.0)`, which `scatterAdd` drops).
+enum Entries {
+    Empty,
+    Leaf(Term),
+    Node(Box<Entries>, Box<Entries>),
+}
+
+impl Entries {
+    /// The leaves' lengths with the projections reaching each leaf's entry, in order.
+    fn leaves<'a>(&'a self, path: &mut Vec<bool>, out: &mut Vec<(&'a Term, Vec<bool>)>) {
+        match self {
+            Entries::Empty => {}
+            Entries::Leaf(n) => out.push((n, path.clone())),
+            Entries::Node(a, b) => {
+                path.push(false);
+                a.leaves(path, out);
+                path.pop();
+                path.push(true);
+                b.leaves(path, out);
+                path.pop();
+            }
+        }
+    }
+
+    /// The concrete entries of an untaken branch: `(-1, 0.0)` at every leaf.
+    fn none(&self) -> R<src::Term> {
+        deep(|| match self {
+            Entries::Empty => Ok(src::Term::lit(src::Lit::Unit)),
+            Entries::Leaf(_) => mk(S::Pair(
+                src::Term::lit(src::Lit::Int(-1)),
+                src::Term::lit(src::Lit::Real(0.0)),
+            )),
+            Entries::Node(a, b) => mk(S::Pair(a.none()?, b.none()?)),
+        })
+    }
+
+    /// The entries `e` (of this shape) with every value multiplied by `c`.
+    fn scaled(&self, c: src::Term, e: src::Term) -> R<src::Term> {
+        deep(|| match self {
+            Entries::Empty => Ok(e),
+            Entries::Leaf(_) => concrete::bind("e", e, |e| {
+                let x = mk(S::Snd(e.clone()))?;
+                mk(S::Pair(
+                    mk(S::Fst(e))?,
+                    mk(S::Prim(crate::prim::op("mul"), vec![c, x]))?,
+                ))
+            }),
+            Entries::Node(a, b) => concrete::bind("e", e, |e| {
+                mk(S::Pair(
+                    a.scaled(c.clone(), mk(S::Fst(e.clone()))?)?,
+                    b.scaled(c, mk(S::Snd(e))?)?,
+                ))
+            }),
+        })
+    }
+}
+
+/// The entries of `l`, or `None` if it is not a sum of one-hots of reals (with bindings and
+/// branches). `bound` collects the variables bound on the way (the loop index first): a
+/// one-hot whose length mentions one of them is not accumulated (`None`).
+fn entries(
+    l: &LTerm,
+    bound: &mut Vec<crate::source::term::VarId>,
+) -> R<Option<(Entries, src::Term)>> {
+    deep(|| {
+        use LTermKind as K;
+        let depends = |t: &Term, bound: &[crate::source::term::VarId]| {
+            let mut hit = false;
+            super::term::Child::C(t).each_var(|x| hit |= bound.contains(&x.id));
+            hit
+        };
+        Ok(match &l.kind {
+            K::Zero(LTy::Array(e)) if matches!(***e, LTy::Real) => {
+                Some((Entries::Empty, src::Term::lit(src::Lit::Unit)))
+            }
+            K::OneHot(n, i, x) => {
+                let (x, tx) = lterm(x)?;
+                if !matches!(tx, LTy::Real) || depends(n, bound) {
+                    return Ok(None);
+                }
+                let i = term(i)?;
+                Some((Entries::Leaf(n.clone()), mk(S::Pair(i, x))?))
+            }
+            K::Plus(a, b) => {
+                let Some((ta, a)) = entries(a, bound)? else {
+                    return Ok(None);
+                };
+                let Some((tb, b)) = entries(b, bound)? else {
+                    return Ok(None);
+                };
+                Some((
+                    Entries::Node(Box::new(ta), Box::new(tb)),
+                    mk(S::Pair(a, b))?,
+                ))
+            }
+            K::Scale(c, e) => {
+                let Some((te, e)) = entries(e, bound)? else {
+                    return Ok(None);
+                };
+                let c = term(c)?;
+                let e = concrete::bind("c", c, |c| te.scaled(c, e))?;
+                Some((te, e))
+            }
+            K::Let(p, t, b) => {
+                bound.extend(p.vars().iter().map(|v| v.id));
+                let Some((tb, b)) = entries(b, bound)? else {
+                    return Ok(None);
+                };
+                Some((tb, mk(S::Let(pat(p)?, term(t)?, b))?))
+            }
+            K::LinLet(u, e, b) => {
+                bound.push(u.id);
+                let Some((tb, b)) = entries(b, bound)? else {
+                    return Ok(None);
+                };
+                Some((tb, mk(S::Let(src::Pat::Var(var(u)?), linear(e)?, b))?))
+            }
+            K::Case(t, p, a, q, b) => {
+                bound.extend(p.vars().iter().chain(q.vars().iter()).map(|v| v.id));
+                let Some((ta, a)) = entries(a, bound)? else {
+                    return Ok(None);
+                };
+                let Some((tb, b)) = entries(b, bound)? else {
+                    return Ok(None);
+                };
+                let left = mk(S::Pair(a, tb.none()?))?;
+                let right = mk(S::Pair(ta.none()?, b))?;
+                let e = mk(S::Case(term(t)?, pat(p)?, left, pat(q)?, right))?;
+                Some((Entries::Node(Box::new(ta), Box::new(tb)), e))
+            }
+            _ => None,
+        })
+    })
+}
+
+/// `lsum (lbuild m (\i -> body))` for a body that is a sum of one-hots of reals ([`entries`]):
+/// the entries of every iteration in one array, then one `scatterAdd` per one-hot of the body
+/// (`O(m + n)` each), added. `None` for other sums (concretised as a loop of dense additions).
+fn fused_sum(e: &LTerm) -> R<Option<(src::Term, LTy)>> {
+    let LTermKind::Build(m, i, body) = &e.kind else {
+        return Ok(None);
+    };
+    let mut bound = vec![i.id];
+    let Some((tree, per)) = entries(body, &mut bound)? else {
+        return Ok(None);
+    };
+    let arr = LTy::array(LTy::Real);
+    let mut leaves = Vec::new();
+    tree.leaves(&mut Vec::new(), &mut leaves);
+    if leaves.is_empty() {
+        return Ok(Some((concrete::zero(&arr)?, arr)));
+    }
+    let all = mk(S::Build(term(m)?, mk(S::Lam(var(i)?, per))?))?;
+    let out = concrete::bind("es", all, |es| {
+        let mut acc: Option<src::Term> = None;
+        for (n, path) in leaves {
+            // The map projecting each iteration's entries to this leaf's entry.
+            let proj = |second: bool| {
+                concrete::lam("e", per_ty(&es)?, |mut x| {
+                    for &right in &path {
+                        x = mk(if right { S::Snd(x) } else { S::Fst(x) })?;
+                    }
+                    mk(if second { S::Snd(x) } else { S::Fst(x) })
+                })
+            };
+            let js = mk(S::Map(proj(false)?, es.clone()))?;
+            let xs = mk(S::Map(proj(true)?, es.clone()))?;
+            let one = concrete::scatter_add(term(n)?, js, xs)?;
+            acc = Some(match acc {
+                None => one,
+                Some(a) => concrete::plus(&arr, a, one)?,
+            });
+        }
+        acc.ok_or_else(|| "no entries".to_string())
+    })?;
+    Ok(Some((out, arr)))
+}
+
+/// The element type of an array term.
+fn per_ty(es: &src::Term) -> R<crate::types::Type> {
+    es.ty
+        .as_array()
+        .cloned()
+        .ok_or_else(|| "concretisation: entries not an array".to_string())
 }

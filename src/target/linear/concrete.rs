@@ -347,6 +347,12 @@ pub fn sum(e: &LTy, xs: Term) -> R<Term> {
     })
 }
 
+/// `scatterAdd n js xs : Array Real` ([`super::scatter`]): the one-hots `onehot n (js ! k)
+/// (xs ! k)` summed, in `O(n + length js)`.
+pub fn scatter_add(n: Term, js: Term, xs: Term) -> R<Term> {
+    mk(S::Prim(super::scatter::scatter_add(), vec![n, js, xs]))
+}
+
 /// `!a ⊗ l`: the one-pair list.
 pub fn copower(a: Term, l: Term) -> R<Term> {
     let p = pair(a, l)?;
