@@ -426,70 +426,122 @@ fn linear_let_chain(l: &LTerm) -> R<(src::Term, LTy)> {
     Ok((out, ty))
 }
 
-/// The entries a body of `lsum (lbuild m (\i -> body))` contributes, when `body : Array Real`
-/// is built from one-hots by `+`, `0`, scaling, `case` and `let` (a sum of one-hots with
-/// bindings and branches): a tree of leaves, one per one-hot, each the length `n` of its
-/// one-hot (a target term), and the concrete term computing, per iteration, the tree's entries
-/// `(index, value)` (an entry of an untaken branch is `(-1, 0.0)`, which `scatterAdd` drops).
+/// What a body of `lsum (lbuild m (\i -> body))` contributes per iteration, when it is built
+/// from one-hots of reals by `+`, `0`, pairs, scaling, `case` and `let` (with reals and units
+/// anywhere): a tree following the body's form, beside the concrete term computing the tree's
+/// entries for one iteration. A one-hot's entry is `(index, value)` (in an untaken branch
+/// `(-1, 0.0)`, which `scatterAdd` drops), a real's its value, the rest `()`.
 enum Entries {
-    Empty,
-    Leaf(Term),
-    Node(Box<Entries>, Box<Entries>),
+    /// A zero of this type (entry `()`).
+    Zero(LTy),
+    /// `onehot n j x` (entry `(j, x)`), `n` a target term independent of the iteration.
+    Hot(Term),
+    /// A real (entry: the real).
+    Scalar,
+    /// A unit (entry `()`).
+    Unit,
+    /// A pair (entry: the pair of the components' entries).
+    Pair(Box<Entries>, Box<Entries>),
+    /// A sum of two of this type (entry: the pair of the summands' entries).
+    Plus(Box<Entries>, Box<Entries>, LTy),
 }
 
 impl Entries {
-    /// The leaves' lengths with the projections reaching each leaf's entry, in order.
-    fn leaves<'a>(&'a self, path: &mut Vec<bool>, out: &mut Vec<(&'a Term, Vec<bool>)>) {
+    fn ty(&self) -> LTy {
         match self {
-            Entries::Empty => {}
-            Entries::Leaf(n) => out.push((n, path.clone())),
-            Entries::Node(a, b) => {
-                path.push(false);
-                a.leaves(path, out);
-                path.pop();
-                path.push(true);
-                b.leaves(path, out);
-                path.pop();
-            }
+            Entries::Zero(l) | Entries::Plus(_, _, l) => l.clone(),
+            Entries::Hot(_) => LTy::array(LTy::Real),
+            Entries::Scalar => LTy::Real,
+            Entries::Unit => LTy::Unit,
+            Entries::Pair(a, b) => LTy::prod(a.ty(), b.ty()),
         }
     }
 
-    /// The concrete entries of an untaken branch: `(-1, 0.0)` at every leaf.
+    fn hot(&self) -> bool {
+        match self {
+            Entries::Hot(_) => true,
+            Entries::Pair(a, b) | Entries::Plus(a, b, _) => a.hot() || b.hot(),
+            _ => false,
+        }
+    }
+
+    /// The entry of an untaken branch.
     fn none(&self) -> R<src::Term> {
         deep(|| match self {
-            Entries::Empty => Ok(src::Term::lit(src::Lit::Unit)),
-            Entries::Leaf(_) => mk(S::Pair(
+            Entries::Zero(_) | Entries::Unit => Ok(src::Term::lit(src::Lit::Unit)),
+            Entries::Hot(_) => mk(S::Pair(
                 src::Term::lit(src::Lit::Int(-1)),
                 src::Term::lit(src::Lit::Real(0.0)),
             )),
-            Entries::Node(a, b) => mk(S::Pair(a.none()?, b.none()?)),
+            Entries::Scalar => Ok(src::Term::lit(src::Lit::Real(0.0))),
+            Entries::Pair(a, b) | Entries::Plus(a, b, _) => mk(S::Pair(a.none()?, b.none()?)),
         })
     }
 
-    /// The entries `e` (of this shape) with every value multiplied by `c`.
+    /// The entry `e` (of this tree) with every value multiplied by `c`.
     fn scaled(&self, c: src::Term, e: src::Term) -> R<src::Term> {
+        let mul = |x| mk(S::Prim(crate::prim::op("mul"), vec![c.clone(), x]));
         deep(|| match self {
-            Entries::Empty => Ok(e),
-            Entries::Leaf(_) => concrete::bind("e", e, |e| {
-                let x = mk(S::Snd(e.clone()))?;
-                mk(S::Pair(
-                    mk(S::Fst(e))?,
-                    mk(S::Prim(crate::prim::op("mul"), vec![c, x]))?,
-                ))
+            Entries::Zero(_) | Entries::Unit => Ok(e),
+            Entries::Scalar => mul(e),
+            Entries::Hot(_) => concrete::bind("e", e, |e| {
+                mk(S::Pair(mk(S::Fst(e.clone()))?, mul(mk(S::Snd(e))?)?))
             }),
-            Entries::Node(a, b) => concrete::bind("e", e, |e| {
+            Entries::Pair(a, b) | Entries::Plus(a, b, _) => concrete::bind("e", e, |e| {
                 mk(S::Pair(
                     a.scaled(c.clone(), mk(S::Fst(e.clone()))?)?,
-                    b.scaled(c, mk(S::Snd(e))?)?,
+                    b.scaled(c.clone(), mk(S::Snd(e))?)?,
                 ))
             }),
+        })
+    }
+
+    /// The sum over the iterations, from `es` (every iteration's entries) and the projection
+    /// `path` from an iteration's entries to this tree's.
+    fn assemble(&self, es: &src::Term, path: &mut Vec<bool>) -> R<src::Term> {
+        let project = |path: &[bool], last: Option<bool>| {
+            concrete::lam("e", per_ty(es)?, |mut x| {
+                for &right in path.iter().chain(&last) {
+                    x = mk(if right { S::Snd(x) } else { S::Fst(x) })?;
+                }
+                Ok(x)
+            })
+        };
+        let both = |a: &Entries, b: &Entries, path: &mut Vec<bool>| -> R<_> {
+            path.push(false);
+            let a = a.assemble(es, path)?;
+            path.pop();
+            path.push(true);
+            let b = b.assemble(es, path)?;
+            path.pop();
+            Ok((a, b))
+        };
+        deep(|| match self {
+            Entries::Zero(l) => concrete::zero(l),
+            Entries::Unit => Ok(src::Term::lit(src::Lit::Unit)),
+            Entries::Scalar => {
+                concrete::sum(&LTy::Real, mk(S::Map(project(path, None)?, es.clone()))?)
+            }
+            Entries::Hot(n) => {
+                let js = mk(S::Map(project(path, Some(false))?, es.clone()))?;
+                let xs = mk(S::Map(project(path, Some(true))?, es.clone()))?;
+                concrete::scatter_add(term(n)?, js, xs)
+            }
+            Entries::Pair(a, b) => {
+                let (a, b) = both(a, b, path)?;
+                mk(S::Pair(a, b))
+            }
+            Entries::Plus(a, b, l) => {
+                let (a, b) = both(a, b, path)?;
+                concrete::plus(l, a, b)
+            }
         })
     }
 }
 
-/// The entries of `l`, or `None` if it is not a sum of one-hots of reals (with bindings and
-/// branches). `bound` collects the variables bound on the way (the loop index first): a
-/// one-hot whose length mentions one of them is not accumulated (`None`).
+/// The entries of `l`, or `None` if it is not of the form [`Entries`] describes. `bound`
+/// collects the variables bound on the way (the loop index first): a one-hot whose length
+/// mentions one of them is not accumulated (`None`).
 fn entries(
     l: &LTerm,
     bound: &mut Vec<crate::source::term::VarId>,
@@ -501,73 +553,78 @@ fn entries(
             super::term::Child::C(t).each_var(|x| hit |= bound.contains(&x.id));
             hit
         };
-        Ok(match &l.kind {
-            K::Zero(LTy::Array(e)) if matches!(***e, LTy::Real) => {
-                Some((Entries::Empty, src::Term::lit(src::Lit::Unit)))
-            }
-            K::OneHot(n, i, x) => {
+        macro_rules! sub {
+            ($e:expr) => {
+                match entries($e, bound)? {
+                    Some(r) => r,
+                    None => return Ok(None),
+                }
+            };
+        }
+        Ok(Some(match &l.kind {
+            K::Zero(ty) => (Entries::Zero(ty.clone()), src::Term::lit(src::Lit::Unit)),
+            K::OneHot(n, i, x) if !depends(n, bound) => {
                 let (x, tx) = lterm(x)?;
-                if !matches!(tx, LTy::Real) || depends(n, bound) {
+                if !matches!(tx, LTy::Real) {
                     return Ok(None);
                 }
-                let i = term(i)?;
-                Some((Entries::Leaf(n.clone()), mk(S::Pair(i, x))?))
+                (Entries::Hot(n.clone()), mk(S::Pair(term(i)?, x))?)
             }
             K::Plus(a, b) => {
-                let Some((ta, a)) = entries(a, bound)? else {
-                    return Ok(None);
-                };
-                let Some((tb, b)) = entries(b, bound)? else {
-                    return Ok(None);
-                };
-                Some((
-                    Entries::Node(Box::new(ta), Box::new(tb)),
+                let ((ta, a), (tb, b)) = (sub!(a), sub!(b));
+                let ty = ta.ty();
+                (
+                    Entries::Plus(Box::new(ta), Box::new(tb), ty),
                     mk(S::Pair(a, b))?,
-                ))
+                )
+            }
+            K::Pair(a, b) => {
+                let ((ta, a), (tb, b)) = (sub!(a), sub!(b));
+                (
+                    Entries::Pair(Box::new(ta), Box::new(tb)),
+                    mk(S::Pair(a, b))?,
+                )
             }
             K::Scale(c, e) => {
-                let Some((te, e)) = entries(e, bound)? else {
-                    return Ok(None);
-                };
-                let c = term(c)?;
-                let e = concrete::bind("c", c, |c| te.scaled(c, e))?;
-                Some((te, e))
+                let (te, e) = sub!(e);
+                let e = concrete::bind("c", term(c)?, |c| te.scaled(c, e))?;
+                (te, e)
             }
             K::Let(p, t, b) => {
                 bound.extend(p.vars().iter().map(|v| v.id));
-                let Some((tb, b)) = entries(b, bound)? else {
-                    return Ok(None);
-                };
-                Some((tb, mk(S::Let(pat(p)?, term(t)?, b))?))
+                let (tb, b) = sub!(b);
+                (tb, mk(S::Let(pat(p)?, term(t)?, b))?)
             }
             K::LinLet(u, e, b) => {
                 bound.push(u.id);
-                let Some((tb, b)) = entries(b, bound)? else {
-                    return Ok(None);
-                };
-                Some((tb, mk(S::Let(src::Pat::Var(var(u)?), linear(e)?, b))?))
+                let (tb, b) = sub!(b);
+                (tb, mk(S::Let(src::Pat::Var(var(u)?), linear(e)?, b))?)
             }
             K::Case(t, p, a, q, b) => {
                 bound.extend(p.vars().iter().chain(q.vars().iter()).map(|v| v.id));
-                let Some((ta, a)) = entries(a, bound)? else {
-                    return Ok(None);
-                };
-                let Some((tb, b)) = entries(b, bound)? else {
-                    return Ok(None);
-                };
+                let ((ta, a), (tb, b)) = (sub!(a), sub!(b));
                 let left = mk(S::Pair(a, tb.none()?))?;
                 let right = mk(S::Pair(ta.none()?, b))?;
                 let e = mk(S::Case(term(t)?, pat(p)?, left, pat(q)?, right))?;
-                Some((Entries::Node(Box::new(ta), Box::new(tb)), e))
+                let ty = ta.ty();
+                (Entries::Plus(Box::new(ta), Box::new(tb), ty), e)
             }
-            _ => None,
-        })
+            _ => {
+                let (e, te) = lterm(l)?;
+                match te {
+                    LTy::Real => (Entries::Scalar, e),
+                    LTy::Unit => (Entries::Unit, src::Term::lit(src::Lit::Unit)),
+                    _ => return Ok(None),
+                }
+            }
+        }))
     })
 }
 
-/// `lsum (lbuild m (\i -> body))` for a body that is a sum of one-hots of reals ([`entries`]):
-/// the entries of every iteration in one array, then one `scatterAdd` per one-hot of the body
-/// (`O(m + n)` each), added. `None` for other sums (concretised as a loop of dense additions).
+/// `lsum (lbuild m (\i -> body))` for a body of the form [`Entries`] describes with at least
+/// one one-hot: every iteration's entries in one array, then one `scatterAdd` per one-hot of
+/// the body (`O(m + n)` each) and one `sum` per real, assembled by the body's form. `None` for
+/// other sums (concretised by [`concrete::sum`]).
 fn fused_sum(e: &LTerm) -> R<Option<(src::Term, LTy)>> {
     let LTermKind::Build(m, i, body) = &e.kind else {
         return Ok(None);
@@ -576,36 +633,12 @@ fn fused_sum(e: &LTerm) -> R<Option<(src::Term, LTy)>> {
     let Some((tree, per)) = entries(body, &mut bound)? else {
         return Ok(None);
     };
-    let arr = LTy::array(LTy::Real);
-    let mut leaves = Vec::new();
-    tree.leaves(&mut Vec::new(), &mut leaves);
-    if leaves.is_empty() {
-        return Ok(Some((concrete::zero(&arr)?, arr)));
+    if !tree.hot() {
+        return Ok(None);
     }
     let all = mk(S::Build(term(m)?, mk(S::Lam(var(i)?, per))?))?;
-    let out = concrete::bind("es", all, |es| {
-        let mut acc: Option<src::Term> = None;
-        for (n, path) in leaves {
-            // The map projecting each iteration's entries to this leaf's entry.
-            let proj = |second: bool| {
-                concrete::lam("e", per_ty(&es)?, |mut x| {
-                    for &right in &path {
-                        x = mk(if right { S::Snd(x) } else { S::Fst(x) })?;
-                    }
-                    mk(if second { S::Snd(x) } else { S::Fst(x) })
-                })
-            };
-            let js = mk(S::Map(proj(false)?, es.clone()))?;
-            let xs = mk(S::Map(proj(true)?, es.clone()))?;
-            let one = concrete::scatter_add(term(n)?, js, xs)?;
-            acc = Some(match acc {
-                None => one,
-                Some(a) => concrete::plus(&arr, a, one)?,
-            });
-        }
-        acc.ok_or_else(|| "no entries".to_string())
-    })?;
-    Ok(Some((out, arr)))
+    let out = concrete::bind("es", all, |es| tree.assemble(&es, &mut Vec::new()))?;
+    Ok(Some((out, tree.ty())))
 }
 
 /// The element type of an array term.
