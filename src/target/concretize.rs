@@ -25,6 +25,9 @@
 //! C(linl l) = (C(l), 0)           C(fromLeft l) = fst C(l)
 //! C(t * l : L) = scale_L C(t) C(l) C(l ! t) = C(l) ! C(t), zero past the end
 //! C(loopTape f x) = a loop whose state carries the tape as an array
+//! C(lsum (lbuild m (\i -> body))) = let es = build m (\i -> E(body)) in A(body)
+//!     (body a sum of one-hots of reals with pairs, lets, branches, scaling: each one-hot
+//!      becomes one `scatterAdd` of its entries, [`fused_sum`])
 //! ```
 //!
 //! and every other form is mapped to the source form of the same name. The result is checked
