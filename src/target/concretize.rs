@@ -27,7 +27,7 @@
 //! C(loopTape f x) = a loop whose state carries the tape as an array
 //! C(lsum (lbuild m (\i -> body))) = let es = build m (\i -> E(body)) in A(body)
 //!     (body a sum of one-hots of reals with pairs, lets, branches, scaling: each one-hot
-//!      becomes one `scatterAdd` of its entries, [`fused_sum`])
+//!      becomes one `scatterAdd` of its entries: `fused_sum` below)
 //! ```
 //!
 //! and every other form is mapped to the source form of the same name. The result is checked
