@@ -25,6 +25,9 @@
 //! C(linl l) = (C(l), 0)           C(fromLeft l) = fst C(l)
 //! C(t * l : L) = scale_L C(t) C(l) C(l ! t) = C(l) ! C(t), zero past the end
 //! C(loopTape f x) = a loop whose state carries the tape as an array
+//! C(lsum (lbuild m (\i -> body))) = let es = build m (\i -> E(body)) in A(body)
+//!     (body a sum of one-hots of reals with pairs, lets, branches, scaling: each one-hot
+//!      becomes one `scatterAdd` of its entries: `fused_sum` below)
 //! ```
 //!
 //! and every other form is mapped to the source form of the same name. The result is checked
@@ -331,6 +334,8 @@ fn lterm(l: &LTerm) -> R<(src::Term, LTy)> {
                 let ((n, _), (e, te)) = (c(n)?, sub(e)?);
                 (concrete::replicate(n, e)?, LTy::array(te))
             }
+            // C(lsum (lbuild m (\i -> Σ onehot n_c j_c x_c))) = Σ_c scatterAdd n_c js_c xs_c
+            K::Sum(e) if let Some(r) = fused_sum(e)? => r,
             K::Sum(e) => {
                 let (e, te) = sub(e)?;
                 let a = te.as_array().ok_or_else(|| ill("lsum", &te))?.clone();
@@ -422,4 +427,227 @@ fn linear_let_chain(l: &LTerm) -> R<(src::Term, LTy)> {
         out = mk(S::Let(p, e, out))?;
     }
     Ok((out, ty))
+}
+
+/// What a body of `lsum (lbuild m (\i -> body))` contributes per iteration, when it is built
+/// from one-hots of reals by `+`, `0`, pairs, scaling, `case` and `let` (with reals and units
+/// anywhere): a tree following the body's form, beside the concrete term computing the tree's
+/// entries for one iteration. A one-hot's entry is `(index, value)` (in an untaken branch
+/// `(-1, 0.0)`, which `scatterAdd` drops), a real's its value, the rest `()`.
+enum Entries {
+    /// A zero of this type (entry `()`).
+    Zero(LTy),
+    /// `onehot n j x` (entry `(j, x)`), `n` a target term independent of the iteration.
+    Hot(Term),
+    /// A real (entry: the real).
+    Scalar,
+    /// A unit (entry `()`).
+    Unit,
+    /// A pair (entry: the pair of the components' entries).
+    Pair(Box<Entries>, Box<Entries>),
+    /// A sum of two of this type (entry: the pair of the summands' entries).
+    Plus(Box<Entries>, Box<Entries>, LTy),
+}
+
+impl Entries {
+    fn ty(&self) -> LTy {
+        match self {
+            Entries::Zero(l) | Entries::Plus(_, _, l) => l.clone(),
+            Entries::Hot(_) => LTy::array(LTy::Real),
+            Entries::Scalar => LTy::Real,
+            Entries::Unit => LTy::Unit,
+            Entries::Pair(a, b) => LTy::prod(a.ty(), b.ty()),
+        }
+    }
+
+    fn hot(&self) -> bool {
+        match self {
+            Entries::Hot(_) => true,
+            Entries::Pair(a, b) | Entries::Plus(a, b, _) => a.hot() || b.hot(),
+            _ => false,
+        }
+    }
+
+    /// The entry of an untaken branch.
+    fn none(&self) -> R<src::Term> {
+        deep(|| match self {
+            Entries::Zero(_) | Entries::Unit => Ok(src::Term::lit(src::Lit::Unit)),
+            Entries::Hot(_) => mk(S::Pair(
+                src::Term::lit(src::Lit::Int(-1)),
+                src::Term::lit(src::Lit::Real(0.0)),
+            )),
+            Entries::Scalar => Ok(src::Term::lit(src::Lit::Real(0.0))),
+            Entries::Pair(a, b) | Entries::Plus(a, b, _) => mk(S::Pair(a.none()?, b.none()?)),
+        })
+    }
+
+    /// The entry `e` (of this tree) with every value multiplied by `c`.
+    fn scaled(&self, c: src::Term, e: src::Term) -> R<src::Term> {
+        let mul = |x| mk(S::Prim(crate::prim::op("mul"), vec![c.clone(), x]));
+        deep(|| match self {
+            Entries::Zero(_) | Entries::Unit => Ok(e),
+            Entries::Scalar => mul(e),
+            Entries::Hot(_) => concrete::bind("e", e, |e| {
+                mk(S::Pair(mk(S::Fst(e.clone()))?, mul(mk(S::Snd(e))?)?))
+            }),
+            Entries::Pair(a, b) | Entries::Plus(a, b, _) => concrete::bind("e", e, |e| {
+                mk(S::Pair(
+                    a.scaled(c.clone(), mk(S::Fst(e.clone()))?)?,
+                    b.scaled(c.clone(), mk(S::Snd(e))?)?,
+                ))
+            }),
+        })
+    }
+
+    /// The sum over the iterations, from `es` (every iteration's entries) and the projection
+    /// `path` from an iteration's entries to this tree's.
+    fn assemble(&self, es: &src::Term, path: &mut Vec<bool>) -> R<src::Term> {
+        let project = |path: &[bool], last: Option<bool>| {
+            concrete::lam("e", per_ty(es)?, |mut x| {
+                for &right in path.iter().chain(&last) {
+                    x = mk(if right { S::Snd(x) } else { S::Fst(x) })?;
+                }
+                Ok(x)
+            })
+        };
+        let both = |a: &Entries, b: &Entries, path: &mut Vec<bool>| -> R<_> {
+            path.push(false);
+            let a = a.assemble(es, path)?;
+            path.pop();
+            path.push(true);
+            let b = b.assemble(es, path)?;
+            path.pop();
+            Ok((a, b))
+        };
+        deep(|| match self {
+            Entries::Zero(l) => concrete::zero(l),
+            Entries::Unit => Ok(src::Term::lit(src::Lit::Unit)),
+            Entries::Scalar => {
+                concrete::sum(&LTy::Real, mk(S::Map(project(path, None)?, es.clone()))?)
+            }
+            Entries::Hot(n) => {
+                let js = mk(S::Map(project(path, Some(false))?, es.clone()))?;
+                let xs = mk(S::Map(project(path, Some(true))?, es.clone()))?;
+                concrete::scatter_add(term(n)?, js, xs)
+            }
+            Entries::Pair(a, b) => {
+                let (a, b) = both(a, b, path)?;
+                mk(S::Pair(a, b))
+            }
+            Entries::Plus(a, b, l) => {
+                let (a, b) = both(a, b, path)?;
+                concrete::plus(l, a, b)
+            }
+        })
+    }
+}
+
+/// The entries of `l`, or `None` if it is not of the form [`Entries`] describes. `bound`
+/// collects the variables bound on the way (the loop index first): a one-hot whose length
+/// mentions one of them is not accumulated (`None`).
+fn entries(
+    l: &LTerm,
+    bound: &mut Vec<crate::source::term::VarId>,
+) -> R<Option<(Entries, src::Term)>> {
+    deep(|| {
+        use LTermKind as K;
+        let depends = |t: &Term, bound: &[crate::source::term::VarId]| {
+            let mut hit = false;
+            super::term::Child::C(t).each_var(|x| hit |= bound.contains(&x.id));
+            hit
+        };
+        macro_rules! sub {
+            ($e:expr) => {
+                match entries($e, bound)? {
+                    Some(r) => r,
+                    None => return Ok(None),
+                }
+            };
+        }
+        Ok(Some(match &l.kind {
+            K::Zero(ty) => (Entries::Zero(ty.clone()), src::Term::lit(src::Lit::Unit)),
+            K::OneHot(n, i, x) if !depends(n, bound) => {
+                let (x, tx) = lterm(x)?;
+                if !matches!(tx, LTy::Real) {
+                    return Ok(None);
+                }
+                (Entries::Hot(n.clone()), mk(S::Pair(term(i)?, x))?)
+            }
+            K::Plus(a, b) => {
+                let ((ta, a), (tb, b)) = (sub!(a), sub!(b));
+                let ty = ta.ty();
+                (
+                    Entries::Plus(Box::new(ta), Box::new(tb), ty),
+                    mk(S::Pair(a, b))?,
+                )
+            }
+            K::Pair(a, b) => {
+                let ((ta, a), (tb, b)) = (sub!(a), sub!(b));
+                (
+                    Entries::Pair(Box::new(ta), Box::new(tb)),
+                    mk(S::Pair(a, b))?,
+                )
+            }
+            K::Scale(c, e) => {
+                let (te, e) = sub!(e);
+                let e = concrete::bind("c", term(c)?, |c| te.scaled(c, e))?;
+                (te, e)
+            }
+            K::Let(p, t, b) => {
+                bound.extend(p.vars().iter().map(|v| v.id));
+                let (tb, b) = sub!(b);
+                (tb, mk(S::Let(pat(p)?, term(t)?, b))?)
+            }
+            K::LinLet(u, e, b) => {
+                bound.push(u.id);
+                let (tb, b) = sub!(b);
+                (tb, mk(S::Let(src::Pat::Var(var(u)?), linear(e)?, b))?)
+            }
+            K::Case(t, p, a, q, b) => {
+                bound.extend(p.vars().iter().chain(q.vars().iter()).map(|v| v.id));
+                let ((ta, a), (tb, b)) = (sub!(a), sub!(b));
+                let left = mk(S::Pair(a, tb.none()?))?;
+                let right = mk(S::Pair(ta.none()?, b))?;
+                let e = mk(S::Case(term(t)?, pat(p)?, left, pat(q)?, right))?;
+                let ty = ta.ty();
+                (Entries::Plus(Box::new(ta), Box::new(tb), ty), e)
+            }
+            _ => {
+                let (e, te) = lterm(l)?;
+                match te {
+                    LTy::Real => (Entries::Scalar, e),
+                    LTy::Unit => (Entries::Unit, src::Term::lit(src::Lit::Unit)),
+                    _ => return Ok(None),
+                }
+            }
+        }))
+    })
+}
+
+/// `lsum (lbuild m (\i -> body))` for a body of the form [`Entries`] describes with at least
+/// one one-hot: every iteration's entries in one array, then one `scatterAdd` per one-hot of
+/// the body (`O(m + n)` each) and one `sum` per real, assembled by the body's form. `None` for
+/// other sums (concretised by [`concrete::sum`]).
+fn fused_sum(e: &LTerm) -> R<Option<(src::Term, LTy)>> {
+    let LTermKind::Build(m, i, body) = &e.kind else {
+        return Ok(None);
+    };
+    let mut bound = vec![i.id];
+    let Some((tree, per)) = entries(body, &mut bound)? else {
+        return Ok(None);
+    };
+    if !tree.hot() {
+        return Ok(None);
+    }
+    let all = mk(S::Build(term(m)?, mk(S::Lam(var(i)?, per))?))?;
+    let out = concrete::bind("es", all, |es| tree.assemble(&es, &mut Vec::new()))?;
+    Ok(Some((out, tree.ty())))
+}
+
+/// The element type of an array term.
+fn per_ty(es: &src::Term) -> R<crate::types::Type> {
+    es.ty
+        .as_array()
+        .cloned()
+        .ok_or_else(|| "concretisation: entries not an array".to_string())
 }

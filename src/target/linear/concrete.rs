@@ -10,7 +10,7 @@
 //! | `Real` | `Real` | `0.0` | `a + b` |
 //! | `1` | `Unit` | `()` | `()` |
 //! | `L × L'`, `L ⊕ L'` | `C(L) × C(L')` | `(0, 0)` | componentwise |
-//! | `Array L` | `Array C(L)` | `[]` | elementwise, the shorter padded with zeros |
+//! | `Array L` | `Array C(L)` | `[]` | elementwise (`map2` for equal lengths), the shorter padded with zeros |
 //! | `!τ ⊗ L` | `Array (C(τ) × C(L))` | `[]` | concatenation |
 //! | `τ → L` (power) | `C(τ) → C(L)` | `\_ -> 0` | pointwise |
 //!
@@ -181,6 +181,12 @@ pub fn plus(l: &LTy, a: Term, b: Term) -> R<Term> {
                                 padded(e, ys.clone(), m.clone(), i)?,
                             )
                         })?;
+                        // Equal lengths (the common case): `map2`, with no test per element
+                        // (a test per element costs a linear map per element when this code
+                        // is differentiated again).
+                        let f = lam("x", ty(e)?, |x| lam("y", ty(e)?, |y| plus(e, x, y)))?;
+                        let same = mk(S::Map2(f, xs.clone(), ys.clone()))?;
+                        let sum = cond(prim("ieq", vec![n.clone(), m.clone()])?, same, sum)?;
                         let if_m = cond(prim("ieq", vec![m, int(0)])?, xs.clone(), sum)?;
                         cond(prim("ieq", vec![n, int(0)])?, ys.clone(), if_m)
                     })
@@ -335,16 +341,91 @@ fn fold_loop(n: Term, init: Term, step: impl FnOnce(Term, Term) -> R<Term>) -> R
     })
 }
 
-/// `lsum xs : L` for a linear array of elements of type `e`.
+/// `lsum xs : L` for a linear array of elements of type `e`, by type, without a loop where
+/// the type allows (a `loop` is costly to differentiate again: a linear map per step):
+///
+/// ```text
+/// sum_Real xs = sum xs                     sum_1 xs = ()
+/// sum_{L × L'} xs = (sum_L (map fst xs), sum_L' (map snd xs))        (⊕ likewise)
+/// sum_{Array L} xs = build n (\j -> sum_L (build (length xs) (\i -> (xs ! i) ! j, 0 past the end)))
+///                    for n the greatest length of the xs ! i (0 if there are none), and
+///                    without the test past the end if they all have length n
+/// sum_{τ → L} xs = \b -> sum_L (map (\f -> f b) xs)
+/// ```
+///
+/// and for copowers a loop of concatenations.
 pub fn sum(e: &LTy, xs: Term) -> R<Term> {
-    if matches!(e, LTy::Real) {
-        return prim("sum", vec![xs]);
-    }
+    deep(|| match e {
+        LTy::Real => prim("sum", vec![xs]),
+        LTy::Unit => Ok(Term::lit(Lit::Unit)),
+        LTy::Prod(p) | LTy::Sum(p) => bind("xs", xs, |xs| {
+            let (a, b) = (ty(&p.0)?, ty(&p.1)?);
+            let firsts = mk(S::Map(
+                lam("x", Type::prod(a.clone(), b.clone()), fst)?,
+                xs.clone(),
+            ))?;
+            let seconds = mk(S::Map(lam("x", Type::prod(a, b), snd)?, xs))?;
+            pair(sum(&p.0, firsts)?, sum(&p.1, seconds)?)
+        }),
+        LTy::Array(a) => bind("xs", xs, |xs| {
+            let elem = ty(e)?;
+            bind("m", length(xs.clone())?, |m| {
+                // The greatest length: that of the element `argmax` of the lengths picks.
+                let lens = mk(S::Map(
+                    lam("x", elem.clone(), |x| prim("toReal", vec![length(x)?]))?,
+                    xs.clone(),
+                ))?;
+                bind("lens", lens, |lens| {
+                    let longest = length(index(xs.clone(), prim("argmax", vec![lens.clone()])?)?)?;
+                    let shortest = length(index(xs.clone(), prim("argmin", vec![lens])?)?)?;
+                    let empty = prim("ieq", vec![m.clone(), int(0)])?;
+                    let n = cond(empty.clone(), int(0), longest)?;
+                    let k = cond(empty, int(0), shortest)?;
+                    bind("n", n, |n| {
+                        bind("k", k, |k| {
+                            // All of one length (the common case): no test per element.
+                            let same = build(n.clone(), |j| {
+                                bind("j", j, |j| {
+                                    let column =
+                                        build(m.clone(), |i| index(index(xs.clone(), i)?, j))?;
+                                    sum(a, column)
+                                })
+                            })?;
+                            let padded = build(n.clone(), |j| {
+                                bind("j", j, |j| {
+                                    let column = build(m, |i| lindex(a, index(xs, i)?, j))?;
+                                    sum(a, column)
+                                })
+                            })?;
+                            cond(prim("ieq", vec![n, k])?, same, padded)
+                        })
+                    })
+                })
+            })
+        }),
+        LTy::Power(p) => bind("xs", xs, |xs| {
+            lam("b", cty(&p.0)?, |b| {
+                let f = lam("f", ty(e)?, |f| app(f, b))?;
+                sum(&p.1, mk(S::Map(f, xs))?)
+            })
+        }),
+        LTy::Copower(_) => sum_loop(e, xs),
+    })
+}
+
+/// `lsum xs` by a loop adding the elements in order.
+fn sum_loop(e: &LTy, xs: Term) -> R<Term> {
     bind("xs", xs, |xs| {
         fold_loop(length(xs.clone())?, zero(e)?, |k, acc| {
             plus(e, acc, index(xs, k)?)
         })
     })
+}
+
+/// `scatterAdd n js xs : Array Real` ([`super::scatter`]): the one-hots `onehot n (js ! k)
+/// (xs ! k)` summed, in `O(n + length js)`.
+pub fn scatter_add(n: Term, js: Term, xs: Term) -> R<Term> {
+    mk(S::Prim(super::scatter::scatter_add(), vec![n, js, xs]))
 }
 
 /// `!a ⊗ l`: the one-pair list.
