@@ -210,6 +210,7 @@ fn main() {
         eprintln!("FOUND {what} at input {k}");
     };
     let mut last_report = Instant::now();
+    let mut clock = Clock::default();
     while running.iter().any(Option::is_some) {
         for (w, slot) in running.iter_mut().enumerate() {
             let Some(r) = slot else { continue };
@@ -243,8 +244,6 @@ fn main() {
                         }
                         _ => {}
                     }
-                    // Restart the hang clock: the worker is alive.
-                    r.child.try_wait().ok();
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -262,7 +261,7 @@ fn main() {
             if restart_from.is_none() {
                 if let Some(k) = r.started {
                     // A hang: the same input for longer than the timeout.
-                    if HANG.with(|h| h.borrow_mut().tick(w, k)) > Duration::from_secs(o.timeout) {
+                    if clock.tick(w, k) > Duration::from_secs(o.timeout) {
                         let _ = r.child.kill();
                         let _ = r.child.wait();
                         found += 1;
@@ -319,8 +318,4 @@ impl Clock {
             }
         }
     }
-}
-
-thread_local! {
-    static HANG: std::cell::RefCell<Clock> = std::cell::RefCell::new(Clock::default());
 }

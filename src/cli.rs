@@ -680,6 +680,16 @@ fn tangent_types(entry: &Entry) -> Vec<crate::types::Type> {
         .collect()
 }
 
+/// The tangent types of the parameters `sel` selects (`--wrt`), in order.
+fn selected_tangent_types(entry: &Entry, sel: &[bool]) -> Vec<crate::types::Type> {
+    tangent_types(entry)
+        .into_iter()
+        .zip(sel)
+        .filter(|(_, s)| **s)
+        .map(|(t, _)| t)
+        .collect()
+}
+
 /// Loads the program and selects the entry point (as the library's function and as a term)
 /// and its arguments.
 fn prepare(run: &RunArgs) -> CliResult<(Source, Function, Entry, Vec<Value>)> {
@@ -922,12 +932,7 @@ fn run(cli: Cli) -> CliResult<String> {
             let (src, function, entry, args) = prepare(&run)?;
             let sel = wrt.selection(&entry)?;
             // Tangents for the selected parameters only (the library makes the others zero).
-            let types: Vec<_> = tangent_types(&entry)
-                .into_iter()
-                .zip(&sel)
-                .filter(|(_, s)| **s)
-                .map(|(t, _)| t)
-                .collect();
+            let types = selected_tangent_types(&entry, &sel);
             if !wrt.wrt.is_empty() && tangents_file.is_none() && tangents.len() != types.len() {
                 let k = types.len();
                 return Err(Error::new(
@@ -987,12 +992,7 @@ fn run(cli: Cli) -> CliResult<String> {
         } => {
             let (src, _, entry, args) = prepare(&run)?;
             let sel = wrt.selection(&entry)?;
-            let types: Vec<_> = tangent_types(&entry)
-                .into_iter()
-                .zip(&sel)
-                .filter(|(_, s)| **s)
-                .map(|(t, _)| t)
-                .collect();
+            let types = selected_tangent_types(&entry, &sel);
             let ts = values(&tangents, None, &types, "tangent")?;
             with_source(
                 nested_cmd::hvp(&optimize(&entry), &sel, &args, &ts, json),
