@@ -150,10 +150,14 @@ fn fresh_params(entry: &Entry) -> Vec<Var> {
 
 /// The reverse derivative of a first-order entry `f(p1, ..., pn) : B` as a source entry
 /// `f'(p1, ..., pn, ct : tangent B) = (f(p..), (g1, (g2, ... gn)))`, the gradients dense (of
-/// type `tangent Ai`; the tuple is right-nested, a single one bare). Reverse CHAD,
-/// simplified, concretised: an ordinary program, which can be differentiated again.
+/// type `tangent Ai`; the tuple is right-nested, a single one bare). Optimised first
+/// ([`crate::optimize`], as every command's pipeline does: the top-level `f` of an entry
+/// `let f = \x -> .. in f x` is inlined, so no function value, and no copower for its
+/// cotangent, reaches the derivative), then reverse CHAD, simplified, concretised: an
+/// ordinary program, which can be differentiated again.
 pub fn vjp_entry(entry: &Entry) -> Result<Entry> {
-    let vjp = Vjp::new(entry)?.map_body(simplify);
+    let opt = crate::optimize::optimize(entry);
+    let vjp = Vjp::new(&opt)?.map_body(simplify);
     let mor = vjp.mor();
     let f = concretize::term(&mor.to_term()).map_err(fail)?;
     let params = fresh_params(entry);
@@ -187,10 +191,11 @@ pub fn vjp_entry(entry: &Entry) -> Result<Entry> {
 }
 
 /// The forward derivative of a first-order entry `f(p1, ..., pn) : B` as a source entry
-/// `f'(p1, ..., pn, t1, ..., tn) = (f(p..), dy)`, tangents dense. Forward CHAD, simplified,
-/// concretised.
+/// `f'(p1, ..., pn, t1, ..., tn) = (f(p..), dy)`, tangents dense. Optimised (as in
+/// [`vjp_entry`]), forward CHAD, simplified, concretised.
 pub fn jvp_entry(entry: &Entry) -> Result<Entry> {
-    let jvp = Jvp::new(entry)?.map_body(simplify);
+    let opt = crate::optimize::optimize(entry);
+    let jvp = Jvp::new(&opt)?.map_body(simplify);
     let f = concretize::term(&jvp.mor().to_term()).map_err(fail)?;
     let params = fresh_params(entry);
     let tans = entry

@@ -38,7 +38,16 @@
 //! ⟦map2 (\a b. t) xs ys⟧= map2(⟦t⟧' ∘ ⟨⟨σ ∘ fst, fst ∘ snd⟩, snd ∘ snd⟩) ∘ ⟨id, ⟨⟦xs⟧, ⟦ys⟧⟩⟩
 //! ⟦build n (\i. t)⟧     = build(⟦t⟧ ∘ ⟨σ ∘ fst, snd⟩) ∘ ⟨id, ⟦n⟧⟩
 //! ⟦xs ! i⟧ / length / replicate / [e1..en] = index ∘ ⟨⟦xs⟧, ⟦i⟧⟩ / length ∘ ⟦xs⟧ / ...
+//! ⟦loop (\s. t) x⟧      = it(⟦t⟧') ∘ ⟨⟨..⟨bang, π_y1⟩.., π_ym⟩, ⟦x⟧⟩  (y1..ym: the variables
+//!                                           in scope that t uses; ⟦t⟧' compiled in y1..ym, s)
+//!                       = it(⟦t⟧ ∘ ⟨σ ∘ fst, snd⟩) ∘ ⟨id, ⟦x⟧⟩   (when t uses every binder)
 //! ```
+//!
+//! A loop's step captures only the variables it uses. Its derivative's environment
+//! (co)tangent, carried through every step and spelled out as a tuple when derivative code is
+//! concretised (`theory-notes/12-nested-ad.md`), is then as large as what the step reads,
+//! not as large as everything in scope: with the whole context, a program with `k` loops one
+//! after the other had second-order code of size O(k²).
 //!
 //! A function value passed to `map`, `map2` or `build` is evaluated once, not per element.
 
@@ -293,6 +302,25 @@ impl Compiler {
         Comb::proj_to(self.ctx(), Path { skip, steps }, v.ty.clone())
     }
 
+    /// The variables in scope that `t` uses, each once, in order of first use. (A variable
+    /// bound inside `t` whose identity is also bound outside counts too: one more component
+    /// than needed, never one too few.)
+    fn captured(&self, t: &Term) -> Vec<Var> {
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        let mut stack = vec![t];
+        while let Some(t) = stack.pop() {
+            if let TermKind::Var(v) = &t.kind
+                && self.vars.contains_key(&v.id)
+                && seen.insert(v.id)
+            {
+                out.push(v.clone());
+            }
+            stack.extend(t.children().into_iter().rev());
+        }
+        out
+    }
+
     /// `⟨c1, ⟨c2, ... cn⟩⟩`, or `bang` for none.
     fn tuple(&mut self, ts: &[Term]) -> Comb {
         deep(|| match ts {
@@ -462,9 +490,21 @@ impl Compiler {
                 Comb::compose(Comb::replicate(&x.ty, span), Comb::pair(nc, xc))
             }
             K::Loop(f, x) => match &f.kind {
-                // loop (\s -> body) x = it(body') ∘ ⟨id, x'⟩ (body' in the context Γ, s)
+                // loop (\s -> body) x = it(body') ∘ ⟨id, x'⟩ (body' in the context Γ, s), or
+                // it(body'') ∘ ⟨⟨π_y1, .., π_ym⟩, x'⟩ (body'' in the context y1, .., ym, s of
+                // the variables the step uses) when those are fewer than Γ's binders.
                 K::Lam(s, body) => {
                     let xc = self.term(x);
+                    let env = self.captured(body);
+                    if env.len() + 1 < self.levels.len() {
+                        let tuple = env
+                            .iter()
+                            .fold(Comb::bang(self.ctx()), |g, y| Comb::pair(g, self.var(y)));
+                        let mut params = env;
+                        params.push(s.clone());
+                        let bc = compile(&params, body);
+                        return Comb::compose(Comb::iter(bc, span), Comb::pair(tuple, xc));
+                    }
                     let bc = self.under(&Pat::Var(s.clone()), body);
                     Comb::compose(Comb::iter(bc, span), self.extend(xc))
                 }
@@ -598,5 +638,42 @@ impl Compiler {
                 Comb::compose(Comb::map2(h, span), Comb::pair(fc, arrays))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::prim::Registry;
+
+    /// The domains of the steps of the `it` nodes of the last definition's combinator.
+    fn step_domains(src: &str) -> Vec<String> {
+        let program = crate::source::load(src, &Registry::builtin()).unwrap();
+        let c = compile_entry(&program.entry(program.defs.len() - 1));
+        let mut out = Vec::new();
+        let mut stack = vec![&c];
+        while let Some(c) = stack.pop() {
+            if let CombKind::Iter(f, _) = &c.kind {
+                out.push(f.dom.to_string());
+            }
+            stack.extend(c.children());
+        }
+        out
+    }
+
+    /// A loop's step sees the variables it uses and its state, not the whole context: its
+    /// derivative's environment (co)tangent is then as small as what it reads, not as large as
+    /// everything in scope.
+    #[test]
+    fn a_loop_captures_only_what_its_step_uses() {
+        let src = "def g (a : Real) (xs : Array Real) (c : Real) : Real =
+                     let d = a * c in
+                     let e = sum xs in
+                     while (\\(s : Real) -> s < e) (\\(s : Real) -> s * d) 1.0";
+        assert_eq!(step_domains(src), ["(((Unit, Real), Real), Real)"]);
+        // A step that uses every binder in scope keeps the context as it is.
+        let src = "def g (a : Real) : Real =
+                     while (\\(s : Real) -> s < a) (\\(s : Real) -> s * 2.0) 1.0";
+        assert_eq!(step_domains(src), ["((Unit, Real), Real)"]);
     }
 }
