@@ -61,7 +61,7 @@ pub fn fresh_tag() -> u64 {
 fn d(e: u64, p: Num, t: Num) -> Num {
     // An exactly zero perturbation is no perturbation (keeps the trees small).
     match t {
-        Num::C(z) if z == 0.0 => p,
+        Num::C(0.0) => p,
         t => Num::D(e, Rc::new(p), Rc::new(t)),
     }
 }
