@@ -41,6 +41,7 @@
 
 pub mod dual;
 pub mod fd;
+pub mod tagged;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::eval::check_args;
