@@ -81,27 +81,37 @@ fn densify(ty: &Type, l: &LTy, x: Term, c: Term) -> R<Term> {
         }),
         (Type::Array(a), LTy::Array(e)) => bind("x", x, |x| {
             bind("c", c, |c| {
-                let i = Var::fresh("i", Type::Int);
-                let xi = mk(S::Index(x.clone(), Term::var(&i)))?;
-                let ci = concrete::lindex(e, c.clone(), Term::var(&i))?;
-                let body = densify(a, e, xi.clone(), ci)?;
-                let padded = mk(S::Build(
-                    mk(S::Length(x.clone()))?,
-                    mk(S::Lam(i.clone(), body))?,
-                ))?;
-                // Of the full length already (the common case): no test per element.
-                let full = if matches!(***a, Type::Real) {
-                    c.clone()
-                } else {
-                    let ci = mk(S::Index(c.clone(), Term::var(&i)))?;
-                    let body = densify(a, e, xi, ci)?;
-                    mk(S::Build(mk(S::Length(x.clone()))?, mk(S::Lam(i, body))?))?
-                };
-                let same = mk(S::Prim(
-                    crate::prim::op("ieq"),
-                    vec![mk(S::Length(c))?, mk(S::Length(x))?],
-                ))?;
-                mk(S::If(same, full, padded))
+                // The element's densification, written once and called from both builds (one
+                // copy per build made a `k`-deep array type cost `2^k` copies).
+                let d = concrete::lam("x", (**a).clone(), |xe| {
+                    concrete::lam("c", concrete::ty(e)?, |ce| densify(a, e, xe, ce))
+                })?;
+                bind("d", d, |d| {
+                    let call = |xi: Term, ci: Term| -> R<Term> {
+                        mk(S::App(mk(S::App(d.clone(), xi))?, ci))
+                    };
+                    let i = Var::fresh("i", Type::Int);
+                    let xi = mk(S::Index(x.clone(), Term::var(&i)))?;
+                    let ci = concrete::lindex(e, c.clone(), Term::var(&i))?;
+                    let body = call(xi.clone(), ci)?;
+                    let padded = mk(S::Build(
+                        mk(S::Length(x.clone()))?,
+                        mk(S::Lam(i.clone(), body))?,
+                    ))?;
+                    // Of the full length already (the common case): no test per element.
+                    let full = if matches!(***a, Type::Real) {
+                        c.clone()
+                    } else {
+                        let ci = mk(S::Index(c.clone(), Term::var(&i)))?;
+                        let body = call(xi, ci)?;
+                        mk(S::Build(mk(S::Length(x.clone()))?, mk(S::Lam(i, body))?))?
+                    };
+                    let same = mk(S::Prim(
+                        crate::prim::op("ieq"),
+                        vec![mk(S::Length(c))?, mk(S::Length(x))?],
+                    ))?;
+                    mk(S::If(same, full, padded))
+                })
             })
         }),
         _ => Err(format!("no dense tangent for `{ty}` from `{l}`")),

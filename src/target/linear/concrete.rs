@@ -168,27 +168,36 @@ pub fn plus(l: &LTy, a: Term, b: Term) -> R<Term> {
             bind("ys", b, |ys| {
                 bind("n", length(xs.clone())?, |n| {
                     bind("m", length(ys.clone())?, |m| {
-                        // Elementwise, padding the shorter with zeros (the zero `[]` costs O(1)).
-                        let big = cond(
-                            prim("ilt", vec![n.clone(), m.clone()])?,
-                            m.clone(),
-                            n.clone(),
-                        )?;
-                        let sum = build(big, |i| {
-                            plus(
-                                e,
-                                padded(e, xs.clone(), n.clone(), i.clone())?,
-                                padded(e, ys.clone(), m.clone(), i)?,
-                            )
-                        })?;
-                        // Equal lengths (the common case): `map2`, with no test per element
-                        // (a test per element costs a linear map per element when this code
-                        // is differentiated again).
-                        let f = lam("x", ty(e)?, |x| lam("y", ty(e)?, |y| plus(e, x, y)))?;
-                        let same = mk(S::Map2(f, xs.clone(), ys.clone()))?;
-                        let sum = cond(prim("ieq", vec![n.clone(), m.clone()])?, same, sum)?;
-                        let if_m = cond(prim("ieq", vec![m, int(0)])?, xs.clone(), sum)?;
-                        cond(prim("ieq", vec![n, int(0)])?, ys.clone(), if_m)
+                        // Elementwise by one `map2`, the shorter padded with zeros (the zero
+                        // `[]` costs O(1)) only when the lengths differ. One `map2`, not a
+                        // `map2` for equal lengths beside a `build` for unequal ones: each
+                        // holds the element's sum, so a `k`-deep array type gave `2^k` copies.
+                        // The test is per array, never per element (a test per element costs
+                        // a linear map per element when this code is differentiated again).
+                        bind(
+                            "big",
+                            cond(
+                                prim("ilt", vec![n.clone(), m.clone()])?,
+                                m.clone(),
+                                n.clone(),
+                            )?,
+                            |big| {
+                                let pad = |xs: Term, n: Term| {
+                                    let long = build(big.clone(), |i| {
+                                        padded(e, xs.clone(), n.clone(), i)
+                                    })?;
+                                    cond(prim("ieq", vec![n, big.clone()])?, xs, long)
+                                };
+                                let f = lam("x", ty(e)?, |x| lam("y", ty(e)?, |y| plus(e, x, y)))?;
+                                let sum = mk(S::Map2(
+                                    f,
+                                    pad(xs.clone(), n.clone())?,
+                                    pad(ys.clone(), m.clone())?,
+                                ))?;
+                                let if_m = cond(prim("ieq", vec![m, int(0)])?, xs.clone(), sum)?;
+                                cond(prim("ieq", vec![n, int(0)])?, ys.clone(), if_m)
+                            },
+                        )
                     })
                 })
             })
