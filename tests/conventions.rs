@@ -14,6 +14,8 @@
 //!   and derivatives in every engine against the evaluator and the forward oracle on the
 //!   unsimplified program.
 
+mod common;
+
 use chad::ad::{Jvp, Vjp};
 use chad::ir::compile::{Compiled, Parts};
 use chad::optimize::optimize;
@@ -21,23 +23,10 @@ use chad::oracle::{dual, fd};
 use chad::simplify::simplify;
 use chad::source::term::Entry;
 use chad::value::Value;
+use common::{args, entry};
 
 /// A forward-mode engine: the value and tangent along a tangent of the arguments.
 type Forward<'a> = &'a dyn Fn(&[Value]) -> chad::Result<(Value, Value)>;
-
-fn entry(src: &str) -> Entry {
-    let prog = chad::source::load(src, &chad::prim::Registry::builtin())
-        .unwrap_or_else(|e| panic!("{src}: {e}"));
-    prog.entry(prog.defs.len() - 1)
-}
-
-fn args(e: &Entry, vals: &[&str]) -> Vec<Value> {
-    e.param_types()
-        .iter()
-        .zip(vals)
-        .map(|(t, v)| chad::source::parse_value(v, t).unwrap())
-        .collect()
-}
 
 /// Equal as IEEE numbers up to rounding: NaN only with NaN, infinities exactly.
 fn close(a: f64, b: f64, tol: f64) -> bool {

@@ -7,6 +7,8 @@
 //! against central finite differences. Nothing here looks at how a rule is written: a test
 //! fails if any route computes a different value or gradient.
 
+mod common;
+
 use chad::ad::nested;
 use chad::ad::{Jvp, Vjp};
 use chad::api::Via;
@@ -16,20 +18,7 @@ use chad::oracle::{dual, fd};
 use chad::simplify::simplify;
 use chad::source::term::Entry;
 use chad::value::Value;
-
-fn entry(src: &str) -> Entry {
-    let prog = chad::source::load(src, &chad::prim::Registry::builtin())
-        .unwrap_or_else(|e| panic!("{src}: {e}"));
-    prog.entry(prog.defs.len() - 1)
-}
-
-fn args(e: &Entry, vals: &[&str]) -> Vec<Value> {
-    e.param_types()
-        .iter()
-        .zip(vals)
-        .map(|(t, v)| chad::source::parse_value(v, t).unwrap())
-        .collect()
-}
+use common::{args, entry};
 
 fn close(a: f64, b: f64, tol: f64) -> bool {
     a == b

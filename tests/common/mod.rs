@@ -264,3 +264,19 @@ pub fn check_programs(
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(ok.get() * 2 >= n, "only {} of {n} programs ran", ok.get());
 }
+
+/// The last definition of a program, as an entry (panics with the message on an error).
+pub fn entry(src: &str) -> chad::source::term::Entry {
+    let prog = chad::source::load(src, &chad::prim::Registry::builtin())
+        .unwrap_or_else(|e| panic!("{src}: {e}"));
+    prog.entry(prog.defs.len() - 1)
+}
+
+/// Arguments for `e` from literals, one per parameter.
+pub fn args(e: &chad::source::term::Entry, vals: &[&str]) -> Vec<Value> {
+    e.param_types()
+        .iter()
+        .zip(vals)
+        .map(|(t, v)| chad::source::parse_value(v, t).unwrap())
+        .collect()
+}
