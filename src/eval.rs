@@ -205,10 +205,14 @@ fn eval_node(t: &Term, env: &Env) -> Result<Value> {
             let n = value::check_len("replicate", n).map_err(at)?;
             value::replicate(result_elem(t), n, &x)
         }
-        K::Loop(f, x) => {
+        K::Loop(f, x, tape) => {
             let f = eval(f, env)?;
             let x = eval(x, env)?;
-            crate::steps::run_loop(|s| f.apply(s), x, t.span)?
+            if *tape {
+                crate::steps::run_loop_tape(|s| f.apply(s), x, t.span)?
+            } else {
+                crate::steps::run_loop(|s| f.apply(s), x, t.span)?
+            }
         }
         K::Fix(f) => crate::steps::FixClosure::value(eval(f, env)?, t.span),
     })

@@ -1082,7 +1082,11 @@ impl Gen {
                             ));
                             let step = mk(TermKind::Let(pair_pat(&k, &s), Term::var(&st), step));
                             let init = mk(TermKind::Pair(int(n), x0));
-                            mk(TermKind::Loop(mk(TermKind::Lam(st.clone(), step)), init))
+                            mk(TermKind::Loop(
+                                mk(TermKind::Lam(st.clone(), step)),
+                                init,
+                                false,
+                            ))
                         })
                         .boxed()
                 }),
@@ -1130,8 +1134,58 @@ impl Gen {
                                     let lp = mk(TermKind::Loop(
                                         mk(TermKind::Lam(st.clone(), step)),
                                         init,
+                                        false,
                                     ));
                                     mk(TermKind::Let(Pat::Var(xs.clone()), arr, lp))
+                                })
+                        })
+                        .boxed()
+                }),
+            ));
+        }
+        // snd (loopTape (\(k, s) -> (if k <= 0 then inr () else inl (k - 1, body), r)) (n, x0))
+        // for an array type: the record `r` of every step (what `scan` becomes), with a
+        // state of another type.
+        if let (Some(c), true) = (ty.as_array(), self.cfg.arrays) {
+            let g = self.clone();
+            let c = c.clone();
+            opts.push((
+                3,
+                lazy(move || {
+                    let g = g.clone();
+                    let c = c.clone();
+                    g.element_ty()
+                        .prop_flat_map(move |sty| {
+                            let st_ty = Type::prod(Type::Int, sty.clone());
+                            let st = Var::fresh("st", st_ty.clone());
+                            let k = Var::fresh("k", Type::Int);
+                            let s = Var::fresh(fresh_name(&sty), sty.clone());
+                            let inner = g.with(&[&s]);
+                            (
+                                0i64..=3,
+                                g.term(&sty, d),
+                                inner.term(&sty, d),
+                                inner.term(&c, d),
+                            )
+                                .prop_map(move |(n, x0, body, r)| {
+                                    let next =
+                                        mk(TermKind::Pair(p2("isub", Term::var(&k), int(1)), body));
+                                    let unit = mk(TermKind::Lit(Lit::Unit));
+                                    let go_on = mk(TermKind::If(
+                                        p2("ile", Term::var(&k), int(0)),
+                                        mk(TermKind::Inr(st_ty.clone(), unit)),
+                                        mk(TermKind::Inl(next, Type::Unit)),
+                                    ));
+                                    let step = mk(TermKind::Pair(go_on, r));
+                                    let step =
+                                        mk(TermKind::Let(pair_pat(&k, &s), Term::var(&st), step));
+                                    let init = mk(TermKind::Pair(int(n), x0));
+                                    let lp = mk(TermKind::Loop(
+                                        mk(TermKind::Lam(st.clone(), step)),
+                                        init,
+                                        true,
+                                    ));
+                                    mk(TermKind::Snd(lp))
                                 })
                         })
                         .boxed()
@@ -1171,7 +1225,11 @@ impl Gen {
                             ));
                             let step = mk(TermKind::Let(pair_pat(&k, &s), Term::var(&st), step));
                             let init = mk(TermKind::Pair(int(0), x0));
-                            mk(TermKind::Loop(mk(TermKind::Lam(st.clone(), step)), init))
+                            mk(TermKind::Loop(
+                                mk(TermKind::Lam(st.clone(), step)),
+                                init,
+                                false,
+                            ))
                         })
                         .boxed()
                 }),
@@ -1731,8 +1789,8 @@ pub fn features(p: &TestProgram) -> std::collections::BTreeSet<&'static str> {
             TermKind::Lam(..) => _ = out.insert("lambda"),
             TermKind::Array(..) => _ = out.insert("array literal"),
             TermKind::Replicate(..) => _ = out.insert("replicate"),
-            TermKind::Loop(f, x) => {
-                out.insert("loop");
+            TermKind::Loop(f, x, tape) => {
+                out.insert(if *tape { "taped loop" } else { "loop" });
                 if matches!(x.ty.as_prod(), Some((_, Type::Fun(_)))) {
                     out.insert("loop with a function state");
                 }

@@ -146,11 +146,14 @@ pub fn run_loop_tape(
 /// `lchain fs d` or `lchainRev fs v` (see [`crate::target::term::LTermKind::Chain`]): the
 /// recorded step derivatives of a loop run over in a Rust loop; in reverse, the environment's
 /// cotangent is accumulated in a value this loop owns, so sparse contributions (one-hots of a
-/// folded array) are added in place.
+/// folded array) are added in place. With `outs` (a taped loop's `lchainScan`/`lchainScanRev`)
+/// every step also outputs the tangent of its record (collected into an array), or takes the
+/// cotangent of its record (element `k` of the second half of the argument).
 pub fn chain(
     fs: &crate::value::Value,
     init: crate::target::linear::Lin,
     rev: bool,
+    outs: bool,
 ) -> Result<crate::target::linear::Lin> {
     use crate::target::linear::Lin;
     let n = fs.array_len();
@@ -158,10 +161,20 @@ pub fn chain(
         Ok(fs.index(k as i64)?.expect_lin_fun().clone())
     };
     if rev {
+        let (init, records) = if outs {
+            let (v, cs) = init.split();
+            (v, Some(cs))
+        } else {
+            (init, None)
+        };
         let mut acc = Lin::zero();
         let mut w = Lin::right(init);
         for k in (0..n).rev() {
-            let r = step(k)?.apply_owned(w)?;
+            let arg = match &records {
+                Some(cs) => Lin::pair(w, cs.index(k as i64)),
+                None => w,
+            };
+            let r = step(k)?.apply_owned(arg)?;
             let (g, a) = r.split();
             acc = Lin::plus(acc, g);
             w = Lin::left(a);
@@ -170,10 +183,20 @@ pub fn chain(
     } else {
         let (g, a) = init.split();
         let mut w = Lin::left(a);
+        let mut records = Vec::with_capacity(if outs { n } else { 0 });
         for k in 0..n {
             w = step(k)?.apply_owned(Lin::pair(g.clone(), w.from_left()))?;
+            if outs {
+                let (next, c) = w.split();
+                records.push(c);
+                w = next;
+            }
         }
-        Ok(w.from_right())
+        Ok(if outs {
+            Lin::pair(w.from_right(), Lin::array(records))
+        } else {
+            w.from_right()
+        })
     }
 }
 

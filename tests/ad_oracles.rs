@@ -445,6 +445,7 @@ const LOOPS: Requirements = &[
     ("loop", 0.5),
     ("loop over an array", 0.15),
     ("loop on a real condition", 0.15),
+    ("taped loop", 0.05),
 ];
 
 #[test]

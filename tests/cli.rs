@@ -1489,7 +1489,7 @@ fn max_steps_stops_runaway_loops_with_a_position() {
 }
 
 /// The iteration forms' errors: a fold function of the wrong type, recursion without `rec`,
-/// and the forms not supported yet (`def rec`, `scan`), each with its position.
+/// and misuses of the iteration forms, each with its position.
 #[test]
 fn iteration_errors_are_clear() {
     let cases: &[(&str, &str)] = &[
@@ -1518,8 +1518,8 @@ fn iteration_errors_are_clear() {
             "the recursive definition `f` needs its result type",
         ),
         (
-            "def f (xs : Array Real) : Array Real = scan (\\(a : Real) (x : Real) -> a + x) 0.0 xs\n",
-            "`scan` is not supported yet",
+            "def f (xs : Array Real) : Array Real = scan (\\(a : Real) -> a) 0.0 xs\n",
+            "`scan` expects a function of two arguments `B -> A -> B`",
         ),
     ];
     for (k, (src, want)) in cases.iter().enumerate() {

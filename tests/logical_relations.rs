@@ -711,6 +711,7 @@ const LOOPS: common::Requirements = &[
     ("loop on a real condition", 0.15),
     ("loop capturing a variable", 0.2),
     ("loop with a function state", 0.03),
+    ("taped loop", 0.05),
 ];
 
 #[test]

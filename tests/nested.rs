@@ -28,6 +28,23 @@ fn finite(xs: &[f64]) -> bool {
     xs.iter().all(|x| x.is_finite())
 }
 
+/// The positions to compare of the engine's derivative `a` and the concretised one's `b`
+/// (equally long, or both returned whole). The engine's zero (co)tangents are structural:
+/// `0 * ∞` (an infinite partial derivative, as of `x2 / (x1 - x1)` or `pow 0.0 (-2.875)`,
+/// met with a zero (co)tangent) is `0` there, but `NaN` in the concretised program's numbers,
+/// as in dual numbers. So positions where the concretised value is not finite are left out;
+/// every finite value is compared.
+fn comparable(a: &[f64], b: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    if a.len() != b.len() {
+        return (a.to_vec(), b.to_vec());
+    }
+    a.iter()
+        .zip(b)
+        .filter(|(_, y)| y.is_finite())
+        .map(|(x, y)| (*x, *y))
+        .unzip()
+}
+
 fn close(a: &[f64], b: &[f64], tol: f64) -> bool {
     a.len() == b.len()
         && a.iter()
@@ -89,7 +106,7 @@ fn concretisation_agrees(loops: bool, cases: u32) {
             v.push(cur);
             v
         };
-        let (l1, l2) = (leaves(&g1), leaves(&g2));
+        let (l1, l2) = comparable(&leaves(&g1), &leaves(&g2));
         if !finite(&l1) || !finite(&fd::leaves(&y1)) {
             continue;
         }
@@ -108,7 +125,7 @@ fn concretisation_agrees(loops: bool, cases: u32) {
         let mut args = p.inputs.clone();
         args.extend(ts.iter().cloned());
         let out = chad::eval::eval_entry(&je, &args).unwrap_or_else(|err| panic!("{err}\n{p:?}"));
-        let (f1, f2) = (fd::leaves(&d1), fd::leaves(out.expect_pair().1));
+        let (f1, f2) = comparable(&fd::leaves(&d1), &fd::leaves(out.expect_pair().1));
         if finite(&f1) {
             assert!(
                 close(&f1, &f2, 1e-9),

@@ -899,10 +899,35 @@ impl Iteration for Forward {
         let entry_ty = self.derivative(&dom, &Type::sum(a.clone(), b.clone()));
         new_mor(self, &dom, b, |x| {
             let mut lets = Lets::new();
-            let (bv, fs) =
-                super::taped_loop(self, f, x, (gamma, a, b), entry_ty, Term::var, &mut lets);
+            let (bv, fs) = super::taped_loop(
+                self,
+                f,
+                x,
+                (gamma, a, b),
+                entry_ty,
+                super::pair_vars,
+                &mut lets,
+            );
             lets.finish(self.combined(&dom, Term::var(&bv), |d| {
-                LTerm::mk(LTermKind::Chain(Term::var(&fs), d, false))
+                LTerm::mk(LTermKind::Chain(Term::var(&fs), d, false, false))
+            }))
+        })
+    }
+
+    fn iter_tape(&self, f: Mor, gamma: &Type, a: &Type, b: &Type, c: &Type) -> Result<Mor> {
+        // let (γ, a₀) = x in let (b, t) = loopTape (λa. let (y, f') = F(f)[(γ, a)] in
+        //   (fst y, (snd y, f'))) a₀ in ((b, map fst t), λ̲d. lchainScan (map snd t) d)
+        let dom = Type::prod(gamma.clone(), a.clone());
+        let step = Type::prod(Type::sum(a.clone(), b.clone()), c.clone());
+        let entry_ty = self.derivative(&dom, &step);
+        let cod = Type::prod(b.clone(), Type::array(c.clone()));
+        new_mor(self, &dom, &cod, |x| {
+            let mut lets = Lets::new();
+            let (bv, cs, fs) =
+                super::taped_loop_records(self, f, x, (gamma, a, b, c), entry_ty, &mut lets);
+            let primal = Term::pair(Term::var(&bv), Term::var(&cs));
+            lets.finish(self.combined(&dom, primal, |d| {
+                LTerm::mk(LTermKind::Chain(Term::var(&fs), d, false, true))
             }))
         })
     }

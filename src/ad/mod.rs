@@ -999,16 +999,17 @@ pub fn grad(entry: &Entry, args: &[Value]) -> Result<(Value, Vec<Value>)> {
 }
 
 /// The taped loop of both iteration rules: with `F(f)` or `R(f)` the image of the step
-/// `f : Γ × A → A + B`, `let (γ, a₀) = x in let (b, fs) = loopTape (λa. let (y, f') =
-/// f[(γ, a)] in (y, entry(f'))) a₀`, pushed onto `lets`; returns `b` and `fs`, the array of
-/// each step's tape entry (a linear map built from the step's derivative `f'`).
+/// `f : Γ × A → A + B` (or `(A + B) × C` for `itTape`), `let (γ, a₀) = x in let (b, fs) =
+/// loopTape (λa. let (y, f') = f[(γ, a)] in out(y, f')) a₀`, pushed onto `lets`; returns `b`
+/// and `fs`, the array of each step's tape entry of type `entry_ty` (`out` builds the step's
+/// result: its sum and its entry, built from the step's derivative `f'`).
 pub(crate) fn taped_loop(
     maps: &impl TypeMaps,
     f: Mor,
     x: &Var,
     (gamma, a, b): (&Type, &Type, &Type),
     entry_ty: Ty,
-    entry: impl FnOnce(&Var) -> Term,
+    out: impl FnOnce(&Var, &Var) -> Term,
     lets: &mut Lets,
 ) -> (Var, Var) {
     let g = Var::fresh(name("γ"), maps.primal(gamma));
@@ -1022,7 +1023,7 @@ pub(crate) fn taped_loop(
         Term::pair(Term::var(&g), Term::var(&s)),
     );
     inner.push_pair(&y, &df, f.body);
-    let step = Term::lam(&s, inner.finish(Term::pair(Term::var(&y), entry(&df))));
+    let step = Term::lam(&s, inner.finish(out(&y, &df)));
     let bv = Var::fresh(name("b"), maps.primal(b));
     let fs = Var::fresh(name("fs"), Ty::array(entry_ty));
     lets.push_pair(
@@ -1031,6 +1032,52 @@ pub(crate) fn taped_loop(
         Term::mk(TermKind::Loop(step, Term::var(&a0), true)),
     );
     (bv, fs)
+}
+
+/// A taped loop step's result `(y, f')` (its sum and its derivative as the tape entry).
+pub(crate) fn pair_vars(y: &Var, df: &Var) -> Term {
+    Term::pair(Term::var(y), Term::var(df))
+}
+
+/// The taped loop of both `itTape` rules (`f : Γ × A → (A + B) × C`): [`taped_loop`] with
+/// each step's entry the pair of its record and its derivative, then unzipped:
+/// `let (b, t) = loopTape (λa. let (y, f') = f[(γ, a)] in (fst y, (snd y, f'))) a₀ in
+/// let cs = map fst t in let fs = map snd t`; returns `b`, `cs` and `fs`.
+pub(crate) fn taped_loop_records(
+    maps: &impl TypeMaps,
+    f: Mor,
+    x: &Var,
+    (gamma, a, b, c): (&Type, &Type, &Type, &Type),
+    entry_ty: Ty,
+    lets: &mut Lets,
+) -> (Var, Var, Var) {
+    let (cp, dp) = (maps.primal(c), entry_ty);
+    let (bv, t) = taped_loop(
+        maps,
+        f,
+        x,
+        (gamma, a, b),
+        Ty::prod(cp.clone(), dp.clone()),
+        |y, df| {
+            let (y, df) = (Term::var(y), Term::var(df));
+            Term::pair(Term::fst(y.clone()), Term::pair(Term::snd(y), df))
+        },
+        lets,
+    );
+    let half = |second: bool| {
+        let p = Var::fresh(name("p"), Ty::prod(cp.clone(), dp.clone()));
+        let body = if second {
+            Term::snd(Term::var(&p))
+        } else {
+            Term::fst(Term::var(&p))
+        };
+        Term::mk(TermKind::Map(Term::lam(&p, body), Term::var(&t)))
+    };
+    let cs = Var::fresh(name("cs"), Ty::array(cp.clone()));
+    let fs = Var::fresh(name("fs"), Ty::array(dp.clone()));
+    lets.push(Pat::Var(cs.clone()), half(false));
+    lets.push(Pat::Var(fs.clone()), half(true));
+    (bv, cs, fs)
 }
 
 /// `grad`'s precondition: the entry returns `Real`. Checked before differentiating, which may

@@ -41,6 +41,7 @@
 //! ⟦loop (\s. t) x⟧      = it(⟦t⟧') ∘ ⟨⟨..⟨bang, π_y1⟩.., π_ym⟩, ⟦x⟧⟩  (y1..ym: the variables
 //!                                           in scope that t uses; ⟦t⟧' compiled in y1..ym, s)
 //!                       = it(⟦t⟧ ∘ ⟨σ ∘ fst, snd⟩) ∘ ⟨id, ⟦x⟧⟩   (when t uses every binder)
+//! ⟦loopTape (\s. t) x⟧  = itTape(..), exactly as `loop` (what `scan` desugars to)
 //! ```
 //!
 //! A loop's step captures only the variables it uses. Its derivative's environment
@@ -489,7 +490,7 @@ impl Compiler {
                 let xc = self.term(x);
                 Comb::compose(Comb::replicate(&x.ty, span), Comb::pair(nc, xc))
             }
-            K::Loop(f, x) => match &f.kind {
+            K::Loop(f, x, tape) => match &f.kind {
                 // loop (\s -> body) x = it(body') ∘ ⟨id, x'⟩ (body' in the context Γ, s), or
                 // it(body'') ∘ ⟨⟨π_y1, .., π_ym⟩, x'⟩ (body'' in the context y1, .., ym, s of
                 // the variables the step uses) when those are fewer than Γ's binders.
@@ -503,17 +504,18 @@ impl Compiler {
                         let mut params = env;
                         params.push(s.clone());
                         let bc = compile(&params, body);
-                        return Comb::compose(Comb::iter(bc, span), Comb::pair(tuple, xc));
+                        return Comb::compose(Comb::iter(bc, span, *tape), Comb::pair(tuple, xc));
                     }
                     let bc = self.under(&Pat::Var(s.clone()), body);
-                    Comb::compose(Comb::iter(bc, span), self.extend(xc))
+                    Comb::compose(Comb::iter(bc, span, *tape), self.extend(xc))
                 }
                 // loop f x = it(eval) ∘ ⟨f', x'⟩ (the closure is the loop's context)
                 _ => {
                     let (a, ab) = f.ty.as_fun().expect("typed");
                     let fc = self.term(f);
                     let xc = self.term(x);
-                    Comb::compose(Comb::iter(Comb::eval(a, ab), span), Comb::pair(fc, xc))
+                    let it = Comb::iter(Comb::eval(a, ab), span, *tape);
+                    Comb::compose(it, Comb::pair(fc, xc))
                 }
             },
             K::Fix(f) => self.fix(f, span),
@@ -653,7 +655,7 @@ mod tests {
         let mut out = Vec::new();
         let mut stack = vec![&c];
         while let Some(c) = stack.pop() {
-            if let CombKind::Iter(f, _) = &c.kind {
+            if let CombKind::Iter(f, _, _) = &c.kind {
                 out.push(f.dom.to_string());
             }
             stack.extend(c.children());

@@ -258,6 +258,24 @@ impl Iteration for Eval {
         })
     }
 
+    fn iter_tape(
+        &self,
+        f: Fun,
+        _: &Type,
+        _: &Type,
+        _: &Type,
+        _: &Type,
+    ) -> std::result::Result<Fun, Infallible> {
+        fun(move |x| {
+            let (g, a) = x.expect_pair();
+            crate::steps::run_loop_tape(
+                |s| f(&Value::pair(g.clone(), s)),
+                a.clone(),
+                Span::default(),
+            )
+        })
+    }
+
     fn fix(&self, h: Fun, _: &Type, _: &Type, at: Span) -> std::result::Result<Fun, Infallible> {
         // fix(h)(z) = h(g, z) with g the closed function value of fix(h) itself.
         fun(move |z| run_fix(&h, at, z.clone()))

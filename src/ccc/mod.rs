@@ -200,8 +200,10 @@ pub enum CombKind {
     Replicate(Span),
     /// An array literal of the given number of elements.
     Array(usize),
-    /// `it(f)`, with the location of the loop (for the step limit's error).
-    Iter(Comb, Span),
+    /// `it(f)`, with the location of the loop (for the step limit's error); with the tape
+    /// flag `itTape(f) : Γ × A → B × Array C` for `f : Γ × A → (A + B) × C`, which also
+    /// returns the `C` of every step run (what `scan` compiles to).
+    Iter(Comb, Span, bool),
     /// `fix(h) : Z → B` for `h : (Z ⇒ B) × Z → B`, with the location of the recursive
     /// definition (for the depth and step limits' errors).
     Fix(Comb, Span),
@@ -432,19 +434,30 @@ impl Comb {
         Comb::node(CombKind::Array(n), dom, Type::array(a.clone()))
     }
 
-    /// `it(f) : Γ × A → B` for `f : Γ × A → A + B`.
+    /// `it(f) : Γ × A → B` for `f : Γ × A → A + B`, or with `tape`
+    /// `itTape(f) : Γ × A → B × Array C` for `f : Γ × A → (A + B) × C`.
     #[track_caller]
-    pub fn iter(f: Comb, at: Span) -> Comb {
+    pub fn iter(f: Comb, at: Span, tape: bool) -> Comb {
         let (_, a) = prod("it", &f.dom);
-        let Some((a2, b)) = f.cod.as_sum() else {
+        let (next, c) = if tape {
+            let (next, c) = prod("itTape", &f.cod);
+            (next, Some(c))
+        } else {
+            (f.cod.clone(), None)
+        };
+        let Some((a2, b)) = next.as_sum() else {
             panic!(
                 "internal error: it(f) with f : {} → {}, not into a sum",
                 f.dom, f.cod
             )
         };
         fits("it state", &a, a2);
-        let (dom, cod) = (f.dom.clone(), b.clone());
-        Comb::node(CombKind::Iter(f, at), dom, cod)
+        let cod = match c {
+            Some(c) => Type::prod(b.clone(), Type::array(c)),
+            None => b.clone(),
+        };
+        let dom = f.dom.clone();
+        Comb::node(CombKind::Iter(f, at, tape), dom, cod)
     }
 
     /// `fix(h) : Z → B` for `h : (Z ⇒ B) × Z → B`.
@@ -468,7 +481,7 @@ impl Comb {
         use CombKind::*;
         match &self.kind {
             Compose(a, b) | Pair(a, b) | Copair(a, b) => SmallVec::from_slice(&[a, b]),
-            Curry(a) | Map(a) | Map2(a, _) | Build(a, _) | Iter(a, _) | Fix(a, _) => {
+            Curry(a) | Map(a) | Map2(a, _) | Build(a, _) | Iter(a, _, _) | Fix(a, _) => {
                 SmallVec::from_slice(&[a])
             }
             _ => SmallVec::new(),

@@ -182,6 +182,18 @@ pub trait Iteration: Category {
         b: &Type,
     ) -> Result<Self::Mor, Self::Error>;
 
+    /// `itTape(f) : Γ × A → B × Array C` for `f : Γ × A → (A + B) × C`: [`Iteration::iter`]
+    /// on the sum, which also returns the `C` of every step run, in order (the step that
+    /// returns `inr` included).
+    fn iter_tape(
+        &self,
+        f: Self::Mor,
+        gamma: &Type,
+        a: &Type,
+        b: &Type,
+        c: &Type,
+    ) -> Result<Self::Mor, Self::Error>;
+
     /// `fix(h) : Z → B` for `h : (Z ⇒ B) × Z → B`: the recursive function `g` with
     /// `g z = h (g, z)` (a closed function value), at `z`; `at` is the recursive definition
     /// (every call counts against the depth limit there).
@@ -318,10 +330,17 @@ pub fn interpret<M: Model>(c: &Comb, m: &M) -> Result<M::Mor, M::Error> {
                 m.array(c.cod.as_array().expect("typed combinator"), *n)?,
                 None,
             ),
-            CombKind::Iter(f, at) => {
+            CombKind::Iter(f, at, false) => {
                 let (g, a) = prod(&f.dom);
                 let fm = interpret(f, m)?;
                 (m.iter(fm, &g, &a, &c.cod)?, Some(*at))
+            }
+            CombKind::Iter(f, at, true) => {
+                let (g, a) = prod(&f.dom);
+                let (b, cs) = prod(&c.cod);
+                let cc = cs.as_array().expect("typed combinator").clone();
+                let fm = interpret(f, m)?;
+                (m.iter_tape(fm, &g, &a, &b, &cc)?, Some(*at))
             }
             CombKind::Fix(h, at) => {
                 let hm = interpret(h, m)?;

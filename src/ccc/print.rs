@@ -199,6 +199,10 @@ impl Iteration for Printer {
         call("it", vec![f])
     }
 
+    fn iter_tape(&self, f: Chain, _: &Type, _: &Type, _: &Type, _: &Type) -> R {
+        call("itTape", vec![f])
+    }
+
     fn fix(&self, h: Chain, _: &Type, _: &Type, _: crate::error::Span) -> R {
         call("fix", vec![h])
     }

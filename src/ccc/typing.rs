@@ -176,6 +176,18 @@ impl Iteration for Typing {
         Ok((Type::prod(g.clone(), a.clone()), b.clone()))
     }
 
+    fn iter_tape(&self, (d, s): Sig, g: &Type, a: &Type, b: &Type, c: &Type) -> R {
+        same(
+            "itTape function domain",
+            &d,
+            &Type::prod(g.clone(), a.clone()),
+        )?;
+        let next = Type::sum(a.clone(), b.clone());
+        same("itTape function codomain", &s, &Type::prod(next, c.clone()))?;
+        let cod = Type::prod(b.clone(), Type::array(c.clone()));
+        Ok((Type::prod(g.clone(), a.clone()), cod))
+    }
+
     fn fix(&self, (d, s): Sig, z: &Type, b: &Type, _: crate::error::Span) -> R {
         let zb = Type::fun(z.clone(), b.clone());
         same("fix function domain", &d, &Type::prod(zb, z.clone()))?;

@@ -375,15 +375,28 @@ fn eval_node(t: &Term, env: &Env, run: &mut Run) -> Result<DVal> {
             let n = value::check_len("replicate", n).map_err(at)?;
             DVal::Array(Rc::new(vec![x; n]))
         }
-        K::Loop(f, x) => {
-            // Each iteration's operations go on the tape like any others (a Rust loop).
+        K::Loop(f, x, tape) => {
+            // Each iteration's operations go on the tape like any others (a Rust loop); a
+            // taped loop keeps each step's record, in order.
             let f = eval(f, env, run)?;
             let mut state = eval(x, env, run)?;
+            let mut records = Vec::new();
             loop {
-                match f.apply(state, run)? {
+                let mut next = f.apply(state, run)?;
+                if *tape {
+                    let DVal::Pair(p) = next else {
+                        invariant("a pair", &next)
+                    };
+                    records.push(p.1.clone());
+                    next = p.0.clone();
+                }
+                match next {
                     DVal::Inl(v) => {
                         crate::steps::step(t.span)?;
                         state = (*v).clone();
+                    }
+                    DVal::Inr(v) if *tape => {
+                        break DVal::pair((*v).clone(), DVal::Array(Rc::new(records)));
                     }
                     DVal::Inr(v) => break (*v).clone(),
                     other => invariant("a sum", &other),

@@ -483,15 +483,28 @@ fn eval_node(t: &Term, env: &Env) -> Result<Dual> {
             let n = value::check_len("replicate", n).map_err(at)?;
             Dual::Array(Rc::new(vec![x; n]))
         }
-        K::Loop(f, x) => {
-            // The iterations actually run, each on dual numbers: primal and tangent together.
+        K::Loop(f, x, tape) => {
+            // The iterations actually run, each on dual numbers: primal and tangent together;
+            // with a tape, each step's record is kept, in order.
             let f = eval(f, env)?;
             let mut state = eval(x, env)?;
+            let mut records = Vec::new();
             loop {
-                match f.apply(state)? {
+                let mut next = f.apply(state)?;
+                if *tape {
+                    let Dual::Pair(p) = next else {
+                        panic!("internal error: a taped loop step returned {next:?}")
+                    };
+                    records.push(p.1.clone());
+                    next = p.0.clone();
+                }
+                match next {
                     Dual::Inl(v) => {
                         crate::steps::step(t.span)?;
                         state = (*v).clone();
+                    }
+                    Dual::Inr(v) if *tape => {
+                        break Dual::pair((*v).clone(), Dual::Array(Rc::new(records)));
                     }
                     Dual::Inr(v) => break (*v).clone(),
                     other => panic!("internal error: a loop step returned {other:?}"),

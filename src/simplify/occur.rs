@@ -297,7 +297,7 @@ impl<T: OccEntry> Occurrences<T> {
             | K::Replicate(t, a)
             | K::ZipWith(t, a)
             | K::Map(t, a)
-            | K::Chain(t, a, _)
+            | K::Chain(t, a, ..)
             | K::Scale(t, a) => work.extend([L(a, d), C(t, d)]),
             K::PowApp(a, t) | K::Index(a, t) => work.extend([C(t, d), L(a, d)]),
             K::OneHot(n, i, a) => work.extend([L(a, d), C(i, d), C(n, d)]),

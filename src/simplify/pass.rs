@@ -483,7 +483,7 @@ fn lsame_kind(old: &LTermKind, new: &LTermKind) -> bool {
         | (K::ZipWith(f, a), K::ZipWith(g, b))
         | (K::Map(f, a), K::Map(g, b))
         | (K::Scale(f, a), K::Scale(g, b)) => s(f, g) && ls(a, b),
-        (K::Chain(f, a, r), K::Chain(g, b, q)) => r == q && s(f, g) && ls(a, b),
+        (K::Chain(f, a, r, o), K::Chain(g, b, q, p)) => r == q && o == p && s(f, g) && ls(a, b),
         (K::PowApp(a, f), K::PowApp(b, g)) | (K::Index(a, f), K::Index(b, g)) => {
             ls(a, b) && s(f, g)
         }
@@ -2119,10 +2119,10 @@ impl Pass<'_> {
                 let a2 = self.l(a);
                 self.scale(t2, a2, span)
             }
-            K::Chain(t, a, rev) => {
+            K::Chain(t, a, rev, outs) => {
                 let t2 = self.c(t);
                 let a2 = self.l(a);
-                mk(K::Chain(t2, a2, *rev))
+                mk(K::Chain(t2, a2, *rev, *outs))
             }
             K::Case(e, p, a, q, b) => {
                 self.branches = true;

@@ -93,9 +93,16 @@ fn lty_(l: &LTerm, fuel: &mut u32) -> Option<LTy> {
         K::ZipWith(fs, _) => LTy::array(ty_(fs, fuel)?.as_array()?.as_lin_fun()?.1.clone()),
         K::Map(f, _) => LTy::array(cod(f, fuel)?),
         K::Scale(_, l) => lty_(l, fuel)?,
-        K::Chain(fs, _, rev) => {
+        K::Chain(fs, _, rev, outs) => {
             let cod = ty_(fs, fuel)?.as_array()?.as_lin_fun()?.1.clone();
-            if *rev { cod } else { cod.as_sum()?.1.clone() }
+            match (*rev, *outs) {
+                (true, _) => cod,
+                (false, false) => cod.as_sum()?.1.clone(),
+                (false, true) => {
+                    let (next, c) = cod.as_prod()?;
+                    LTy::prod(next.as_sum()?.1.clone(), LTy::array(c.clone()))
+                }
+            }
         }
         K::Case(_, _, a, _, b) => lty_(a, fuel).or_else(|| lty_(b, fuel))?,
     })

@@ -1237,16 +1237,8 @@ impl<'r> Checker<'r> {
                 mk(TermKind::Length(xs))
             }
             n if sugar::is_sugar(n) => self.sugar(n, args, expected, span)?,
-            "loop" | "fold" | "iterate" | "while" => self.iteration(name, args, span)?,
+            "loop" | "fold" | "scan" | "iterate" | "while" => self.iteration(name, args, span)?,
             "grad" | "jvp" | "vjp" => self.nested(name, args, span)?,
-            "scan" => {
-                return Err(Error::new(
-                    crate::error::ErrorKind::Unsupported,
-                    "`scan` is not supported yet",
-                )
-                .with_span(span)
-                .with_note("`fold` is: carry the prefix results you need in its state"));
-            }
             "replicate" => {
                 let n = self.check_arg(args[0], &Type::Int)?;
                 let x = match expected.and_then(Type::as_array) {
@@ -1461,9 +1453,9 @@ impl Checker<'_> {
                     );
                     return Err(fn_err(what, &f.ty, args[0].span()));
                 }
-                mk(TermKind::Loop(f, x))
+                mk(TermKind::Loop(f, x, false))
             }
-            "fold" => {
+            "fold" | "scan" => {
                 let (f, z, xs) = if unannotated(&args[0]) {
                     let z = self.infer_arg(args[1])?;
                     let xs = self.infer_arg(args[2])?;
@@ -1509,14 +1501,31 @@ impl Checker<'_> {
                     prim("iadd", var(&i), int(1)),
                     app(&app(&f, var(&acc)), elem_i),
                 ));
-                let body = mk(TermKind::If(
-                    prim("ilt", var(&i), len),
-                    mk(TermKind::Inl(next, b.clone())),
-                    mk(TermKind::Inr(st_ty, var(&acc))),
-                ));
-                let body = mk(TermKind::Let(pair_pat(&i, &acc), var(&st), body));
                 let init = mk(TermKind::Pair(int(0), z));
-                mk(TermKind::Loop(mk(TermKind::Lam(st, body)), init))
+                if name == "fold" {
+                    let body = mk(TermKind::If(
+                        prim("ilt", var(&i), len),
+                        mk(TermKind::Inl(next, b.clone())),
+                        mk(TermKind::Inr(st_ty, var(&acc))),
+                    ));
+                    let body = mk(TermKind::Let(pair_pat(&i, &acc), var(&st), body));
+                    mk(TermKind::Loop(mk(TermKind::Lam(st, body)), init, false))
+                } else {
+                    // scan f z xs = snd (loopTape (\(i, acc) ->
+                    //     (if i < length xs then inl (i + 1, f acc (xs ! i)) else inr (), acc))
+                    //   (0, z))
+                    // Every step records its accumulator, the last one (`inr`) included.
+                    let unit = mk(TermKind::Lit(Lit::Unit));
+                    let go_on = mk(TermKind::If(
+                        prim("ilt", var(&i), len),
+                        mk(TermKind::Inl(next, Type::Unit)),
+                        mk(TermKind::Inr(st_ty, unit)),
+                    ));
+                    let body = mk(TermKind::Pair(go_on, var(&acc)));
+                    let body = mk(TermKind::Let(pair_pat(&i, &acc), var(&st), body));
+                    let taped = mk(TermKind::Loop(mk(TermKind::Lam(st, body)), init, true));
+                    mk(TermKind::Snd(taped))
+                }
             }
             "iterate" => {
                 let n = self.check_arg(args[0], &Type::Int)?;
@@ -1556,6 +1565,7 @@ impl Checker<'_> {
                 mk(TermKind::Loop(
                     mk(TermKind::Lam(st, body)),
                     mk(TermKind::Pair(n, x)),
+                    false,
                 ))
             }
             "while" => {
@@ -1584,7 +1594,7 @@ impl Checker<'_> {
                     mk(TermKind::Inl(app(&f, var(&s)), a.clone())),
                     mk(TermKind::Inr(a.clone(), var(&s))),
                 ));
-                mk(TermKind::Loop(mk(TermKind::Lam(s, body)), x))
+                mk(TermKind::Loop(mk(TermKind::Lam(s, body)), x, false))
             }
             _ => unreachable!("an iteration builtin"),
         };

@@ -552,7 +552,9 @@ impl Printer {
             }
             K::Length(xs) => self.app(RcDoc::text("length"), &[xs]),
             K::Replicate(n, x) => self.app(RcDoc::text("replicate"), &[n, x]),
-            K::Loop(f, x) => self.app(RcDoc::text("loop"), &[f, x]),
+            K::Loop(f, x, false) => self.app(RcDoc::text("loop"), &[f, x]),
+            // Not surface syntax either: what `scan` and concretised derivative code become.
+            K::Loop(f, x, true) => self.app(RcDoc::text("loopTape"), &[f, x]),
             // Not surface syntax: a `def rec` prints as a definition; a `fix` inside an
             // expression (a recursive definition inlined into an entry) prints as `fix F`.
             K::Fix(f) => self.app(RcDoc::text("fix"), &[f]),

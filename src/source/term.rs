@@ -205,7 +205,12 @@ pub enum TermKind {
     /// `loop f x` (with `f : A -> A + B`, `x : A`): the iteration combinator. `f` is applied
     /// while it returns `inl` (the next state); its first `inr` is the result. `fold`,
     /// `iterate` and `while` are desugared into it by the checker.
-    Loop(Term, Term),
+    ///
+    /// With the tape flag (`loopTape f x`, a core form only: `scan` is desugared into it) the
+    /// step is `f : A -> (A + B) × C` and the result `B × Array C`: the `C` of every step run,
+    /// the one that returns `inr` included, in order. It is the target language's `loopTape`,
+    /// so derivative code that records a tape concretises into it in O(steps).
+    Loop(Term, Term, bool),
     /// `fix F` (with `F : (A -> B) -> (A -> B)`, result `A -> B`): the recursive function
     /// `g` with `g a = F g a` (what `def rec` elaborates to, `F = \g -> \x -> body`). Each
     /// call counts against the recursion depth limit and the step budget at the node's
@@ -329,14 +334,25 @@ pub fn type_of(kind: &TermKind) -> Result<Type, String> {
             expect_eq("replicate count", &Type::Int, &n.ty)?;
             Type::array(x.ty.clone())
         }
-        TermKind::Loop(f, x) => {
-            let (a, ab) = expect_fun("loop", &f.ty)?;
+        TermKind::Loop(f, x, tape) => {
+            let (a, r) = expect_fun("loop", &f.ty)?;
             expect_eq("loop state", a, &x.ty)?;
+            let (ab, c) = if *tape {
+                let (ab, c) = r
+                    .as_prod()
+                    .ok_or("loopTape: the step must return a pair (A + B) × C")?;
+                (ab, Some(c))
+            } else {
+                (r, None)
+            };
             let (a2, b) = ab
                 .as_sum()
                 .ok_or("loop: the step must return a sum A + B")?;
             expect_eq("loop next state", a, a2)?;
-            b.clone()
+            match c {
+                Some(c) => Type::prod(b.clone(), Type::array(c.clone())),
+                None => b.clone(),
+            }
         }
         TermKind::Fix(f) => {
             let (g, g2) = expect_fun("fix", &f.ty)?;
@@ -389,7 +405,7 @@ impl Term {
             | Build(a, b)
             | Index(a, b)
             | Replicate(a, b)
-            | Loop(a, b) => SmallVec::from_slice(&[a, b]),
+            | Loop(a, b, _) => SmallVec::from_slice(&[a, b]),
             If(a, b, c) | Case(a, _, b, _, c) | Map2(a, b, c) => SmallVec::from_slice(&[a, b, c]),
             Prim(_, args) | Array(_, args) => args.iter().collect(),
         }
@@ -763,7 +779,7 @@ pub fn freshen(t: &Term) -> Term {
                 K::Index(xs, i) => K::Index(go(xs, sub), go(i, sub)),
                 K::Length(xs) => K::Length(go(xs, sub)),
                 K::Replicate(n, x) => K::Replicate(go(n, sub), go(x, sub)),
-                K::Loop(f, x) => K::Loop(go(f, sub), go(x, sub)),
+                K::Loop(f, x, t) => K::Loop(go(f, sub), go(x, sub), *t),
                 K::Fix(f) => K::Fix(go(f, sub)),
             };
             Term::new(kind, t.span)

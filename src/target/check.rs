@@ -532,24 +532,42 @@ impl Checker {
                 expect_eq("inr branch", &ta, &tb, at)?;
                 ta
             }
-            K::Chain(fs, e, rev) => {
+            K::Chain(fs, e, rev, outs) => {
                 let tf = self.array(fs, cart)?;
                 let Some((dom, cod)) = tf.as_lin_fun() else {
                     return mismatch("an array of linear maps", Ty::array(tf), Child::C(fs));
                 };
                 let te = self.linear(e, cart, lin)?;
-                let shape = if *rev {
+                let shape = match (*rev, *outs) {
                     // Array (A ⊕ B ⊸ G × A), a cotangent of B: gives G × A.
-                    dom.as_sum()
+                    (true, false) => dom
+                        .as_sum()
                         .zip(cod.as_prod())
                         .filter(|((a, _), (_, a2))| a == a2)
-                        .map(|((_, b), _)| (b.clone(), cod.clone()))
-                } else {
+                        .map(|((_, b), _)| (b.clone(), cod.clone())),
+                    // Array ((A ⊕ B) × C ⊸ G × A), a cotangent of B × Array C: gives G × A.
+                    (true, true) => dom
+                        .as_prod()
+                        .and_then(|(ab, c)| Some((ab.as_sum()?, c)))
+                        .zip(cod.as_prod())
+                        .filter(|(((a, _), _), (_, a2))| a == a2)
+                        .map(|(((_, b), c), _)| {
+                            (LTy::prod(b.clone(), LTy::array(c.clone())), cod.clone())
+                        }),
                     // Array (G × A ⊸ A ⊕ B), a tangent of G × A: gives B.
-                    dom.as_prod()
+                    (false, false) => dom
+                        .as_prod()
                         .zip(cod.as_sum())
                         .filter(|((_, a), (a2, _))| a == a2)
-                        .map(|(_, (_, b))| (dom.clone(), b.clone()))
+                        .map(|(_, (_, b))| (dom.clone(), b.clone())),
+                    // Array (G × A ⊸ (A ⊕ B) × C), a tangent of G × A: gives B × Array C.
+                    (false, true) => dom
+                        .as_prod()
+                        .zip(cod.as_prod().and_then(|(ab, c)| Some((ab.as_sum()?, c))))
+                        .filter(|((_, a), ((a2, _), _))| a == a2)
+                        .map(|(_, ((_, b), c))| {
+                            (dom.clone(), LTy::prod(b.clone(), LTy::array(c.clone())))
+                        }),
                 };
                 let Some((arg, out)) = shape else {
                     return mismatch(

@@ -24,7 +24,8 @@
 //! C(\b -> l) = \b -> C(l)         C(l @ t) = C(l) C(t)
 //! C(linl l) = (C(l), 0)           C(fromLeft l) = fst C(l)
 //! C(t * l : L) = scale_L C(t) C(l) C(l ! t) = C(l) ! C(t), zero past the end
-//! C(loopTape f x) = a loop whose state carries the tape as an array
+//! C(loopTape f x) = loopTape C(f) C(x)   (the source's taped loop, what `scan` desugars to)
+//! C(lchainScan fs d), C(lchainScanRev fs v) = taped loops / loops over fs (records kept)
 //! C(lsum (lbuild m (\i -> body))) = let es = build m (\i -> E(body)) in A(body)
 //!     (body a sum of one-hots of reals with pairs, lets, branches, scaling: each one-hot
 //!      becomes one `scatterAdd` of its entries: `fused_sum` below)
@@ -183,20 +184,18 @@ fn cterm(t: &Term) -> R<(src::Term, Ty)> {
                 (mk(S::Fix(f))?, ab)
             }
             K::Loop(f, x, tape) => {
+                // `loop` and `loopTape` are the same forms in the source.
                 let ((f, tf), (x, _)) = (sub(f)?, sub(x)?);
                 let step = tf.as_fun().ok_or_else(|| ill("loop", &tf))?.1.clone();
-                if *tape {
+                let ty = if *tape {
                     // loopTape f x : B × Array T for f : A → (A + B) × T.
                     let (ab, tt) = step.as_prod().ok_or_else(|| ill("loopTape", &tf))?;
                     let b = ab.as_sum().ok_or_else(|| ill("loopTape", &tf))?.1.clone();
-                    (
-                        concrete::loop_tape(f, x)?,
-                        Ty::prod(b, Ty::array(tt.clone())),
-                    )
+                    Ty::prod(b, Ty::array(tt.clone()))
                 } else {
-                    let b = step.as_sum().ok_or_else(|| ill("loop", &tf))?.1.clone();
-                    (mk(S::Loop(f, x))?, b)
-                }
+                    step.as_sum().ok_or_else(|| ill("loop", &tf))?.1.clone()
+                };
+                (mk(S::Loop(f, x, *tape))?, ty)
             }
             // C(λ̲v. l) = \v -> C(l)
             K::LinLam(v, body) => {
@@ -381,24 +380,49 @@ fn lterm(l: &LTerm) -> R<(src::Term, LTy)> {
                 let ((t, _), (a, ta), (b, _)) = (c(t)?, sub(a)?, sub(b)?);
                 (mk(S::Case(t, pat(p)?, a, pat(q)?, b))?, ta)
             }
-            K::Chain(fs, e, rev) => {
+            K::Chain(fs, e, rev, outs) => {
                 let ((fs, tfs), (e, _)) = (c(fs)?, sub(e)?);
                 let (dom, cod) = tfs
                     .as_array()
                     .and_then(|f| f.as_lin_fun())
                     .ok_or_else(|| ill("lchain", &tfs))?;
-                if *rev {
+                let sum = |t: &LTy| {
+                    t.as_sum()
+                        .map(|(a, b)| (a.clone(), b.clone()))
+                        .ok_or_else(|| ill("lchain", &tfs))
+                };
+                let prod = |t: &LTy| {
+                    t.as_prod()
+                        .map(|(a, b)| (a.clone(), b.clone()))
+                        .ok_or_else(|| ill("lchain", &tfs))
+                };
+                match (*rev, *outs) {
                     // fs : Array (A ⊕ B ⊸ G × A)
-                    let (a, b) = dom.as_sum().ok_or_else(|| ill("lchainRev", &tfs))?;
-                    let (g, _) = cod.as_prod().ok_or_else(|| ill("lchainRev", &tfs))?;
-                    (
-                        concrete::chain_reverse(g, a, b, fs, e)?,
-                        LTy::prod(g.clone(), a.clone()),
-                    )
-                } else {
+                    (true, false) => {
+                        let ((a, b), (g, _)) = (sum(dom)?, prod(cod)?);
+                        let out = LTy::prod(g.clone(), a.clone());
+                        (concrete::chain_reverse(&g, &a, &b, fs, e)?, out)
+                    }
+                    // fs : Array ((A ⊕ B) × C ⊸ G × A)
+                    (true, true) => {
+                        let ((ab, cc), (g, _)) = (prod(dom)?, prod(cod)?);
+                        let (a, b) = sum(&ab)?;
+                        let out = LTy::prod(g.clone(), a.clone());
+                        let t = concrete::chain_reverse_records(&g, &a, &b, &cc, fs, e)?;
+                        (t, out)
+                    }
                     // fs : Array (G × A ⊸ A ⊕ B)
-                    let (a, b) = cod.as_sum().ok_or_else(|| ill("lchain", &tfs))?;
-                    (concrete::chain_forward(a, b, fs, e)?, b.clone())
+                    (false, false) => {
+                        let (a, b) = sum(cod)?;
+                        (concrete::chain_forward(&a, &b, fs, e)?, b)
+                    }
+                    // fs : Array (G × A ⊸ (A ⊕ B) × C)
+                    (false, true) => {
+                        let (ab, cc) = prod(cod)?;
+                        let (a, b) = sum(&ab)?;
+                        let t = concrete::chain_forward_records(&a, &b, &cc, fs, e)?;
+                        (t, LTy::prod(b, LTy::array(cc)))
+                    }
                 }
             }
         })

@@ -58,7 +58,7 @@ pub fn term(t: &src::Term) -> Term {
             S::Index(xs, i) => K::Index(term(xs), term(i)),
             S::Length(xs) => K::Length(term(xs)),
             S::Replicate(n, x) => K::Replicate(term(n), term(x)),
-            S::Loop(f, x) => K::Loop(term(f), term(x), false),
+            S::Loop(f, x, tape) => K::Loop(term(f), term(x), *tape),
             S::Fix(f) => K::Fix(term(f), t.span),
         };
         Term::new(kind, t.span)

@@ -1454,13 +1454,13 @@ impl Compiler {
                 }
             }
             K::Zero(_) => Box::new(|_| Ok(Lin::zero())),
-            K::Chain(fs, a, rev) => {
-                let rev = *rev;
+            K::Chain(fs, a, rev, outs) => {
+                let (rev, outs) = (*rev, *outs);
                 let fs = self.term(fs);
                 let a = self.linear(a);
                 Box::new(move |fr| {
                     let fs = fs(fr)?;
-                    crate::steps::chain(&fs, a(fr)?, rev).map_err(at)
+                    crate::steps::chain(&fs, a(fr)?, rev, outs).map_err(at)
                 })
             }
             K::Plus(..) if let Some(f) = self.lin_accumulate(l) => f,

@@ -330,9 +330,9 @@ fn linear_node(l: &LTerm, env: &Env) -> Result<Lin> {
             let (env, body) = branch(e, env, (p, a), (q, b))?;
             eval_linear(body, &env)?
         }
-        K::Chain(fs, e, rev) => {
+        K::Chain(fs, e, rev, outs) => {
             let fs = eval(fs, env)?;
-            crate::steps::chain(&fs, lin(e)?, *rev).map_err(at)?
+            crate::steps::chain(&fs, lin(e)?, *rev, *outs).map_err(at)?
         }
     })
 }

@@ -568,8 +568,13 @@ impl Printer {
                 (d, prec::MUL)
             }
             L::Case(e, p, a, q, b) => (self.case(e, p, Child::L(a), q, Child::L(b)), prec::ANY),
-            L::Chain(fs, a, rev) => app(
-                if *rev { "lchainRev" } else { "lchain" },
+            L::Chain(fs, a, rev, outs) => app(
+                match (*rev, *outs) {
+                    (false, false) => "lchain",
+                    (true, false) => "lchainRev",
+                    (false, true) => "lchainScan",
+                    (true, true) => "lchainScanRev",
+                },
                 vec![self.atom(fs), self.latom(a)],
             ),
         }

@@ -424,7 +424,16 @@ pub enum LTermKind {
     ///   from the last step to the first, `(g, a) = fs ! k • w; acc += g; w = linl a`, the
     ///   result `(acc, fromLeft w) : G × A` (reverse mode: the cotangent pulled back through
     ///   the steps in reverse order, the environment's share accumulated in place).
-    Chain(Term, LTerm, bool),
+    ///
+    /// With the second flag (outputs: a taped loop's, `itTape`/`scan`), every step also has a
+    /// tangent or cotangent of its record `C`:
+    /// * `lchainScan fs d`, `fs : Array (G × A ⊸ (A ⊕ B) × C)`: `(wₖ₊₁, cₖ) = fs ! k • (fst d,
+    ///   fromLeft wₖ)`, the result `(fromRight wₙ, [c₀, .., cₙ₋₁]) : B × Array C`;
+    /// * `lchainScanRev fs v`, `fs : Array ((A ⊕ B) × C ⊸ G × A)`, `v : B × Array C`: with
+    ///   `w = linr (fst v)` and, from the last step to the first,
+    ///   `(g, a) = fs ! k • (w, snd v ! k); acc += g; w = linl a`, the result
+    ///   `(acc, fromLeft w) : G × A`.
+    Chain(Term, LTerm, bool, bool),
 }
 
 /// A Cartesian term: a cheap-to-clone immutable handle.
@@ -641,7 +650,7 @@ impl LTerm {
             | K::ZipWith(t, l)
             | K::Map(t, l)
             | K::Build(t, _, l)
-            | K::Chain(t, l, _)
+            | K::Chain(t, l, ..)
             | K::Scale(t, l) => SmallVec::from_slice(&[C(t), L(l)]),
             K::PowApp(l, t) | K::Index(l, t) => SmallVec::from_slice(&[L(l), C(t)]),
             K::OneHot(n, i, l) => SmallVec::from_slice(&[C(n), C(i), L(l)]),
@@ -888,7 +897,9 @@ impl LTerm {
             K::Map(f, l) => rebuild!(C f => f2, L l => l2; K::Map(f2, l2)),
             K::Build(n, i, l) => rebuild!(C n => n2, L l => l2; K::Build(n2, i.clone(), l2)),
             K::Scale(t, l) => rebuild!(C t => t2, L l => l2; K::Scale(t2, l2)),
-            K::Chain(t, l, rev) => rebuild!(C t => t2, L l => l2; K::Chain(t2, l2, *rev)),
+            K::Chain(t, l, rev, outs) => {
+                rebuild!(C t => t2, L l => l2; K::Chain(t2, l2, *rev, *outs))
+            }
             K::Case(t, p, a, q, b) => rebuild!(C t => t2, L a => a2, L b => b2;
                 K::Case(t2, p.clone(), a2, q.clone(), b2)),
         };

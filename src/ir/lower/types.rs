@@ -272,17 +272,23 @@ impl TypeOf {
             }
             K::Map(f, _) => LTy::array(self.lin_cod(f)),
             K::Scale(_, a) => self.linear(a),
-            K::Chain(fs, _, rev) => {
+            K::Chain(fs, _, rev, outs) => {
                 let ft = self.term(fs);
                 let f = ft.as_array().and_then(TTy::as_lin_fun);
                 let (_, cod) = f.unwrap_or_else(|| invariant("lchain"));
-                if *rev {
-                    cod.clone()
-                } else {
-                    cod.as_sum()
+                let b = |next: &LTy| {
+                    next.as_sum()
                         .unwrap_or_else(|| invariant("lchain"))
                         .1
                         .clone()
+                };
+                match (*rev, *outs) {
+                    (true, _) => cod.clone(),
+                    (false, false) => b(cod),
+                    (false, true) => {
+                        let (next, c) = cod.as_prod().unwrap_or_else(|| invariant("lchainScan"));
+                        LTy::prod(b(next), LTy::array(c.clone()))
+                    }
                 }
             }
             K::Case(_, _, a, _, _) => self.linear(a),

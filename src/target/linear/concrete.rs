@@ -346,7 +346,7 @@ fn fold_loop(n: Term, init: Term, step: impl FnOnce(Term, Term) -> R<Term>) -> R
                 body,
             ))
         })?;
-        mk(S::Loop(f, pair(int(0), init)?))
+        mk(S::Loop(f, pair(int(0), init)?, false))
     })
 }
 
@@ -512,47 +512,70 @@ pub fn chain_reverse(g: &LTy, a: &LTy, b: &LTy, fs: Term, v: Term) -> R<Term> {
     })
 }
 
-/// `loopTape f x` for `f : A → (A + B) × T`: `(b, tape)`, the entries of every step in order.
-/// The tape is an array grown by copying (O(steps²) in all; see the module docs).
-pub fn loop_tape(f: Term, x: Term) -> R<Term> {
-    let (a, rt) = f.ty.as_fun().ok_or("loopTape of a non-function")?;
-    let (a, rt) = (a.clone(), rt.clone());
-    let (ab, t) = rt.as_prod().ok_or("loopTape: step result not a pair")?;
-    let (_, b) = ab.as_sum().ok_or("loopTape: step result not a sum")?;
-    let (b, t) = (b.clone(), t.clone());
-    let tape_ty = Type::array(t.clone());
-    let state = Type::prod(a.clone(), tape_ty.clone());
-    let result = Type::prod(b.clone(), tape_ty.clone());
-    bind("f", f, |f| {
-        let step = lam("st", state.clone(), |st| {
-            bind("st", st, |st| {
-                bind("r", app(f, fst(st.clone())?)?, |r| {
-                    bind("tape", snd(st)?, |tape| {
-                        let n = length(tape.clone())?;
-                        let grown = bind("n", n, |n| {
-                            build(prim("iadd", vec![n.clone(), int(1)])?, |k| {
-                                bind("k", k, |k| {
-                                    cond(
-                                        prim("ilt", vec![k.clone(), n])?,
-                                        index(tape, k)?,
-                                        snd(r.clone())?,
-                                    )
-                                })
-                            })
+/// `lchainScan fs d` (forward, a taped loop's) for `fs : Array (G × A ⊸ (A ⊕ B) × C)`,
+/// `d : G × A`: the tangent pushed through the steps in order, each step's record tangent
+/// kept. A `loopTape` over `(k, w)` records `snd (fs ! k • (fst d, fst w))` per step; its last
+/// step (`k = n`) records a zero that is dropped (`build n`), so it is O(steps).
+pub fn chain_forward_records(a: &LTy, b: &LTy, c: &LTy, fs: Term, d: Term) -> R<Term> {
+    let w_ty = Type::prod(ty(a)?, ty(b)?);
+    let state = Type::prod(Type::Int, w_ty.clone());
+    bind("fs", fs, |fs| {
+        bind("d", d, |d| {
+            bind("n", length(fs.clone())?, |n| {
+                let dg = fst(d.clone())?;
+                let step = lam("s", state.clone(), |s| {
+                    bind("s", s, |s| {
+                        let k = fst(s.clone())?;
+                        let w = snd(s)?;
+                        let r = app(index(fs, k.clone())?, pair(dg, fst(w.clone())?)?)?;
+                        let more = bind("r", r, |r| {
+                            let next =
+                                pair(prim("iadd", vec![k.clone(), int(1)])?, fst(r.clone())?)?;
+                            pair(mk(S::Inl(next, ty(b)?))?, snd(r)?)
                         })?;
-                        bind("tape2", grown, |tape2| {
-                            let av = Var::fresh("a", a.clone());
-                            let bv = Var::fresh("b", b.clone());
-                            let left = mk(S::Inl(pair(var(&av), tape2.clone())?, result.clone()))?;
-                            let right = mk(S::Inr(state.clone(), pair(var(&bv), tape2)?))?;
-                            mk(S::Case(fst(r)?, Pat::Var(av), left, Pat::Var(bv), right))
-                        })
+                        let done = pair(mk(S::Inr(state.clone(), snd(w)?))?, zero(c)?)?;
+                        cond(prim("ilt", vec![k, n.clone()])?, more, done)
+                    })
+                })?;
+                let init = pair(int(0), pair(snd(d)?, zero(b)?)?)?;
+                let taped = mk(S::Loop(step, init, true))?;
+                bind("out", taped, |out| {
+                    bind("rs", snd(out.clone())?, |rs| {
+                        pair(fst(out)?, build(n, |i| index(rs, i))?)
                     })
                 })
             })
-        })?;
-        let empty = mk(S::Array(t.clone(), vec![]))?;
-        mk(S::Loop(step, pair(x, empty)?))
+        })
+    })
+}
+
+/// `lchainScanRev fs v` (reverse, a taped loop's) for `fs : Array ((A ⊕ B) × C ⊸ G × A)`,
+/// `v : B × Array C`: [`chain_reverse`] with step `k` also given element `k` of `snd v`
+/// (zero past its end: a concrete array may be shorter than the steps).
+pub fn chain_reverse_records(g: &LTy, a: &LTy, b: &LTy, c: &LTy, fs: Term, v: Term) -> R<Term> {
+    bind("fs", fs, |fs| {
+        bind("v", v, |v| {
+            bind("cs", snd(v.clone())?, |cs| {
+                bind("n", length(fs.clone())?, |n| {
+                    let init = pair(zero(g)?, pair(zero(a)?, fst(v)?)?)?;
+                    let out = fold_loop(n.clone(), init, |k, s| {
+                        bind("s", s, |s| {
+                            let j = prim("isub", vec![prim("isub", vec![n, k])?, int(1)])?;
+                            bind("j", j, |j| {
+                                let arg = pair(snd(s.clone())?, lindex(c, cs, j.clone())?)?;
+                                bind("ga", app(index(fs, j)?, arg)?, |ga| {
+                                    pair(
+                                        plus(g, fst(s)?, fst(ga.clone())?)?,
+                                        pair(snd(ga)?, zero(b)?)?,
+                                    )
+                                })
+                            })
+                        })
+                    })?;
+                    bind("out", out, |out| pair(fst(out.clone())?, fst(snd(out)?)?))
+                })
+            })
+        })
     })
 }
 
