@@ -1,6 +1,8 @@
 //! `chad gradbench`, the GradBench tool: the protocol as a subprocess on a scripted message
 //! sequence, and the bundled programs' outputs (lse, llsq, gmm) against independent Rust
-//! computations (direct formulas, and central finite differences of them for the gradients).
+//! computations (direct formulas, and central finite differences of them for the gradients);
+//! kmeans, particle and saddle (derivatives inside the programs) against transcriptions of
+//! GradBench's references, their central (second) differences and the evals' expected values.
 //! None of this needs GradBench itself.
 
 use chad::gradbench::{Backend, Tool};
