@@ -10,7 +10,7 @@
 //!   a program the native backend cannot lower (recursion, for now) and for forward mode
 //!   (ht's Jacobian); a module whose functions take their own derivatives (`kmeans`,
 //!   `particle`, `saddle`: `grad`/`jvp` inside the program) compiles each function's
-//!   definition instead ([`programs`]) and names each one's backend;
+//!   definition instead (`src/gradbench/programs.rs`) and names each one's backend;
 //! * `evaluate` converts the JSON input into chad values, runs the function until both
 //!   `min_runs` and `min_seconds` are reached (one `evaluate` timing per run; the conversions
 //!   are not timed) and converts the result into the eval's JSON output;
