@@ -917,10 +917,16 @@ fn particle_cost(w: f64) -> f64 {
     }
 }
 
+/// The loop steps one solve of particle or saddle may take: they need 30 000 to 100 000
+/// (`--max-steps`), so a planted bug that keeps gradient descent from converging fails here
+/// instead of running forever.
+const SOLVE_STEPS: u64 = 1_000_000;
+
 /// A definition of a bundled program, evaluated at `args` by the library.
 fn bundled(module: &str, def: &str, args: &[chad::Value]) -> Vec<f64> {
     let (_, text) = chad::gradbench::program(module).expect("bundled");
     let program = chad::Program::load(text).expect("loads");
+    let _budget = chad::steps::Budget::new(SOLVE_STEPS);
     let v = program
         .function(def)
         .expect("defined")
@@ -950,9 +956,12 @@ fn particle_against_a_transcription_and_finite_differences() {
     let reference = gd_argmin(&f, &g, &[0.0])[0];
     let mut particle = session("particle");
     for function in ["rr", "rf", "fr", "ff"] {
-        let w = particle(function, json!({"w": 0.0}))
-            .as_f64()
-            .expect("a number");
+        let w = {
+            let _budget = chad::steps::Budget::new(SOLVE_STEPS);
+            particle(function, json!({"w": 0.0}))
+                .as_f64()
+                .expect("a number")
+        };
         close(w, reference, 1e-6, &format!("particle {function}"));
         close(w, 0.2071918746486116, 1e-9, &format!("particle {function}"));
     }
@@ -1000,7 +1009,10 @@ fn saddle_against_a_transcription_and_finite_differences() {
     let ys = argmax_y(&xs);
     let mut saddle = session("saddle");
     for function in ["rr", "rf", "fr", "ff"] {
-        let out = reals(&saddle(function, json!({"start": start})));
+        let out = {
+            let _budget = chad::steps::Budget::new(SOLVE_STEPS);
+            reals(&saddle(function, json!({"start": start})))
+        };
         assert_eq!(out.len(), 4);
         for (l, e) in xs.iter().chain(&ys).enumerate() {
             close(out[l], *e, 1e-6, &format!("saddle {function} {l}"));
