@@ -8,7 +8,9 @@
 //!   (`success: false` with an error for a module chad does not implement); its answer's
 //!   `backend` says where the functions run: `--backend native` falls back to the engine for
 //!   a program the native backend cannot lower (recursion, for now) and for forward mode
-//!   (ht's Jacobian);
+//!   (ht's Jacobian); a module whose functions take their own derivatives (`kmeans`,
+//!   `particle`, `saddle`: `grad`/`jvp` inside the program) compiles each function's
+//!   definition instead (`src/gradbench/programs.rs`) and names each one's backend;
 //! * `evaluate` converts the JSON input into chad values, runs the function until both
 //!   `min_runs` and `min_seconds` are reached (one `evaluate` timing per run; the conversions
 //!   are not timed) and converts the result into the eval's JSON output;
@@ -19,6 +21,7 @@
 
 mod ba;
 mod ht;
+mod programs;
 
 use crate::ad::{self, Jvp, Vjp};
 use crate::error::{Error, ErrorKind, Result};
@@ -65,6 +68,10 @@ enum Kind {
     BaJacobian,
     /// `ht`'s dense Jacobian: forward passes of `def`, one per column (see [`ht`]).
     HtJacobian,
+    /// The value of the named definition, which has the same parameters as `def` and takes
+    /// the derivatives it needs itself (see [`programs`]); a module whose functions are all of
+    /// this kind compiles no gradient.
+    Program(&'static str),
 }
 
 /// How the eval's input becomes the definition's arguments.
@@ -222,6 +229,52 @@ const SPECS: &[Spec] = &[
         functions: &[("objective", Kind::Primal), ("jacobian", Kind::HtJacobian)],
         gradient: GradOutput::First,
     },
+    Spec {
+        module: "kmeans",
+        file: "gradbench/kmeans.chad",
+        source: include_str!("../gradbench/kmeans.chad"),
+        def: "cost",
+        grad_def: "cost",
+        input: Input::Fields(&["points", "centroids"]),
+        wrt: &[],
+        functions: &[
+            ("cost", Kind::Program("cost")),
+            ("dir", Kind::Program("dir")),
+        ],
+        gradient: GradOutput::First,
+    },
+    Spec {
+        module: "particle",
+        file: "gradbench/particle.chad",
+        source: include_str!("../gradbench/particle.chad"),
+        def: "rr",
+        grad_def: "rr",
+        input: Input::Fields(&["w"]),
+        wrt: &[],
+        functions: &[
+            ("rr", Kind::Program("rr")),
+            ("rf", Kind::Program("rf")),
+            ("fr", Kind::Program("fr")),
+            ("ff", Kind::Program("ff")),
+        ],
+        gradient: GradOutput::First,
+    },
+    Spec {
+        module: "saddle",
+        file: "gradbench/saddle.chad",
+        source: include_str!("../gradbench/saddle.chad"),
+        def: "rr",
+        grad_def: "rr",
+        input: Input::Fields(&["start"]),
+        wrt: &[],
+        functions: &[
+            ("rr", Kind::Program("rr")),
+            ("rf", Kind::Program("rf")),
+            ("fr", Kind::Program("fr")),
+            ("ff", Kind::Program("ff")),
+        ],
+        gradient: GradOutput::First,
+    },
 ];
 
 /// The names of the modules `chad gradbench` implements.
@@ -248,6 +301,9 @@ enum Runner {
     /// The gradient's library (with its primal), and the primal's when that is another
     /// definition.
     Native(Box<Native>, Option<Box<Native>>),
+    /// One compiled definition per [`Kind::Program`] function: the function's name, the
+    /// definition's, its code and where it runs.
+    Programs(Vec<(&'static str, &'static str, programs::Program, Backend)>),
 }
 
 /// A defined module: its program's entry point and code.
@@ -265,6 +321,15 @@ impl Module {
         self.backend
     }
 
+    /// Where each function runs, for a module whose functions are definitions run as they
+    /// stand (empty for the others, whose functions all run on [`Module::backend`]).
+    pub fn function_backends(&self) -> Vec<(&'static str, Backend)> {
+        match &self.runner {
+            Runner::Programs(ps) => ps.iter().map(|p| (p.0, p.3)).collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Loads the module's bundled program and compiles its primal and gradient for `backend`.
     pub fn define(module: &str, backend: Backend) -> Result<Module> {
         let spec = SPECS.iter().find(|s| s.module == module).ok_or_else(|| {
@@ -276,7 +341,7 @@ impl Module {
                 ),
             )
         })?;
-        let prog = crate::source::load(spec.source, &Registry::builtin())
+        let prog = crate::ad::nested::load(spec.source, &Registry::builtin())
             .map_err(|e| e.prefixed(&format!("{}: ", spec.file)))?;
         let find = |name: &str| {
             prog.find(name).map(|i| prog.entry(i)).ok_or_else(|| {
@@ -287,6 +352,39 @@ impl Module {
             })
         };
         let entry = find(spec.def)?;
+        if spec
+            .functions
+            .iter()
+            .all(|f| matches!(f.1, Kind::Program(_)))
+        {
+            let mut compiled = Vec::new();
+            for &(function, kind) in spec.functions {
+                let Kind::Program(def) = kind else { continue };
+                let e = find(def)?;
+                if e.param_types() != entry.param_types() {
+                    return Err(Error::new(
+                        ErrorKind::Input,
+                        format!(
+                            "{}: `{}` and `{def}` must have the same parameters",
+                            spec.file, spec.def
+                        ),
+                    ));
+                }
+                let (program, ran_on) = programs::Program::compile(&e, backend)?;
+                compiled.push((function, def, program, ran_on));
+            }
+            let all_native = compiled.iter().all(|c| c.3 == Backend::Native);
+            return Ok(Module {
+                spec,
+                entry,
+                runner: Runner::Programs(compiled),
+                backend: if all_native {
+                    Backend::Native
+                } else {
+                    Backend::Engine
+                },
+            });
+        }
         let grad_entry = find(spec.grad_def)?;
         let jacobian_by_rows = spec.functions.iter().any(|f| f.1 == Kind::BaJacobian);
         // Forward passes run on the engine (the native library has no JVP entry here).
@@ -419,8 +517,24 @@ impl Module {
         let grad = |args: &[Value]| match &self.runner {
             Runner::Engine { vjp, .. } => vjp.grad(args),
             Runner::Native(n, _) => n.grad(args),
+            Runner::Programs(_) => Err(Error::new(
+                ErrorKind::Unsupported,
+                "this module compiles no gradient (its programs take their own derivatives)",
+            )),
         };
         Ok(match (kind, &self.runner) {
+            (Kind::Program(def), Runner::Programs(ps)) => {
+                let (_, _, program, _) = ps.iter().find(|p| p.1 == def).ok_or_else(|| {
+                    Error::new(ErrorKind::Runtime, format!("`{def}` was not compiled"))
+                })?;
+                Outcome::Value(program.run(args)?)
+            }
+            (Kind::Program(_), _) | (_, Runner::Programs(_)) => {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    "this function's definition was not compiled for this module",
+                ));
+            }
             (Kind::BaJacobian, _) => {
                 let mut rows_args = ba::observation_copies(args)?;
                 let mut pass = |r: i64| -> Result<Vec<Value>> {
@@ -576,9 +690,19 @@ impl Tool {
                     Ok(m) => {
                         let ns = start.elapsed().as_nanos();
                         let backend = m.backend().name();
+                        let per_function = m.function_backends();
                         self.modules.insert(module.to_string(), m);
-                        json!({"id": id, "success": true, "backend": backend,
-                               "timings": [{"name": "compile", "nanoseconds": ns}]})
+                        let mut answer = json!({"id": id, "success": true, "backend": backend,
+                               "timings": [{"name": "compile", "nanoseconds": ns}]});
+                        if !per_function.is_empty() {
+                            answer["functions"] = Json::Object(
+                                per_function
+                                    .into_iter()
+                                    .map(|(f, b)| (f.to_string(), json!(b.name())))
+                                    .collect(),
+                            );
+                        }
+                        answer
                     }
                     Err(e) => fail(id, e.render(None).trim_end().to_string()),
                 }

@@ -1,6 +1,8 @@
 //! `chad gradbench`, the GradBench tool: the protocol as a subprocess on a scripted message
 //! sequence, and the bundled programs' outputs (lse, llsq, gmm) against independent Rust
-//! computations (direct formulas, and central finite differences of them for the gradients).
+//! computations (direct formulas, and central finite differences of them for the gradients);
+//! kmeans, particle and saddle (derivatives inside the programs) against transcriptions of
+//! GradBench's references, their central (second) differences and the evals' expected values.
 //! None of this needs GradBench itself.
 
 use chad::gradbench::{Backend, Tool};
@@ -795,6 +797,231 @@ fn ht_objective_by_hand_and_jacobian_against_finite_differences() {
                     &format!("ht jacobian ({r}, {col}), us: {complicated}"),
                 );
             }
+        }
+    }
+}
+
+/// kmeans' cost, transcribed from GradBench's reference (`kmeans.hpp`): each point's squared
+/// distance to its nearest centroid, summed.
+fn kmeans_cost(points: &[Vec<f64>], centroids: &[f64], d: usize) -> f64 {
+    points
+        .iter()
+        .map(|p| {
+            centroids
+                .chunks(d)
+                .map(|c| p.iter().zip(c).map(|(a, b)| (a - b) * (a - b)).sum::<f64>())
+                .fold(f64::INFINITY, f64::min)
+        })
+        .sum()
+}
+
+#[test]
+fn kmeans_against_the_reference_and_finite_differences() {
+    let (n, k, d) = (40, 5, 3);
+    let points: Vec<Vec<f64>> = randoms(n * d, 31).chunks(d).map(|c| c.to_vec()).collect();
+    // As the eval: the last k points are the centroids (so no cluster is empty).
+    let centroids: Vec<Vec<f64>> = points[n - k..].to_vec();
+    let flat: Vec<f64> = centroids.concat();
+    let input = json!({"points": points, "centroids": centroids});
+    let mut kmeans = session("kmeans");
+    let cost = kmeans("cost", input.clone()).as_f64().expect("a number");
+    close(cost, kmeans_cost(&points, &flat, d), 1e-13, "kmeans cost");
+    let dir = matrix(&kmeans("dir", input));
+    assert_eq!((dir.len(), dir[0].len()), (k, d));
+    // J by central differences, the Hessian's diagonal by central second differences of the
+    // transcribed cost (the nearest centroids do not change within the steps).
+    let f = |c: &[f64]| kmeans_cost(&points, c, d);
+    let jac = fd(f, &flat);
+    let h = 1e-3;
+    for (i, got) in dir.concat().iter().enumerate() {
+        let (mut a, mut b) = (flat.clone(), flat.clone());
+        a[i] += h;
+        b[i] -= h;
+        let hess = (f(&a) - 2.0 * f(&flat) + f(&b)) / (h * h);
+        close(*got, jac[i] / hess, 1e-6, &format!("kmeans dir {i}"));
+    }
+    // And the closed form of GradBench's reference tool: centroid minus its cluster's mean.
+    for (j, c) in centroids.iter().enumerate() {
+        let nearest = |p: &Vec<f64>| {
+            (0..k)
+                .map(|m| kmeans_cost(std::slice::from_ref(p), &centroids[m], d))
+                .enumerate()
+                .fold(
+                    (0, f64::INFINITY),
+                    |b, (m, v)| if v < b.1 { (m, v) } else { b },
+                )
+                .0
+        };
+        let members: Vec<&Vec<f64>> = points.iter().filter(|p| nearest(p) == j).collect();
+        for l in 0..d {
+            let mean = members.iter().map(|p| p[l]).sum::<f64>() / members.len() as f64;
+            close(
+                dir[j][l],
+                c[l] - mean,
+                1e-12,
+                &format!("kmeans dir {j},{l}"),
+            );
+        }
+    }
+}
+
+/// GradBench's gradient descent (`cpp/gradbench/gd.hpp`, `multivariate_argmin`).
+fn gd_argmin(f: &dyn Fn(&[f64]) -> f64, g: &dyn Fn(&[f64]) -> Vec<f64>, x0: &[f64]) -> Vec<f64> {
+    let norm = |v: &[f64]| v.iter().map(|a| a * a).sum::<f64>().sqrt();
+    let (mut x, mut fx, mut gx) = (x0.to_vec(), f(x0), g(x0));
+    let (mut i, mut eta) = (0, 1e-5);
+    loop {
+        if norm(&gx) <= 1e-5 {
+            return x;
+        } else if i == 10 {
+            eta *= 2.0;
+            i = 0;
+        } else {
+            let x2: Vec<f64> = x.iter().zip(&gx).map(|(a, b)| a - eta * b).collect();
+            let step: Vec<f64> = x.iter().zip(&x2).map(|(a, b)| a - b).collect();
+            if norm(&step) <= 1e-5 {
+                return x;
+            }
+            let fx2 = f(&x2);
+            if fx2 < fx {
+                (x, fx, gx) = (x2.clone(), fx2, g(&x2));
+                i += 1;
+            } else {
+                eta /= 2.0;
+                i = 0;
+            }
+        }
+    }
+}
+
+/// The particle's cost x_f² at control w (the Euler steps of GradBench's particle eval), with
+/// the potential's gradient by its formula: ∇ 1/|x - c| = -(x - c)/|x - c|³.
+fn particle_cost(w: f64) -> f64 {
+    let charges = [[10.0, 10.0 - w], [10.0, 0.0]];
+    let (mut x, mut v) = ([0.0, 8.0], [0.75, 0.0]);
+    let dt = 0.1;
+    loop {
+        let mut acc = [0.0, 0.0];
+        for c in &charges {
+            let r = ((x[0] - c[0]) * (x[0] - c[0]) + (x[1] - c[1]) * (x[1] - c[1])).sqrt();
+            for l in 0..2 {
+                acc[l] += (x[l] - c[l]) / (r * r * r);
+            }
+        }
+        x = [x[0] + dt * v[0], x[1] + dt * v[1]];
+        if x[1] <= 0.0 {
+            let xf = x[0] + (-x[1] / v[1]) * v[0];
+            return xf * xf;
+        }
+        v = [v[0] + dt * acc[0], v[1] + dt * acc[1]];
+    }
+}
+
+/// The loop steps one solve of particle or saddle may take: they need 30 000 to 100 000
+/// (`--max-steps`), so a planted bug that keeps gradient descent from converging fails here
+/// instead of running forever.
+const SOLVE_STEPS: u64 = 1_000_000;
+
+/// A definition of a bundled program, evaluated at `args` by the library.
+fn bundled(module: &str, def: &str, args: &[chad::Value]) -> Vec<f64> {
+    let (_, text) = chad::gradbench::program(module).expect("bundled");
+    let program = chad::Program::load(text).expect("loads");
+    let _budget = chad::steps::Budget::new(SOLVE_STEPS);
+    let v = program
+        .function(def)
+        .expect("defined")
+        .eval(args)
+        .expect("runs");
+    chad::oracle::fd::leaves(&v)
+}
+
+#[test]
+fn particle_against_a_transcription_and_finite_differences() {
+    // The in-program derivative of the cost (through the Euler loop, each step taking the
+    // potential's gradient), in all four mode combinations, against central differences.
+    for w in [0.0, 0.15, -0.3] {
+        let h = 1e-6;
+        let expected = (particle_cost(w + h) - particle_cost(w - h)) / (2.0 * h);
+        for def in ["dRR", "dRF", "dFR", "dFF"] {
+            let got = bundled("particle", def, &[chad::Value::reals(vec![w])]);
+            close(got[0], expected, 1e-6, &format!("particle {def} at {w}"));
+        }
+        let c = bundled("particle", "costR", &[chad::Value::reals(vec![w])]);
+        close(c[0], particle_cost(w), 1e-13, "particle cost");
+    }
+    // The whole eval: gradient descent on the transcription (outer derivative by central
+    // differences) and GradBench's expected value.
+    let f = |w: &[f64]| particle_cost(w[0]);
+    let g = |w: &[f64]| vec![(particle_cost(w[0] + 1e-7) - particle_cost(w[0] - 1e-7)) / 2e-7];
+    let reference = gd_argmin(&f, &g, &[0.0])[0];
+    let mut particle = session("particle");
+    for function in ["rr", "rf", "fr", "ff"] {
+        let w = {
+            let _budget = chad::steps::Budget::new(SOLVE_STEPS);
+            particle(function, json!({"w": 0.0}))
+                .as_f64()
+                .expect("a number")
+        };
+        close(w, reference, 1e-6, &format!("particle {function}"));
+        close(w, 0.2071918746486116, 1e-9, &format!("particle {function}"));
+    }
+}
+
+/// saddle's function.
+fn saddle_f(x: &[f64], y: &[f64]) -> f64 {
+    (x[0] * x[0] + x[1] * x[1]) - (y[0] * y[0] + y[1] * y[1])
+}
+
+#[test]
+fn saddle_against_a_transcription_and_finite_differences() {
+    let start = [1.0, 1.0];
+    // max over y of f(x, ·) by gradient descent with the formula -2y for the y-gradient.
+    let gy = |y: &[f64]| vec![-2.0 * y[0], -2.0 * y[1]];
+    let argmax_y = |x: &[f64]| {
+        let x = x.to_vec();
+        gd_argmin(
+            &|y: &[f64]| -saddle_f(&x, y),
+            &|y: &[f64]| gy(y).iter().map(|a| -a).collect(),
+            &start,
+        )
+    };
+    let maxf = |x: &[f64]| saddle_f(x, &argmax_y(x));
+    // The in-program gradients of x ↦ max f(x, ·) (a loop taking gradients, differentiated)
+    // against central differences of the transcription.
+    let starts = chad::Value::reals(start.to_vec());
+    for x in [[0.5, -0.25], [1.0, 1.0]] {
+        let expected = fd(maxf, &x);
+        for def in ["gradRR", "gradRF", "gradFR", "gradFF"] {
+            let got = bundled(
+                "saddle",
+                def,
+                &[starts.clone(), chad::Value::reals(x.to_vec())],
+            );
+            for l in 0..2 {
+                close(got[l], expected[l], 1e-6, &format!("saddle {def} at {x:?}"));
+            }
+        }
+    }
+    // The whole eval against the transcription (outer gradient by central differences) and
+    // GradBench's expected value.
+    let gx = |x: &[f64]| fd(maxf, x);
+    let xs = gd_argmin(&maxf, &gx, &start);
+    let ys = argmax_y(&xs);
+    let mut saddle = session("saddle");
+    for function in ["rr", "rf", "fr", "ff"] {
+        let out = {
+            let _budget = chad::steps::Budget::new(SOLVE_STEPS);
+            reals(&saddle(function, json!({"start": start})))
+        };
+        assert_eq!(out.len(), 4);
+        for (l, e) in xs.iter().chain(&ys).enumerate() {
+            close(out[l], *e, 1e-6, &format!("saddle {function} {l}"));
+            close(
+                out[l],
+                8.246324826140356e-06,
+                1e-9,
+                &format!("saddle {function} {l}"),
+            );
         }
     }
 }
