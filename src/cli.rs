@@ -285,7 +285,7 @@ struct RunArgs {
     /// Read the arguments as a JSON array instead.
     #[arg(long, value_name = "PATH")]
     args_file: Option<PathBuf>,
-    /// Stop with a runtime error when loops (`loop`, `fold`, `iterate`, `while`) and recursive
+    /// Stop with a runtime error when loops (`loop`, `fold`, `scan`, `iterate`, `while`) and recursive
     /// calls (`def rec`) run more than N steps in total.
     #[arg(long, value_name = "N")]
     max_steps: Option<u64>,

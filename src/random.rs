@@ -80,7 +80,8 @@ pub struct Config {
     /// included), and `if` on comparisons of reals (data-dependent control flow). Off by
     /// default.
     pub sum_bias: bool,
-    /// Loops (the core `loop` that `fold`, `iterate` and `while` desugar to), each terminating
+    /// Loops (the core `loop` that `fold`, `iterate` and `while` desugar to, and the taped loop
+    /// `scan` desugars to), each terminating
     /// by construction: counted (`iterate`), over an array (`fold`, capturing the array and the
     /// rest of the context) and on a real-valued condition with a step bound (`while`). Off by
     /// default.

@@ -231,3 +231,44 @@ fn derivatives_of_scan_inside_programs() {
     let v = chad::eval::eval_entry(&e, &args(&e, &["0.8", "[0.3, -1.2, 0.9, 2.0]"])).unwrap();
     assert!(close(&reals(&v), &reals(&g[2]), 1e-12), "{v} vs {}", g[2]);
 }
+
+/// `--max-steps` counts a `scan`'s steps (one per element) and stops it with a runtime error
+/// at its position, in both the primal and the derivative.
+#[test]
+fn max_steps_stops_a_scan_at_its_position() {
+    let dir = std::env::temp_dir().join(format!("chad-scan-steps-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("scan.chad");
+    std::fs::write(
+        &path,
+        "def f (c : Real) (xs : Array Real) : Real =\n  \
+         sum (scan (\\a x -> a * c + x * x) 1.0 xs)\n",
+    )
+    .unwrap();
+    let p = path.to_str().unwrap();
+    for (cmd, steps, ok) in [
+        ("eval", "3", true),
+        ("eval", "2", false),
+        ("grad", "2", false),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_chad"))
+            .args([
+                cmd,
+                p,
+                "--arg",
+                "0.5",
+                "--arg",
+                "[1, 2, 3]",
+                "--max-steps",
+                steps,
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.success(), ok, "{cmd} --max-steps {steps}: {err}");
+        if !ok {
+            assert!(err.contains("more than 2 loop steps"), "{err}");
+            assert!(err.contains("scan.chad:2:7"), "{err}");
+        }
+    }
+}

@@ -28,8 +28,8 @@
 //!
 //! `it(f)` is the iteration combinator of CHAD §11.2: from `(γ, a)` it applies `f` to
 //! `(γ, a)` while the result is `inl a'` (continuing from `a'`), and returns `b` at the first
-//! `inr b`. `loop`, `fold`, `iterate` and `while` compile to it
-//! (`theory-notes/10-iteration.md`).
+//! `inr b`. `loop`, `fold`, `iterate` and `while` compile to it, and `scan` to its taped
+//! form `itTape(f)`, which also returns every step's record (`theory-notes/10-iteration.md`).
 //!
 //! plus two *derived* forms: [`CombKind::Proj`], a chain of projections `π = sₖ ∘ ... ∘ s₁`
 //! (each `sᵢ` a `fst` or `snd`) stored as one node, so that a variable deep in a context costs

@@ -322,7 +322,7 @@ fn thaw_vec<T: Clone>(a: Arr<T>) -> Vec<T> {
 static STEP_LIMIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
 static STEPS_USED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Limits the loop steps (iterations of `loop`, `fold`, `iterate`, `while`) the functions of
+/// Limits the loop steps (iterations of `loop`, `fold`, `scan`, `iterate`, `while`) the functions of
 /// this module may take in total from now on (`None`: no limit, the default); past the limit
 /// they fail with [`ErrorKind::Steps`].
 #[allow(dead_code)]
