@@ -1045,12 +1045,15 @@ impl Lowering {
 
     /// `lchain fs a` (forward) or `lchainRev fs a` (reverse) into `d` (note 10): a loop over the
     /// recorded step derivatives `fs`, the carried tangent (cotangent) in a mutable variable,
-    /// and, in reverse, the environment's cotangent added up in an accumulator.
+    /// and, in reverse, the environment's cotangent added up in an accumulator. With `outs` (a
+    /// taped loop's `lchainScan`/`lchainScanRev`), each step also outputs its record's tangent
+    /// (added into element `k` of an array grown once to the number of steps) or takes its
+    /// record's cotangent (element `k` of the second half of `a`, zero past its end).
     fn chain(
         &mut self,
         fs: &crate::target::term::Term,
         a: &LTerm,
-        rev: bool,
+        (rev, outs): (bool, bool),
         env: &Env,
         lenv: &LEnv,
         d: Dest,
@@ -1068,50 +1071,91 @@ impl Lowering {
         let fsa = self.atom(fs, env)?;
         let n = self.let_("n", Ty::I64, Expr::Len(fsa.clone()));
         let site = self.internal_site();
+        let (dom_t, cod_t) = (self.lin_ty(&dom), self.lin_ty(&cod));
+        // The steps' sum `A ⊕ B` and record type `C` (unit without records), on the output
+        // side forward and the input side in reverse.
+        let (sum, ct) = {
+            let side = if rev { &dom } else { &cod };
+            if outs {
+                let (ab, c) = side.as_prod().expect("(A ⊕ B) × C");
+                (ab.clone(), Some(c.clone()))
+            } else {
+                (side.clone(), None)
+            }
+        };
+        let (at, bt) = sum
+            .as_sum()
+            .map(|(x, y)| (x.clone(), y.clone()))
+            .expect("A ⊕ B");
+        let (sum_t, ait, bit) = (self.lin_ty(&sum), self.lin_ty(&at), self.lin_ty(&bt));
+        let cit = ct.as_ref().map(|c| self.lin_ty(c));
+        let outs_ty = ct.as_ref().map(|c| LTy::array(c.clone()));
+        let outs_t = outs_ty.as_ref().map(|t| self.lin_ty(t));
         if !rev {
-            // fs : Array (G × A ⊸ A ⊕ B), a : G × A.
-            let (gt, at) = dom.as_prod().expect("G × A");
-            let bt = cod.as_sum().expect("A ⊕ B").1.clone();
-            let (git, ait, bit) = (self.lin_ty(gt), self.lin_ty(at), self.lin_ty(&bt));
+            // fs : Array (G × A ⊸ (A ⊕ B) [× C]), a : G × A; result B [× Array C].
+            let git = self.lin_ty(dom.as_prod().expect("G × A").0);
             let da = self.lin_value(a, env, lenv, &dom)?;
             let dg = self.let_("dg", git, Expr::Proj(da.clone(), 0));
             let ds = self.let_("ds", ait, Expr::Proj(da, 1));
             let w = self.mut_("w", ait, Expr::Atom(ds));
             let out = self.mut_("wb", bit, Expr::Zero(bit));
+            let cs = outs_t.map(|t| {
+                let cs = self.mut_("cs", t, Expr::Zero(t));
+                self.emit(Stmt::Grow(Place::of(&cs), n.clone()));
+                cs
+            });
             let i = self.prog.var("k", Ty::I64);
             self.loop_bound(&i, &n);
             let ia = Atom::Var(i.clone());
-            let dom_t = self.lin_ty(&dom);
-            let cod_t = self.lin_ty(&cod);
             let body = self.block(|this| {
-                let f = this.let_("f", et, Expr::Index(fsa.clone(), ia, site));
+                let f = this.let_("f", et, Expr::Index(fsa.clone(), ia.clone(), site));
                 let s = this.let_("s", ait, Expr::Take(w.clone()));
                 let x = this.let_("x", dom_t, Expr::Tuple(vec![dg.clone(), s]));
                 let r = this.lin_apply_value(&SVal::Dyn(f), x, &dom, &cod)?;
-                let _ = cod_t;
-                let next = this.let_("s", ait, Expr::Proj(r.clone(), 0));
-                let b = this.let_("b", bit, Expr::Proj(r, 1));
+                let ab = match (&cs, cit) {
+                    (Some(cs), Some(cit)) => {
+                        let c = this.let_("c", cit, Expr::Proj(r.clone(), 1));
+                        this.emit(Stmt::AddTo {
+                            place: Place::of(cs).elem(ia.clone()),
+                            value: c,
+                            scale: None,
+                        });
+                        this.let_("ab", sum_t, Expr::Proj(r, 0))
+                    }
+                    _ => r,
+                };
+                let next = this.let_("s", ait, Expr::Proj(ab.clone(), 0));
+                let b = this.let_("b", bit, Expr::Proj(ab, 1));
                 this.emit(Stmt::Set(w.clone(), next));
                 this.emit(Stmt::Set(out.clone(), b));
                 Ok(Atom::Unit)
             })?;
             self.emit(Stmt::For(i, n, body));
             let b = self.let_("b", bit, Expr::Take(out));
-            self.add_value(&b, d)
+            let r = match (cs, outs_ty, outs_t) {
+                (Some(cs), Some(oty), Some(ot)) => {
+                    let c = self.let_("cs", ot, Expr::Take(cs));
+                    let rt = self.lin_ty(&LTy::prod(bt, oty));
+                    self.let_("r", rt, Expr::Tuple(vec![b, c]))
+                }
+                _ => b,
+            };
+            self.add_value(&r, d)
         } else {
-            // fs : Array (A ⊕ B ⊸ G × A), a : B.
-            let (at, bt) = dom
-                .as_sum()
-                .map(|(x, y)| (x.clone(), y.clone()))
-                .expect("A ⊕ B");
-            let gt = cod.as_prod().expect("G × A").0.clone();
-            let (git, ait, bit) = (self.lin_ty(&gt), self.lin_ty(&at), self.lin_ty(&bt));
-            let dom_t = self.lin_ty(&dom);
-            let v = self.lin_value(a, env, lenv, &bt)?;
+            // fs : Array ((A ⊕ B) [× C] ⊸ G × A), a : B [× Array C]; result G × A.
+            let git = self.lin_ty(cod.as_prod().expect("G × A").0);
+            let (v, vcs) = match (&outs_ty, outs_t) {
+                (Some(oty), Some(ot)) => {
+                    let arg = LTy::prod(bt.clone(), oty.clone());
+                    let v = self.lin_value(a, env, lenv, &arg)?;
+                    let vb = self.let_("vb", bit, Expr::Proj(v.clone(), 0));
+                    (vb, Some(self.let_("vcs", ot, Expr::Proj(v, 1))))
+                }
+                _ => (self.lin_value(a, env, lenv, &bt)?, None),
+            };
             let za = self.let_("z", ait, Expr::Zero(ait));
-            let w0 = self.let_("w", dom_t, Expr::Tuple(vec![za, v]));
-            let w = self.mut_("w", dom_t, Expr::Atom(w0));
-            let cod_t = self.lin_ty(&cod);
+            let w0 = self.let_("w", sum_t, Expr::Tuple(vec![za, v]));
+            let w = self.mut_("w", sum_t, Expr::Atom(w0));
             // The environment's cotangent, added to in place by each step's derivative
             // (`acc_apply`: destination passing across the call, so that a step adding a
             // one-hot costs O(1), not the length of the array).
@@ -1132,140 +1176,15 @@ impl Lowering {
                 )));
                 let j = this.let_("j", Ty::I64, Expr::Op(Op::IAdd, vec![kk, Atom::I64(-1)]));
                 this.emit(Stmt::Set(k.clone(), j.clone()));
-                let f = this.let_("f", et, Expr::Index(fsa.clone(), j, site));
-                let x = this.let_("x", dom_t, Expr::Take(w.clone()));
-                let a0 = this.let_("a", cod_t, Expr::Take(acc.clone()));
-                let r = this.let_("r", cod_t, Expr::Call(acc_apply, vec![f, x, a0]));
-                let g = this.let_("g", git, Expr::Proj(r.clone(), 0));
-                let s = this.let_("s", ait, Expr::Proj(r, 1));
-                let za = this.let_("z", ait, Expr::Zero(ait));
-                let a1 = this.let_("a", cod_t, Expr::Tuple(vec![g, za]));
-                this.emit(Stmt::Set(acc.clone(), a1));
-                let zb = this.let_("z", bit, Expr::Zero(bit));
-                let next = this.let_("w", dom_t, Expr::Tuple(vec![s, zb]));
-                this.emit(Stmt::Set(w.clone(), next));
-                Ok(Atom::Unit)
-            })?;
-            self.emit(Stmt::Loop(body));
-            let a = self.let_("a", cod_t, Expr::Take(acc));
-            let g = self.let_("g", git, Expr::Proj(a, 0));
-            let wl = self.let_("w", dom_t, Expr::Take(w));
-            let s = self.let_("s", ait, Expr::Proj(wl, 0));
-            let r = self.let_("r", cod_t, Expr::Tuple(vec![g, s]));
-            self.add_value(&r, d)
-        }
-    }
-
-    /// A taped loop's chain (`lchainScan fs a` forward, `lchainScanRev fs a` reverse; see
-    /// [`LTermKind::Chain`]): [`Self::chain`] where each step also outputs its record's tangent
-    /// (added into element `k` of an array grown once to the number of steps) or takes its
-    /// record's cotangent (element `k` of the second half of `a`, zero past its end).
-    fn chain_records(
-        &mut self,
-        fs: &crate::target::term::Term,
-        a: &LTerm,
-        rev: bool,
-        env: &Env,
-        lenv: &LEnv,
-        d: Dest,
-    ) -> Result<()> {
-        let fst = self.type_of.term(fs);
-        let ft = fst
-            .as_array()
-            .unwrap_or_else(|| panic!("internal error: lchainScan over a {fst}"))
-            .clone();
-        let (dom, cod) = ft
-            .as_lin_fun()
-            .map(|(x, y)| (x.clone(), y.clone()))
-            .unwrap_or_else(|| panic!("internal error: lchainScan of a {ft}"));
-        let et = self.ty(&ft);
-        let fsa = self.atom(fs, env)?;
-        let n = self.let_("n", Ty::I64, Expr::Len(fsa.clone()));
-        let site = self.internal_site();
-        let (dom_t, cod_t) = (self.lin_ty(&dom), self.lin_ty(&cod));
-        if !rev {
-            // fs : Array (G × A ⊸ (A ⊕ B) × C), a : G × A; result B × Array C.
-            let (gt, at) = dom.as_prod().expect("G × A");
-            let (abt, ct) = cod.as_prod().expect("(A ⊕ B) × C");
-            let bt = abt.as_sum().expect("A ⊕ B").1.clone();
-            let abit = self.lin_ty(abt);
-            let (git, ait, bit) = (self.lin_ty(gt), self.lin_ty(at), self.lin_ty(&bt));
-            let cit = self.lin_ty(ct);
-            let outs_t = self.lin_ty(&LTy::array(ct.clone()));
-            let da = self.lin_value(a, env, lenv, &dom)?;
-            let dg = self.let_("dg", git, Expr::Proj(da.clone(), 0));
-            let ds = self.let_("ds", ait, Expr::Proj(da, 1));
-            let w = self.mut_("w", ait, Expr::Atom(ds));
-            let out = self.mut_("wb", bit, Expr::Zero(bit));
-            let cs = self.mut_("cs", outs_t, Expr::Zero(outs_t));
-            self.emit(Stmt::Grow(Place::of(&cs), n.clone()));
-            let i = self.prog.var("k", Ty::I64);
-            self.loop_bound(&i, &n);
-            let ia = Atom::Var(i.clone());
-            let body = self.block(|this| {
-                let f = this.let_("f", et, Expr::Index(fsa.clone(), ia.clone(), site));
-                let s = this.let_("s", ait, Expr::Take(w.clone()));
-                let x = this.let_("x", dom_t, Expr::Tuple(vec![dg.clone(), s]));
-                let r = this.lin_apply_value(&SVal::Dyn(f), x, &dom, &cod)?;
-                let ab = this.let_("ab", abit, Expr::Proj(r.clone(), 0));
-                let c = this.let_("c", cit, Expr::Proj(r, 1));
-                let next = this.let_("s", ait, Expr::Proj(ab.clone(), 0));
-                let b = this.let_("b", bit, Expr::Proj(ab, 1));
-                this.emit(Stmt::Set(w.clone(), next));
-                this.emit(Stmt::Set(out.clone(), b));
-                this.emit(Stmt::AddTo {
-                    place: Place::of(&cs).elem(ia),
-                    value: c,
-                    scale: None,
-                });
-                Ok(Atom::Unit)
-            })?;
-            self.emit(Stmt::For(i, n, body));
-            let b = self.let_("b", bit, Expr::Take(out));
-            let c = self.let_("cs", outs_t, Expr::Take(cs));
-            let rt = self.lin_ty(&LTy::prod(bt, LTy::array(ct.clone())));
-            let r = self.let_("r", rt, Expr::Tuple(vec![b, c]));
-            self.add_value(&r, d)
-        } else {
-            // fs : Array ((A ⊕ B) × C ⊸ G × A), a : B × Array C; result G × A.
-            let (abt, ct) = dom.as_prod().expect("(A ⊕ B) × C");
-            let (at, bt) = abt
-                .as_sum()
-                .map(|(x, y)| (x.clone(), y.clone()))
-                .expect("A ⊕ B");
-            let gt = cod.as_prod().expect("G × A").0.clone();
-            let (git, ait, bit) = (self.lin_ty(&gt), self.lin_ty(&at), self.lin_ty(&bt));
-            let (abit, cit) = (self.lin_ty(abt), self.lin_ty(ct));
-            let arg_ty = LTy::prod(bt.clone(), LTy::array(ct.clone()));
-            let outs_t = self.lin_ty(&LTy::array(ct.clone()));
-            let v = self.lin_value(a, env, lenv, &arg_ty)?;
-            let vb = self.let_("vb", bit, Expr::Proj(v.clone(), 0));
-            let vcs = self.let_("vcs", outs_t, Expr::Proj(v, 1));
-            let za = self.let_("z", ait, Expr::Zero(ait));
-            let w0 = self.let_("w", abit, Expr::Tuple(vec![za, vb]));
-            let w = self.mut_("w", abit, Expr::Atom(w0));
-            // The environment's cotangent, added to in place (as in `chain`).
-            let acc = self.mut_("acc", cod_t, Expr::Zero(cod_t));
-            let acc_apply = self.acc_apply_of(et);
-            let k = self.mut_("k", Ty::I64, Expr::Atom(n));
-            let body = self.block(|this| {
-                let kk = this.let_("k", Ty::I64, Expr::Get(k.clone()));
-                let stop = this.let_(
-                    "b",
-                    Ty::BOOL,
-                    Expr::Op(Op::ILt, vec![kk.clone(), Atom::I64(1)]),
-                );
-                this.emit(Stmt::Do(Expr::If(
-                    stop,
-                    Block::unit(vec![Stmt::Break]),
-                    Block::unit(vec![]),
-                )));
-                let j = this.let_("j", Ty::I64, Expr::Op(Op::IAdd, vec![kk, Atom::I64(-1)]));
-                this.emit(Stmt::Set(k.clone(), j.clone()));
                 let f = this.let_("f", et, Expr::Index(fsa.clone(), j.clone(), site));
-                let wv = this.let_("w", abit, Expr::Take(w.clone()));
-                let c = this.let_("c", cit, Expr::IndexOr0(vcs.clone(), j));
-                let x = this.let_("x", dom_t, Expr::Tuple(vec![wv, c]));
+                let wv = this.let_("w", sum_t, Expr::Take(w.clone()));
+                let x = match (&vcs, cit) {
+                    (Some(vcs), Some(cit)) => {
+                        let c = this.let_("c", cit, Expr::IndexOr0(vcs.clone(), j));
+                        this.let_("x", dom_t, Expr::Tuple(vec![wv, c]))
+                    }
+                    _ => wv,
+                };
                 let a0 = this.let_("a", cod_t, Expr::Take(acc.clone()));
                 let r = this.let_("r", cod_t, Expr::Call(acc_apply, vec![f, x, a0]));
                 let g = this.let_("g", git, Expr::Proj(r.clone(), 0));
@@ -1274,14 +1193,14 @@ impl Lowering {
                 let a1 = this.let_("a", cod_t, Expr::Tuple(vec![g, za]));
                 this.emit(Stmt::Set(acc.clone(), a1));
                 let zb = this.let_("z", bit, Expr::Zero(bit));
-                let next = this.let_("w", abit, Expr::Tuple(vec![s, zb]));
+                let next = this.let_("w", sum_t, Expr::Tuple(vec![s, zb]));
                 this.emit(Stmt::Set(w.clone(), next));
                 Ok(Atom::Unit)
             })?;
             self.emit(Stmt::Loop(body));
             let a = self.let_("a", cod_t, Expr::Take(acc));
             let g = self.let_("g", git, Expr::Proj(a, 0));
-            let wl = self.let_("w", abit, Expr::Take(w));
+            let wl = self.let_("w", sum_t, Expr::Take(w));
             let s = self.let_("s", ait, Expr::Proj(wl, 0));
             let r = self.let_("r", cod_t, Expr::Tuple(vec![g, s]));
             self.add_value(&r, d)
@@ -1400,8 +1319,7 @@ impl Lowering {
                 None => panic!("internal error: unbound linear variable {u:?}"),
             },
             K::Zero(_) => Ok(()),
-            K::Chain(fs, a, rev, false) => self.chain(fs, a, *rev, env, lenv, d),
-            K::Chain(fs, a, rev, true) => self.chain_records(fs, a, *rev, env, lenv, d),
+            K::Chain(fs, a, rev, outs) => self.chain(fs, a, (*rev, *outs), env, lenv, d),
             K::Plus(..) if d.scaled => {
                 // c * (a + b): the sum first (see `Dest::scaled`).
                 let ty = d.ty.clone();
