@@ -51,6 +51,13 @@ impl<'a> Checker<'a> {
         for x in &f.params {
             self.define(x, false)?;
         }
+        if f.accumulates {
+            let acc = f
+                .params
+                .last()
+                .ok_or("an accumulating function without parameters")?;
+            self.same(acc.ty, f.ret, "an accumulating function's last parameter")?;
+        }
         let t = self.block(&f.body)?;
         self.same(t, f.ret, "the function's result")
     }

@@ -52,6 +52,7 @@ pub mod interp;
 pub mod lower;
 pub mod opt;
 pub mod print;
+pub mod reps;
 pub mod rust;
 
 use crate::error::Span;
@@ -664,6 +665,12 @@ pub struct Func {
     pub ret: Ty,
     /// Body.
     pub body: Block,
+    /// The function threads an accumulator: its last parameter and its result have one type,
+    /// and the result is that parameter with something added (`acc_apply(f, x, acc) = acc +
+    /// f • x`). The meaning is the same as any other function's; backends with a separate
+    /// in-place representation of additive values may pass the accumulator in it, both ways
+    /// ([`reps`]).
+    pub accumulates: bool,
 }
 
 /// Where a runtime error is reported.

@@ -53,7 +53,8 @@ pub fn func(p: &Program, f: &Func) -> String {
     let params: Vec<String> = f.params.iter().map(|x| pr.decl(x)).collect();
     let _ = write!(
         pr.out,
-        "fn {}({}) -> {} ",
+        "{}fn {}({}) -> {} ",
+        if f.accumulates { "acc " } else { "" },
         f.name,
         params.join(", "),
         p.types.show(f.ret)

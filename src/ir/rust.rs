@@ -505,6 +505,9 @@ struct Emitter<'a> {
     uses: FxHashMap<u32, Use>,
     /// Mutable variables that are accumulators (roots of `+=` or `grow`).
     accs: FxHashSet<u32>,
+    /// Variables in the accumulator representation ([`super::reps`]): the accumulators and
+    /// what travels with them.
+    reps: FxHashSet<u32>,
     /// Mutable variables that are changed (others are declared without `mut`).
     mutated: FxHashSet<u32>,
     /// Variables bound to a reference into another value (a field or element only read).
@@ -554,6 +557,7 @@ impl<'a> Emitter<'a> {
             no_debug: FxHashSet::default(),
             uses: FxHashMap::default(),
             accs: FxHashSet::default(),
+            reps: FxHashSet::default(),
             mutated: FxHashSet::default(),
             borrowed: FxHashSet::default(),
             slices: Vec::new(),
@@ -1041,6 +1045,62 @@ impl<'a> Emitter<'a> {
             self.uses.entry(x.id).or_default();
         }
         self.walk_block(&f.body, 0);
+        self.reps = super::reps::analyse(self.p, f, &self.accs);
+    }
+
+    /// Whether the variable is in the accumulator representation.
+    fn is_acc(&self, x: &super::Var) -> bool {
+        self.reps.contains(&x.id)
+    }
+
+    /// The Rust type of a variable: its value's, or its accumulator's.
+    fn var_ty(&self, x: &super::Var) -> String {
+        if self.is_acc(x) {
+            self.at(x.ty)
+        } else {
+            self.vt(x.ty)
+        }
+    }
+
+    /// Whether an operand is in the accumulator representation.
+    fn atom_acc(&self, a: &Atom) -> bool {
+        matches!(a, Atom::Var(x) if self.is_acc(x))
+    }
+
+    /// `x` (of type `t`) converted from one representation to the other where they differ.
+    fn convert_rep(&mut self, t: Ty, x: String, from_acc: bool, to_acc: bool) -> String {
+        if from_acc == to_acc || self.at(t) == self.vt(t) {
+            x
+        } else if to_acc {
+            self.thaw(t, &x)
+        } else {
+            self.freeze(t, &x)
+        }
+    }
+
+    /// `e`, the value of a variable of type `t` in the accumulator representation (`acc`) or
+    /// not, converted where the expression's own representation differs: at `take`/`get`
+    /// of a `mut`, a copy of an operand, and an accumulating call (the analysis joins the
+    /// other moves into one representation).
+    fn bound_expr(&mut self, e: &Expr, t: Ty, acc: bool, depth: usize) -> Result<String> {
+        Ok(match e {
+            Expr::Zero(z) if acc => self.zero_acc(*z),
+            Expr::Atom(a @ Atom::Var(_)) => {
+                let v = self.own(a);
+                let from = self.atom_acc(a);
+                self.convert_rep(t, v, from, acc)
+            }
+            Expr::Take(m) | Expr::Get(m) => {
+                let v = self.get(m, matches!(e, Expr::Take(_)));
+                let from = self.is_acc(&m.0);
+                self.convert_rep(t, v, from, acc)
+            }
+            Expr::Call(f, _) if self.p.func(*f).accumulates => {
+                let v = self.expr(e, depth, Some(t))?;
+                self.convert_rep(t, v, true, acc)
+            }
+            _ => self.expr(e, depth, Some(t))?,
+        })
     }
 
     fn def(&mut self, x: &super::Var, depth: u32) {
@@ -1234,22 +1294,41 @@ impl<'a> Emitter<'a> {
 
     fn func(&mut self, f: &Func) -> Result<()> {
         self.analyse_uses(f);
-        let params: Vec<String> = f
-            .params
-            .iter()
-            .map(|x| {
-                let u = self.uses.get(&x.id).copied().unwrap_or_default();
-                let name = if u.count == 0 {
-                    format!("_{}", var_name(x))
-                } else {
-                    var_name(x)
-                };
-                format!("{name}: {}", self.vt(x.ty))
-            })
-            .collect();
         let mut body = String::new();
-        self.block_into(&f.body, 1, &mut body, true)?;
-        let ret = self.vt(f.ret);
+        let last = f.params.len().saturating_sub(1);
+        let mut params: Vec<String> = Vec::new();
+        for (k, x) in f.params.iter().enumerate() {
+            let u = self.uses.get(&x.id).copied().unwrap_or_default();
+            let name = if u.count == 0 {
+                format!("_{}", var_name(x))
+            } else {
+                var_name(x)
+            };
+            if f.accumulates && k == last {
+                // The accumulator comes in its own representation; frozen here if the
+                // analysis keeps it a value in this function.
+                if self.is_acc(x) || u.count == 0 {
+                    params.push(format!("{name}: {}", self.at(x.ty)));
+                } else {
+                    params.push(format!("{name}_in: {}", self.at(x.ty)));
+                    let v = self.convert_rep(x.ty, format!("{name}_in"), true, false);
+                    let _ = writeln!(body, "    let {name}: {} = {v};", self.vt(x.ty));
+                }
+            } else {
+                params.push(format!("{name}: {}", self.vt(x.ty)));
+            }
+        }
+        let ret = if f.accumulates {
+            self.stmts(&f.body.stmts, 1, &mut body)?;
+            let r = self.own(&f.body.result);
+            let from = self.atom_acc(&f.body.result);
+            let r = self.convert_rep(f.ret, r, from, true);
+            let _ = writeln!(body, "    Ok({r})");
+            self.at(f.ret)
+        } else {
+            self.block_into(&f.body, 1, &mut body, true)?;
+            self.vt(f.ret)
+        };
         self.funcs.push(format!(
             "\n#[allow(dead_code, unreachable_code, non_snake_case, clippy::all)]\nfn f_{}({}) -> Result<{ret}, Error> {{\n{body}}}\n",
             f.name,
@@ -1475,7 +1554,7 @@ impl<'a> Emitter<'a> {
             Stmt::Let(x, e) => {
                 let u = self.uses.get(&x.id).copied().unwrap_or_default();
                 let reference = match e {
-                    _ if self.is_copy(x.ty) || u.owned > 0 => None,
+                    _ if self.is_copy(x.ty) || u.owned > 0 || self.is_acc(x) => None,
                     Expr::Proj(a, k) => Some(format!("&{}.{k}", self.read(a))),
                     Expr::Index(a, i, site) if Some(*site) == self.internal_site() => {
                         Some(format!("&{}[{} as usize]", self.read(a), self.read(i)))
@@ -1501,8 +1580,10 @@ impl<'a> Emitter<'a> {
                         );
                     }
                     None => {
-                        let e = self.expr(e, depth, Some(x.ty))?;
-                        let _ = write!(line, "let {}: {} = {e};", self.decl_name(x), self.vt(x.ty));
+                        let acc = self.is_acc(x);
+                        let e = self.bound_expr(e, x.ty, acc, depth)?;
+                        let _ =
+                            write!(line, "let {}: {} = {e};", self.decl_name(x), self.var_ty(x));
                     }
                 }
             }
@@ -1514,41 +1595,30 @@ impl<'a> Emitter<'a> {
                     "let"
                 };
                 let name = self.decl_name(&m.0);
-                if acc {
-                    let init = match e {
-                        Expr::Zero(t) => self.zero_acc(*t),
-                        // Reals (and tuples of them) are accumulated as themselves.
-                        _ if self.at(m.0.ty) == self.vt(m.0.ty) => {
-                            self.expr(e, depth, Some(m.0.ty))?
-                        }
-                        // An accumulator passed in (`acc_apply`): its arrays reused in place
-                        // when unshared.
-                        Expr::Atom(a) => {
-                            let v = self.own(a);
-                            self.thaw(m.0.ty, &v)
-                        }
-                        Expr::Take(n) => {
-                            let v = self.get(n, true);
-                            self.thaw(m.0.ty, &v)
-                        }
-                        _ => {
-                            return Err(internal("an accumulator initialised with a value"));
-                        }
-                    };
-                    let _ = write!(line, "{kw} {name}: {} = {init};", self.at(m.0.ty));
-                } else {
-                    let e = self.expr(e, depth, Some(m.0.ty))?;
-                    let _ = write!(line, "{kw} {name}: {} = {e};", self.vt(m.0.ty));
-                }
+                let rep = self.is_acc(&m.0);
+                let init = match e {
+                    // An accumulator initialised with another expression: the analysis leaves
+                    // that expression a value (an accumulator passed in is thawed: its arrays
+                    // reused in place when unshared).
+                    Expr::Zero(_) | Expr::Atom(_) | Expr::Take(_) | Expr::Get(_) => {
+                        self.bound_expr(e, m.0.ty, rep, depth)?
+                    }
+                    Expr::Call(f, _) if self.p.func(*f).accumulates => {
+                        self.bound_expr(e, m.0.ty, rep, depth)?
+                    }
+                    _ if acc => {
+                        let v = self.expr(e, depth, Some(m.0.ty))?;
+                        self.convert_rep(m.0.ty, v, false, true)
+                    }
+                    _ => self.bound_expr(e, m.0.ty, rep, depth)?,
+                };
+                let _ = write!(line, "{kw} {name}: {} = {init};", self.var_ty(&m.0));
             }
             Stmt::Set(m, a) => {
                 let v = self.own(a);
-                let v = if self.accs.contains(&m.0.id) {
-                    // An accumulator passed through `acc_apply` and back.
-                    self.thaw(m.0.ty, &v)
-                } else {
-                    v
-                };
+                // E.g. an accumulator passed through `acc_apply` and back as a value.
+                let (from, to) = (self.atom_acc(a), self.is_acc(&m.0));
+                let v = self.convert_rep(m.0.ty, v, from, to);
                 let _ = write!(line, "{} = {v};", var_name(&m.0));
             }
             Stmt::AddTo {
@@ -1650,6 +1720,8 @@ impl<'a> Emitter<'a> {
                 let t = ty.expect("a projection's type");
                 let base = self.read(a);
                 let movable = match a {
+                    // The analysis checked that each such field is moved out once.
+                    Atom::Var(x) if self.is_acc(x) && super::reps::sensitive(self.p, t) => true,
                     Atom::Var(x) => self.movable(x),
                     _ => true,
                 };
@@ -1744,8 +1816,15 @@ impl<'a> Emitter<'a> {
                 self.iterate(init, s, b, *tape, *site, depth)?
             }
             Expr::Call(f, xs) => {
-                let x: Vec<String> = xs.iter().map(|a| self.own(a)).collect();
-                format!("f_{}({})?", self.p.func(*f).name, x.join(", "))
+                let callee = self.p.func(*f);
+                let mut x: Vec<String> = xs.iter().map(|a| self.own(a)).collect();
+                if callee.accumulates
+                    && let (Some(a), Some(v)) = (xs.last(), x.pop())
+                {
+                    let from = self.atom_acc(a);
+                    x.push(self.convert_rep(a.ty(), v, from, true));
+                }
+                format!("f_{}({})?", callee.name, x.join(", "))
             }
             Expr::Zero(t) => self.zero_val(*t),
             Expr::Add(a, b) => {
@@ -1764,8 +1843,11 @@ impl<'a> Emitter<'a> {
                 let (c, owned, r) = (self.read(c), self.read(a), self.read(a));
                 self.scale_val_expr(t, &c, &owned, &format!("&{r}"))
             }
-            Expr::Get(m) => self.get(m, false),
-            Expr::Take(m) => self.get(m, true),
+            Expr::Get(m) | Expr::Take(m) => {
+                let v = self.get(m, matches!(e, Expr::Take(_)));
+                let from = self.is_acc(&m.0);
+                self.convert_rep(m.0.ty, v, from, false)
+            }
         })
     }
 
@@ -1833,18 +1915,13 @@ impl<'a> Emitter<'a> {
         Ok(out)
     }
 
+    /// The value of a `mut` (moved out by `take`, copied by `get`), in its representation.
     fn get(&mut self, m: &MutVar, take: bool) -> String {
         let name = var_name(&m.0);
-        let t = m.0.ty;
-        let owned = if take || self.is_copy(t) {
+        if take || self.is_copy(m.0.ty) {
             name
         } else {
             format!("{name}.clone()")
-        };
-        if self.accs.contains(&m.0.id) {
-            self.freeze(t, &owned)
-        } else {
-            owned
         }
     }
 

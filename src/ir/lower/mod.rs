@@ -314,6 +314,7 @@ impl Lowering {
             params,
             ret,
             body,
+            accumulates: false,
         });
         FuncId(self.prog.funcs.len() as u32 - 1)
     }
@@ -695,6 +696,7 @@ impl Lowering {
         let acc = self.prog.var("acc", func.ret);
         let name = format!("acc_{}", func.name);
         let g = self.add_func(&name, vec![f, x, acc], func.ret, Block::unit(vec![]));
+        self.prog.funcs[g.0 as usize].accumulates = true;
         let m = self.prog.mut_var("acc", func.ret);
         let ce = self.closures.get_mut(&t).expect("checked");
         ce.acc_apply = Some(g);
