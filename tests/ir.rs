@@ -368,3 +368,42 @@ fn tangents_for(entry: &chad::source::term::Entry, inputs: &[Value], rng: &mut R
         .map(|(x, a)| random_tangent(&x.ty, a, rng))
         .collect()
 }
+
+/// `ir::opt::fuse_sums`: Rosenbrock's reverse program needs the primal's `sum (build ..)` and
+/// the array's length; the sum is computed without building the array (a `check` of the
+/// length in its place), with the closed-form gradient, and a bad length fails in the
+/// gradient exactly as in the primal.
+#[test]
+fn a_summed_build_is_not_materialised_in_reverse_code() {
+    let prog = load("benches/programs/rosenbrock.chad");
+    let entry = prog.entry(prog.defs.len() - 1);
+    let c = Compiled::new(&entry).unwrap();
+    chad::ir::check::check(&c.program).unwrap();
+    let text = c.program.to_string();
+    let vjp = &text[text.find("fn rosenbrock_vjp").expect("a vjp function")..];
+    let vjp = &vjp[..vjp[1..].find("\nfn ").map_or(vjp.len(), |k| k + 1)];
+    assert!(vjp.contains("check build("), "{vjp}");
+    assert!(
+        !vjp.contains("= build "),
+        "the array is still built:\n{vjp}"
+    );
+    let xs = [0.5, -1.0, 2.0, 0.3, 1.5];
+    let (v, g) = c.grad(&[Value::reals(xs.to_vec())]).unwrap();
+    let mut want = vec![0.0; xs.len()];
+    let mut value = 0.0;
+    for i in 0..xs.len() - 1 {
+        let d = xs[i + 1] - xs[i] * xs[i];
+        value += 100.0 * d * d + (1.0 - xs[i]) * (1.0 - xs[i]);
+        want[i] += -400.0 * xs[i] * d - 2.0 * (1.0 - xs[i]);
+        want[i + 1] += 200.0 * d;
+    }
+    assert!((v.expect_real() - value).abs() <= 1e-12 * value.abs());
+    for (g, w) in g[0].expect_reals().iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-12 * (1.0 + w.abs()), "{g} against {w}");
+    }
+    let empty = [Value::reals(vec![])];
+    let primal = c.eval(&empty).unwrap_err().render(None);
+    let reverse = c.grad(&empty).unwrap_err().render(None);
+    assert!(primal.contains("build"), "{primal}");
+    assert_eq!(primal, reverse);
+}

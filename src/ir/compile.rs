@@ -77,6 +77,7 @@ impl Module {
         }
         let mut program = low.finish()?;
         crate::ir::opt::hoist_grows(&mut program);
+        crate::ir::opt::fuse_sums(&mut program);
         Ok(Module { program, defs })
     }
 }

@@ -8,10 +8,165 @@
 //!   by padding with zeros and read zero past their end, so an accumulator grown before a
 //!   loop that then runs zero times denotes the same value, and growing cannot fail, so no
 //!   error moves.
+//! * [`fuse_sums`]: `let ys = build n (i -> B)` whose only use is a later `let s = prim
+//!   sum(ys)` in the same block becomes `check len("build", n); let s = sum n (i -> B)` at
+//!   the build's place, and the `prim sum` goes: the array is never materialised. A reverse
+//!   program computes the primal's `sum (build ..)` this way when the derivative also needs
+//!   the array's length (the simplifier does not fuse a `build` that another term reads;
+//!   here the length was already resolved to `n` by the lowering). Same value bit for bit
+//!   (`sum` and the `sum` primitive add in one fixed order), same errors: the check fails
+//!   exactly where `build` would, the body's errors arise in the same order (increasing `i`)
+//!   at the same point of the block, and `s`, bound earlier, is still bound before its uses.
 
-use super::{Atom, Block, Expr, Place, Program, Step, Stmt, same_atom, same_step};
+use super::{Atom, Block, Check, Expr, Place, Program, Step, Stmt, same_atom, same_step};
 use crate::deep::deep;
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
+
+/// Fuses `prim sum` of a `build` used nowhere else into a `sum` loop (module doc).
+pub fn fuse_sums(p: &mut Program) {
+    for f in &mut p.funcs {
+        let mut uses = FxHashMap::default();
+        for x in &f.params {
+            uses.entry(x.id).or_insert(0u32);
+        }
+        count_block(&f.body, &mut uses);
+        fuse_block(&mut f.body, &uses);
+    }
+}
+
+fn fuse_block(b: &mut Block, uses: &FxHashMap<u32, u32>) {
+    deep(|| {
+        let mut k = 0;
+        while k < b.stmts.len() {
+            if let Stmt::Let(ys, Expr::Build(..)) = &b.stmts[k]
+                && uses.get(&ys.id) == Some(&1)
+                && let Some(j) = (k + 1..b.stmts.len()).find(|&j| is_sum_of(&b.stmts[j], ys.id))
+            {
+                let Stmt::Let(s, _) = b.stmts.remove(j) else {
+                    unreachable!("is_sum_of matched a let")
+                };
+                let Stmt::Let(_, Expr::Build(n, i, body, site)) = b.stmts.remove(k) else {
+                    unreachable!("matched above")
+                };
+                b.stmts
+                    .insert(k, Stmt::Check(Check::Len("build", n.clone()), site));
+                b.stmts.insert(k + 1, Stmt::Let(s, Expr::Sum(n, i, body)));
+                k += 1;
+                continue;
+            }
+            match &mut b.stmts[k] {
+                Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => fuse_expr(e, uses),
+                Stmt::For(_, _, body) | Stmt::Loop(body) => fuse_block(body, uses),
+                _ => {}
+            }
+            k += 1;
+        }
+    })
+}
+
+fn is_sum_of(s: &Stmt, ys: u32) -> bool {
+    matches!(s, Stmt::Let(_, Expr::Prim(p, args, _))
+        if p.name() == "sum" && matches!(args.as_slice(), [Atom::Var(x)] if x.id == ys))
+}
+
+fn fuse_expr(e: &mut Expr, uses: &FxHashMap<u32, u32>) {
+    match e {
+        Expr::Build(_, _, b, _) | Expr::Sum(_, _, b) | Expr::Iterate(_, _, b, _, _) => {
+            fuse_block(b, uses)
+        }
+        Expr::If(_, a, b) => {
+            fuse_block(a, uses);
+            fuse_block(b, uses);
+        }
+        Expr::Match(_, arms) => arms.iter_mut().for_each(|a| fuse_block(&mut a.body, uses)),
+        _ => {}
+    }
+}
+
+/// Counts the occurrences of every variable as an operand, at any depth.
+fn count_block(b: &Block, uses: &mut FxHashMap<u32, u32>) {
+    deep(|| {
+        let atom = |a: &Atom, uses: &mut FxHashMap<u32, u32>| {
+            if let Atom::Var(x) = a {
+                *uses.entry(x.id).or_insert(0) += 1;
+            }
+        };
+        for s in &b.stmts {
+            match s {
+                Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => count_expr(e, uses),
+                Stmt::Set(_, a) => atom(a, uses),
+                Stmt::AddTo {
+                    place,
+                    value,
+                    scale,
+                } => {
+                    count_place(place, uses);
+                    atom(value, uses);
+                    if let Some(c) = scale {
+                        atom(c, uses);
+                    }
+                }
+                Stmt::Grow(place, n) => {
+                    count_place(place, uses);
+                    atom(n, uses);
+                }
+                Stmt::For(_, n, body) => {
+                    atom(n, uses);
+                    count_block(body, uses);
+                }
+                Stmt::Loop(body) => count_block(body, uses),
+                Stmt::Break => {}
+                Stmt::Check(c, _) => c.atoms().into_iter().for_each(|a| atom(a, uses)),
+            }
+        }
+        atom(&b.result, uses);
+    })
+}
+
+fn count_place(p: &Place, uses: &mut FxHashMap<u32, u32>) {
+    for s in &p.path {
+        if let Step::Elem(Atom::Var(x)) = s {
+            *uses.entry(x.id).or_insert(0) += 1;
+        }
+    }
+}
+
+fn count_expr(e: &Expr, uses: &mut FxHashMap<u32, u32>) {
+    let mut atoms: Vec<&Atom> = Vec::new();
+    match e {
+        Expr::Atom(a) | Expr::Proj(a, _) | Expr::Variant(_, _, a) | Expr::Len(a) => atoms.push(a),
+        Expr::Op(_, xs) | Expr::Prim(_, xs, _) | Expr::Tuple(xs) | Expr::Array(_, xs) => {
+            atoms.extend(xs)
+        }
+        Expr::Call(_, xs) => atoms.extend(xs),
+        Expr::Index(a, i, _)
+        | Expr::IndexOr0(a, i)
+        | Expr::Add(a, i)
+        | Expr::Scale(a, i)
+        | Expr::Replicate(a, i, _) => atoms.extend([a, i]),
+        Expr::Build(n, _, b, _) | Expr::Sum(n, _, b) | Expr::Iterate(n, _, b, _, _) => {
+            atoms.push(n);
+            count_block(b, uses);
+        }
+        Expr::If(c, a, b) => {
+            atoms.push(c);
+            count_block(a, uses);
+            count_block(b, uses);
+        }
+        Expr::Match(a, arms) => {
+            atoms.push(a);
+            for arm in arms {
+                count_block(&arm.body, uses);
+            }
+        }
+        Expr::Zero(_) | Expr::Get(_) | Expr::Take(_) => {}
+    }
+    for a in atoms {
+        if let Atom::Var(x) = a {
+            *uses.entry(x.id).or_insert(0) += 1;
+        }
+    }
+}
 
 /// Hoists loop-invariant `grow`s out of `for` loops, innermost first.
 pub fn hoist_grows(p: &mut Program) {

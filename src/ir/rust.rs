@@ -508,6 +508,9 @@ struct Emitter<'a> {
     /// Variables in the accumulator representation ([`super::reps`]): the accumulators and
     /// what travels with them.
     reps: FxHashSet<u32>,
+    /// Real variables bound to a known finite nonzero constant (a literal, or a strong-zero
+    /// product of known constants), per function: [`Emitter::smul`].
+    consts: FxHashMap<u32, f64>,
     /// Mutable variables that are changed (others are declared without `mut`).
     mutated: FxHashSet<u32>,
     /// Variables bound to a reference into another value (a field or element only read).
@@ -558,6 +561,7 @@ impl<'a> Emitter<'a> {
             uses: FxHashMap::default(),
             accs: FxHashSet::default(),
             reps: FxHashSet::default(),
+            consts: FxHashMap::default(),
             mutated: FxHashSet::default(),
             borrowed: FxHashSet::default(),
             slices: Vec::new(),
@@ -1046,6 +1050,48 @@ impl<'a> Emitter<'a> {
         }
         self.walk_block(&f.body, 0);
         self.reps = super::reps::analyse(self.p, f, &self.accs);
+        self.consts.clear();
+    }
+
+    /// The value of a real operand known to be a finite nonzero constant.
+    fn known(&self, a: &Atom) -> Option<f64> {
+        let v = match a {
+            Atom::F64(v) => *v,
+            Atom::Var(x) => *self.consts.get(&x.id)?,
+            _ => return None,
+        };
+        (v.is_finite() && v != 0.0).then_some(v)
+    }
+
+    /// `c * x` with a strong zero (0 where either factor is 0, even against ∞ or NaN), as
+    /// Rust. With a factor known to be a finite nonzero constant `k` the zero test is
+    /// unneeded: `x * k + 0.0` is exactly `smul(x, k)` (`+ 0.0` turns the `-0.0` of `0 · k`
+    /// for a negative `k` into `smul`'s `0.0`, and leaves every other value as it is), and
+    /// it lets the compiler schedule and vectorise the loop around it; with two such factors,
+    /// the product itself.
+    fn smul(&self, c: &Atom, x: &Atom) -> String {
+        match (self.known(c), self.known(x)) {
+            // Both nonzero: the plain product (folded by rustc).
+            (Some(_), Some(_)) => format!("{} * {}", self.read(c), self.read(x)),
+            (Some(_), None) => format!("{} * {} + 0.0", self.read(x), self.read(c)),
+            (None, Some(_)) => format!("{} * {} + 0.0", self.read(c), self.read(x)),
+            (None, None) => format!("smul({}, {})", self.read(c), self.read(x)),
+        }
+    }
+
+    /// Records `x = e` if it binds a real to a known finite nonzero constant.
+    fn learn_const(&mut self, x: &super::Var, e: &Expr) {
+        let v = match e {
+            Expr::Atom(a) => self.known(a),
+            Expr::Scale(c, a) if a.ty() == Ty::F64 => match (self.known(c), self.known(a)) {
+                (Some(c), Some(a)) => Some(c * a),
+                _ => None,
+            },
+            _ => None,
+        };
+        if let Some(v) = v.filter(|v| v.is_finite() && *v != 0.0) {
+            self.consts.insert(x.id, v);
+        }
     }
 
     /// Whether the variable is in the accumulator representation.
@@ -1552,6 +1598,7 @@ impl<'a> Emitter<'a> {
         let mut line = String::new();
         match s {
             Stmt::Let(x, e) => {
+                self.learn_const(x, e);
                 let u = self.uses.get(&x.id).copied().unwrap_or_default();
                 let reference = match e {
                     _ if self.is_copy(x.ty) || u.owned > 0 || self.is_acc(x) => None,
@@ -1628,9 +1675,13 @@ impl<'a> Emitter<'a> {
             } => {
                 let t = self.place_ty(place);
                 let p = self.place(place);
-                let v = self.read(value);
-                let c = scale.as_ref().map(|c| self.read(c));
-                line = self.add_acc_stmt(t, &p, &v, c.as_deref());
+                if let (TyKind::F64, Some(c)) = (self.types().kind(t), scale) {
+                    line = format!("{p} += {};", self.smul(c, value));
+                } else {
+                    let v = self.read(value);
+                    let c = scale.as_ref().map(|c| self.read(c));
+                    line = self.add_acc_stmt(t, &p, &v, c.as_deref());
+                }
             }
             Stmt::Grow(place, n) => {
                 let t = self.place_ty(place);
@@ -1838,6 +1889,7 @@ impl<'a> Emitter<'a> {
                     }
                 }
             }
+            Expr::Scale(c, a) if a.ty() == Ty::F64 => self.smul(c, a),
             Expr::Scale(c, a) => {
                 let t = a.ty();
                 let (c, owned, r) = (self.read(c), self.read(a), self.read(a));
