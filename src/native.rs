@@ -203,7 +203,11 @@ impl Native {
             funcs.extend(d.vjp);
         }
         let src = crate::ir::rust::SourceInfo { source };
-        let mut text = crate::ir::rust::module(&m.program, &[], &src)?;
+        // The crate root. Closures of parallel loops are checked `Send`/`Sync` through every
+        // type they capture, and the closure enums of a derivative nest types deeply: rustc's
+        // default limit (128) rejected random programs of the native test.
+        let mut text = String::from("#![recursion_limit = \"2048\"]\n");
+        text.push_str(&crate::ir::rust::module(&m.program, &[], &src)?);
         text.push_str(&crate::ir::rust::ffi(&m.program, &funcs)?);
         let (path, cached) = build(&text, verbose)?;
         // SAFETY: the library is one this module generated and built; loading runs no code
