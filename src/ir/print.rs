@@ -53,7 +53,8 @@ pub fn func(p: &Program, f: &Func) -> String {
     let params: Vec<String> = f.params.iter().map(|x| pr.decl(x)).collect();
     let _ = write!(
         pr.out,
-        "fn {}({}) -> {} ",
+        "{}fn {}({}) -> {} ",
+        if f.rec.is_some() { "rec " } else { "" },
         f.name,
         params.join(", "),
         p.types.show(f.ret)
