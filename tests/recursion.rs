@@ -205,7 +205,16 @@ fn the_native_backend_runs_recursion_like_the_engine() {
         assert_eq!((a.code, &a.stdout), (b.code, &b.stdout), "{}", a.stderr);
     }
     // Derivatives are refused clearly (see note 10, "Native backend").
-    let o = chad(&["grad", p, "--arg", "3", "--arg", "1.0", "--backend", "native"]);
+    let o = chad(&[
+        "grad",
+        p,
+        "--arg",
+        "3",
+        "--arg",
+        "1.0",
+        "--backend",
+        "native",
+    ]);
     assert_eq!(o.code, 1, "{}", o.stderr);
     assert!(
         o.stderr
@@ -218,17 +227,30 @@ fn the_native_backend_runs_recursion_like_the_engine() {
 #[test]
 fn the_examples_recursions_run_natively_like_the_engine() {
     let run = |backend: &str, def: &str, args: &[&str]| {
-        let mut a = vec!["eval", "examples/recursion.chad", "--def", def, "--backend", backend];
+        let mut a = vec![
+            "eval",
+            "examples/recursion.chad",
+            "--def",
+            def,
+            "--backend",
+            backend,
+        ];
         for x in args {
             a.extend_from_slice(&["--arg", x]);
         }
         chad(&a)
     };
     let cases: [(&str, &[&str]); 5] = [
-        ("det", &["[[2.0, 0.5, 1.0], [0.3, 1.5, -0.7], [1.2, -0.4, 0.9]]"]),
+        (
+            "det",
+            &["[[2.0, 0.5, 1.0], [0.3, 1.5, -0.7], [1.2, -0.4, 0.9]]"],
+        ),
         (
             "det_rows",
-            &["5", "[2.0, 0.5, 1.0, 0.1, 0.2, 0.3, 1.5, -0.7, 0.4, 0.5, 1.2, -0.4, 0.9, 0.6, 0.7, 0.8, 0.9, 1.0, 2.5, 1.1, -1.2, 1.3, 1.4, 1.5, 3.0]"],
+            &[
+                "5",
+                "[2.0, 0.5, 1.0, 0.1, 0.2, 0.3, 1.5, -0.7, 0.4, 0.5, 1.2, -0.4, 0.9, 0.6, 0.7, 0.8, 0.9, 1.0, 2.5, 1.1, -1.2, 1.3, 1.4, 1.5, 3.0]",
+            ],
         ),
         ("power", &["1.01", "1000"]),
         ("cfrac", &["[1.0, 2.0, 3.0, 4.0, 5.0]", "0"]),
@@ -242,7 +264,10 @@ fn the_examples_recursions_run_natively_like_the_engine() {
                 a.stdout.trim().parse().unwrap(),
                 b.stdout.trim().parse().unwrap(),
             );
-            assert!((x - y).abs() <= 1e-12 * y.abs().max(1.0), "{def}: {x} vs {y}");
+            assert!(
+                (x - y).abs() <= 1e-12 * y.abs().max(1.0),
+                "{def}: {x} vs {y}"
+            );
         } else {
             assert_eq!(a.stderr, b.stderr, "{def}");
         }

@@ -19,7 +19,10 @@ pub fn check(p: &Program) -> Result<(), String> {
         if let Some(s) = f.rec
             && s.0 as usize >= p.sites.len()
         {
-            return Err(format!("fn {}: recursion site {} does not exist", f.name, s.0));
+            return Err(format!(
+                "fn {}: recursion site {} does not exist",
+                f.name, s.0
+            ));
         }
         let mut c = Checker {
             p,
