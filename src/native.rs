@@ -354,6 +354,10 @@ impl Prepared<'_> {
         let steps: unsafe extern "C" fn(u64) = self.native.symbol("chad_set_max_steps")?;
         // SAFETY: the generated interface's function, taking one integer.
         unsafe { steps(crate::steps::remaining().unwrap_or(u64::MAX)) };
+        // The host's recursion depth limit.
+        let depth: unsafe extern "C" fn(u64) = self.native.symbol("chad_set_max_depth")?;
+        // SAFETY: the generated interface's function, taking one integer.
+        unsafe { depth(crate::steps::max_depth()) };
         let run: RunFn = self.native.symbol("chad_run")?;
         let free: FreeBufFn = self.native.symbol("chad_free_buf")?;
         let mut times = vec![0.0; reps];
@@ -511,6 +515,8 @@ fn decode_error(p: &Program, bytes: &[u8]) -> Error {
             3 => crate::ir::Check::OneHot(crate::ir::Atom::Unit, crate::ir::Atom::Unit)
                 .failure(&[a, b])?,
             5 => crate::steps::exceeded(a as u64),
+            6 => crate::steps::depth_exceeded(a as u64),
+            7 => crate::deep::Exhausted::Stack.error(),
             4 => {
                 let prim = crate::prim::Registry::builtin().get(name)?.clone();
                 let args = if name == "floor" {

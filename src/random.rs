@@ -88,8 +88,8 @@ pub struct Config {
     pub loops: bool,
     /// Recursion: `fix` (what `def rec` elaborates to) with structural fuel, an `Int` counter
     /// that every recursive call decreases, non-tail (the calls' results are used after them)
-    /// and tree-shaped (two calls per level). Off by default (the native backend does not
-    /// lower recursion, and `fix` inside an expression has no surface syntax).
+    /// and tree-shaped (two calls per level). Off by default (`fix` inside an expression has no
+    /// surface syntax, and the native backend lowers the primal of recursion only).
     pub recursion: bool,
     /// Also generate near-duplicate subterms that a common-subexpression pass must keep apart:
     /// `let p = e in op (fst p) ⋆ op (snd p)` for a unary primitive `op` and a binary `⋆`,

@@ -221,6 +221,14 @@ pub fn max_depth() -> u64 {
     MAX_DEPTH.with(|l| l.get())
 }
 
+/// The error of a recursion nested deeper than `limit` calls (every backend reports this one).
+pub fn depth_exceeded(limit: u64) -> Error {
+    Error::runtime(format!(
+        "recursion deeper than {limit} nested calls (the recursion depth limit) in this \
+         recursive definition"
+    ))
+}
+
 /// Restores the depth counter when a call returns (or unwinds).
 struct DepthGuard;
 
@@ -239,10 +247,7 @@ pub fn recursive_call<T>(at: Span, body: impl FnOnce() -> Result<T>) -> Result<T
     let limit = max_depth();
     let depth = DEPTH.with(|d| d.get()) + 1;
     if depth > limit {
-        let e = Error::runtime(format!(
-            "recursion deeper than {limit} nested calls (the recursion depth limit) in this \
-             recursive definition"
-        ));
+        let e = depth_exceeded(limit);
         return Err(if at == Span::default() {
             e
         } else {

@@ -1,7 +1,7 @@
 //! `def rec` end to end through the command line: the checker's errors, deep recursion in both
 //! AD modes without a stack overflow (against the closed form of the derivative), the
 //! recursion depth limit and `--max-steps` as runtime errors with the definition's position,
-//! and the native backend's refusal. (Random recursive programs are in the logical-relation,
+//! and the native backend (values, limits and errors as the engine's; derivatives refused). (Random recursive programs are in the logical-relation,
 //! oracle and agreement tests; `examples/recursion.chad` in tests/examples.rs.)
 
 use std::path::PathBuf;
@@ -171,11 +171,43 @@ fn checker_errors_for_recursion() {
 }
 
 #[test]
-fn the_native_backend_rejects_recursion_clearly() {
+fn the_native_backend_runs_recursion_like_the_engine() {
     let p = program("native", DOWN);
+    let p = p.to_str().unwrap();
+    let eval = |backend: &str, n: &str, extra: &[&str]| {
+        let mut args = vec!["eval", p, "--arg", n, "--arg", "2.0", "--backend", backend];
+        args.extend_from_slice(extra);
+        chad(&args)
+    };
+    // Values: shallow, and 100 000 nested calls (the depth limit) without a stack overflow.
+    for n in ["0", "3", "1000", "100000"] {
+        let (a, b) = (eval("native", n, &[]), eval("engine", n, &[]));
+        assert_eq!(a.code, 0, "{}", a.stderr);
+        assert_eq!(a.stdout, b.stdout, "n = {n}");
+    }
+    // One call past the depth limit, and --max-steps: the engine's errors, at the definition.
+    for (n, extra, what) in [
+        ("100001", &[][..], "recursion depth limit"),
+        ("100", &["--max-steps", "50"][..], "recursive calls"),
+    ] {
+        let (a, b) = (eval("native", n, extra), eval("engine", n, extra));
+        assert_eq!(a.code, 1, "{}{}", a.stdout, a.stderr);
+        assert!(a.stderr.contains(what), "{}", a.stderr);
+        assert!(a.stderr.contains("native.chad:1:"), "{}", a.stderr);
+        assert_eq!(a.stderr, b.stderr);
+    }
+    // The last budget that suffices is the engine's.
+    for steps in ["50", "51"] {
+        let (a, b) = (
+            eval("native", "49", &["--max-steps", steps]),
+            eval("engine", "49", &["--max-steps", steps]),
+        );
+        assert_eq!((a.code, &a.stdout), (b.code, &b.stdout), "{}", a.stderr);
+    }
+    // Derivatives are refused clearly (see note 10, "Native backend").
     let o = chad(&[
-        "eval",
-        p.to_str().unwrap(),
+        "grad",
+        p,
         "--arg",
         "3",
         "--arg",
@@ -185,8 +217,59 @@ fn the_native_backend_rejects_recursion_clearly() {
     ]);
     assert_eq!(o.code, 1, "{}", o.stderr);
     assert!(
-        o.stderr.contains("not supported by the native backend"),
+        o.stderr
+            .contains("derivatives of recursive definitions (`def rec`) are not compiled"),
         "{}",
         o.stderr
     );
+}
+
+#[test]
+fn the_examples_recursions_run_natively_like_the_engine() {
+    let run = |backend: &str, def: &str, args: &[&str]| {
+        let mut a = vec![
+            "eval",
+            "examples/recursion.chad",
+            "--def",
+            def,
+            "--backend",
+            backend,
+        ];
+        for x in args {
+            a.extend_from_slice(&["--arg", x]);
+        }
+        chad(&a)
+    };
+    let cases: [(&str, &[&str]); 5] = [
+        (
+            "det",
+            &["[[2.0, 0.5, 1.0], [0.3, 1.5, -0.7], [1.2, -0.4, 0.9]]"],
+        ),
+        (
+            "det_rows",
+            &[
+                "5",
+                "[2.0, 0.5, 1.0, 0.1, 0.2, 0.3, 1.5, -0.7, 0.4, 0.5, 1.2, -0.4, 0.9, 0.6, 0.7, 0.8, 0.9, 1.0, 2.5, 1.1, -1.2, 1.3, 1.4, 1.5, 3.0]",
+            ],
+        ),
+        ("power", &["1.01", "1000"]),
+        ("cfrac", &["[1.0, 2.0, 3.0, 4.0, 5.0]", "0"]),
+        ("cfrac", &["[1.0, 2.0]", "5"]),
+    ];
+    for (def, args) in cases {
+        let (a, b) = (run("native", def, args), run("engine", def, args));
+        assert_eq!(a.code, b.code, "{def}: {}{}", a.stderr, b.stderr);
+        if a.code == 0 {
+            let (x, y): (f64, f64) = (
+                a.stdout.trim().parse().unwrap(),
+                b.stdout.trim().parse().unwrap(),
+            );
+            assert!(
+                (x - y).abs() <= 1e-12 * y.abs().max(1.0),
+                "{def}: {x} vs {y}"
+            );
+        } else {
+            assert_eq!(a.stderr, b.stderr, "{def}");
+        }
+    }
 }

@@ -16,6 +16,14 @@ use crate::deep::deep;
 /// Checks a program; the error says where and what.
 pub fn check(p: &Program) -> Result<(), String> {
     for f in &p.funcs {
+        if let Some(s) = f.rec
+            && s.0 as usize >= p.sites.len()
+        {
+            return Err(format!(
+                "fn {}: recursion site {} does not exist",
+                f.name, s.0
+            ));
+        }
         let mut c = Checker {
             p,
             scope: Vec::new(),

@@ -53,7 +53,13 @@ impl Module {
             let jvp = match parts.jvp.then(|| Jvp::new(&optimized)).transpose() {
                 Ok(Some(j)) => {
                     let j = j.map_body(simplify);
-                    Some(low.jvp(&format!("{name}_jvp"), j.mor())?)
+                    // A recursive definition's derivatives are not lowered (see
+                    // `lower::unsupported_recursive_derivative`): only its primal, unless asked.
+                    if !parts.required && super::lower::recursive(j.mor()) {
+                        None
+                    } else {
+                        Some(low.jvp(&format!("{name}_jvp"), j.mor())?)
+                    }
                 }
                 Ok(None) => None,
                 Err(e) if parts.required => return Err(e),
@@ -62,7 +68,13 @@ impl Module {
             let vjp = match parts.vjp.then(|| Vjp::new(&optimized)).transpose() {
                 Ok(Some(v)) => {
                     let v = v.map_body(simplify);
-                    Some(low.vjp(&format!("{name}_vjp"), v.mor())?)
+                    // A recursive definition's derivatives are not lowered (see
+                    // `lower::unsupported_recursive_derivative`): only its primal, unless asked.
+                    if !parts.required && super::lower::recursive(v.mor()) {
+                        None
+                    } else {
+                        Some(low.vjp(&format!("{name}_vjp"), v.mor())?)
+                    }
                 }
                 Ok(None) => None,
                 Err(e) if parts.required => return Err(e),

@@ -94,6 +94,16 @@ enum Flow {
 impl Interp<'_> {
     fn call(&self, f: FuncId, args: Vec<Val>) -> Result<Val> {
         let func = self.p.func(f);
+        if let Some(s) = func.rec {
+            // One recursive call of a `def rec`: a step, a level of the depth limit, and a
+            // fresh stack segment when the current one runs low (the engine's own rule).
+            let at = self.p.sites[s.0 as usize].span;
+            return crate::steps::recursive_call(at, || self.body(func, args));
+        }
+        self.body(func, args)
+    }
+
+    fn body(&self, func: &super::Func, args: Vec<Val>) -> Result<Val> {
         let mut frame = Frame::default();
         for (x, a) in func.params.iter().zip(args) {
             frame.insert(x.id, a);

@@ -39,6 +39,11 @@
 //! * **Fixed summation order.** `sum` and the `sum`/`dot` primitives add in one fixed order,
 //!   the same in every backend and in the reference evaluators ([`crate::value::sum_reals`]),
 //!   so that results do not depend on the backend or the number of threads.
+//! * **Recursion only through recursive functions.** Functions may call each other in
+//!   cycles (a `fix` lowers to a closure variant whose apply calls a function that applies
+//!   the functional to that very closure, note 10); a function with a [`Func::rec`] site
+//!   counts its calls against the step budget and the recursion depth limit, so that every
+//!   backend stops a runaway recursion with the engine's error at the `def rec`'s position.
 //! * **Errors are values of the program's semantics.** Every operation that can fail (indexing,
 //!   lengths, integer arithmetic, a primitive) carries a [`SiteId`]: the source position its
 //!   runtime error reports.
@@ -671,6 +676,11 @@ pub struct Func {
     /// in-place representation of additive values may pass the accumulator in it, both ways
     /// ([`reps`]).
     pub accumulates: bool,
+    /// For the body of a recursive definition (a `fix` of the target language, `def rec` in
+    /// the source), its site: every call of the function is one *recursive call* there, taking
+    /// one `--max-steps` step and one level of the recursion depth limit
+    /// ([`crate::steps::recursive_call`]), failing at the site past either.
+    pub rec: Option<SiteId>,
 }
 
 /// Where a runtime error is reported.
@@ -755,5 +765,78 @@ pub(crate) fn same_step(a: &Step, b: &Step) -> bool {
         (Step::Field(x), Step::Field(y)) => x == y,
         (Step::Elem(x), Step::Elem(y)) => same_atom(x, y),
         _ => false,
+    }
+}
+
+/// Calls `f` on every expression of a block, at any depth (statements' right-hand sides and
+/// the expressions nested in their blocks), outer ones first.
+pub fn for_each_expr(b: &Block, f: &mut dyn FnMut(&Expr)) {
+    crate::deep::deep(|| {
+        for s in &b.stmts {
+            match s {
+                Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => {
+                    f(e);
+                    match e {
+                        Expr::Build(_, _, b, _)
+                        | Expr::Sum(_, _, b)
+                        | Expr::Iterate(_, _, b, _, _) => for_each_expr(b, f),
+                        Expr::If(_, a, b) => {
+                            for_each_expr(a, f);
+                            for_each_expr(b, f);
+                        }
+                        Expr::Match(_, arms) => {
+                            for arm in arms {
+                                for_each_expr(&arm.body, f);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                Stmt::For(_, _, body) | Stmt::Loop(body) => for_each_expr(body, f),
+                Stmt::Set(..)
+                | Stmt::AddTo { .. }
+                | Stmt::Grow(..)
+                | Stmt::Break
+                | Stmt::Check(..) => {}
+            }
+        }
+    })
+}
+
+impl Program {
+    /// The functions on a cycle of the call graph (that can call themselves through other
+    /// functions): recursive functions ([`Func::rec`]) and the apply functions of closures
+    /// they reach, e.g. the backpropagators of a `def rec`, applied once per recursive call.
+    pub fn cyclic_funcs(&self) -> std::collections::HashSet<FuncId> {
+        let callees: Vec<Vec<FuncId>> = self
+            .funcs
+            .iter()
+            .map(|f| {
+                let mut cs = Vec::new();
+                for_each_expr(&f.body, &mut |e| {
+                    if let Expr::Call(g, _) = e {
+                        cs.push(*g);
+                    }
+                });
+                cs
+            })
+            .collect();
+        let mut out = std::collections::HashSet::new();
+        for start in 0..self.funcs.len() {
+            // Is `start` reachable from its own callees?
+            let mut seen = vec![false; self.funcs.len()];
+            let mut stack: Vec<FuncId> = callees[start].clone();
+            while let Some(g) = stack.pop() {
+                let k = g.0 as usize;
+                if k == start {
+                    out.insert(FuncId(start as u32));
+                    break;
+                }
+                if !std::mem::replace(&mut seen[k], true) {
+                    stack.extend(callees[k].iter().copied());
+                }
+            }
+        }
+        out
     }
 }

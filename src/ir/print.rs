@@ -54,7 +54,13 @@ pub fn func(p: &Program, f: &Func) -> String {
     let _ = write!(
         pr.out,
         "{}fn {}({}) -> {} ",
-        if f.accumulates { "acc " } else { "" },
+        if f.accumulates {
+            "acc "
+        } else if f.rec.is_some() {
+            "rec "
+        } else {
+            ""
+        },
         f.name,
         params.join(", "),
         p.types.show(f.ret)

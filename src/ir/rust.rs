@@ -174,6 +174,13 @@ pub enum ErrorKind {
         /// The limit.
         limit: u64,
     },
+    /// Recursive calls (`def rec`) nested deeper than [`set_max_depth`] allows.
+    Depth {
+        /// The limit.
+        limit: u64,
+    },
+    /// No stack segment could be had for a deep recursion.
+    Stack,
     /// A primitive failed (integer overflow or division by zero, `floor` out of range).
     Prim {
         /// The primitive.
@@ -206,6 +213,11 @@ impl std::fmt::Display for Error {
                 f,
                 "the program ran more than {limit} loop steps and recursive calls (the limit set by --max-steps)"
             )?,
+            ErrorKind::Depth { limit } => write!(
+                f,
+                "recursion deeper than {limit} nested calls (the recursion depth limit) in this recursive definition"
+            )?,
+            ErrorKind::Stack => write!(f, "out of stack: no stack segment for a deep recursion")?,
             ErrorKind::Prim { name, ints, real } => match *name {
                 "floor" => write!(f, "floor: {real} is not in the range of Int")?,
                 "idiv" if ints[1] == 0 => {
@@ -344,6 +356,99 @@ fn loop_step(site: usize) -> Result<(), Error> {
     Ok(())
 }
 
+/// The recursion depth limit: nested recursive calls (`def rec`) active at once.
+static MAX_DEPTH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(100_000);
+
+/// Sets the recursion depth limit (default 100000, the engine's): a recursive call nested
+/// deeper fails with [`ErrorKind::Depth`].
+#[allow(dead_code)]
+pub fn set_max_depth(limit: u64) {
+    MAX_DEPTH.store(limit, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Stack of a segment (reserved, committed as used) and what is left when a new one is taken.
+const SEGMENT: usize = 1 << 30;
+const SEGMENT_RESERVE: usize = 64 << 20;
+/// Stack a thread not started by this module is trusted to have below its first recursion.
+const FOREIGN_STACK: usize = 256 << 10;
+
+std::thread_local! {
+    /// Recursive calls active on this thread (counting those of the threads it runs for).
+    static REC_DEPTH: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Below this stack address, recursion continues on a fresh segment (0: not yet known).
+    static STACK_LIMIT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Whether this thread is a segment of [`on_segment`].
+    static ON_SEGMENT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[allow(dead_code)]
+#[inline(always)]
+fn stack_pos() -> usize {
+    let x = 0u8;
+    std::hint::black_box(&x) as *const u8 as usize
+}
+
+/// Runs `f` on a fresh stack segment (a thread with a [`SEGMENT`]-sized stack that the
+/// caller waits for), carrying this thread's recursion depth and parallel-loop state.
+#[allow(dead_code)]
+#[inline(never)]
+fn on_segment<T: Send>(f: impl FnOnce() -> Result<T, Error> + Send) -> Result<T, Error> {
+    let depth = REC_DEPTH.with(|d| d.get());
+    let par = IN_PAR.with(|p| p.get());
+    std::thread::scope(|s| {
+        let t = std::thread::Builder::new().stack_size(SEGMENT).spawn_scoped(s, move || {
+            REC_DEPTH.with(|d| d.set(depth));
+            IN_PAR.with(|p| p.set(par));
+            ON_SEGMENT.with(|o| o.set(true));
+            STACK_LIMIT.with(|l| l.set(stack_pos().saturating_sub(SEGMENT - SEGMENT_RESERVE)));
+            f()
+        });
+        match t {
+            Ok(t) => t.join().unwrap_or_else(|e| std::panic::resume_unwind(e)),
+            Err(_) => Err(Error { site: usize::MAX, kind: ErrorKind::Stack }),
+        }
+    })
+}
+
+/// Runs `f`, a function that may recurse, where recursion has stack: on this thread while
+/// it is above its limit, else on a fresh segment. No recursion overflows the stack.
+#[allow(dead_code)]
+#[inline(always)]
+fn guard<T: Send>(f: impl FnOnce() -> Result<T, Error> + Send) -> Result<T, Error> {
+    let here = stack_pos();
+    let limit = STACK_LIMIT.with(|l| l.get());
+    if limit == 0 {
+        STACK_LIMIT.with(|l| l.set(here.saturating_sub(FOREIGN_STACK)));
+    } else if here < limit {
+        return on_segment(f);
+    }
+    f()
+}
+
+/// Runs an entry point of a module with recursion: on a fresh segment unless this thread is
+/// one, so that the recursion and the dropping of deep values have room.
+#[allow(dead_code)]
+fn with_stack<T: Send>(f: impl FnOnce() -> Result<T, Error> + Send) -> Result<T, Error> {
+    if ON_SEGMENT.with(|o| o.get()) { f() } else { on_segment(f) }
+}
+
+/// One call of a recursive definition at `site`: one loop step, one level of the depth
+/// limit, and the call itself under [`guard`].
+#[allow(dead_code)]
+#[inline(always)]
+fn rec_call<T: Send>(site: usize, f: impl FnOnce() -> Result<T, Error> + Send) -> Result<T, Error> {
+    loop_step(site)?;
+    let limit = MAX_DEPTH.load(std::sync::atomic::Ordering::Relaxed);
+    let depth = REC_DEPTH.with(|d| d.get()) + 1;
+    if depth > limit {
+        return Err(Error { site, kind: ErrorKind::Depth { limit } });
+    }
+    REC_DEPTH.with(|d| d.set(depth));
+    let r = guard(f);
+    REC_DEPTH.with(|d| d.set(depth - 1));
+    r
+}
+
 /// Parallel loops run when the estimated work (length x per-iteration cost) reaches this.
 static PAR_WORK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(2_000_000);
 /// Threads for parallel loops; 0: `$CHAD_THREADS`, or the machine's available parallelism.
@@ -424,7 +529,11 @@ fn par_build<T: Send>(
     };
     let parts: Vec<Result<Vec<T>, Error>> = std::thread::scope(|s| {
         let range = &range;
-        let handles: Vec<_> = (1..t).map(|k| s.spawn(move || range(k))).collect();
+        // Workers count the recursive calls they run on top of the caller's.
+        let depth = REC_DEPTH.with(|d| d.get());
+        let handles: Vec<_> = (1..t)
+            .map(|k| s.spawn(move || { REC_DEPTH.with(|d| d.set(depth)); range(k) }))
+            .collect();
         let mut parts = vec![range(0)];
         for h in handles {
             parts.push(h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
@@ -499,6 +608,9 @@ struct Emitter<'a> {
     funcs: Vec<String>,
     /// Enum types that need boxed payloads (they contain themselves).
     recursive: FxHashSet<u32>,
+    /// Functions on a cycle of the call graph ([`Program::cyclic_funcs`]): their calls go
+    /// through `guard` (and `rec_call` for a recursive definition's function).
+    cyclic: std::collections::HashSet<super::FuncId>,
     /// Enums that only derive `Clone` ([`Emitter::find_no_debug`]).
     no_debug: FxHashSet<u32>,
     /// Per function being emitted: use counts and movability of variables.
@@ -557,6 +669,7 @@ impl<'a> Emitter<'a> {
             helpers: BTreeMap::new(),
             funcs: Vec::new(),
             recursive: FxHashSet::default(),
+            cyclic: p.cyclic_funcs(),
             no_debug: FxHashSet::default(),
             uses: FxHashMap::default(),
             accs: FxHashSet::default(),
@@ -1375,12 +1488,56 @@ impl<'a> Emitter<'a> {
             self.block_into(&f.body, 1, &mut body, true)?;
             self.vt(f.ret)
         };
+        let name = self.recursion_wrapper(f);
         self.funcs.push(format!(
-            "\n#[allow(dead_code, unreachable_code, non_snake_case, clippy::all)]\nfn f_{}({}) -> Result<{ret}, Error> {{\n{body}}}\n",
-            f.name,
+            "\n#[allow(dead_code, unreachable_code, non_snake_case, clippy::all)]\nfn {name}({}) -> Result<{ret}, Error> {{\n{body}}}\n",
             params.join(", ")
         ));
         Ok(())
+    }
+
+    /// For a function on a call-graph cycle, `f_NAME` as a wrapper that calls the body
+    /// (`f_NAME_body`) under `rec_call` (a recursive definition's function: step, depth
+    /// limit, stack) or `guard` (stack only); the name the body is emitted under.
+    fn recursion_wrapper(&mut self, f: &Func) -> String {
+        let id = self.p.find(&f.name).expect("a function of the program");
+        if !self.cyclic.contains(&id) && f.rec.is_none() {
+            return format!("f_{}", f.name);
+        }
+        let ps: Vec<String> = (0..f.params.len()).map(|k| format!("p{k}")).collect();
+        // An accumulating function takes and returns its accumulator as an accumulator.
+        let last = f.params.len().saturating_sub(1);
+        let decls: Vec<String> = f
+            .params
+            .iter()
+            .zip(&ps)
+            .enumerate()
+            .map(|(k, (x, p))| {
+                let t = if f.accumulates && k == last {
+                    self.at(x.ty)
+                } else {
+                    self.vt(x.ty)
+                };
+                format!("{p}: {t}")
+            })
+            .collect();
+        let ret = if f.accumulates {
+            self.at(f.ret)
+        } else {
+            self.vt(f.ret)
+        };
+        let call = match f.rec {
+            Some(site) => format!("rec_call({}, ", site.0),
+            None => "guard(".into(),
+        };
+        self.funcs.push(format!(
+            "\n#[allow(dead_code, non_snake_case, clippy::all)]\nfn f_{n}({}) -> Result<{}, Error> {{\n    {call}move || f_{n}_body({}))\n}}\n",
+            decls.join(", "),
+            ret,
+            ps.join(", "),
+            n = f.name,
+        ));
+        format!("f_{}_body", f.name)
     }
 
     fn indent(out: &mut String, depth: usize) {
@@ -2142,6 +2299,16 @@ impl<'a> Emitter<'a> {
 
     // ----- the public API -----
 
+    /// A call of an IR function from the public API: under `with_stack` when the program
+    /// recurses, so the recursion runs on a stack segment of its own.
+    fn entry_call(&self, call: String) -> String {
+        if self.cyclic.is_empty() {
+            call
+        } else {
+            format!("with_stack(|| {call})")
+        }
+    }
+
     fn export(&mut self, x: &Export<'_>) -> Result<String> {
         let mut out = String::new();
         let n = x.params.len();
@@ -2169,10 +2336,10 @@ impl<'a> Emitter<'a> {
         let out_conv = self.result(&x.result, "y")?;
         let _ = write!(
             out,
-            "\n/// `{name}` at the arguments.\n#[allow(dead_code, non_snake_case, clippy::all)]\npub fn {name}({ps}) -> Result<{ret}, Error> {{\n{args}    let y = {primal}({call})?;\n    Ok({out_conv})\n}}\n",
+            "\n/// `{name}` at the arguments.\n#[allow(dead_code, non_snake_case, clippy::all)]\npub fn {name}({ps}) -> Result<{ret}, Error> {{\n{args}    let y = {run}?;\n    Ok({out_conv})\n}}\n",
             name = x.name,
             ps = params.join(", "),
-            call = names.join(", "),
+            run = self.entry_call(format!("{primal}({})", names.join(", "))),
         );
         if let Some(f) = x.jvp {
             let tparams: Vec<String> = x
@@ -2190,12 +2357,12 @@ impl<'a> Emitter<'a> {
             let tconv = self.tangent_result(&x.result, "dy", "y0")?;
             let _ = write!(
                 out,
-                "\n/// Forward mode: `{name}`'s value and its derivative along the tangents `{tlist}`.\n#[allow(dead_code, non_snake_case, unused_variables, clippy::all)]\npub fn {name}_jvp({ps}, {ts}) -> Result<({ret}, {tret}), Error> {{\n{args}    let (y, dy) = f_{f}({ctx}, {dctx})?;\n    let y0 = y.clone();\n    Ok(({out_conv}, {tconv}))\n}}\n",
+                "\n/// Forward mode: `{name}`'s value and its derivative along the tangents `{tlist}`.\n#[allow(dead_code, non_snake_case, unused_variables, clippy::all)]\npub fn {name}_jvp({ps}, {ts}) -> Result<({ret}, {tret}), Error> {{\n{args}    let (y, dy) = {run}?;\n    let y0 = y.clone();\n    Ok(({out_conv}, {tconv}))\n}}\n",
                 name = x.name,
                 ps = params.join(", "),
                 ts = tparams.join(", "),
                 tlist = tn.join(", "),
-                f = self.p.func(f).name,
+                run = self.entry_call(format!("f_{}({ctx}, {dctx})", self.p.func(f).name)),
             );
         }
         if let Some(f) = x.vjp {
@@ -2222,10 +2389,10 @@ impl<'a> Emitter<'a> {
             };
             let _ = write!(
                 out,
-                "\n/// Reverse mode: `{name}`'s value and the cotangent of every argument for the output cotangent `ct`.\n#[allow(dead_code, non_snake_case, unused_variables, clippy::all)]\npub fn {name}_vjp({ps}, ct: {ct}) -> Result<({ret}, {gty}), Error> {{\n{args}    let (y, dctx) = f_{f}({ctx}, {ct_conv})?;\n{unpack}    Ok(({out_conv}, {gtuple}))\n}}\n",
+                "\n/// Reverse mode: `{name}`'s value and the cotangent of every argument for the output cotangent `ct`.\n#[allow(dead_code, non_snake_case, unused_variables, clippy::all)]\npub fn {name}_vjp({ps}, ct: {ct}) -> Result<({ret}, {gty}), Error> {{\n{args}    let (y, dctx) = {run}?;\n{unpack}    Ok(({out_conv}, {gtuple}))\n}}\n",
                 name = x.name,
                 ps = params.join(", "),
-                f = self.p.func(f).name,
+                run = self.entry_call(format!("f_{}({ctx}, {ct_conv})", self.p.func(f).name)),
             );
             if matches!(x.result, Type::Real) {
                 let pnames = &pn;
@@ -2596,7 +2763,7 @@ fn internal(what: &str) -> Error {
 /// as 1, unit as nothing, tuples as their components, arrays and lists as a `u64` length and
 /// the elements, enums as a `u32` tag and the payload (`encode`, `decode`). An error is
 /// encoded as `u32` site, `u8` kind (0 index, 1 length, 2 same length, 3 onehot, 4
-/// primitive), two `i64`s, an `f64` and a `u32`-length-prefixed name.
+/// primitive, 5 steps, 6 recursion depth, 7 stack), two `i64`s, an `f64` and a `u32`-length-prefixed name.
 pub fn ffi(p: &Program, funcs: &[super::FuncId]) -> Result<String> {
     let mut e = Emitter::new(p);
     let mut codecs: BTreeMap<String, String> = BTreeMap::new();
@@ -2620,6 +2787,11 @@ pub fn ffi(p: &Program, funcs: &[super::FuncId]) -> Result<String> {
         );
     }
     let mut out = String::from(FFI_PRELUDE);
+    let _ = writeln!(
+        out,
+        "\n/// Whether the program's functions can recurse.\nconst RECURSIVE: bool = {};",
+        !e.cyclic.is_empty()
+    );
     for c in codecs.values() {
         out.push_str(c);
     }
@@ -2767,7 +2939,7 @@ impl Rd<'_> {
 
 /// A function with its decoded arguments, ready to run.
 pub struct Prepared {
-    run: Box<dyn FnMut(bool) -> Result<Option<Vec<u8>>, Error>>,
+    run: Box<dyn FnMut(bool) -> Result<Option<Vec<u8>>, Error> + Send>,
 }
 
 fn encode_error(e: &Error) -> Vec<u8> {
@@ -2778,6 +2950,8 @@ fn encode_error(e: &Error) -> Vec<u8> {
         ErrorKind::OneHot { index, len } => (3, *index, *len, 0.0, ""),
         ErrorKind::Prim { name, ints, real } => (4, ints[0], ints[1], *real, name),
         ErrorKind::Steps { limit } => (5, *limit as i64, 0, 0.0, ""),
+        ErrorKind::Depth { limit } => (6, *limit as i64, 0, 0.0, ""),
+        ErrorKind::Stack => (7, 0, 0, 0.0, ""),
     };
     let mut w = Vec::new();
     w.extend_from_slice(&(e.site as u32).to_le_bytes());
@@ -2817,6 +2991,12 @@ pub extern "C" fn chad_set_max_steps(limit: u64) {
     set_max_steps((limit != u64::MAX).then_some(limit));
 }
 
+/// [`set_max_depth`].
+#[unsafe(no_mangle)]
+pub extern "C" fn chad_set_max_depth(limit: u64) {
+    set_max_depth(limit);
+}
+
 /// [`set_parallelism`].
 #[unsafe(no_mangle)]
 pub extern "C" fn chad_set_parallelism(threads: u64, min_work: u64) {
@@ -2846,7 +3026,7 @@ pub unsafe extern "C" fn chad_prepare(func: u32, ptr: *const u8, len: usize) -> 
 pub unsafe extern "C" fn chad_run(h: *mut Prepared, reps: u64, times: *mut f64, out: *mut Buf) -> i32 {
     // SAFETY: the caller passes a live handle and buffers of the right sizes.
     let (p, times, out) = unsafe { (&mut *h, std::slice::from_raw_parts_mut(times, reps as usize), &mut *out) };
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    let mut reps = || {
         let mut last = None;
         for k in 0..times.len() {
             let start = std::time::Instant::now();
@@ -2857,6 +3037,10 @@ pub unsafe extern "C" fn chad_run(h: *mut Prepared, reps: u64, times: *mut f64, 
             }
         }
         Ok::<_, Error>(last.unwrap_or_default())
+    };
+    // A program that recurses runs on a stack segment of its own (outside the timings).
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if RECURSIVE { with_stack(reps) } else { reps() }
     }));
     match r {
         Ok(Ok(bytes)) => {

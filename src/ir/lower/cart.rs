@@ -10,6 +10,7 @@
 //! | `map f xs`, `map2`, `build n f` | `build n (i -> f (xs[i]))`, `f` inlined when static |
 //! | `sum (map f xs)` (and of `map2`, `build`), `dot xs ys` | one `sum` loop, no array |
 //! | `if`, `case` | `if` / `match` with materialised results |
+//! | `fix F` | a closure variant whose apply calls `rec fn(env, a) = F (variant env) a` |
 //! | `f • a` (Cartesian) | the linear lowering of `f` applied to `a` into a fresh accumulator |
 
 use super::super::{Arm, Atom, Check, Expr, Op, Stmt, Ty};
@@ -340,7 +341,16 @@ impl Lowering {
                 let site = self.site(t.span);
                 SVal::Dyn(self.let_("r", it, Expr::Iterate(init, s, body, *tape, site)))
             }
-            K::Fix(_, at) => return Err(super::unsupported_recursion(*at)),
+            K::Fix(..) => {
+                // `fix F`: a variant of the closure enum of `A → B` whose payload is `F`'s
+                // captured variables; its apply calls the recursive function `rec(env, a) =
+                // F (the variant itself) a` (see `Lowering::fix_arm`).
+                let ft = self.type_of.term(t);
+                let e = self.ty(&ft);
+                let (tag, captured) = self.variant(e, crate::target::term::Child::C(t));
+                let payload = self.captured(&captured, env, None)?;
+                SVal::Dyn(self.let_("rec", e, Expr::Variant(e, tag, payload)))
+            }
             K::Replicate(n, x) => {
                 let n = self.atom(n, env)?;
                 let x = self.atom(x, env)?;

@@ -269,6 +269,9 @@ impl Lowering {
     }
 
     fn derivative(&mut self, name: &str, m: &Mor) -> Result<FuncId> {
+        if let Some(at) = first_fix(&m.body) {
+            return Err(unsupported_recursive_derivative(at));
+        }
         self.start(m.body.size());
         self.occ.analyse(Child::C(&m.body));
         let xt = self.ty(&m.x.ty);
@@ -315,6 +318,7 @@ impl Lowering {
             ret,
             body,
             accumulates: false,
+            rec: None,
         });
         FuncId(self.prog.funcs.len() as u32 - 1)
     }
@@ -810,6 +814,7 @@ impl Lowering {
         let name = match lam {
             Child::C(t) => match &t.kind {
                 TermKind::Lam(x, _) | TermKind::LinLam(x, _) => format!("L{}", sanitize(&x.name)),
+                TermKind::Fix(..) => "Rec".into(),
                 _ => "K".into(),
             },
             Child::L(_) => "P".into(),
@@ -894,6 +899,11 @@ impl Lowering {
     /// Lowers the arm of a pending variant: the payload's variables bound, the body applied to
     /// the apply function's argument.
     fn arm(&mut self, p: &Pending) -> Result<Arm> {
+        if let Owned::C(t) = &p.lam
+            && let TermKind::Fix(functional, at) = &t.kind
+        {
+            return self.fix_arm(p, functional, *at);
+        }
         let (f, kind) = self.apply_of(p.enum_ty);
         let f = match (p.acc, self.closures[&p.enum_ty].acc_apply) {
             (true, Some(g)) => g,
@@ -985,6 +995,89 @@ impl Lowering {
         })
     }
 
+    /// The arm of the variant of a fixpoint `fix F` (`F : (A → B) → (A → B)`, the variant's
+    /// payload `F`'s captured variables): `call rec(env, x)` for a new recursive function
+    ///
+    /// ```text
+    /// rec fn rec(env, z) = F (Rec(env)) z        (one recursive call at the `def rec`)
+    /// ```
+    ///
+    /// so `fix F` unfolds once per call, `(fix F) a = F (fix F) a`, and every call of the
+    /// closure takes one step and one depth level at `at`, as `steps::FixClosure` does.
+    fn fix_arm(&mut self, p: &Pending, functional: &Term, at: Span) -> Result<Arm> {
+        let (apply, _) = self.apply_of(p.enum_ty);
+        let func = self.prog.func(apply).clone();
+        let (arg, ret) = (func.params[1].clone(), func.ret);
+        let payload_ty = self.prog.types.enum_def(p.enum_ty).variants[p.tag as usize].1;
+        let bind = self.prog.var("env", payload_ty);
+        let env_p = self.prog.var("env", payload_ty);
+        let z = self.prog.var("z", arg.ty);
+        let site = self.site(at);
+        let name = format!("rec_{}", self.prog.types.enum_def(p.enum_ty).name);
+        let g = self.add_func(
+            &name,
+            vec![env_p.clone(), z.clone()],
+            ret,
+            Block::unit(vec![]),
+        );
+        self.prog.funcs[g.0 as usize].rec = Some(site);
+        let (enum_ty, tag) = (p.enum_ty, p.tag);
+        let captured = p.captured.clone();
+        let saved = std::mem::take(&mut self.blocks);
+        let saved_ids = std::mem::take(&mut self.block_ids);
+        let saved_sinks = std::mem::take(&mut self.sinks);
+        let saved_barriers = std::mem::take(&mut self.barriers);
+        let body = self.block(|this| {
+            let mut env = Env::new();
+            for (k, x) in captured.iter().enumerate() {
+                let a = if captured.len() == 1 {
+                    Atom::Var(env_p.clone())
+                } else {
+                    let t = this.var_ty(x);
+                    this.let_(&x.name, t, Expr::Proj(Atom::Var(env_p.clone()), k as u32))
+                };
+                env.insert(x.id, SVal::Dyn(a));
+            }
+            this.start(0);
+            let me = this.let_(
+                "me",
+                enum_ty,
+                Expr::Variant(enum_ty, tag, Atom::Var(env_p.clone())),
+            );
+            let fty = this.type_of.term(functional);
+            let hty = fty
+                .as_fun()
+                .unwrap_or_else(|| panic!("internal error: fix of a {fty}"))
+                .1
+                .clone();
+            let bt = hty
+                .as_fun()
+                .unwrap_or_else(|| panic!("internal error: fix at a {hty}"))
+                .1
+                .clone();
+            let fv = this.term(functional, &env)?;
+            let h = this.app(&fv, SVal::Dyn(me), &fty)?;
+            let r = this.app(&h, SVal::Dyn(Atom::Var(z.clone())), &hty)?;
+            this.materialise(&r, &bt)
+        });
+        self.blocks = saved;
+        self.block_ids = saved_ids;
+        self.sinks = saved_sinks;
+        self.barriers = saved_barriers;
+        self.prog.funcs[g.0 as usize].body = body?;
+        let r = self.prog.var("r", ret);
+        Ok(Arm {
+            bind: Some(bind.clone()),
+            body: Block {
+                stmts: vec![Stmt::Let(
+                    r.clone(),
+                    Expr::Call(g, vec![Atom::Var(bind), Atom::Var(arg)]),
+                )],
+                result: Atom::Var(r),
+            },
+        })
+    }
+
     /// The expansion of a derivative kernel `k t` as a linear λ closure (see
     /// [`LinPrim::expansion`]), or an error naming a kernel without one.
     fn kernel(&mut self, node: &Term, k: &Rc<LinPrim>, arg: SVal, env: &Env) -> Result<SVal> {
@@ -1046,13 +1139,41 @@ pub fn is_enum(types: &super::Types, t: Ty) -> bool {
     matches!(types.kind(t), TyKind::Enum(_))
 }
 
-/// The error for recursion (`fix`), which the native backend does not lower yet.
-pub(crate) fn unsupported_recursion(at: crate::error::Span) -> Error {
+/// Whether a derivative's code contains a `fix` (so [`Lowering::jvp`] and [`Lowering::vjp`]
+/// refuse it).
+pub(crate) fn recursive(m: &Mor) -> bool {
+    first_fix(&m.body).is_some()
+}
+
+/// The position of the first `fix` in a term (of either kind), if any.
+fn first_fix(t: &Term) -> Option<Span> {
+    let mut stack = vec![Child::C(t)];
+    while let Some(c) = stack.pop() {
+        match c {
+            Child::C(t) => {
+                if let TermKind::Fix(_, at) = &t.kind {
+                    return Some(*at);
+                }
+                stack.extend(t.children());
+            }
+            Child::L(l) => stack.extend(l.children()),
+        }
+    }
+    None
+}
+
+/// The error for the derivative code of a recursive definition, which the IR does not lower:
+/// its closure-call derivatives (`closureArg`, `recordCall`, `closureEnv`, and forward mode's
+/// powers) lower by re-running each recorded call, which a recursion nests once per level,
+/// so the cost would grow exponentially with the recursion depth (note 10, "Native
+/// backend"). The engine keeps a tape per call instead.
+pub(crate) fn unsupported_recursive_derivative(at: Span) -> Error {
     Error::new(
         ErrorKind::Unsupported,
-        "recursive definitions (`def rec`) and their derivatives are not supported by the \
-         native backend",
+        "the derivatives of recursive definitions (`def rec`) are not compiled by the native \
+         backend: their closure-call derivatives would re-run every recursive call at every \
+         level (exponential in the recursion depth); only the primal runs natively",
     )
-    .with_note("run this program on the execution engine (the default)")
+    .with_note("differentiate this program on the execution engine (the default backend)")
     .or_span(at)
 }
