@@ -86,85 +86,80 @@ fn fuse_expr(e: &mut Expr, uses: &FxHashMap<u32, u32>) {
 /// Counts the occurrences of every variable as an operand, at any depth.
 fn count_block(b: &Block, uses: &mut FxHashMap<u32, u32>) {
     deep(|| {
-        let atom = |a: &Atom, uses: &mut FxHashMap<u32, u32>| {
-            if let Atom::Var(x) = a {
-                *uses.entry(x.id).or_insert(0) += 1;
-            }
-        };
         for s in &b.stmts {
             match s {
                 Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => count_expr(e, uses),
-                Stmt::Set(_, a) => atom(a, uses),
+                Stmt::Set(_, a) => count(a, uses),
                 Stmt::AddTo {
                     place,
                     value,
                     scale,
                 } => {
                     count_place(place, uses);
-                    atom(value, uses);
-                    if let Some(c) = scale {
-                        atom(c, uses);
-                    }
+                    count(value, uses);
+                    scale.iter().for_each(|c| count(c, uses));
                 }
                 Stmt::Grow(place, n) => {
                     count_place(place, uses);
-                    atom(n, uses);
+                    count(n, uses);
                 }
                 Stmt::For(_, n, body) => {
-                    atom(n, uses);
+                    count(n, uses);
                     count_block(body, uses);
                 }
                 Stmt::Loop(body) => count_block(body, uses),
                 Stmt::Break => {}
-                Stmt::Check(c, _) => c.atoms().into_iter().for_each(|a| atom(a, uses)),
+                Stmt::Check(c, _) => c.atoms().into_iter().for_each(|a| count(a, uses)),
             }
         }
-        atom(&b.result, uses);
+        count(&b.result, uses);
     })
+}
+
+fn count(a: &Atom, uses: &mut FxHashMap<u32, u32>) {
+    if let Atom::Var(x) = a {
+        *uses.entry(x.id).or_insert(0) += 1;
+    }
 }
 
 fn count_place(p: &Place, uses: &mut FxHashMap<u32, u32>) {
     for s in &p.path {
-        if let Step::Elem(Atom::Var(x)) = s {
-            *uses.entry(x.id).or_insert(0) += 1;
+        if let Step::Elem(a) = s {
+            count(a, uses);
         }
     }
 }
 
 fn count_expr(e: &Expr, uses: &mut FxHashMap<u32, u32>) {
-    let mut atoms: Vec<&Atom> = Vec::new();
     match e {
-        Expr::Atom(a) | Expr::Proj(a, _) | Expr::Variant(_, _, a) | Expr::Len(a) => atoms.push(a),
-        Expr::Op(_, xs) | Expr::Prim(_, xs, _) | Expr::Tuple(xs) | Expr::Array(_, xs) => {
-            atoms.extend(xs)
-        }
-        Expr::Call(_, xs) => atoms.extend(xs),
+        Expr::Atom(a) | Expr::Proj(a, _) | Expr::Variant(_, _, a) | Expr::Len(a) => count(a, uses),
+        Expr::Op(_, xs)
+        | Expr::Prim(_, xs, _)
+        | Expr::Tuple(xs)
+        | Expr::Array(_, xs)
+        | Expr::Call(_, xs) => xs.iter().for_each(|a| count(a, uses)),
         Expr::Index(a, i, _)
         | Expr::IndexOr0(a, i)
         | Expr::Add(a, i)
         | Expr::Scale(a, i)
-        | Expr::Replicate(a, i, _) => atoms.extend([a, i]),
+        | Expr::Replicate(a, i, _) => {
+            count(a, uses);
+            count(i, uses);
+        }
         Expr::Build(n, _, b, _) | Expr::Sum(n, _, b) | Expr::Iterate(n, _, b, _, _) => {
-            atoms.push(n);
+            count(n, uses);
             count_block(b, uses);
         }
         Expr::If(c, a, b) => {
-            atoms.push(c);
+            count(c, uses);
             count_block(a, uses);
             count_block(b, uses);
         }
         Expr::Match(a, arms) => {
-            atoms.push(a);
-            for arm in arms {
-                count_block(&arm.body, uses);
-            }
+            count(a, uses);
+            arms.iter().for_each(|arm| count_block(&arm.body, uses));
         }
         Expr::Zero(_) | Expr::Get(_) | Expr::Take(_) => {}
-    }
-    for a in atoms {
-        if let Atom::Var(x) = a {
-            *uses.entry(x.id).or_insert(0) += 1;
-        }
     }
 }
 
