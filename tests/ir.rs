@@ -433,3 +433,46 @@ fn a_summed_build_is_not_materialised_in_reverse_code() {
     assert!(primal.contains("build"), "{primal}");
     assert_eq!(primal, reverse);
 }
+
+/// `ir::opt::lone_adds`: forward code reads the tangent of each row `w ! i` in full (a `dot`);
+/// lowered, that tangent is materialised into a fresh accumulator receiving one term, a copy
+/// of the row per use. The pass binds the row itself: no array accumulator is left in the
+/// forward program, whose result is still `Σ_i dw_i · v + w_i · dv`.
+#[test]
+fn an_accumulator_of_one_term_is_that_term() {
+    let src = "def f (w : Array (Array Real)) (v : Array Real) : Real = \
+               sum (map (\\row -> dot row v) w)";
+    let prog = chad::source::load(src, &chad::prim::Registry::builtin()).unwrap();
+    let entry = prog.entry(0);
+    let c = Compiled::new(&entry).unwrap();
+    chad::ir::check::check(&c.program).unwrap();
+    let text = c.program.to_string();
+    let jvp = &text[text.find("fn f_jvp").expect("a jvp function")..];
+    let jvp = &jvp[..jvp[1..].find("\nfn ").map_or(jvp.len(), |k| k + 1)];
+    assert!(!jvp.contains("= zero [f64]"), "a copy is left:\n{jvp}");
+    let w = vec![vec![0.5, -1.0, 2.0], vec![0.25, 3.0, -0.5]];
+    let v = vec![1.5, -2.0, 0.75];
+    let dw = vec![vec![0.1, 0.2, -0.3], vec![-0.4, 0.0, 0.6]];
+    let dv = vec![0.0, 1.0, -1.0];
+    let row = Type::array(Type::Real);
+    let arg =
+        |m: &Vec<Vec<f64>>| Value::array(&row, m.iter().map(|r| Value::reals(r.clone())).collect());
+    let (y, dy) = c
+        .jvp(
+            &[arg(&w), Value::reals(v.clone())],
+            &[arg(&dw), Value::reals(dv.clone())],
+        )
+        .unwrap();
+    let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+    let want_y: f64 = w.iter().map(|r| dot(r, &v)).sum();
+    let want_dy: f64 = w
+        .iter()
+        .zip(&dw)
+        .map(|(r, d)| dot(d, &v) + dot(r, &dv))
+        .sum();
+    assert!((y.expect_real() - want_y).abs() <= 1e-12 * (1.0 + want_y.abs()));
+    assert!(
+        (dy.expect_real() - want_dy).abs() <= 1e-12 * (1.0 + want_dy.abs()),
+        "{dy:?} against {want_dy}"
+    );
+}

@@ -17,8 +17,17 @@
 //!   (`sum` and the `sum` primitive add in one fixed order), same errors: the check fails
 //!   exactly where `build` would, the body's errors arise in the same order (increasing `i`)
 //!   at the same point of the block, and `s`, bound earlier, is still bound before its uses.
+//! * [`lone_adds`]: `mut a = zero τ; ..; a += [c *] y; ..; let v = take a` (or `get a`), where
+//!   `a` has no other use at any depth and the `+=` and the read are statements of the block
+//!   that declares it, becomes `..; ..; let v = [c *] y`. Linear code materialises a linear
+//!   term into a fresh accumulator this way wherever a value is needed (note 07's
+//!   sink-or-materialise); when only one term arrives, that is a copy of `y` (an allocation
+//!   and a pass over an array) or, for reals, one addition. `zero + y = y` for every additive
+//!   type (arrays pad, lists concatenate), so the value is `y`'s, except that a real `-0.0`
+//!   stays `-0.0` (as the engine's structural zero plus `y` is `y`). Nothing can fail, and
+//!   `y` and `c`, used at the `+=`, are bound at the later read.
 
-use super::{Atom, Block, Check, Expr, Place, Program, Step, Stmt, same_atom, same_step};
+use super::{Atom, Block, Check, Expr, MutVar, Place, Program, Step, Stmt, same_atom, same_step};
 use crate::deep::deep;
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -288,4 +297,133 @@ fn same_grow(a: &Stmt, b: &Stmt) -> bool {
         }
         _ => false,
     }
+}
+
+/// Replaces accumulators that receive a single `+=` by the added value (module doc).
+pub fn lone_adds(p: &mut Program) {
+    for f in &mut p.funcs {
+        let mut uses = FxHashMap::default();
+        count_muts(&f.body, &mut uses);
+        lone_block(&mut f.body, &uses);
+    }
+}
+
+fn lone_block(b: &mut Block, uses: &FxHashMap<u32, u32>) {
+    deep(|| {
+        for s in &mut b.stmts {
+            match s {
+                Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => lone_expr(e, uses),
+                Stmt::For(_, _, body) | Stmt::Loop(body) => lone_block(body, uses),
+                _ => {}
+            }
+        }
+        // The candidates of this block: zero-initialised accumulators used exactly three
+        // times (declaration, one `+=` at the root, one read), all at this level.
+        let mut decl: FxHashMap<u32, usize> = FxHashMap::default();
+        let mut add: FxHashMap<u32, usize> = FxHashMap::default();
+        let mut read: FxHashMap<u32, usize> = FxHashMap::default();
+        for (k, s) in b.stmts.iter().enumerate() {
+            match s {
+                Stmt::Mut(m, e) if is_zero(e) && uses.get(&m.0.id) == Some(&3) => {
+                    decl.insert(m.0.id, k);
+                }
+                Stmt::AddTo { place, .. } if place.path.is_empty() => {
+                    add.insert(place.root.0.id, k);
+                }
+                Stmt::Let(_, Expr::Take(m) | Expr::Get(m)) => {
+                    read.insert(m.0.id, k);
+                }
+                _ => {}
+            }
+        }
+        let mut drop = FxHashSet::default();
+        for (m, &k) in &decl {
+            let (Some(&j), Some(&t)) = (add.get(m), read.get(m)) else {
+                continue;
+            };
+            if !(k < j && j < t) {
+                continue;
+            }
+            let Stmt::AddTo { value, scale, .. } = &b.stmts[j] else {
+                unreachable!("indexed as an add")
+            };
+            let e = match scale {
+                None => Expr::Atom(value.clone()),
+                Some(c) => Expr::Scale(c.clone(), value.clone()),
+            };
+            let Stmt::Let(_, r) = &mut b.stmts[t] else {
+                unreachable!("indexed as a read")
+            };
+            *r = e;
+            drop.insert(k);
+            drop.insert(j);
+        }
+        if !drop.is_empty() {
+            let mut k = 0;
+            b.stmts.retain(|_| {
+                k += 1;
+                !drop.contains(&(k - 1))
+            });
+        }
+    })
+}
+
+/// `zero τ`, or the real `0.0` (not `-0.0`).
+fn is_zero(e: &Expr) -> bool {
+    match e {
+        Expr::Zero(_) => true,
+        Expr::Atom(Atom::F64(z)) => *z == 0.0 && z.is_sign_positive(),
+        _ => false,
+    }
+}
+
+fn lone_expr(e: &mut Expr, uses: &FxHashMap<u32, u32>) {
+    match e {
+        Expr::Build(_, _, b, _) | Expr::Sum(_, _, b) | Expr::Iterate(_, _, b, _, _) => {
+            lone_block(b, uses)
+        }
+        Expr::If(_, a, b) => {
+            lone_block(a, uses);
+            lone_block(b, uses);
+        }
+        Expr::Match(_, arms) => arms.iter_mut().for_each(|a| lone_block(&mut a.body, uses)),
+        _ => {}
+    }
+}
+
+/// Counts the occurrences of every mutable variable (declaration, `set`, places, reads), at
+/// any depth.
+fn count_muts(b: &Block, uses: &mut FxHashMap<u32, u32>) {
+    fn one(m: &MutVar, uses: &mut FxHashMap<u32, u32>) {
+        *uses.entry(m.0.id).or_insert(0) += 1;
+    }
+    fn expr(e: &Expr, uses: &mut FxHashMap<u32, u32>) {
+        match e {
+            Expr::Get(m) | Expr::Take(m) => one(m, uses),
+            Expr::Build(_, _, b, _) | Expr::Sum(_, _, b) | Expr::Iterate(_, _, b, _, _) => {
+                count_muts(b, uses)
+            }
+            Expr::If(_, a, b) => {
+                count_muts(a, uses);
+                count_muts(b, uses);
+            }
+            Expr::Match(_, arms) => arms.iter().for_each(|a| count_muts(&a.body, uses)),
+            _ => {}
+        }
+    }
+    deep(|| {
+        for s in &b.stmts {
+            match s {
+                Stmt::Let(_, e) | Stmt::Do(e) => expr(e, uses),
+                Stmt::Mut(m, e) => {
+                    one(m, uses);
+                    expr(e, uses);
+                }
+                Stmt::Set(m, _) => one(m, uses),
+                Stmt::AddTo { place, .. } | Stmt::Grow(place, _) => one(&place.root, uses),
+                Stmt::For(_, _, body) | Stmt::Loop(body) => count_muts(body, uses),
+                Stmt::Break | Stmt::Check(..) => {}
+            }
+        }
+    })
 }
