@@ -279,6 +279,20 @@ fn at_or<T: Clone>(xs: &[T], i: i64, zero: impl FnOnce() -> T) -> T {
     }
 }
 
+/// `xs` padded with zeros to at least `n` elements, borrowed when it is long enough: an
+/// additive array read with zeros past its end (`xs[i]?0`) throughout a loop over `0..n`.
+#[allow(dead_code)]
+fn pad_f64(xs: &[f64], n: i64) -> std::borrow::Cow<'_, [f64]> {
+    let n = n.max(0) as usize;
+    if xs.len() >= n {
+        std::borrow::Cow::Borrowed(xs)
+    } else {
+        let mut v = xs.to_vec();
+        v.resize(n, 0.0);
+        std::borrow::Cow::Owned(v)
+    }
+}
+
 /// `c * x` with a strong zero: exactly 0 where either factor is 0.
 #[allow(dead_code)]
 #[inline(always)]
@@ -631,6 +645,9 @@ struct Emitter<'a> {
     /// array, the loop index that selects an element, and the slice's name.
     slices: Vec<(u32, Vec<Step>, String)>,
     next_slice: usize,
+    /// Real arrays read with zeros past their end at a loop's index throughout that loop,
+    /// padded before it (`pad_f64`): (array, loop index) to the padded slice's name.
+    padded: FxHashMap<(u32, u32), String>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -679,6 +696,7 @@ impl<'a> Emitter<'a> {
             borrowed: FxHashSet::default(),
             slices: Vec::new(),
             next_slice: 0,
+            padded: FxHashMap::default(),
         };
         e.find_recursive();
         e.find_no_debug();
@@ -1694,7 +1712,10 @@ impl<'a> Emitter<'a> {
             self.slices
                 .push((p.root.0.id, p.path.clone(), name.clone()));
         }
+        let (pads, added) = self.pad_reads(i, n, body, depth);
+        out.push_str(&pads);
         let b = self.unit_block(body, depth);
+        self.unpad(added);
         for _ in 0..pushed {
             self.slices.pop();
         }
@@ -1702,6 +1723,57 @@ impl<'a> Emitter<'a> {
         Self::indent(out, depth);
         let _ = writeln!(out, "for {} in 0..{} {b}", self.decl_name(i), self.read(n));
         Ok(())
+    }
+
+    /// Pads the real arrays that a loop over `i in 0..n` reads with zeros past their end at
+    /// `i` (`let y = xs[i]?0` among the body's statements, `xs` bound outside the body) to
+    /// `n` elements before the loop, so that each read is a plain index: returns the
+    /// declarations and the keys added to [`Emitter::padded`] (removed by
+    /// [`Emitter::unpad`] after the body). A short array (a structurally smaller tangent or
+    /// cotangent) is copied once; a long enough one is borrowed.
+    fn pad_reads(
+        &mut self,
+        i: &super::Var,
+        n: &Atom,
+        body: &Block,
+        depth: usize,
+    ) -> (String, Vec<(u32, u32)>) {
+        let inner: FxHashSet<u32> = body
+            .stmts
+            .iter()
+            .filter_map(|s| match s {
+                Stmt::Let(x, _) => Some(x.id),
+                _ => None,
+            })
+            .collect();
+        let (mut decls, mut added) = (String::new(), Vec::new());
+        for s in &body.stmts {
+            if let Stmt::Let(_, Expr::IndexOr0(Atom::Var(a), Atom::Var(j))) = s
+                && j.id == i.id
+                && matches!(self.types().kind(a.ty), TyKind::Array(e) if *e == Ty::F64)
+                && !inner.contains(&a.id)
+                && !self.padded.contains_key(&(a.id, i.id))
+            {
+                self.next_slice += 1;
+                let name = format!("z{}_{}", self.next_slice, var_name(a));
+                let n = self.read(n);
+                Self::indent(&mut decls, depth);
+                let _ = writeln!(
+                    decls,
+                    "let {name} = pad_f64(&{}, {n}); let {name}: &[f64] = &{name}[..{n}.max(0) as usize];",
+                    self.read(&Atom::Var(a.clone()))
+                );
+                self.padded.insert((a.id, i.id), name);
+                added.push((a.id, i.id));
+            }
+        }
+        (decls, added)
+    }
+
+    fn unpad(&mut self, added: Vec<(u32, u32)>) {
+        for k in added {
+            self.padded.remove(&k);
+        }
     }
 
     /// Whether the loop body writes elements `p[j]...` and accesses `p`'s variable only
@@ -1965,6 +2037,15 @@ impl<'a> Emitter<'a> {
                     format!("at(&{xs}, {i}, {})?", site.0)
                 }
             }
+            Expr::IndexOr0(Atom::Var(a), Atom::Var(i))
+                if self.padded.contains_key(&(a.id, i.id)) =>
+            {
+                format!(
+                    "{}[{} as usize]",
+                    self.padded[&(a.id, i.id)],
+                    self.decl_name(i)
+                )
+            }
             Expr::IndexOr0(a, i) => {
                 let t = ty.expect("an element's type");
                 let z = self.zero_val(t);
@@ -1972,39 +2053,56 @@ impl<'a> Emitter<'a> {
             }
             Expr::Len(a) => format!("{}.len() as i64", self.read(a)),
             Expr::Build(n, i, b, site) if parallel_ok(b) => {
+                let (pads, added) = self.pad_reads(i, n, b, depth + 1);
                 let n = self.read(n);
-                let body = self.block_expr(b, depth + 1)?;
+                let body = self.block_expr(b, depth + 1);
+                self.unpad(added);
+                let body = body?;
                 let ind = "    ".repeat(depth);
                 format!(
-                    "{{\n{ind}    let n = check_len(\"build\", {n}, {})?;\n{ind}    Arr::new(par_build(n, {}, |{}: i64| Ok({body}))?)\n{ind}}}",
+                    "{{\n{ind}    let n = check_len(\"build\", {n}, {})?;\n{pads}{ind}    Arr::new(par_build(n, {}, |{}: i64| Ok({body}))?)\n{ind}}}",
                     site.0,
                     cost(b),
                     self.decl_name(i)
                 )
             }
             Expr::Build(n, i, b, site) => {
+                let (pads, added) = self.pad_reads(i, n, b, depth + 1);
                 let n = self.read(n);
-                let body = self.block_expr(b, depth + 1)?;
+                let body = self.block_expr(b, depth + 1);
+                self.unpad(added);
+                let body = body?;
                 let ind = "    ".repeat(depth);
                 format!(
-                    "{{\n{ind}    let n = check_len(\"build\", {n}, {})?;\n{ind}    let mut v = Vec::with_capacity(n);\n{ind}    for {} in 0..n as i64 {{\n{ind}        v.push({body});\n{ind}    }}\n{ind}    Arr::new(v)\n{ind}}}",
+                    "{{\n{ind}    let n = check_len(\"build\", {n}, {})?;\n{pads}{ind}    let mut v = Vec::with_capacity(n);\n{ind}    for {} in 0..n as i64 {{\n{ind}        v.push({body});\n{ind}    }}\n{ind}    Arr::new(v)\n{ind}}}",
                     site.0,
                     self.decl_name(i)
                 )
             }
-            Expr::Sum(n, i, b) if parallel_ok(b) => {
-                let n = self.read(n);
-                let body = self.block_expr(b, depth)?;
-                format!(
-                    "par_sum({n}, {}, |{}: i64| Ok({body}))?",
-                    cost(b),
-                    self.decl_name(i)
-                )
-            }
             Expr::Sum(n, i, b) => {
+                let (pads, added) = self.pad_reads(i, n, b, depth + 1);
                 let n = self.read(n);
-                let body = self.block_expr(b, depth)?;
-                format!("sum_by({n}, |{}: i64| Ok({body}))?", self.decl_name(i))
+                let body = self.block_expr(b, depth);
+                self.unpad(added);
+                let body = body?;
+                let sum = if parallel_ok(b) {
+                    format!(
+                        "par_sum({n}, {}, |{}: i64| Ok({body}))?",
+                        cost(b),
+                        self.decl_name(i)
+                    )
+                } else {
+                    format!("sum_by({n}, |{}: i64| Ok({body}))?", self.decl_name(i))
+                };
+                if pads.is_empty() {
+                    sum
+                } else {
+                    format!(
+                        "{{\n{pads}{}    {sum}\n{}}}",
+                        "    ".repeat(depth),
+                        "    ".repeat(depth)
+                    )
+                }
             }
             Expr::Replicate(n, x, site) => {
                 format!(
