@@ -476,3 +476,44 @@ fn an_accumulator_of_one_term_is_that_term() {
         "{dy:?} against {want_dy}"
     );
 }
+
+/// `ir::opt::hoist_invariants`: Rosenbrock's forward program projected the tangent array out
+/// of the tangent tuple at every element; the projection (infallible, loop-invariant) now
+/// precedes the loop, and the jvp is still the hand-computed `∇f · t`, also where the loop
+/// runs zero times (n = 1: the sum is empty and nothing fails).
+#[test]
+fn loop_invariant_lets_move_before_the_loop() {
+    let prog = load("benches/programs/rosenbrock.chad");
+    let entry = prog.entry(prog.defs.len() - 1);
+    let c = Compiled::new(&entry).unwrap();
+    chad::ir::check::check(&c.program).unwrap();
+    let text = c.program.to_string();
+    let jvp = &text[text.find("fn rosenbrock_jvp").expect("a jvp function")..];
+    let jvp = &jvp[..jvp[1..].find("\nfn ").map_or(jvp.len(), |k| k + 1)];
+    let tangent = jvp
+        .lines()
+        .find(|l| l.contains(": [f64] = d_"))
+        .expect("the tangent array is projected");
+    assert!(
+        tangent.starts_with("  let"),
+        "the projection is still inside a loop:\n{jvp}"
+    );
+    let xs = [0.5, -1.0, 2.0, 0.3, 1.5];
+    let ts = [1.0, 0.5, -2.0, 0.25, 3.0];
+    let (_, dy) = c
+        .jvp(&[Value::reals(xs.to_vec())], &[Value::reals(ts.to_vec())])
+        .unwrap();
+    let mut want = 0.0;
+    for i in 0..xs.len() - 1 {
+        let d = xs[i + 1] - xs[i] * xs[i];
+        want += (-400.0 * xs[i] * d - 2.0 * (1.0 - xs[i])) * ts[i] + 200.0 * d * ts[i + 1];
+    }
+    assert!(
+        (dy.expect_real() - want).abs() <= 1e-12 * (1.0 + want.abs()),
+        "{dy:?} against {want}"
+    );
+    let (y, dy) = c
+        .jvp(&[Value::reals(vec![0.7])], &[Value::reals(vec![1.0])])
+        .unwrap();
+    assert_eq!((y.expect_real(), dy.expect_real()), (0.0, 0.0));
+}

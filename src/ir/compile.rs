@@ -90,6 +90,7 @@ impl Module {
         let mut program = low.finish()?;
         crate::ir::opt::hoist_grows(&mut program);
         crate::ir::opt::fuse_sums(&mut program);
+        crate::ir::opt::hoist_invariants(&mut program);
         crate::ir::opt::lone_adds(&mut program);
         Ok(Module { program, defs })
     }

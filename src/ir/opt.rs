@@ -17,6 +17,16 @@
 //!   (`sum` and the `sum` primitive add in one fixed order), same errors: the check fails
 //!   exactly where `build` would, the body's errors arise in the same order (increasing `i`)
 //!   at the same point of the block, and `s`, bound earlier, is still bound before its uses.
+//! * [`hoist_invariants`]: a `let` at the top level of a `for`, `build` or `sum` body whose
+//!   operands are all bound outside the loop (or by `let`s hoisted before it) and whose
+//!   expression cannot fail, has no effect and reads no mutable variable (an operand, a
+//!   projection, a length, a tuple or variant, an operation of the lowering, a real
+//!   primitive, zero, an addition or scaling) moves before the loop, innermost loops first.
+//!   Its value is the same at every iteration, so the loop computes the same values; if the
+//!   loop runs zero times the moved `let` is computed once for nothing, which changes no
+//!   value and raises no error. Forward and reverse code re-project the (co)tangent of the
+//!   environment in every iteration (`d.1` of the tangent tuple, once per element); moved out,
+//!   that array is visibly loop-invariant, which the Rust backend's padded reads need.
 //! * [`lone_adds`]: `mut a = zero τ; ..; a += [c *] y; ..; let v = take a` (or `get a`), where
 //!   `a` has no other use at any depth and the `+=` and the read are statements of the block
 //!   that declares it, becomes `..; ..; let v = [c *] y`. Linear code materialises a linear
@@ -426,4 +436,98 @@ fn count_muts(b: &Block, uses: &mut FxHashMap<u32, u32>) {
             }
         }
     })
+}
+
+/// Moves loop-invariant, infallible `let`s out of counted loops (module doc).
+pub fn hoist_invariants(p: &mut Program) {
+    for f in &mut p.funcs {
+        invariant_block(&mut f.body);
+    }
+}
+
+fn invariant_block(b: &mut Block) {
+    deep(|| {
+        let stmts = std::mem::take(&mut b.stmts);
+        let mut out = Vec::with_capacity(stmts.len());
+        for mut s in stmts {
+            match &mut s {
+                Stmt::For(i, _, body) => {
+                    invariant_block(body);
+                    out.extend(hoist_from(i, body));
+                }
+                Stmt::Let(_, Expr::Build(_, i, body, _) | Expr::Sum(_, i, body)) => {
+                    invariant_block(body);
+                    out.extend(hoist_from(i, body));
+                }
+                Stmt::Loop(body) => invariant_block(body),
+                Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => invariant_expr(e),
+                _ => {}
+            }
+            out.push(s);
+        }
+        b.stmts = out;
+    })
+}
+
+fn invariant_expr(e: &mut Expr) {
+    match e {
+        Expr::Build(_, _, b, _) | Expr::Sum(_, _, b) | Expr::Iterate(_, _, b, _, _) => {
+            invariant_block(b)
+        }
+        Expr::If(_, a, b) => {
+            invariant_block(a);
+            invariant_block(b);
+        }
+        Expr::Match(_, arms) => arms.iter_mut().for_each(|a| invariant_block(&mut a.body)),
+        _ => {}
+    }
+}
+
+/// The invariant `let`s of a loop body over `i`, removed from it, in order.
+fn hoist_from(i: &super::Var, body: &mut Block) -> Vec<Stmt> {
+    let mut defined = FxHashSet::default();
+    defined.insert(i.id);
+    defs(body, &mut defined);
+    let mut hoisted = Vec::new();
+    body.stmts.retain(|s| match s {
+        Stmt::Let(x, e) if infallible(e) && operands(e).all(|a| outside(a, &defined)) => {
+            defined.remove(&x.id);
+            hoisted.push(s.clone());
+            false
+        }
+        _ => true,
+    });
+    hoisted
+}
+
+/// Expressions that cannot fail, have no effect and read no mutable variable.
+fn infallible(e: &Expr) -> bool {
+    use crate::prim::Scalar;
+    match e {
+        Expr::Atom(_)
+        | Expr::Op(..)
+        | Expr::Tuple(_)
+        | Expr::Proj(..)
+        | Expr::Variant(..)
+        | Expr::Len(_)
+        | Expr::Zero(_)
+        | Expr::Add(..)
+        | Expr::Scale(..) => true,
+        Expr::Prim(p, _, _) => matches!(
+            p.scalar(),
+            Some(Scalar::Real1(_) | Scalar::Real2(_) | Scalar::RealCmp(_))
+        ),
+        _ => false,
+    }
+}
+
+/// The operands of an expression without blocks.
+fn operands(e: &Expr) -> impl Iterator<Item = &Atom> {
+    let v: Vec<&Atom> = match e {
+        Expr::Atom(a) | Expr::Proj(a, _) | Expr::Variant(_, _, a) | Expr::Len(a) => vec![a],
+        Expr::Op(_, xs) | Expr::Prim(_, xs, _) | Expr::Tuple(xs) => xs.iter().collect(),
+        Expr::Add(a, b) | Expr::Scale(a, b) => vec![a, b],
+        _ => Vec::new(),
+    };
+    v.into_iter()
 }

@@ -1726,8 +1726,9 @@ impl<'a> Emitter<'a> {
     }
 
     /// Pads the real arrays that a loop over `i in 0..n` reads with zeros past their end at
-    /// `i` (`let y = xs[i]?0` among the body's statements, `xs` bound outside the body) to
-    /// `n` elements before the loop, so that each read is a plain index: returns the
+    /// `i` or at `i + k` for a constant `k ≥ 0` (`let y = xs[i]?0` among the body's
+    /// statements, `xs` bound outside the body) to `n + k` elements before the loop (the
+    /// largest `k` of the array's reads), so that each read is a plain index: returns the
     /// declarations and the keys added to [`Emitter::padded`] (removed by
     /// [`Emitter::unpad`] after the body). A short array (a structurally smaller tangent or
     /// cotangent) is copied once; a long enough one is borrowed.
@@ -1738,33 +1739,60 @@ impl<'a> Emitter<'a> {
         body: &Block,
         depth: usize,
     ) -> (String, Vec<(u32, u32)>) {
-        let inner: FxHashSet<u32> = body
-            .stmts
-            .iter()
-            .filter_map(|s| match s {
-                Stmt::Let(x, _) => Some(x.id),
-                _ => None,
-            })
-            .collect();
-        let (mut decls, mut added) = (String::new(), Vec::new());
+        let mut inner: FxHashSet<u32> = FxHashSet::default();
+        // The loop index plus a constant: the index variable's offset.
+        let mut offset: FxHashMap<u32, i64> = FxHashMap::default();
+        offset.insert(i.id, 0);
+        // Per array, in order of first read: the array, its reads' index variables, and the
+        // largest offset.
+        let mut reads: Vec<(super::Var, Vec<u32>, i64)> = Vec::new();
         for s in &body.stmts {
-            if let Stmt::Let(_, Expr::IndexOr0(Atom::Var(a), Atom::Var(j))) = s
-                && j.id == i.id
-                && matches!(self.types().kind(a.ty), TyKind::Array(e) if *e == Ty::F64)
-                && !inner.contains(&a.id)
-                && !self.padded.contains_key(&(a.id, i.id))
-            {
-                self.next_slice += 1;
-                let name = format!("z{}_{}", self.next_slice, var_name(a));
-                let n = self.read(n);
-                Self::indent(&mut decls, depth);
-                let _ = writeln!(
-                    decls,
-                    "let {name} = pad_f64(&{}, {n}); let {name}: &[f64] = &{name}[..{n}.max(0) as usize];",
-                    self.read(&Atom::Var(a.clone()))
-                );
-                self.padded.insert((a.id, i.id), name);
-                added.push((a.id, i.id));
+            let Stmt::Let(x, e) = s else { continue };
+            match e {
+                Expr::Op(super::Op::IAdd, xs) => match xs.as_slice() {
+                    [Atom::Var(j), Atom::I64(k)] | [Atom::I64(k), Atom::Var(j)]
+                        if j.id == i.id && *k >= 0 =>
+                    {
+                        offset.insert(x.id, *k);
+                    }
+                    _ => {}
+                },
+                Expr::IndexOr0(Atom::Var(a), Atom::Var(j))
+                    if offset.contains_key(&j.id)
+                        && matches!(self.types().kind(a.ty), TyKind::Array(e) if *e == Ty::F64)
+                        && !inner.contains(&a.id)
+                        && !self.padded.contains_key(&(a.id, j.id)) =>
+                {
+                    let k = offset[&j.id];
+                    match reads.iter_mut().find(|r| r.0.id == a.id) {
+                        Some(r) => {
+                            r.1.push(j.id);
+                            r.2 = r.2.max(k);
+                        }
+                        None => reads.push((a.clone(), vec![j.id], k)),
+                    }
+                }
+                _ => {}
+            }
+            inner.insert(x.id);
+        }
+        let (mut decls, mut added) = (String::new(), Vec::new());
+        for (a, js, k) in reads {
+            self.next_slice += 1;
+            let name = format!("z{}_{}", self.next_slice, var_name(&a));
+            let n = match k {
+                0 => self.read(n),
+                k => format!("{}.saturating_add({k})", self.read(n)),
+            };
+            Self::indent(&mut decls, depth);
+            let _ = writeln!(
+                decls,
+                "let {name} = pad_f64(&{}, {n}); let {name}: &[f64] = &{name}[..{n}.max(0) as usize];",
+                self.read(&Atom::Var(a.clone()))
+            );
+            for j in js {
+                self.padded.insert((a.id, j), name.clone());
+                added.push((a.id, j));
             }
         }
         (decls, added)
