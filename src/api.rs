@@ -63,7 +63,7 @@
 use crate::ad::optimized::Optimized;
 use crate::ad::{self, Vjp};
 use crate::error::{Error, ErrorKind, Result, Source};
-use crate::ir::compile::{Compiled, Parts};
+use crate::ir::compile::Parts;
 use crate::native::Native;
 use crate::prim::Registry;
 use crate::source::term;
@@ -504,20 +504,8 @@ impl Function {
         } else {
             ad::with_respect_to(&a.entry, &a.wrt)
         };
-        let code = Compiled::with_parts(&entry, parts)?;
-        let verbose = self.data.verbose;
-        let n = Native::new(code, Some(self.data.program.source()), verbose)?;
-        if verbose {
-            if n.cached {
-                eprintln!("native library (cached): {}", n.path.display());
-            } else {
-                eprintln!(
-                    "native library built in {:.2} s: {}",
-                    n.rustc_s,
-                    n.path.display()
-                );
-            }
-        }
+        let source = Some(self.data.program.source());
+        let n = Native::compile(&entry, parts, source, self.data.verbose)?;
         Ok(a.native[k].get_or_init(|| n))
     }
 
