@@ -220,16 +220,18 @@ fn native_commands_print_the_engines_output() {
     let file = dir.join("rosenbrock.chad");
     std::fs::write(&file, ROSENBROCK).unwrap();
     let f = file.to_str().unwrap();
+    // Standard output; with `--verbose`, standard error must name the native library (the
+    // command did run natively).
     let run = |args: &[&str]| -> String {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_chad"))
             .args(args)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {err}");
+        if args.contains(&"--verbose") {
+            assert!(err.contains("native library"), "{args:?} not native: {err}");
+        }
         String::from_utf8(out.stdout).unwrap()
     };
     let x = "[0.5, -1.25, 2.0, 0.75]";
@@ -241,7 +243,7 @@ fn native_commands_print_the_engines_output() {
     ] {
         let engine = run(&cmd);
         let mut native = cmd.clone();
-        native.extend(["--backend", "native"]);
+        native.extend(["--backend", "native", "--verbose"]);
         assert_eq!(run(&native), engine, "{cmd:?}");
     }
     let _ = std::fs::remove_dir_all(&dir);
