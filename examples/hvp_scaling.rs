@@ -20,9 +20,9 @@ use chad::ad::Vjp;
 use chad::ad::nested::Hvp;
 use chad::ir::compile::Parts;
 use chad::native::Native;
-use chad::source::term::Entry;
 use chad::optimize::optimize;
 use chad::prim::Registry;
+use chad::source::term::Entry;
 use chad::value::Value;
 
 mod common;
@@ -113,12 +113,24 @@ impl Timer {
         // The native results agree with the engine's (a check that the timed code is right).
         let e = self.hvp.hvp(args, v).expect("runs");
         let (_, t) = chad::ad::nested::Forward::jvp(h, args, &full).expect("runs");
-        let hv: Vec<f64> = e.hvp.iter().flatten().flat_map(chad::oracle::fd::leaves).collect();
+        let hv: Vec<f64> = e
+            .hvp
+            .iter()
+            .flatten()
+            .flat_map(chad::oracle::fd::leaves)
+            .collect();
         let nv: Vec<f64> = chad::oracle::fd::leaves(t.expect_pair().1);
         let nv = &nv[nv.len() - hv.len()..];
-        let err = hv.iter().zip(nv).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        let err = hv
+            .iter()
+            .zip(nv)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
         let scale = hv.iter().map(|a| a.abs()).fold(1.0, f64::max);
-        assert!(err <= 1e-9 * scale, "native hvp differs from the engine's by {err}");
+        assert!(
+            err <= 1e-9 * scale,
+            "native hvp differs from the engine's by {err}"
+        );
         let time = |n: &Native, f, xs: Vec<chad::ir::interp::Val>| {
             let mut p = n.prepare(f, &xs).expect("prepares");
             let mut ts: Vec<f64> = (0..=self.repeat)
@@ -130,10 +142,18 @@ impl Timer {
         };
         let dg = &g.defs[0];
         let ct = dg.cotangent(&Value::Real(1.0)).expect("a cotangent");
-        let t_g = time(g, dg.vjp.expect("compiled"), vec![dg.context(args).expect("args"), ct]);
+        let t_g = time(
+            g,
+            dg.vjp.expect("compiled"),
+            vec![dg.context(args).expect("args"), ct],
+        );
         let dh = &h.defs[0];
         let dx = dh.context_tangent(args, &full).expect("tangents");
-        let t_h = time(h, dh.jvp.expect("compiled"), vec![dh.context(args).expect("args"), dx]);
+        let t_h = time(
+            h,
+            dh.jvp.expect("compiled"),
+            vec![dh.context(args).expect("args"), dx],
+        );
         (t_g, t_h)
     }
 }

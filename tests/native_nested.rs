@@ -15,8 +15,8 @@
 
 mod common;
 
-use chad::ad::nested::{self, Hvp, Mode};
 use chad::ad::Vjp;
+use chad::ad::nested::{self, Hvp, Mode};
 use chad::native::NativeBackend;
 use chad::oracle::fd;
 use chad::random::{self, Config};
@@ -100,8 +100,7 @@ fn native_hvp_agrees_with_the_engine_and_finite_differences_on_random_programs()
     // One library: forward mode of every concretised gradient (as `NativeBackend::forward`
     // compiles each alone).
     let gradients: Vec<Entry> = cases.iter().map(|(_, h, _)| h.gradient().clone()).collect();
-    let module =
-        chad::ir::compile::Module::new(&gradients, chad::ir::compile::Parts::JVP).unwrap();
+    let module = chad::ir::compile::Module::new(&gradients, chad::ir::compile::Parts::JVP).unwrap();
     chad::ir::check::check(&module.program).unwrap();
     let native = chad::native::Native::module(module, None, false)
         .unwrap_or_else(|e| panic!("{}", e.render(None)));
@@ -126,11 +125,21 @@ fn native_hvp_agrees_with_the_engine_and_finite_differences_on_random_programs()
             "value\n{p:?}"
         );
         let (eg, eh) = (
-            leaves(&engine.gradient.iter().flatten().cloned().collect::<Vec<_>>()),
+            leaves(
+                &engine
+                    .gradient
+                    .iter()
+                    .flatten()
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            ),
             leaves(&engine.hvp.iter().flatten().cloned().collect::<Vec<_>>()),
         );
         let (ng, nh) = (fd::leaves(g), fd::leaves(h));
-        assert!(close(&eg, &ng, 1e-9), "gradient {eg:?} vs native {ng:?}\n{p:?}");
+        assert!(
+            close(&eg, &ng, 1e-9),
+            "gradient {eg:?} vs native {ng:?}\n{p:?}"
+        );
         assert!(close(&eh, &nh, 1e-9), "hvp {eh:?} vs native {nh:?}\n{p:?}");
         agreed += 1;
         if !nh.iter().all(|x| x.is_finite()) {
@@ -144,7 +153,10 @@ fn native_hvp_agrees_with_the_engine_and_finite_differences_on_random_programs()
             continue;
         };
         if d1.iter().all(|x| x.is_finite()) && close(&d1, &d2, 1e-4) {
-            assert!(close(&nh, &d1, 1e-3), "native hvp {nh:?} vs fd {d1:?}\n{p:?}");
+            assert!(
+                close(&nh, &d1, 1e-3),
+                "native hvp {nh:?} vs fd {d1:?}\n{p:?}"
+            );
             smooth += 1;
             if p.source().contains('\\') {
                 higher_order += 1;
@@ -200,7 +212,12 @@ fn native_hessian_hvp_and_jacobian_of_rosenbrock() {
         .unwrap();
     let hv: Vec<f64> = want
         .iter()
-        .map(|row| row.iter().zip([1.0, 0.5, -2.0, 0.25]).map(|(a, b)| a * b).sum())
+        .map(|row| {
+            row.iter()
+                .zip([1.0, 0.5, -2.0, 0.25])
+                .map(|(a, b)| a * b)
+                .sum()
+        })
         .collect();
     assert!(close(&fd::leaves(r.hvp[0].as_ref().unwrap()), &hv, 1e-12));
     for mode in [Mode::Forward, Mode::Reverse] {
