@@ -229,6 +229,27 @@ fn native_hessian_hvp_and_jacobian_of_rosenbrock() {
     }
 }
 
+/// The library's `Function::{hvp, hessian, jacobian}`: natively what the engine gives.
+#[test]
+fn function_hvp_hessian_and_jacobian_natively() {
+    let f = chad::Program::load(ROSENBROCK)
+        .unwrap()
+        .function("rosenbrock")
+        .unwrap();
+    let native = f.backend(chad::Backend::Native);
+    let x = [0.5, -1.25, 2.0, 0.75];
+    let args = [Value::reals(x.to_vec())];
+    let t = [Value::reals(vec![1.0, 0.5, -2.0, 0.25])];
+    let (e, n) = (f.hvp(&args, &t).unwrap(), native.hvp(&args, &t).unwrap());
+    assert_eq!(format!("{e:?}"), format!("{n:?}"));
+    assert_eq!(n.hvp.len(), 1);
+    let (_, _, h) = native.hessian(&args).unwrap();
+    assert_eq!(h, rosenbrock_hessian(&x));
+    assert_eq!(f.hessian(&args).unwrap(), native.hessian(&args).unwrap());
+    let (_, j) = native.jacobian(&args, Some(Mode::Reverse)).unwrap();
+    assert_eq!(j, f.jacobian(&args, Some(Mode::Reverse)).unwrap().1);
+}
+
 /// The command line: `--backend native` prints what the engine prints.
 #[test]
 fn native_commands_print_the_engines_output() {
