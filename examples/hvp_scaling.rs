@@ -5,15 +5,24 @@
 //! Programs: Rosenbrock's function of n variables, and the MLP of `examples/mlp.chad` with H
 //! hidden units (the inputs and weights made up deterministically; 2 inputs, 3 classes, a
 //! batch of 64 points). Both derivatives run on the execution engine, after the same
-//! optimisation and simplification as `chad grad` and `chad hvp`. Each time is the median of
-//! `--repeat` runs (default 5) after a warm-up.
+//! optimisation and simplification as `chad grad` and `chad hvp`; with `--backend native`, on
+//! native code as `chad grad --backend native` and `chad hvp --backend native` run them
+//! (reverse CHAD of the entry; forward CHAD of the concretised gradient, [`Hvp::gradient`]),
+//! timed inside the library (argument conversion excluded, as `chad bench --backend native`).
+//! Each time is the median of `--repeat` runs (default 5) after a warm-up.
 //!
-//! Run: `cargo run --release --example hvp_scaling [-- --sizes 1000,10000 --repeat 5]`.
+//! Run: `cargo run --release --example hvp_scaling [-- --sizes 1000,10000 --repeat 5]
+//! [--backend native] [--only rosenbrock|mlp]` (set `CHAD_THREADS=1` for stable native
+//! numbers). Natively, the MLP's second-order code is not practical yet: its generated Rust is
+//! ~88 MB (note 12), which rustc did not build within 9 minutes.
 
 use chad::ad::Vjp;
 use chad::ad::nested::Hvp;
+use chad::ir::compile::Parts;
+use chad::native::Native;
 use chad::optimize::optimize;
 use chad::prim::Registry;
+use chad::source::term::Entry;
 use chad::value::Value;
 
 mod common;
@@ -44,7 +53,113 @@ fn matrix(rows: usize, cols: usize, seed: usize) -> Value {
     )
 }
 
+/// Times the gradient and the Hessian-vector product of `entry` at `args` along `v` (one tangent
+/// per selected parameter): seconds of each, medians of `repeat` runs.
+struct Timer {
+    native: bool,
+    repeat: usize,
+    wrt: Vec<bool>,
+    vjp: Vjp,
+    hvp: Hvp,
+    /// Native reverse mode of the entry and forward mode of the concretised gradient.
+    code: Option<(Native, Native)>,
+}
+
+impl Timer {
+    fn new(entry: &Entry, wrt: &[bool], native: bool, repeat: usize) -> Timer {
+        let w = chad::ad::with_respect_to(entry, wrt);
+        let vjp = Vjp::new(&w)
+            .expect("differentiable")
+            .map_body(chad::simplify::simplify);
+        let hvp = Hvp::new(entry, wrt).expect("twice differentiable");
+        let code = native.then(|| {
+            let g = Native::compile(&w, Parts::VJP, None, false).expect("native reverse mode");
+            let h = Native::compile(hvp.gradient(), Parts::JVP, None, false)
+                .expect("native forward mode of the gradient");
+            (g, h)
+        });
+        Timer {
+            native,
+            repeat,
+            wrt: wrt.to_vec(),
+            vjp,
+            hvp,
+            code,
+        }
+    }
+
+    fn times(&self, entry: &Entry, args: &[Value], v: &[Value]) -> (f64, f64) {
+        let Some((g, h)) = &self.code else {
+            let t_g = median(self.repeat, || drop(self.vjp.grad(args).expect("runs")));
+            let t_h = median(self.repeat, || drop(self.hvp.hvp(args, v).expect("runs")));
+            return (t_g, t_h);
+        };
+        assert!(self.native);
+        // One tangent per parameter: `v` for the selected ones, zero for the others.
+        let mut given = v.iter();
+        let full: Vec<Value> = entry
+            .params
+            .iter()
+            .zip(args)
+            .zip(&self.wrt)
+            .map(|((p, a), &s)| {
+                if s {
+                    given.next().expect("one per selected").clone()
+                } else {
+                    chad::oracle::fd::zero_tangent(&p.ty, a)
+                }
+            })
+            .collect();
+        // The native results agree with the engine's (a check that the timed code is right).
+        let e = self.hvp.hvp(args, v).expect("runs");
+        let (_, t) = chad::ad::nested::Forward::jvp(h, args, &full).expect("runs");
+        let hv: Vec<f64> = e
+            .hvp
+            .iter()
+            .flatten()
+            .flat_map(chad::oracle::fd::leaves)
+            .collect();
+        let nv: Vec<f64> = chad::oracle::fd::leaves(t.expect_pair().1);
+        let nv = &nv[nv.len() - hv.len()..];
+        let err = hv
+            .iter()
+            .zip(nv)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
+        let scale = hv.iter().map(|a| a.abs()).fold(1.0, f64::max);
+        assert!(
+            err <= 1e-9 * scale,
+            "native hvp differs from the engine's by {err}"
+        );
+        let time = |n: &Native, f, xs: Vec<chad::ir::interp::Val>| {
+            let mut p = n.prepare(f, &xs).expect("prepares");
+            let mut ts: Vec<f64> = (0..=self.repeat)
+                .map(|_| p.run(1).expect("runs").1[0])
+                .skip(1)
+                .collect();
+            ts.sort_by(f64::total_cmp);
+            ts[ts.len() / 2]
+        };
+        let dg = &g.defs[0];
+        let ct = dg.cotangent(&Value::Real(1.0)).expect("a cotangent");
+        let t_g = time(
+            g,
+            dg.vjp.expect("compiled"),
+            vec![dg.context(args).expect("args"), ct],
+        );
+        let dh = &h.defs[0];
+        let dx = dh.context_tangent(args, &full).expect("tangents");
+        let t_h = time(
+            h,
+            dh.jvp.expect("compiled"),
+            vec![dh.context(args).expect("args"), dx],
+        );
+        (t_g, t_h)
+    }
+}
+
 fn main() {
+    let native = flag("--backend").is_some_and(|b| b == "native");
     let repeat = flag("--repeat").map_or(5, |s| s.parse().expect("a count"));
     let sizes: Vec<usize> = flag("--sizes").map_or(vec![1_000, 10_000, 100_000], |s| {
         s.split(',').map(|n| n.parse().expect("a size")).collect()
@@ -53,19 +168,24 @@ fn main() {
         "{:<11} {:>7} {:>11} {:>11} {:>9}",
         "program", "n", "grad ms", "hvp ms", "hvp/grad"
     );
+    let only = flag("--only");
     let reg = Registry::builtin();
-    // Rosenbrock.
-    let prog = chad::source::load(ROSENBROCK, &reg).expect("checks");
+    if only.as_deref() != Some("mlp") {
+        rosenbrock(&reg, &sizes, native, repeat);
+    }
+    if only.as_deref() != Some("rosenbrock") {
+        mlp(&reg, native, repeat);
+    }
+}
+
+fn rosenbrock(reg: &Registry, sizes: &[usize], native: bool, repeat: usize) {
+    let prog = chad::source::load(ROSENBROCK, reg).expect("checks");
     let entry = optimize(&prog.entry(0));
-    let vjp = Vjp::new(&entry)
-        .expect("differentiable")
-        .map_body(chad::simplify::simplify);
-    let hvp = Hvp::new(&entry, &[true]).expect("twice differentiable");
-    for &n in &sizes {
+    let timer = Timer::new(&entry, &[true], native, repeat);
+    for &n in sizes {
         let args = [Value::reals((0..n).map(pseudo).collect())];
         let v = [Value::reals((0..n).map(|i| pseudo(i + 5)).collect())];
-        let t_g = median(repeat, || drop(vjp.grad(&args).expect("runs")));
-        let t_h = median(repeat, || drop(hvp.hvp(&args, &v).expect("runs")));
+        let (t_g, t_h) = timer.times(&entry, &args, &v);
         println!(
             "{:<11} {:>7} {:>11.3} {:>11.3} {:>9.2}",
             "rosenbrock",
@@ -75,16 +195,15 @@ fn main() {
             t_h / t_g
         );
     }
-    // The MLP, differentiated with respect to its weights (the data are constants).
+}
+
+/// The MLP, differentiated with respect to its weights (the data are constants).
+fn mlp(reg: &Registry, native: bool, repeat: usize) {
     let text = std::fs::read_to_string("examples/mlp.chad").expect("examples/mlp.chad");
-    let prog = chad::source::load(&text, &reg).expect("checks");
+    let prog = chad::source::load(&text, reg).expect("checks");
     let entry = optimize(&prog.entry(prog.defs.len() - 1));
     let wrt = [true, true, true, true, false, false];
-    let w = chad::ad::with_respect_to(&entry, &wrt);
-    let vjp = Vjp::new(&w)
-        .expect("differentiable")
-        .map_body(chad::simplify::simplify);
-    let hvp = Hvp::new(&entry, &wrt).expect("twice differentiable");
+    let timer = Timer::new(&entry, &wrt, native, repeat);
     let (inputs, classes, batch) = (2, 3, 64);
     for &h in &[16usize, 64, 256] {
         let args = vec![
@@ -105,8 +224,7 @@ fn main() {
             matrix(classes, h, 31),
             Value::reals((0..classes).map(|i| pseudo(i + 37)).collect()),
         ];
-        let t_g = median(repeat, || drop(vjp.grad(&args).expect("runs")));
-        let t_h = median(repeat, || drop(hvp.hvp(&args, &v).expect("runs")));
+        let (t_g, t_h) = timer.times(&entry, &args, &v);
         println!(
             "{:<11} {:>7} {:>11.3} {:>11.3} {:>9.2}",
             "mlp (H)",

@@ -63,7 +63,7 @@
 use crate::ad::optimized::Optimized;
 use crate::ad::{self, Vjp};
 use crate::error::{Error, ErrorKind, Result, Source};
-use crate::ir::compile::{Compiled, Parts};
+use crate::ir::compile::Parts;
 use crate::native::Native;
 use crate::prim::Registry;
 use crate::source::term;
@@ -294,6 +294,8 @@ struct Artefacts {
     transposed: OnceCell<Vjp>,
     /// Native code for the primal, forward and reverse parts.
     native: [OnceCell<Native>; 3],
+    /// Hessian-vector products ([`Function::hvp`]).
+    hvp: OnceCell<ad::nested::Hvp>,
 }
 
 /// A definition of a [`Program`] ready to run and differentiate: which parameters to
@@ -389,6 +391,7 @@ impl Function {
                 optimized: OnceCell::new(),
                 transposed: OnceCell::new(),
                 native: Default::default(),
+                hvp: OnceCell::new(),
             })
         })
     }
@@ -479,6 +482,59 @@ impl Function {
         })
     }
 
+    /// Hessian-vector product of a `Real`-valued definition by forward over reverse
+    /// ([`ad::nested::Hvp`]), on the function's backend: the value, and per selected parameter
+    /// its gradient and its Hessian-vector product along `tangents` (one per selected
+    /// parameter). The second-order code is compiled on first use and kept.
+    pub fn hvp(&self, args: &[Value], tangents: &[Value]) -> Result<ad::nested::HvpResult> {
+        let a = self.artefacts()?;
+        let opt = crate::optimize::optimize(&a.entry);
+        ad::nested::runs_at(&opt, args)?;
+        let h = match a.hvp.get() {
+            Some(h) => h,
+            None => {
+                let h = ad::nested::Hvp::with_backend(&opt, &a.wrt, &*self.nested_backend())?;
+                a.hvp.get_or_init(|| h)
+            }
+        };
+        let mut r = h.hvp(args, tangents)?;
+        r.gradient.retain(Option::is_some);
+        r.hvp.retain(Option::is_some);
+        Ok(r)
+    }
+
+    /// Value, flat gradient and Hessian of a `Real`-valued definition with respect to the
+    /// selected parameters ([`ad::nested::hessian_with`]), on the function's backend.
+    pub fn hessian(&self, args: &[Value]) -> Result<(f64, Vec<f64>, Vec<Vec<f64>>)> {
+        let a = self.artefacts()?;
+        let opt = crate::optimize::optimize(&a.entry);
+        ad::nested::hessian_with(&opt, &a.wrt, args, &*self.nested_backend())
+    }
+
+    /// Value and Jacobian of a first-order definition with respect to the selected parameters
+    /// ([`ad::nested::jacobian_with`]; `mode` `None` picks the one with fewer runs), on the
+    /// function's backend.
+    pub fn jacobian(
+        &self,
+        args: &[Value],
+        mode: Option<ad::nested::Mode>,
+    ) -> Result<(Value, Vec<Vec<f64>>)> {
+        let a = self.artefacts()?;
+        let opt = crate::optimize::optimize(&a.entry);
+        ad::nested::jacobian_with(&opt, &a.wrt, args, mode, &*self.nested_backend())
+    }
+
+    /// Where [`Function::hvp`], [`Function::hessian`] and [`Function::jacobian`] compile.
+    fn nested_backend(&self) -> Box<dyn ad::nested::Backend + '_> {
+        match self.data.backend {
+            Backend::Engine => Box::new(ad::nested::Engine),
+            Backend::Native => Box::new(crate::native::NativeBackend {
+                source: Some(self.data.program.source()),
+                verbose: self.data.verbose,
+            }),
+        }
+    }
+
     /// The engine's reverse mode, made as `via` says.
     fn reverse<'a>(&self, a: &'a Artefacts) -> Result<&'a Vjp> {
         match self.data.via {
@@ -504,20 +560,8 @@ impl Function {
         } else {
             ad::with_respect_to(&a.entry, &a.wrt)
         };
-        let code = Compiled::with_parts(&entry, parts)?;
-        let verbose = self.data.verbose;
-        let n = Native::new(code, Some(self.data.program.source()), verbose)?;
-        if verbose {
-            if n.cached {
-                eprintln!("native library (cached): {}", n.path.display());
-            } else {
-                eprintln!(
-                    "native library built in {:.2} s: {}",
-                    n.rustc_s,
-                    n.path.display()
-                );
-            }
-        }
+        let source = Some(self.data.program.source());
+        let n = Native::compile(&entry, parts, source, self.data.verbose)?;
         Ok(a.native[k].get_or_init(|| n))
     }
 

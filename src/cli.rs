@@ -142,6 +142,8 @@ enum Command {
         run: RunArgs,
         #[command(flatten)]
         wrt: WrtArgs,
+        #[command(flatten)]
+        native: NativeArgs,
         /// Print `{"value": V, "gradient": [..], "hessian": [[..], ..]}`.
         #[arg(long)]
         json: bool,
@@ -155,6 +157,8 @@ enum Command {
         /// A tangent per argument (per selected argument with `--wrt`), in literal syntax.
         #[arg(long = "tangent", value_name = "T", allow_hyphen_values = true)]
         tangents: Vec<String>,
+        #[command(flatten)]
+        native: NativeArgs,
         /// Print `{"value": V, "gradient": [G1, ..], "hvp": [H1, ..]}`.
         #[arg(long)]
         json: bool,
@@ -170,6 +174,8 @@ enum Command {
         /// with fewer runs.
         #[arg(long, value_enum)]
         mode: Option<nested_cmd::JacobianMode>,
+        #[command(flatten)]
+        native: NativeArgs,
         /// Print `{"value": V, "jacobian": [[..], ..]}`.
         #[arg(long)]
         json: bool,
@@ -359,6 +365,20 @@ fn native_via(native: NativeArgs, via: Via) -> CliResult<()> {
         .into());
     }
     Ok(())
+}
+
+/// Where `hessian`, `hvp` and `jacobian` compile and run their derivative code.
+fn nested_backend<'a>(
+    native: NativeArgs,
+    src: &'a Source,
+) -> Box<dyn crate::ad::nested::Backend + 'a> {
+    match native.backend {
+        Backend::Engine => Box::new(crate::ad::nested::Engine),
+        Backend::Native => Box::new(crate::native::NativeBackend {
+            source: Some(src),
+            verbose: native.verbose,
+        }),
+    }
 }
 
 /// The library's function for `function` with the command's settings: the parameters `wrt`
@@ -976,11 +996,17 @@ fn run(cli: Cli) -> CliResult<String> {
             let (value, grads) = with_source(function.vjp(&args, &ct), &src)?;
             Ok(gradient_output(&entry, &value, &grads, &sel, json))
         }
-        Command::Hessian { run, wrt, json } => {
+        Command::Hessian {
+            run,
+            wrt,
+            native,
+            json,
+        } => {
             let (src, _, entry, args) = prepare(&run)?;
             let sel = wrt.selection(&entry)?;
+            let backend = nested_backend(native, &src);
             with_source(
-                nested_cmd::hessian(&optimize(&entry), &sel, &args, json),
+                nested_cmd::hessian(&optimize(&entry), &sel, &args, &*backend, json),
                 &src,
             )
         }
@@ -988,14 +1014,16 @@ fn run(cli: Cli) -> CliResult<String> {
             run,
             wrt,
             tangents,
+            native,
             json,
         } => {
             let (src, _, entry, args) = prepare(&run)?;
             let sel = wrt.selection(&entry)?;
             let types = selected_tangent_types(&entry, &sel);
             let ts = values(&tangents, None, &types, "tangent")?;
+            let backend = nested_backend(native, &src);
             with_source(
-                nested_cmd::hvp(&optimize(&entry), &sel, &args, &ts, json),
+                nested_cmd::hvp(&optimize(&entry), &sel, &args, &ts, &*backend, json),
                 &src,
             )
         }
@@ -1003,12 +1031,14 @@ fn run(cli: Cli) -> CliResult<String> {
             run,
             wrt,
             mode,
+            native,
             json,
         } => {
             let (src, _, entry, args) = prepare(&run)?;
             let sel = wrt.selection(&entry)?;
+            let backend = nested_backend(native, &src);
             with_source(
-                nested_cmd::jacobian(&optimize(&entry), &sel, &args, mode, json),
+                nested_cmd::jacobian(&optimize(&entry), &sel, &args, mode, &*backend, json),
                 &src,
             )
         }

@@ -193,6 +193,33 @@ impl Native {
         Native::module(module, source, verbose)
     }
 
+    /// The code `parts` asks for of one entry ([`Compiled::with_parts`]: optimised,
+    /// differentiated, simplified, lowered), built and loaded: what `--backend native` runs
+    /// for `eval`, `jvp`, `vjp`, `grad` ([`crate::Function`]) and, through
+    /// [`NativeBackend`], for `hvp`, `hessian` and `jacobian`. With `verbose`, reports the
+    /// library (cached, or built in how long) on standard error.
+    pub fn compile(
+        entry: &crate::source::term::Entry,
+        parts: crate::ir::compile::Parts,
+        source: Option<&Source>,
+        verbose: bool,
+    ) -> Result<Native> {
+        let code = Compiled::with_parts(entry, parts)?;
+        let n = Native::new(code, source, verbose)?;
+        if verbose {
+            if n.cached {
+                eprintln!("native library (cached): {}", n.path.display());
+            } else {
+                eprintln!(
+                    "native library built in {:.2} s: {}",
+                    n.rustc_s,
+                    n.path.display()
+                );
+            }
+        }
+        Ok(n)
+    }
+
     /// [`Native::new`] for several definitions in one library.
     pub fn module(m: Module, source: Option<&Source>, verbose: bool) -> Result<Native> {
         let start = Instant::now();
@@ -329,6 +356,57 @@ impl Native {
     /// The gradient of a `Real`-valued (first) definition.
     pub fn grad(&self, args: &[Value]) -> Result<(Value, Vec<Value>)> {
         self.vjp(args, &Value::Real(1.0))
+    }
+}
+
+/// Derivatives of derivatives on native code ([`crate::ad::nested::Backend`]): the forward
+/// or reverse derivative of each entry [`crate::ad::nested`] builds (for a Hessian-vector
+/// product, the concretised gradient) compiled by [`Native::compile`], as `jvp` and `vjp` are.
+#[derive(Clone, Copy, Default)]
+pub struct NativeBackend<'a> {
+    /// The program's source, for error positions.
+    pub source: Option<&'a Source>,
+    /// Report each library on standard error.
+    pub verbose: bool,
+}
+
+impl crate::ad::nested::Backend for NativeBackend<'_> {
+    fn forward(
+        &self,
+        entry: &crate::source::term::Entry,
+    ) -> Result<Box<dyn crate::ad::nested::Forward>> {
+        let parts = crate::ir::compile::Parts::JVP;
+        Ok(Box::new(Native::compile(
+            entry,
+            parts,
+            self.source,
+            self.verbose,
+        )?))
+    }
+
+    fn reverse(
+        &self,
+        entry: &crate::source::term::Entry,
+    ) -> Result<Box<dyn crate::ad::nested::Reverse>> {
+        let parts = crate::ir::compile::Parts::VJP;
+        Ok(Box::new(Native::compile(
+            entry,
+            parts,
+            self.source,
+            self.verbose,
+        )?))
+    }
+}
+
+impl crate::ad::nested::Forward for Native {
+    fn jvp(&self, args: &[Value], tangents: &[Value]) -> Result<(Value, Value)> {
+        Native::jvp(self, args, tangents)
+    }
+}
+
+impl crate::ad::nested::Reverse for Native {
+    fn vjp(&self, args: &[Value], cotangent: &Value) -> Result<(Value, Vec<Value>)> {
+        Native::vjp(self, args, cotangent)
     }
 }
 

@@ -9,6 +9,10 @@
 //! * [`hessian`] (one Hessian-vector product per basis vector) and [`jacobian`] (one forward
 //!   derivative per input component, or one reverse derivative per output component).
 //!
+//! Each runs its derivative code on a [`Backend`]: the execution engine ([`Engine`], what the
+//! plain functions use) or native code (`crate::native::NativeBackend`, `--backend native`);
+//! the derivative entries are built here once, whichever runs them.
+//!
 //! Each takes a selection of parameters (`wrt`, one flag per parameter, as
 //! [`super::with_respect_to`]); the others are constants. Flattening (rows and columns of
 //! Hessians and Jacobians): the `Real` components of the selected parameters in order, depth
@@ -268,13 +272,63 @@ fn untuple(v: &Value, n: usize) -> Vec<Value> {
     out
 }
 
+/// Forward-mode code of an entry, ready to run: the value and the result's dense tangent
+/// along one dense tangent per parameter (as [`Jvp::jvp`]).
+pub trait Forward {
+    /// The value at `args` and its derivative along `tangents` (one per parameter).
+    fn jvp(&self, args: &[Value], tangents: &[Value]) -> Result<(Value, Value)>;
+}
+
+/// Reverse-mode code of an entry, ready to run: the value and every parameter's dense
+/// cotangent for one result cotangent (as [`Vjp::vjp`]).
+pub trait Reverse {
+    /// The value at `args` and the cotangent of every parameter for `cotangent`.
+    fn vjp(&self, args: &[Value], cotangent: &Value) -> Result<(Value, Vec<Value>)>;
+}
+
+/// Where the derivative code of [`Hvp`], [`hessian_with`] and [`jacobian_with`] is compiled
+/// and run. Each takes an entry as the command line differentiates it (optimised already) and
+/// applies forward or reverse CHAD to it (for [`Hvp`], to the concretised gradient).
+pub trait Backend {
+    /// Forward CHAD of `entry`, compiled.
+    fn forward(&self, entry: &Entry) -> Result<Box<dyn Forward>>;
+    /// Reverse CHAD of `entry`, compiled.
+    fn reverse(&self, entry: &Entry) -> Result<Box<dyn Reverse>>;
+}
+
+/// The execution engine: forward and reverse CHAD simplified ([`Jvp`], [`Vjp`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Engine;
+
+impl Forward for Jvp {
+    fn jvp(&self, args: &[Value], tangents: &[Value]) -> Result<(Value, Value)> {
+        Jvp::jvp(self, args, tangents)
+    }
+}
+
+impl Reverse for Vjp {
+    fn vjp(&self, args: &[Value], cotangent: &Value) -> Result<(Value, Vec<Value>)> {
+        Vjp::vjp(self, args, cotangent)
+    }
+}
+
+impl Backend for Engine {
+    fn forward(&self, entry: &Entry) -> Result<Box<dyn Forward>> {
+        Ok(Box::new(Jvp::new(entry)?.map_body(simplify)))
+    }
+    fn reverse(&self, entry: &Entry) -> Result<Box<dyn Reverse>> {
+        Ok(Box::new(Vjp::new(entry)?.map_body(simplify)))
+    }
+}
+
 /// Hessian-vector products of a `Real`-valued entry by forward over reverse: forward CHAD of
 /// the concretised gradient ([`vjp_entry`] at cotangent 1). Transformed once; run
 /// [`Hvp::hvp`] many times.
 pub struct Hvp {
     entry: Entry,
     wrt: Vec<bool>,
-    jvp: Jvp,
+    gradient: Entry,
+    jvp: Box<dyn Forward>,
 }
 
 /// The result of [`Hvp::hvp`]: the value, and per parameter the gradient and the
@@ -291,8 +345,13 @@ pub struct HvpResult {
 
 impl Hvp {
     /// Differentiates `entry` twice, with respect to the parameters `wrt` selects (one flag
-    /// per parameter).
+    /// per parameter), for the execution engine.
     pub fn new(entry: &Entry, wrt: &[bool]) -> Result<Hvp> {
+        Hvp::with_backend(entry, wrt, &Engine)
+    }
+
+    /// [`Hvp::new`] with the forward derivative of the gradient compiled by `backend`.
+    pub fn with_backend(entry: &Entry, wrt: &[bool], backend: &dyn Backend) -> Result<Hvp> {
         super::check_real_valued(entry)?;
         if wrt.len() != entry.params.len() {
             return Err(Error::new(
@@ -312,12 +371,19 @@ impl Hvp {
             params,
             body,
         };
-        let jvp = Jvp::new(&grad)?.map_body(simplify);
+        let jvp = backend.forward(&grad)?;
         Ok(Hvp {
             entry: entry.clone(),
             wrt: wrt.to_vec(),
+            gradient: grad,
             jvp,
         })
+    }
+
+    /// The concretised gradient, a source entry of the original's parameters returning
+    /// `(value, (g1, (g2, ... gn)))`: what forward CHAD differentiates.
+    pub fn gradient(&self) -> &Entry {
+        &self.gradient
     }
 
     /// The value, gradient and Hessian-vector product at `args` along `tangents`, one tangent
@@ -393,8 +459,18 @@ pub fn hessian(
     wrt: &[bool],
     args: &[Value],
 ) -> Result<(f64, Vec<f64>, Vec<Vec<f64>>)> {
+    hessian_with(entry, wrt, args, &Engine)
+}
+
+/// [`hessian`] with the Hessian-vector products compiled by `backend`.
+pub fn hessian_with(
+    entry: &Entry,
+    wrt: &[bool],
+    args: &[Value],
+    backend: &dyn Backend,
+) -> Result<(f64, Vec<f64>, Vec<Vec<f64>>)> {
     runs_at(entry, args)?;
-    let h = Hvp::new(entry, wrt)?;
+    let h = Hvp::with_backend(entry, wrt, backend)?;
     let (types, sel) = selected(entry, wrt, args);
     let mut value = None;
     let mut rows = Vec::new();
@@ -449,6 +525,17 @@ pub fn jacobian(
     args: &[Value],
     mode: Option<Mode>,
 ) -> Result<(Value, Vec<Vec<f64>>)> {
+    jacobian_with(entry, wrt, args, mode, &Engine)
+}
+
+/// [`jacobian`] with the derivative code compiled by `backend`.
+pub fn jacobian_with(
+    entry: &Entry,
+    wrt: &[bool],
+    args: &[Value],
+    mode: Option<Mode>,
+    backend: &dyn Backend,
+) -> Result<(Value, Vec<Vec<f64>>)> {
     crate::eval::check_args(entry, args)?;
     // Rows and columns are the `Real` components of the result and the parameters: a
     // function has none to list (found by the command-line fuzzer, `chad::fuzz`).
@@ -482,7 +569,7 @@ pub fn jacobian(
     let mut rows = vec![vec![0.0; n_in]; n_out];
     match mode {
         Mode::Forward => {
-            let jvp = Jvp::new(&w)?.map_body(simplify);
+            let jvp = backend.forward(&w)?;
             for (j, b) in fd::basis(&types, &sel).into_iter().enumerate() {
                 let mut given = b.into_iter();
                 let full: Vec<Value> = zeros
@@ -503,7 +590,7 @@ pub fn jacobian(
             }
         }
         Mode::Reverse => {
-            let vjp = Vjp::new(&w)?.map_body(simplify);
+            let vjp = backend.reverse(&w)?;
             for (i, ct) in fd::basis(std::slice::from_ref(out_ty), std::slice::from_ref(&y))
                 .into_iter()
                 .enumerate()

@@ -1,7 +1,7 @@
 //! `chad hessian`, `chad hvp`, `chad jacobian`: second derivatives and full Jacobians
 //! (LANGUAGE.md, "New commands and flags"), over [`crate::ad::nested`].
 
-use crate::ad::nested::{self, Mode};
+use crate::ad::nested::{self, Backend, Mode};
 use crate::error::Result;
 use crate::source::term::Entry;
 use crate::value::{Value, format_real};
@@ -37,8 +37,14 @@ fn text_matrix(rows: &[Vec<f64>]) -> String {
 }
 
 /// `chad hessian`.
-pub fn hessian(entry: &Entry, wrt: &[bool], args: &[Value], json: bool) -> Result<String> {
-    let (value, gradient, h) = nested::hessian(entry, wrt, args)?;
+pub fn hessian(
+    entry: &Entry,
+    wrt: &[bool],
+    args: &[Value],
+    backend: &dyn Backend,
+    json: bool,
+) -> Result<String> {
+    let (value, gradient, h) = nested::hessian_with(entry, wrt, args, backend)?;
     if json {
         return Ok(format!(
             "{}\n",
@@ -63,10 +69,11 @@ pub fn hvp(
     wrt: &[bool],
     args: &[Value],
     tangents: &[Value],
+    backend: &dyn Backend,
     json: bool,
 ) -> Result<String> {
     nested::runs_at(entry, args)?;
-    let r = nested::Hvp::new(entry, wrt)?.hvp(args, tangents)?;
+    let r = nested::Hvp::with_backend(entry, wrt, backend)?.hvp(args, tangents)?;
     if json {
         let opt = |vs: &[Option<Value>]| -> serde_json::Value {
             serde_json::Value::Array(
@@ -109,13 +116,14 @@ pub fn jacobian(
     wrt: &[bool],
     args: &[Value],
     mode: Option<JacobianMode>,
+    backend: &dyn Backend,
     json: bool,
 ) -> Result<String> {
     let mode = mode.map(|m| match m {
         JacobianMode::Forward => Mode::Forward,
         JacobianMode::Reverse => Mode::Reverse,
     });
-    let (value, j) = nested::jacobian(entry, wrt, args, mode)?;
+    let (value, j) = nested::jacobian_with(entry, wrt, args, mode, backend)?;
     if json {
         return Ok(format!(
             "{}\n",

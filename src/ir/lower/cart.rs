@@ -13,7 +13,7 @@
 //! | `fix F` | a closure variant whose apply calls `rec fn(env, a) = F (variant env) a` |
 //! | `f • a` (Cartesian) | the linear lowering of `f` applied to `a` into a fresh accumulator |
 
-use super::super::{Arm, Atom, Check, Expr, Op, Stmt, Ty};
+use super::super::{Arm, Atom, Check, Expr, Op, Place, Stmt, Ty};
 use super::{Env, Lowering, SVal};
 use crate::deep::deep;
 use crate::error::Result;
@@ -418,6 +418,9 @@ impl Lowering {
                 let s = self.let_("s", Ty::F64, Expr::Sum(n, i, body));
                 return Ok(SVal::Dyn(s));
             }
+            (crate::target::linear::scatter::NAME, [n, is, xs]) => {
+                return self.scatter_add(t, op, n, is, xs, env);
+            }
             _ => {}
         }
         let mut xs = Vec::with_capacity(args.len());
@@ -435,6 +438,58 @@ impl Lowering {
             it,
             Expr::Prim(op.clone(), xs, s),
         )))
+    }
+}
+
+impl Lowering {
+    /// `scatterAdd n is xs` (the concretiser's accumulation, `crate::target::linear::scatter`)
+    /// as one accumulator loop, `O(n + length is)`, with the evaluator's checks:
+    ///
+    /// ```text
+    /// check len n; check same len (len is) (len xs)
+    /// mut acc = replicate n 0.0
+    /// for k in 0..len is { let j = is[k]; if 0 <= j < n { acc[j] += xs[k] } }
+    /// take acc
+    /// ```
+    fn scatter_add(
+        &mut self,
+        t: &Term,
+        op: &crate::prim::Prim,
+        n: &Term,
+        is: &Term,
+        xs: &Term,
+        env: &Env,
+    ) -> Result<SVal> {
+        const NAME: &str = crate::target::linear::scatter::NAME;
+        let n = self.atom(n, env)?;
+        let is = self.atom(is, env)?;
+        let xs = self.atom(xs, env)?;
+        let it = super::source_ty(&mut self.prog.types, op.result());
+        let s = self.site(t.span);
+        self.emit(Stmt::Check(Check::Len(NAME, n.clone()), s));
+        let k = self.let_("k", Ty::I64, Expr::Len(is.clone()));
+        let m = self.let_("m", Ty::I64, Expr::Len(xs.clone()));
+        self.emit(Stmt::Check(Check::SameLen(NAME, k.clone(), m), s));
+        let acc = self.mut_("acc", it, Expr::Replicate(n.clone(), Atom::F64(0.0), s));
+        let i = self.prog.var("i", Ty::I64);
+        let ia = Atom::Var(i.clone());
+        let site = self.internal_site();
+        let body = self.block(|this| {
+            let j = this.let_("j", Ty::I64, Expr::Index(is, ia.clone(), site));
+            let x = this.let_("x", Ty::F64, Expr::Index(xs, ia, site));
+            let place = Place::of(&acc).elem(j.clone());
+            this.if_in_range(&j, &n, |this| {
+                this.emit(Stmt::AddTo {
+                    place,
+                    value: x,
+                    scale: None,
+                });
+                Ok(())
+            })?;
+            Ok(Atom::Unit)
+        })?;
+        self.emit(Stmt::For(i, k, body));
+        Ok(SVal::Dyn(self.let_("r", it, Expr::Take(acc))))
     }
 }
 

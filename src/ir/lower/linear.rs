@@ -602,7 +602,7 @@ impl Lowering {
     }
 
     /// `if 0 <= j < n { f }`.
-    fn if_in_range(
+    pub(super) fn if_in_range(
         &mut self,
         j: &Atom,
         n: &Atom,

@@ -26,7 +26,7 @@
 //! registered once ([`scatter_add`]), with the derivative above, and the registration
 //! type-checks both rules like any primitive's.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::prim::{Derivative, Prim, Primitive, Registry, op};
 use crate::target::term::{LTerm, LTermKind, Lit, Pat, Term, TermKind, Var};
 use crate::target::types::{LTy, Ty};
@@ -51,13 +51,8 @@ pub fn eval(arg: &Value) -> Result<Value> {
     let (is, xs) = rest.expect_pair();
     let n = check_len(NAME, n.expect_int())?;
     let (is, xs) = (is.array_items(), xs.array_items());
-    if is.len() != xs.len() {
-        return Err(Error::runtime(format!(
-            "{NAME}: {} indices for {} values",
-            is.len(),
-            xs.len()
-        )));
-    }
+    // The message of `value::check_same_len`, as the native code's check reports it.
+    crate::value::check_same_len(NAME, is.len(), xs.len())?;
     let mut out = vec![0.0; n];
     for (i, x) in is.iter().zip(&xs) {
         let i = i.expect_int();
