@@ -52,7 +52,9 @@
 //! bench_suite -- write DIR` writes every case's program and arguments to files, and
 //! `benches/perf_table.py` runs `chad bench` on those and regenerates the README's table.
 
+#[path = "bench/programs.rs"]
 pub mod programs;
+#[path = "bench/suite.rs"]
 pub mod suite;
 
 use crate::ad::optimized::Optimized;
