@@ -1,4 +1,4 @@
-//! Hessian-vector products by forward over reverse (`chad::ad::nested::Hvp`: forward CHAD of
+//! Hessian-vector products by forward over reverse (`chad::internals::ad::nested::Hvp`: forward CHAD of
 //! the concretised reverse derivative) against the gradient (reverse CHAD), at several sizes:
 //! the hvp/grad time ratio should be a constant (issue 24: ≤ 4, flat across sizes).
 //!
@@ -10,11 +10,11 @@
 //!
 //! Run: `cargo run --release --example hvp_scaling [-- --sizes 1000,10000 --repeat 5]`.
 
-use chad::ad::Vjp;
-use chad::ad::nested::Hvp;
-use chad::optimize::optimize;
-use chad::prim::Registry;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::Vjp;
+use chad::internals::ad::nested::Hvp;
+use chad::internals::optimize::optimize;
+use chad::internals::prim::Registry;
 
 mod common;
 use common::{flag, median};
@@ -55,11 +55,11 @@ fn main() {
     );
     let reg = Registry::builtin();
     // Rosenbrock.
-    let prog = chad::source::load(ROSENBROCK, &reg).expect("checks");
+    let prog = chad::internals::source::load(ROSENBROCK, &reg).expect("checks");
     let entry = optimize(&prog.entry(0));
     let vjp = Vjp::new(&entry)
         .expect("differentiable")
-        .map_body(chad::simplify::simplify);
+        .map_body(chad::internals::simplify::simplify);
     let hvp = Hvp::new(&entry, &[true]).expect("twice differentiable");
     for &n in &sizes {
         let args = [Value::reals((0..n).map(pseudo).collect())];
@@ -77,13 +77,13 @@ fn main() {
     }
     // The MLP, differentiated with respect to its weights (the data are constants).
     let text = std::fs::read_to_string("examples/mlp.chad").expect("examples/mlp.chad");
-    let prog = chad::source::load(&text, &reg).expect("checks");
+    let prog = chad::internals::source::load(&text, &reg).expect("checks");
     let entry = optimize(&prog.entry(prog.defs.len() - 1));
     let wrt = [true, true, true, true, false, false];
-    let w = chad::ad::with_respect_to(&entry, &wrt);
+    let w = chad::internals::ad::with_respect_to(&entry, &wrt);
     let vjp = Vjp::new(&w)
         .expect("differentiable")
-        .map_body(chad::simplify::simplify);
+        .map_body(chad::internals::simplify::simplify);
     let hvp = Hvp::new(&entry, &wrt).expect("twice differentiable");
     let (inputs, classes, batch) = (2, 3, 64);
     for &h in &[16usize, 64, 256] {
