@@ -80,6 +80,7 @@ pub(crate) use internals::{
     optimize, oracle, prim, random, simplify, source, steps, target, types, value,
 };
 
+#[doc(inline)]
 pub use api::{Backend, Function, Program, Pullback, Pushforward, Via};
 #[doc(inline)]
 pub use internals::error::{Error, ErrorKind, Result, Source, Span};

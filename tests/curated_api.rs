@@ -20,7 +20,11 @@ const X: [f64; 3] = [1.5, 0.75, -0.3];
 const B: f64 = 1.1;
 
 fn args(w: &[f64], x: &[f64], b: f64) -> Vec<Value> {
-    vec![Value::from(w.to_vec()), Value::from(x.to_vec()), Value::from(b)]
+    vec![
+        Value::from(w.to_vec()),
+        Value::from(x.to_vec()),
+        Value::from(b),
+    ]
 }
 
 fn real(v: &Value) -> f64 {
@@ -90,8 +94,14 @@ fn load_eval_and_gradient_against_closed_form_and_finite_differences() -> Result
     closed.push(3.0 * B * B);
     let fd = fd_gradient(&f);
     for ((g, c), d) in got.iter().zip(&closed).zip(&fd) {
-        assert!(close(*g, *c, 1e-12), "gradient {got:?} vs closed form {closed:?}");
-        assert!(close(*g, *d, 1e-6), "gradient {got:?} vs finite differences {fd:?}");
+        assert!(
+            close(*g, *c, 1e-12),
+            "gradient {got:?} vs closed form {closed:?}"
+        );
+        assert!(
+            close(*g, *d, 1e-6),
+            "gradient {got:?} vs finite differences {fd:?}"
+        );
     }
     assert_eq!(flatten(&f.grad(&a)?), got);
     Ok(())
@@ -111,7 +121,10 @@ fn pullback_and_pushforward_are_reusable_and_agree_with_one_shot_calls() -> Resu
         let (_, one_shot) = f.vjp(&a, &Value::from(c))?;
         assert_eq!(got, flatten(&one_shot));
         for (g, d) in got.iter().zip(&grad) {
-            assert!(close(*g, c * d, 1e-12), "pullback({c}) = {got:?}, gradient {grad:?}");
+            assert!(
+                close(*g, c * d, 1e-12),
+                "pullback({c}) = {got:?}, gradient {grad:?}"
+            );
         }
     }
 
@@ -120,13 +133,20 @@ fn pullback_and_pushforward_are_reusable_and_agree_with_one_shot_calls() -> Resu
     let pushforward: Pushforward = f.linearize(&a)?;
     for (k, t) in [[1.0, 0.0, -0.5], [0.25, 2.0, 1.0]].iter().enumerate() {
         let dt = [t[0], -t[1], t[2]];
-        let tangents = [Value::from(t.to_vec()), Value::from(dt.to_vec()), Value::from(t[1])];
+        let tangents = [
+            Value::from(t.to_vec()),
+            Value::from(dt.to_vec()),
+            Value::from(t[1]),
+        ];
         let dy = real(&pushforward.apply(&tangents)?);
         let (_, one_shot) = f.jvp(&a, &tangents)?;
         assert!(close(dy, real(&one_shot), 1e-14));
         let flat_t: Vec<f64> = t.iter().chain(&dt).chain([&t[1]]).copied().collect();
         let dot: f64 = flat_t.iter().zip(&grad).map(|(a, b)| a * b).sum();
-        assert!(close(dy, dot, 1e-12), "tangent {k}: pushforward {dy} vs ⟨grad, t⟩ {dot}");
+        assert!(
+            close(dy, dot, 1e-12),
+            "tangent {k}: pushforward {dy} vs ⟨grad, t⟩ {dot}"
+        );
     }
     Ok(())
 }
@@ -147,7 +167,10 @@ fn wrt_and_the_transposed_route_select_and_reproduce_the_gradient() -> Result<()
 
     let transposed = flatten(&f.via(Via::Transpose).grad(&a)?);
     for (g, t) in full.iter().zip(&transposed) {
-        assert!(close(*g, *t, 1e-12), "{full:?} vs via transpose {transposed:?}");
+        assert!(
+            close(*g, *t, 1e-12),
+            "{full:?} vs via transpose {transposed:?}"
+        );
     }
     Ok(())
 }
@@ -176,6 +199,9 @@ fn this_file_uses_only_the_crate_root() {
     // The point of this test file: everything above compiles against the curated surface.
     let me = include_str!("curated_api.rs");
     let internal = concat!("chad::", "internals");
-    assert!(!me.contains(internal), "tests/curated_api.rs must not use {internal}");
+    assert!(
+        !me.contains(internal),
+        "tests/curated_api.rs must not use {internal}"
+    );
     assert!(!me.contains(concat!("chad::", "api::")));
 }
