@@ -85,6 +85,12 @@
 //! * [`budget`], [`steps`], [`deep`]: the memory budget, step counting, and the growable stack
 //!   that keeps deep recursion over terms from overflowing.
 //!
+//! The internal modules are not at the crate root (the surface there is curated):
+//!
+//! ```compile_fail
+//! use chad::{ad as _}; // private at the root now: chad::internals::ad is the path
+//! ```
+//!
 //! The modules are declared here (with `#[path]`, their files staying where they are) and
 //! re-exported to the rest of the crate at its root (`crate::ad`, ...), so that code inside
 //! the crate names them as before.
