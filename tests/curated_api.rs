@@ -178,7 +178,7 @@ fn wrt_and_the_transposed_route_select_and_reproduce_the_gradient() -> Result<()
 #[test]
 fn errors_are_values_with_kinds_and_positions() {
     let text = "def f (x : Real) : Real = x +\n";
-    let err: Error = Program::load(text).err().expect("a syntax error");
+    let err: Error = Program::load(text).expect_err("a syntax error");
     assert_eq!(err.kind(), ErrorKind::Syntax);
     let span: Span = err.span().expect("a position");
     assert!(span.start as usize <= text.len(), "{span:?}");
