@@ -4,15 +4,16 @@
 //! Run: `cargo bench --bench frontend`. For a per-phase breakdown (parse, check, compile, drop)
 //! run `cargo run --release --example frontend_timing`.
 
-use chad::prim::Registry;
-use chad::random::straight_line_source;
+use chad::internals::prim::Registry;
+use chad::internals::random::straight_line_source;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 
 fn frontend(text: &str) -> usize {
-    let prog = chad::source::load(text, &Registry::builtin()).expect("generated programs check");
+    let prog = chad::internals::source::load(text, &Registry::builtin())
+        .expect("generated programs check");
     let entry = prog.entry(prog.defs.len() - 1);
-    chad::ccc::compile_entry(&entry).size()
+    chad::internals::ccc::compile_entry(&entry).size()
 }
 
 fn bench(c: &mut Criterion) {

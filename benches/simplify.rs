@@ -11,24 +11,24 @@
 //!
 //! Run: `cargo bench --bench simplify`.
 
-use chad::prim::Registry;
-use chad::random::straight_line_ad_source;
-use chad::simplify::simplify;
-use chad::target::term::Term;
+use chad::internals::prim::Registry;
+use chad::internals::random::straight_line_ad_source;
+use chad::internals::simplify::simplify;
+use chad::internals::target::term::Term;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 
 /// The combinator, the raw derivative and the simplified one (returned, so that criterion drops
 /// them outside the timed region).
 fn differentiate_and_simplify(
-    entry: &chad::source::term::Entry,
+    entry: &chad::internals::source::term::Entry,
     reverse: bool,
-) -> (chad::ccc::Comb, chad::ad::Mor, Term) {
-    let comb = chad::ccc::compile_entry(entry);
+) -> (chad::internals::ccc::Comb, chad::internals::ad::Mor, Term) {
+    let comb = chad::internals::ccc::compile_entry(entry);
     let mor = if reverse {
-        chad::ad::reverse::transform(&comb)
+        chad::internals::ad::reverse::transform(&comb)
     } else {
-        chad::ad::forward::transform(&comb)
+        chad::internals::ad::forward::transform(&comb)
     }
     .expect("straight-line programs are differentiable");
     let simple = simplify(&mor.body);
@@ -41,7 +41,8 @@ fn bench(c: &mut Criterion) {
         g.sample_size(10);
         for n in [100usize, 1_000, 10_000] {
             let text = straight_line_ad_source(n, 7, false, false);
-            let prog = chad::source::load(&text, &Registry::builtin()).expect("programs check");
+            let prog =
+                chad::internals::source::load(&text, &Registry::builtin()).expect("programs check");
             let entry = prog.entry(prog.defs.len() - 1);
             g.bench_with_input(BenchmarkId::from_parameter(n), &entry, |b, e| {
                 b.iter_with_large_drop(|| differentiate_and_simplify(black_box(e), reverse))

@@ -1,5 +1,5 @@
-//! The benchmark suite (`benches/programs/suite.json`, read by `chad::bench::suite`): primal,
-//! forward and reverse time of every program family at every size, through `chad::bench::Bench`
+//! The benchmark suite (`benches/programs/suite.json`, read by `chad::internals::bench::suite`): primal,
+//! forward and reverse time of every program family at every size, through `chad::internals::bench::Bench`
 //! (the same code `chad bench` and `benches/perf_table.py` time).
 //!
 //! Benchmark ids are `FAMILY/PHASE/SIZE`, e.g. `rosenbrock/reverse/n=1000`, so
@@ -12,8 +12,8 @@
 //!
 //! Run: `cargo bench --bench suite [-- FILTER]`.
 
-use chad::bench::Bench;
-use chad::bench::suite::Suite;
+use chad::internals::bench::Bench;
+use chad::internals::bench::suite::Suite;
 use criterion::{BenchmarkId, Criterion, SamplingMode, criterion_group, criterion_main};
 use std::cell::OnceCell;
 use std::hint::black_box;

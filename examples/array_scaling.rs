@@ -17,11 +17,11 @@
 //!
 //! Run: `cargo run --release --example array_scaling [-- --sizes 100,1000 --repeat 5]`.
 
-use chad::ad::{Jvp, Vjp};
-use chad::prim::Registry;
-use chad::target::embed;
-use chad::target::engine::Code;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::{Jvp, Vjp};
+use chad::internals::prim::Registry;
+use chad::internals::target::embed;
+use chad::internals::target::engine::Code;
 
 mod common;
 use common::{flag, median};
@@ -61,9 +61,10 @@ fn main() {
     for (name, fixed, default) in cases {
         for &n in sizes.as_ref().unwrap_or(&default) {
             let text = fixed.map_or_else(|| index_chain(n), str::to_string);
-            let prog = chad::source::load(&text, &Registry::builtin()).expect("the program checks");
+            let prog = chad::internals::source::load(&text, &Registry::builtin())
+                .expect("the program checks");
             let entry = prog.entry(prog.defs.len() - 1);
-            let simplify = chad::simplify::simplify;
+            let simplify = chad::internals::simplify::simplify;
             let jvp = Jvp::new(&entry).expect("differentiable").map_body(simplify);
             let vjp = Vjp::new(&entry).expect("differentiable").map_body(simplify);
             let (params, body) = embed::entry(&entry);

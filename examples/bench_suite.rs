@@ -1,4 +1,4 @@
-//! The benchmark suite (`benches/programs/suite.json`, read by `chad::bench::suite`) as files.
+//! The benchmark suite (`benches/programs/suite.json`, read by `chad::internals::bench::suite`) as files.
 //!
 //! * `write DIR [--only FAMILY]...`: writes every case's arguments (`FAMILY-SIZE.args.json`),
 //!   the generated programs (`FAMILY-SIZE.chad`) and an index `DIR/index.json` listing, per case,
@@ -8,7 +8,7 @@
 //!
 //! Run: `cargo run --release --example bench_suite -- write target/bench-suite`.
 
-use chad::bench::suite::Suite;
+use chad::internals::bench::suite::Suite;
 use std::path::Path;
 use std::process::ExitCode;
 

@@ -18,7 +18,7 @@
 //! Each time is the median of `--repeat` runs (default 5) after a warm-up. The ratios are what
 //! matters: the engine behind `Code` changes, the *growth* of a ratio with size or depth does not.
 //!
-//! Every program is first optimised ([`chad::optimize`]: simplified, its called helper functions
+//! Every program is first optimised ([`chad::internals::optimize`]: simplified, its called helper functions
 //! inlined), as `chad bench` does, and all three phases run the optimised program; with
 //! `--as-written`, AD differentiates the program as written (its closures included) and the
 //! primal is the simplified embedding of it, as before the optimisation existed.
@@ -26,12 +26,12 @@
 //! Run: `cargo run --release --example closure_scaling [-- --repeat 5 --only chain,map]
 //! [--as-written]`.
 
-use chad::ad::{Jvp, Vjp};
-use chad::prim::Registry;
-use chad::source::term::Entry;
-use chad::target::{embed, engine::Code};
-use chad::types::Type;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::{Jvp, Vjp};
+use chad::internals::prim::Registry;
+use chad::internals::source::term::Entry;
+use chad::internals::target::{embed, engine::Code};
+use chad::internals::types::Type;
 
 mod common;
 use common::{flag, median};
@@ -184,14 +184,15 @@ fn ones_like(ty: &Type, v: &Value) -> Value {
 }
 
 fn measure(family: &str, size: usize, text: &str, args: &[Value], repeat: usize) {
-    let prog = chad::source::load(text, &Registry::builtin()).expect("the program checks");
+    let prog =
+        chad::internals::source::load(text, &Registry::builtin()).expect("the program checks");
     let entry: Entry = prog.entry(prog.defs.len() - 1);
     let entry = if std::env::args().any(|a| a == "--as-written") {
         entry
     } else {
-        chad::optimize::optimize(&entry)
+        chad::internals::optimize::optimize(&entry)
     };
-    let simplify = chad::simplify::simplify;
+    let simplify = chad::internals::simplify::simplify;
     let jvp = Jvp::new(&entry).expect("differentiable").map_body(simplify);
     let vjp = Vjp::new(&entry).expect("differentiable").map_body(simplify);
     let (params, body) = embed::entry(&entry);

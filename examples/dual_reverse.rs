@@ -23,11 +23,11 @@
 //! `<!-- dual-table:begin -->` and `<!-- dual-table:end -->` in README.md. `--calls`: only the
 //! sharing-chain table (backpropagator calls of the final and the naive algorithm).
 
-use chad::ad::Vjp;
-use chad::bench::Bench;
-use chad::bench::suite::Suite;
-use chad::dual_reverse::{DualReverse, Options};
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::Vjp;
+use chad::internals::bench::Bench;
+use chad::internals::bench::suite::Suite;
+use chad::internals::dual_reverse::{DualReverse, Options};
 use std::time::Instant;
 
 /// The allocator `chad` itself uses (src/main.rs), so times compare with `chad bench`'s.
@@ -76,8 +76,10 @@ fn interleaved(
 fn calls_table() -> chad::Result<String> {
     let mut out = String::from("| k | final algorithm | naive |\n| ---: | ---: | ---: |\n");
     for k in [1usize, 2, 4, 8, 12, 16, 20, 100, 1000, 10000] {
-        let src = chad::bench::programs::generate("sharing_chain", k).expect("a generator");
-        let prog = chad::source::load(&src, &chad::prim::Registry::builtin())?;
+        let src =
+            chad::internals::bench::programs::generate("sharing_chain", k).expect("a generator");
+        let prog =
+            chad::internals::source::load(&src, &chad::internals::prim::Registry::builtin())?;
         let entry = prog.entry(prog.defs.len() - 1);
         let calls = |naive| -> chad::Result<String> {
             let o = Options {
@@ -137,19 +139,19 @@ fn main() -> chad::Result<()> {
             let r = bench.measure(repeat)?;
             let dual = r.dual_reverse_s.expect("measured");
             // The interpreters, on the program the engine runs (the optimised one).
-            let optimized = chad::optimize::optimize(&entry);
+            let optimized = chad::internals::optimize::optimize(&entry);
             let engine = DualReverse::new(&optimized, Options::default())?;
-            let vjp = Vjp::new(&optimized)?.map_body(chad::simplify::simplify);
+            let vjp = Vjp::new(&optimized)?.map_body(chad::internals::simplify::simplify);
             let mor = vjp.mor();
-            let x = chad::ccc::eval::context_value(&args);
+            let x = chad::internals::ccc::eval::context_value(&args);
             let ty = optimized.body.ty.clone();
             let ct = bench.cotangent().clone();
-            let mut direct = || chad::eval::eval_entry(&optimized, &args).map(drop);
+            let mut direct = || chad::internals::eval::eval_entry(&optimized, &args).map(drop);
             let mut chad_interpreted = || -> chad::Result<()> {
-                let env = chad::target::eval::Env::new().update(mor.x.id, x.clone());
-                let image = chad::target::eval::eval(&mor.body, &env)?;
+                let env = chad::internals::target::eval::Env::new().update(mor.x.id, x.clone());
+                let image = chad::internals::target::eval::eval(&mor.body, &env)?;
                 let (y, f) = image.expect_pair();
-                let v = chad::ad::to_tangent(&ty, y, &ct)?;
+                let v = chad::internals::ad::to_tangent(&ty, y, &ct)?;
                 std::hint::black_box(f.expect_lin_fun().apply(&v)?);
                 Ok(())
             };

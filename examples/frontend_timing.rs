@@ -1,7 +1,7 @@
 //! Times each front-end phase (parse, check, compile, drop) on generated straight-line programs.
 //! `cargo run --release --example frontend_timing -- 1000 10000 100000`
-use chad::prim::Registry;
-use chad::random::straight_line_source;
+use chad::internals::prim::Registry;
+use chad::internals::random::straight_line_source;
 use std::time::Instant;
 
 fn main() {
@@ -18,11 +18,11 @@ fn main() {
         let text = straight_line_source(n, 7);
         let reg = Registry::builtin();
         let t0 = Instant::now();
-        let ast = chad::source::parser::parse_program(&text).unwrap();
+        let ast = chad::internals::source::parser::parse_program(&text).unwrap();
         let t1 = Instant::now();
-        let prog = chad::source::check::check_program(&ast, &reg).unwrap();
+        let prog = chad::internals::source::check::check_program(&ast, &reg).unwrap();
         let t2 = Instant::now();
-        let comb = chad::ccc::compile_entry(&prog.entry(0));
+        let comb = chad::internals::ccc::compile_entry(&prog.entry(0));
         let t3 = Instant::now();
         let nodes = comb.size();
         drop((ast, prog, comb));

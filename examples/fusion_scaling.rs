@@ -13,13 +13,13 @@
 //! Run: `cargo run --release --example fusion_scaling [-- --scale 1 --repeat 5]` (`--scale 10`
 //! multiplies every size by 10).
 
-use chad::ad::{Jvp, Vjp};
-use chad::prim::Registry;
-use chad::simplify::{Rules, simplify_with};
-use chad::target::embed;
-use chad::target::engine::Code;
-use chad::target::testing::approx_eq;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::{Jvp, Vjp};
+use chad::internals::prim::Registry;
+use chad::internals::simplify::{Rules, simplify_with};
+use chad::internals::target::embed;
+use chad::internals::target::engine::Code;
+use chad::internals::target::testing::approx_eq;
 
 mod common;
 use common::{flag, median};
@@ -117,7 +117,8 @@ fn main() {
         "", "", "", "before (fusion rules off)", "after (fusion rules on)"
     );
     for case in &CASES {
-        let prog = chad::source::load(case.text, &Registry::builtin()).expect("the program checks");
+        let prog = chad::internals::source::load(case.text, &Registry::builtin())
+            .expect("the program checks");
         let entry = prog.entry(prog.defs.len() - 1);
         let (params, body) = embed::entry(&entry);
         let code = Code::compile(&params, &simplify_with(&body, &Rules::all()).0);

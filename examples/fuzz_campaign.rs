@@ -1,4 +1,4 @@
-//! The offline fuzz campaign: `chad::fuzz` inputs through the whole command line, in child
+//! The offline fuzz campaign: `chad::internals::fuzz` inputs through the whole command line, in child
 //! processes so that a crash, an abort or a hang is caught and recorded, not only a panic.
 //!
 //! ```text
@@ -15,9 +15,9 @@
 //! before running it; the supervisor kills a worker that prints nothing for `--timeout`
 //! seconds (a hang at that input), records a worker that dies before finishing its range (a
 //! crash at the last input it started, with its exit status or signal), and restarts it after
-//! that input. Panics are found in the worker (`chad::fuzz::exercise` catches them) and
+//! that input. Panics are found in the worker (`chad::internals::fuzz::exercise` catches them) and
 //! reported as lines. Every finding goes to `DIR/findings.txt` with its input index and text:
-//! `chad::fuzz::input(seed, index)` replays it. At the end the supervisor prints the totals and
+//! `chad::internals::fuzz::input(seed, index)` replays it. At the end the supervisor prints the totals and
 //! exits 1 if anything was found.
 //!
 //! `CHAD_FUZZ_PLANT=abort:K` (or `hang:K`) makes the worker abort (or hang) at input K: a check
@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 
 /// As the `chad` binary: the budget counts the heap, so `--max-memory` bounds it.
 #[global_allocator]
-static GLOBAL: chad::budget::Counting<mimalloc::MiMalloc> =
-    chad::budget::Counting(mimalloc::MiMalloc);
+static GLOBAL: chad::internals::budget::Counting<mimalloc::MiMalloc> =
+    chad::internals::budget::Counting(mimalloc::MiMalloc);
 
 struct Opts {
     seed: u64,
@@ -81,12 +81,12 @@ fn opts() -> Opts {
 /// ...` for each panic, `done` at the end.
 fn worker(o: &Opts, file: &Path) {
     std::panic::set_hook(Box::new(|_| {}));
-    chad::budget::note_counting();
-    let bytes = chad::budget::parse_size(&o.max_memory).expect("--max-memory SIZE");
-    chad::budget::set_limit(bytes);
+    chad::internals::budget::note_counting();
+    let bytes = chad::internals::budget::parse_size(&o.max_memory).expect("--max-memory SIZE");
+    chad::internals::budget::set_limit(bytes);
     let stdout = std::io::stdout();
     for k in o.from..o.from + o.inputs {
-        let text = chad::fuzz::input(o.seed, k);
+        let text = chad::internals::fuzz::input(o.seed, k);
         writeln!(stdout.lock(), "start {k}").unwrap();
         stdout.lock().flush().unwrap();
         // Planted failures, to see the supervisor catch them: CHAD_FUZZ_PLANT=abort:K,
@@ -102,7 +102,7 @@ fn worker(o: &Opts, file: &Path) {
             },
             _ => {}
         }
-        let report = chad::fuzz::exercise(&text, file, k);
+        let report = chad::internals::fuzz::exercise(&text, file, k);
         let mut line = format!("ran {k} {} {}", report.runs.len(), report.count(0));
         for f in report.findings {
             line.push_str(&format!(
@@ -165,12 +165,14 @@ fn main() {
     let o = opts();
     if let Some(k) = o.replay {
         // One input, in process: its text, then each command with its status and time.
-        chad::budget::note_counting();
-        chad::budget::set_limit(chad::budget::parse_size(&o.max_memory).expect("--max-memory"));
+        chad::internals::budget::note_counting();
+        chad::internals::budget::set_limit(
+            chad::internals::budget::parse_size(&o.max_memory).expect("--max-memory"),
+        );
         std::fs::create_dir_all(&o.out).unwrap();
-        let text = chad::fuzz::input(o.seed, k);
+        let text = chad::internals::fuzz::input(o.seed, k);
         println!("{text}\n---");
-        let report = chad::fuzz::exercise(&text, &o.out.join("replay.chad"), k);
+        let report = chad::internals::fuzz::exercise(&text, &o.out.join("replay.chad"), k);
         for ((args, outcome), s) in report.runs.iter().zip(&report.seconds) {
             let status = outcome
                 .as_ref()
@@ -200,10 +202,10 @@ fn main() {
         .collect();
     let (mut ran, mut commands, mut ok, mut found) = (0u64, 0u64, 0u64, 0u64);
     let record = |what: &str, k: u64, findings: &mut std::fs::File| {
-        let text = chad::fuzz::input(o.seed, k);
+        let text = chad::internals::fuzz::input(o.seed, k);
         writeln!(
             findings,
-            "=== {what} at input {k} (chad::fuzz::input({}, {k}))\n{text}\n",
+            "=== {what} at input {k} (chad::internals::fuzz::input({}, {k}))\n{text}\n",
             o.seed
         )
         .unwrap();

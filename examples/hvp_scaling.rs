@@ -1,4 +1,4 @@
-//! Hessian-vector products by forward over reverse (`chad::ad::nested::Hvp`: forward CHAD of
+//! Hessian-vector products by forward over reverse (`chad::internals::ad::nested::Hvp`: forward CHAD of
 //! the concretised reverse derivative) against the gradient (reverse CHAD), at several sizes:
 //! the hvp/grad time ratio should be a constant (issue 24: ≤ 4, flat across sizes).
 //!
@@ -16,14 +16,14 @@
 //! numbers). Natively, the MLP's second-order code is not practical yet: its generated Rust is
 //! ~88 MB (note 12), which rustc did not build within 9 minutes.
 
-use chad::ad::Vjp;
-use chad::ad::nested::Hvp;
-use chad::ir::compile::Parts;
-use chad::native::Native;
-use chad::optimize::optimize;
-use chad::prim::Registry;
-use chad::source::term::Entry;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::Vjp;
+use chad::internals::ad::nested::Hvp;
+use chad::internals::ir::compile::Parts;
+use chad::internals::native::Native;
+use chad::internals::optimize::optimize;
+use chad::internals::prim::Registry;
+use chad::internals::source::term::Entry;
 
 mod common;
 use common::{flag, median};
@@ -67,10 +67,10 @@ struct Timer {
 
 impl Timer {
     fn new(entry: &Entry, wrt: &[bool], native: bool, repeat: usize) -> Timer {
-        let w = chad::ad::with_respect_to(entry, wrt);
+        let w = chad::internals::ad::with_respect_to(entry, wrt);
         let vjp = Vjp::new(&w)
             .expect("differentiable")
-            .map_body(chad::simplify::simplify);
+            .map_body(chad::internals::simplify::simplify);
         let hvp = Hvp::new(entry, wrt).expect("twice differentiable");
         let code = native.then(|| {
             let g = Native::compile(&w, Parts::VJP, None, false).expect("native reverse mode");
@@ -106,20 +106,20 @@ impl Timer {
                 if s {
                     given.next().expect("one per selected").clone()
                 } else {
-                    chad::oracle::fd::zero_tangent(&p.ty, a)
+                    chad::internals::oracle::fd::zero_tangent(&p.ty, a)
                 }
             })
             .collect();
         // The native results agree with the engine's (a check that the timed code is right).
         let e = self.hvp.hvp(args, v).expect("runs");
-        let (_, t) = chad::ad::nested::Forward::jvp(h, args, &full).expect("runs");
+        let (_, t) = chad::internals::ad::nested::Forward::jvp(h, args, &full).expect("runs");
         let hv: Vec<f64> = e
             .hvp
             .iter()
             .flatten()
-            .flat_map(chad::oracle::fd::leaves)
+            .flat_map(chad::internals::oracle::fd::leaves)
             .collect();
-        let nv: Vec<f64> = chad::oracle::fd::leaves(t.expect_pair().1);
+        let nv: Vec<f64> = chad::internals::oracle::fd::leaves(t.expect_pair().1);
         let nv = &nv[nv.len() - hv.len()..];
         let err = hv
             .iter()
@@ -131,7 +131,7 @@ impl Timer {
             err <= 1e-9 * scale,
             "native hvp differs from the engine's by {err}"
         );
-        let time = |n: &Native, f, xs: Vec<chad::ir::interp::Val>| {
+        let time = |n: &Native, f, xs: Vec<chad::internals::ir::interp::Val>| {
             let mut p = n.prepare(f, &xs).expect("prepares");
             let mut ts: Vec<f64> = (0..=self.repeat)
                 .map(|_| p.run(1).expect("runs").1[0])
@@ -179,7 +179,7 @@ fn main() {
 }
 
 fn rosenbrock(reg: &Registry, sizes: &[usize], native: bool, repeat: usize) {
-    let prog = chad::source::load(ROSENBROCK, reg).expect("checks");
+    let prog = chad::internals::source::load(ROSENBROCK, reg).expect("checks");
     let entry = optimize(&prog.entry(0));
     let timer = Timer::new(&entry, &[true], native, repeat);
     for &n in sizes {
@@ -200,7 +200,7 @@ fn rosenbrock(reg: &Registry, sizes: &[usize], native: bool, repeat: usize) {
 /// The MLP, differentiated with respect to its weights (the data are constants).
 fn mlp(reg: &Registry, native: bool, repeat: usize) {
     let text = std::fs::read_to_string("examples/mlp.chad").expect("examples/mlp.chad");
-    let prog = chad::source::load(&text, reg).expect("checks");
+    let prog = chad::internals::source::load(&text, reg).expect("checks");
     let entry = optimize(&prog.entry(prog.defs.len() - 1));
     let wrt = [true, true, true, true, false, false];
     let timer = Timer::new(&entry, &wrt, native, repeat);

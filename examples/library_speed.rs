@@ -8,14 +8,14 @@
 //! * `chad::Function::grad` in this process (the library's pipeline: the code compiled once,
 //!   then the median of the timed calls);
 //! * reverse CHAD of the program as written, unoptimised and unsimplified (`ad::Vjp::new`:
-//!   what `chad::ad::grad` ran before it went through the pipeline; timed once, after one
+//!   what `chad::internals::ad::grad` ran before it went through the pipeline; timed once, after one
 //!   warm-up run, as it is slow),
 //!
 //! and prints each time with its ratio to the CLI's. `cargo run --release --example
 //! library_speed [-- REPEAT]` uses the system allocator (a library user's default);
 //! `--example library_speed_mimalloc` the allocator the `chad` binary uses.
 
-use chad::bench::suite::Suite;
+use chad::internals::bench::suite::Suite;
 use chad::{Function, Program, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -115,7 +115,7 @@ pub fn main() {
             let args = parse_args(&f, &json);
             let cli = cli_reverse(&chad, &file, def, &path, repeat);
             let lib = time(repeat, || f.grad(&args).expect("a gradient"));
-            let plain = chad::ad::Vjp::new(&entry).expect("reverse mode");
+            let plain = chad::internals::ad::Vjp::new(&entry).expect("reverse mode");
             // Slow (a minute at gmm N=1000): one run, after the warm-up `time` does.
             let old = time(1, || plain.grad(&args).expect("a gradient"));
             match cli {

@@ -12,14 +12,14 @@
 //!
 //! `cargo run --release --example logsumexp`
 
-use chad::ad;
-use chad::prim::{Derivative, Primitive, Registry, op};
-use chad::source::term::Entry;
-use chad::target::linear::LinFun;
-use chad::target::term::{LinPrim, Term};
-use chad::target::types::{LTy, Ty};
-use chad::types::Type;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad;
+use chad::internals::prim::{Derivative, Primitive, Registry, op};
+use chad::internals::source::term::Entry;
+use chad::internals::target::linear::LinFun;
+use chad::internals::target::term::{LinPrim, Term};
+use chad::internals::target::types::{LTy, Ty};
+use chad::internals::types::Type;
 use std::rc::Rc;
 
 /// The program: a closure over `a`, mapped, then both primitives.
@@ -95,7 +95,7 @@ pub fn registry() -> Registry {
 pub fn finite_differences(entry: &Entry, args: &[Value]) -> Vec<f64> {
     let h = 1e-6;
     let f = |args: &[Value]| {
-        chad::eval::eval_entry(entry, args)
+        chad::internals::eval::eval_entry(entry, args)
             .expect("evaluates")
             .expect_real()
     };
@@ -139,7 +139,7 @@ fn main() {
         }
     }
 
-    let program = chad::source::load(PROGRAM, &reg).unwrap_or_else(|e| {
+    let program = chad::internals::source::load(PROGRAM, &reg).unwrap_or_else(|e| {
         eprintln!("{}", e.render(None));
         std::process::exit(1)
     });

@@ -11,9 +11,9 @@
 //! programs are the benchmark suite's `straight_line` family (`bench::programs::straight_line`:
 //! one operand in four is a parameter, so a variable up to n binders back).
 
-use chad::prim::Registry;
-use chad::random::straight_line_ad_source;
-use chad::simplify::{Rules, simplify_with};
+use chad::internals::prim::Registry;
+use chad::internals::random::straight_line_ad_source;
+use chad::internals::simplify::{Rules, simplify_with};
 use std::time::Instant;
 
 /// The CLI's allocator (`src/main.rs`), so the times are those `chad` pays. With glibc's malloc
@@ -67,19 +67,19 @@ fn main() {
     for &reverse in modes {
         for n in sizes(&[100, 1_000, 10_000]) {
             let text = if suite {
-                chad::bench::programs::straight_line(n)
+                chad::internals::bench::programs::straight_line(n)
             } else {
                 straight_line_ad_source(n, 7, far_back, maps)
             };
-            let prog =
-                chad::source::load(&text, &Registry::builtin()).expect("generated programs check");
+            let prog = chad::internals::source::load(&text, &Registry::builtin())
+                .expect("generated programs check");
             let entry = prog.entry(prog.defs.len() - 1);
             let t0 = Clock::now(cpu);
-            let comb = chad::ccc::compile_entry(&entry);
+            let comb = chad::internals::ccc::compile_entry(&entry);
             let mor = if reverse {
-                chad::ad::reverse::transform(&comb)
+                chad::internals::ad::reverse::transform(&comb)
             } else {
-                chad::ad::forward::transform(&comb)
+                chad::internals::ad::forward::transform(&comb)
             }
             .expect("straight-line programs are differentiable");
             let t1 = Clock::now(cpu);

@@ -5,9 +5,9 @@
 //! cargo run --release --example train_mlp
 //! ```
 //!
-//! The program is loaded with [`chad::source::load`], its `loss` definition is differentiated
-//! once ([`chad::ad::Vjp::new`], simplified with [`chad::simplify::simplify`]) and the derivative
-//! is then run once per step ([`chad::ad::Vjp::grad`]) on a batch of points; the gradients of the
+//! The program is loaded with [`chad::internals::source::load`], its `loss` definition is differentiated
+//! once ([`chad::internals::ad::Vjp::new`], simplified with [`chad::internals::simplify::simplify`]) and the derivative
+//! is then run once per step ([`chad::internals::ad::Vjp::grad`]) on a batch of points; the gradients of the
 //! weights, returned as [`Value`]s of the weights' shapes, update them. The data set is two
 //! interleaving half-moons (two classes in the plane) from a small deterministic generator, and
 //! the initial weights come from the same generator, so every run prints the same numbers. Every
@@ -17,11 +17,11 @@
 //!
 //! `tests/examples.rs` includes this file to test that training lowers the loss.
 
-use chad::ad::Vjp;
-use chad::error::Source;
-use chad::source::term::Entry;
-use chad::types::Type;
-use chad::value::Value;
+use chad::Source;
+use chad::Value;
+use chad::internals::ad::Vjp;
+use chad::internals::source::term::Entry;
+use chad::internals::types::Type;
 use std::process::ExitCode;
 
 /// The text of `examples/mlp.chad`.
@@ -31,8 +31,8 @@ pub const PROGRAM: &str = include_str!("mlp.chad");
 pub const FILE: &str = "examples/mlp.chad";
 
 /// The deterministic pseudo-random generator for data and initial weights: the library's
-/// SplitMix64 ([`chad::bench::Rng`]), so a seed gives the same numbers everywhere.
-pub use chad::bench::Rng as SplitMix64;
+/// SplitMix64 ([`chad::internals::bench::Rng`]), so a seed gives the same numbers everywhere.
+pub use chad::internals::bench::Rng as SplitMix64;
 
 /// A labelled data set: points in the plane and their classes (0 or 1).
 pub struct Data {
@@ -169,7 +169,8 @@ impl Trainer {
         rate: f64,
         momentum: f64,
     ) -> chad::Result<Trainer> {
-        let prog = chad::source::load(program, &chad::prim::Registry::builtin())?;
+        let prog =
+            chad::internals::source::load(program, &chad::internals::prim::Registry::builtin())?;
         let find = |name: &str| {
             prog.find(name).map(|i| prog.entry(i)).ok_or_else(|| {
                 chad::Error::new(
@@ -180,7 +181,7 @@ impl Trainer {
         };
         let loss = find("loss")?;
         let logits = find("logits")?;
-        let vjp = Vjp::new(&loss)?.map_body(chad::simplify::simplify);
+        let vjp = Vjp::new(&loss)?.map_body(chad::internals::simplify::simplify);
         let velocity = weights
             .iter()
             .map(|w| zip_reals(w, w, &|_, _| 0.0))
@@ -215,7 +216,7 @@ impl Trainer {
 
     /// The loss on `data` at the current weights (evaluated, no derivative).
     pub fn loss(&self, data: &Data) -> chad::Result<f64> {
-        Ok(chad::eval::eval_entry(&self.loss, &self.args(data))?.expect_real())
+        Ok(chad::internals::eval::eval_entry(&self.loss, &self.args(data))?.expect_real())
     }
 
     /// The fraction of the points of `data` whose largest logit is their class (`logits` run
@@ -225,7 +226,7 @@ impl Trainer {
         for (x, &y) in data.xs.iter().zip(&data.ys) {
             let mut args = self.weights.clone();
             args.push(Value::reals(x.to_vec()));
-            let z = chad::eval::eval_entry(&self.logits, &args)?;
+            let z = chad::internals::eval::eval_entry(&self.logits, &args)?;
             let z = z.expect_reals();
             let best = (0..z.len())
                 .max_by(|&a, &b| z[a].total_cmp(&z[b]))

@@ -6,12 +6,12 @@
 //! Run: `cargo run --release --example via_transpose [-- FAMILY...]` (default: every family,
 //! smallest and middle size).
 
-use chad::ad::Vjp;
-use chad::bench::suite::Suite;
-use chad::linearize::vjp_via_transpose;
-use chad::optimize::optimize;
-use chad::simplify::simplify;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::Vjp;
+use chad::internals::bench::suite::Suite;
+use chad::internals::linearize::vjp_via_transpose;
+use chad::internals::optimize::optimize;
+use chad::internals::simplify::simplify;
 use std::time::Instant;
 
 fn median_s(mut f: impl FnMut()) -> f64 {
@@ -63,7 +63,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             };
             let ct = match entry.body.ty {
-                chad::types::Type::Real => Value::Real(1.0),
+                chad::internals::types::Type::Real => Value::Real(1.0),
                 _ => {
                     println!("{:<28} (not Real-valued: skipped)", case.id());
                     continue;
@@ -72,8 +72,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let (_, g1) = rev.vjp(&args, &ct)?;
             let (_, g2) = tr.vjp(&args, &ct)?;
             let (l1, l2): (Vec<f64>, Vec<f64>) = (
-                g1.iter().flat_map(chad::oracle::fd::leaves).collect(),
-                g2.iter().flat_map(chad::oracle::fd::leaves).collect(),
+                g1.iter()
+                    .flat_map(chad::internals::oracle::fd::leaves)
+                    .collect(),
+                g2.iter()
+                    .flat_map(chad::internals::oracle::fd::leaves)
+                    .collect(),
             );
             let agree = l1.len() == l2.len()
                 && l1

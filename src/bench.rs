@@ -29,12 +29,12 @@
 //! [`Report`] (`chad bench` prints it).
 //!
 //! ```
-//! use chad::bench::Bench;
-//! use chad::value::Value;
+//! use chad::internals::bench::Bench;
+//! use chad::Value;
 //!
-//! let program = chad::source::load(
+//! let program = chad::internals::source::load(
 //!     "def f (xs : Array Real) : Real = sum (map (\\(x : Real) -> x * x) xs)",
-//!     &chad::prim::Registry::builtin(),
+//!     &chad::internals::prim::Registry::builtin(),
 //! )?;
 //! let entry = program.entry(0);
 //! let bench = Bench::new(&entry, vec![Value::reals(vec![1.0, 2.0, 3.0])])?;
@@ -43,7 +43,7 @@
 //! assert_eq!(grad[0].expect_reals(), &[2.0, 4.0, 6.0]);
 //! let report = bench.measure(3)?;
 //! assert!(report.primal_s > 0.0 && report.reverse_over_primal() > 0.0);
-//! # Ok::<(), chad::error::Error>(())
+//! # Ok::<(), chad::Error>(())
 //! ```
 //!
 //! The benchmark suite (`benches/programs/suite.json`: programs, sizes and argument shapes) is
@@ -52,7 +52,9 @@
 //! bench_suite -- write DIR` writes every case's program and arguments to files, and
 //! `benches/perf_table.py` runs `chad bench` on those and regenerates the README's table.
 
+#[path = "bench/programs.rs"]
 pub mod programs;
+#[path = "bench/suite.rs"]
 pub mod suite;
 
 use crate::ad::optimized::Optimized;

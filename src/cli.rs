@@ -5,7 +5,7 @@
 //!
 //! The binary (`src/main.rs`) is [`main`] under a counting allocator. [`run_args`] runs one
 //! command line in process and returns its exit status and output, exactly as the binary would
-//! print them: the fuzz harnesses ([`crate::fuzz`], `fuzz/`) drive the whole command line through
+//! print them: the fuzz harnesses ([`crate::internals::fuzz`], `fuzz/`) drive the whole command line through
 //! it, without a process per input.
 
 use crate::Function;
@@ -20,6 +20,7 @@ use crate::value::Value;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
+#[path = "cli/nested_cmd.rs"]
 mod nested_cmd;
 use std::process::ExitCode;
 use std::rc::Rc;

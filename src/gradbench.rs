@@ -19,8 +19,11 @@
 //! Every failure (bad JSON, an unknown module or function, a malformed input, a runtime error)
 //! is answered with `success: false` and a message; nothing the eval sends can make it panic.
 
+#[path = "gradbench/ba.rs"]
 mod ba;
+#[path = "gradbench/ht.rs"]
 mod ht;
+#[path = "gradbench/programs.rs"]
 mod programs;
 
 use crate::ad::{self, Jvp, Vjp};

@@ -54,106 +54,38 @@
 //!
 //! ## The internals
 //!
-//! Underneath, the stages are separate and public, for research use:
-//!
-//! ```
-//! use chad::prim::Registry;
-//! use chad::value::Value;
-//!
-//! let program = chad::source::load(
-//!     "def f (x : Real) (ys : Array Real) : Real =
-//!        let g = \\(y : Real) -> x * sin y in
-//!        sum (map g ys)",
-//!     &Registry::builtin(),
-//! )?;
-//! let entry = program.entry(program.find("f").unwrap());
-//! let args = [Value::Real(2.0), Value::reals(vec![0.0, 1.0])];
-//!
-//! // Route 1: evaluate the typed source term directly.
-//! let direct = chad::eval::eval_entry(&entry, &args)?;
-//!
-//! // Route 2: compile to combinators and evaluate through the generic `interpret`.
-//! let comb = chad::ccc::compile_entry(&entry);
-//! assert_eq!(comb.dom.to_string(), "((Unit, Real), Array Real)");
-//! let via_ccc = chad::ccc::eval::run(&comb, &chad::ccc::eval::context_value(&args))?;
-//!
-//! assert_eq!(direct.expect_real(), 2.0 * 1f64.sin());
-//! assert_eq!(direct.same(&via_ccc), Some(true));
-//!
-//! // Reverse CHAD of the program as written, unsimplified: the AD functor alone.
-//! let vjp = chad::ad::Vjp::new(&entry)?;
-//! let (value, grad) = vjp.grad(&args)?;
-//! assert_eq!(value.expect_real(), 2.0 * 1f64.sin());
-//! assert_eq!(grad[0].expect_real(), 1f64.sin());
-//! # Ok::<(), chad::error::Error>(())
-//! ```
+//! Underneath, the stages (typed terms, combinators, the AD functors, the simplifier, the
+//! engine, the IR, the oracles) are separate modules, public for research use under
+//! [`internals`], with no stability promise; its documentation lists them and shows them at
+//! work. User primitives with their derivatives are registered there
+//! ([`internals::prim::Registry`]).
 //!
 //! ## Modules
 //!
-//! * [`api`]: the front door: [`Program`], [`Function`], [`Pullback`], [`Pushforward`].
-//! * [`types`]: source types, the objects of the category.
-//! * [`source`]: surface syntax, parser, bidirectional checker, typed core terms, printer.
-//! * [`prim`]: primitive operations, registered once with their derivatives.
-//! * [`ccc`]: combinators, the compiler, the structure traits and `interpret`, and the models
-//!   (evaluation, type reconstruction, printing).
-//! * [`eval`]: the direct evaluator of source terms.
-//! * [`ad`]: forward and reverse CHAD as models of the combinator structure (`Σ_C L` and
-//!   `Σ_C L^op`), `jvp`/`vjp`/`grad` for programs, and `check_primitive` for derivatives.
-//! * [`linearize`]: reverse mode the other way (YOLO): forward CHAD, unzipped into a primal
-//!   and a linear map, transposed ([`target::transpose`]); `linearize` gives a reusable linear
-//!   map of tangents and `linear_transpose` its transpose.
-//! * [`simplify`]: the simplifier of target terms: named, switchable rewrite rules (the CHAD
-//!   paper's Table 1 and those the linear fragment needs) run to a fixed point in linear-time
-//!   passes.
-//! * [`target`]: the target language derivatives are written in: linear types, linear terms, a
-//!   checker enforcing linearity, an evaluator, a printer, the embedding of source terms, and
-//!   [`target::linear`], where linear maps and copowers are abstract types.
-//! * [`optimize`]: the source-to-source pass run before AD: the program simplified and its
-//!   called helper functions inlined, so that AD differentiates the first-order program the
-//!   primal runs.
-//! * [`oracle`]: derivative oracles independent of CHAD, for testing it: a dual-number
-//!   forward-mode evaluator of source terms and central finite differences.
-//! * [`dual_reverse`]: reverse mode by dual numbers at run time (Smeding & Vákár, POPL 2023):
-//!   every scalar carries a backpropagator ID, the final algorithm resolves the tape from the
-//!   highest ID down in O(T + I); an oracle for reverse CHAD and a taping baseline.
-//! * [`bench`](mod@bench): measuring primal, forward and reverse time on the execution engine (`chad
-//!   bench`), and the benchmark suite: its manifest, argument shapes and generated programs.
-//! * [`value`]: run-time values.
-//! * [`random`]: random well-typed programs and inputs, for property tests.
-//! * [`error`]: errors with source positions.
+//! * The crate root: [`Program`], [`Function`], [`Backend`], [`Via`], [`Pullback`],
+//!   [`Pushforward`], [`Value`], [`Error`], [`ErrorKind`], [`Result`], [`Source`], [`Span`].
+//! * [`api`]: the front door's documentation: `wrt`, backends, threads.
+//! * [`build`]: the build-script API: a program compiled to Rust in a crate's `OUT_DIR`.
+//! * [`internals`]: everything else.
 
 #![warn(missing_docs)]
 
-pub mod ad;
 pub mod api;
-pub mod bench;
-pub mod budget;
 pub mod build;
-pub mod ccc;
-pub mod cli;
-pub mod deep;
-pub mod dual_reverse;
-pub mod error;
-pub mod eval;
-pub mod fuzz;
-pub mod gradbench;
-pub mod ir;
-pub mod linearize;
-pub mod native;
-pub mod optimize;
-pub mod oracle;
-pub mod prim;
-pub mod random;
-pub mod simplify;
-pub mod source;
-pub mod steps;
-pub mod target;
-pub mod types;
-pub mod value;
+pub mod internals;
 
+// The internals under their old names, for the crate's own paths (`crate::ad::Vjp`, ...).
+pub(crate) use internals::{
+    ad, bench, budget, ccc, cli, deep, dual_reverse, error, eval, gradbench, ir, linearize, native,
+    optimize, oracle, prim, random, simplify, source, steps, target, types, value,
+};
+
+#[doc(inline)]
 pub use api::{Backend, Function, Program, Pullback, Pushforward, Via};
-pub use error::{Error, ErrorKind, Result, Source, Span};
-pub use value::Value;
+#[doc(inline)]
+pub use internals::error::{Error, ErrorKind, Result, Source, Span};
+#[doc(inline)]
+pub use internals::value::Value;
 
 /// The README's code examples, compiled and run as doctests.
 #[doc = include_str!("../README.md")]

@@ -16,21 +16,21 @@
 //! the derivative many times without running the primal again) and [`linear_transpose`].
 //!
 //! ```
-//! use chad::value::Value;
+//! use chad::Value;
 //! # fn main() -> Result<(), chad::Error> {
-//! let prog = chad::source::load(
+//! let prog = chad::internals::source::load(
 //!     "def f (x : Real) (y : Real) : Real = x * sin y",
-//!     &chad::prim::Registry::builtin(),
+//!     &chad::internals::prim::Registry::builtin(),
 //! )?;
 //! let entry = prog.entry(0);
-//! let lin = chad::linearize::linearize(&entry, &[Value::Real(2.0), Value::Real(0.0)])?;
+//! let lin = chad::internals::linearize::linearize(&entry, &[Value::Real(2.0), Value::Real(0.0)])?;
 //! assert_eq!(lin.value.expect_real(), 0.0);
 //! // The Jacobian-vector product at two tangents: the primal is not run again.
 //! let jvp = |dx, dy| lin.map.apply(&[Value::Real(dx), Value::Real(dy)]);
 //! assert_eq!(jvp(1.0, 0.0)?[0].expect_real(), 0.0); // sin 0
 //! assert_eq!(jvp(0.0, 1.0)?[0].expect_real(), 2.0); // x cos 0
 //! // Its transpose: the gradient.
-//! let grad = chad::linearize::linear_transpose(&lin.map).apply(&[Value::Real(1.0)])?;
+//! let grad = chad::internals::linearize::linear_transpose(&lin.map).apply(&[Value::Real(1.0)])?;
 //! assert_eq!((grad[0].expect_real(), grad[1].expect_real()), (0.0, 2.0));
 //! # Ok(())
 //! # }

@@ -27,18 +27,18 @@
 //! ([`try_optimize`] says why). It never panics.
 //!
 //! ```
-//! let program = chad::source::load(
+//! let program = chad::internals::source::load(
 //!     "def tr (a : Array (Array Real)) : Real = sum (build (length a) (\\(i : Int) -> a ! i ! i))
 //!      def f (a : Array (Array Real)) : Real = tr a + tr a",
-//!     &chad::prim::Registry::builtin(),
+//!     &chad::internals::prim::Registry::builtin(),
 //! )?;
 //! let entry = program.entry(1);
-//! let opt = chad::optimize::optimize(&entry);
+//! let opt = chad::internals::optimize::optimize(&entry);
 //! // `tr` is gone: its two calls were inlined and β-reduced (and then shared).
 //! assert!(entry.body.to_string().contains("let tr"));
 //! assert!(!opt.body.to_string().contains("let tr"));
 //! assert_eq!(opt.body.ty, entry.body.ty);
-//! # Ok::<(), chad::error::Error>(())
+//! # Ok::<(), chad::Error>(())
 //! ```
 
 use crate::simplify::inline::{Budget, inline_functions};

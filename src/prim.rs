@@ -19,10 +19,10 @@
 //! (no `Real` in them) have derivative zero automatically.
 //!
 //! ```
-//! use chad::prim::{Derivative, Primitive, Registry, op};
-//! use chad::target::term::Term;
-//! use chad::types::Type;
-//! use chad::value::Value;
+//! use chad::internals::prim::{Derivative, Primitive, Registry, op};
+//! use chad::internals::target::term::Term;
+//! use chad::internals::types::Type;
+//! use chad::Value;
 //! let mut reg = Registry::builtin();
 //! // logcosh x = log (cosh x); its derivative is tanh x.
 //! let logcosh = Primitive::function("logcosh", vec![Type::Real], Type::Real, |x| {
@@ -158,24 +158,24 @@ impl Derivative {
     /// (e.g. it must be linear in the tangents). For `hypot a b = sqrt (a² + b²)`:
     ///
     /// ```
-    /// use chad::prim::{Derivative, Primitive, Registry};
-    /// use chad::target::term::{LTerm, Term};
-    /// use chad::types::Type;
-    /// use chad::value::Value;
+    /// use chad::internals::prim::{Derivative, Primitive, Registry};
+    /// use chad::internals::target::term::{LTerm, Term};
+    /// use chad::internals::types::Type;
+    /// use chad::Value;
     /// let hypot = Primitive::function("hypot", vec![Type::Real, Type::Real], Type::Real, |x| {
     ///     let (a, b) = x.expect_pair();
     ///     Ok(Value::Real(a.expect_real().hypot(b.expect_real())))
     /// })
     /// // d hypot = (a da + b db) / hypot a b, reusing the primal result.
     /// .with_derivative(Derivative::jvp(|j| {
-    ///     let div = |t: &Term| Term::prim(&chad::prim::op("div"), vec![t.clone(), j.result.clone()]);
+    ///     let div = |t: &Term| Term::prim(&chad::internals::prim::op("div"), vec![t.clone(), j.result.clone()]);
     ///     LTerm::plus(
     ///         LTerm::scale(div(&j.args[0]), j.tangents[0].clone()),
     ///         LTerm::scale(div(&j.args[1]), j.tangents[1].clone()),
     ///     )
     /// }));
     /// let hypot = Registry::builtin().register(hypot).unwrap();
-    /// chad::ad::check_primitive(&hypot, 20, 1).unwrap();
+    /// chad::internals::ad::check_primitive(&hypot, 20, 1).unwrap();
     /// ```
     pub fn jvp(forward: impl Fn(&JvpArgs<'_>) -> LTerm + 'static) -> Derivative {
         Derivative::Jvp(Rc::new(forward))
@@ -323,7 +323,7 @@ impl Primitive {
     }
 
     /// Declares the primitive's implementation in Rust for the native backend: an expression
-    /// of type `f64`, `i64` or `bool` (the result's Rust type; see `chad::ir::rust`) in which
+    /// of type `f64`, `i64` or `bool` (the result's Rust type; see `chad::internals::ir::rust`) in which
     /// `{0}`, `{1}`, ... stand for the arguments, e.g. `"{0}.cosh().ln()"` for `logcosh`.
     /// It must compute what the evaluation computes and cannot fail. A program using a
     /// primitive without one runs everywhere but natively.

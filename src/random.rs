@@ -25,7 +25,7 @@
 //! which are the leaves.
 //!
 //! ```
-//! use chad::random::{program, Config};
+//! use chad::internals::random::{program, Config};
 //! use proptest::strategy::{Strategy, ValueTree};
 //! use proptest::test_runner::TestRunner;
 //! let mut runner = TestRunner::deterministic();

@@ -8,6 +8,7 @@
 //! Closures are trait objects ([`Closure`]): each evaluator supplies its own implementation, so
 //! values of function type can flow between generic code without it knowing how they run.
 
+#[path = "value/convert.rs"]
 mod convert;
 
 use crate::deep::{Deep, deep};

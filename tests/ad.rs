@@ -5,18 +5,18 @@
 //! linear), the primitive checker's ability to reject wrong derivatives, user primitives with
 //! native and term derivatives (`examples/logsumexp.rs`), and errors.
 
-use chad::ad::forward::Forward;
-use chad::ad::reverse::Reverse;
-use chad::ad::{self, Jvp, TypeMaps, Vjp};
-use chad::ccc::{self, Comb};
-use chad::error::{ErrorKind, Span};
-use chad::prim::{Derivative, Primitive, Registry, op};
-use chad::source::term::{Entry, Program};
-use chad::target::check::check;
-use chad::target::term::{LTerm, Term};
-use chad::target::types::Ty;
-use chad::types::Type;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::forward::Forward;
+use chad::internals::ad::reverse::Reverse;
+use chad::internals::ad::{self, Jvp, TypeMaps, Vjp};
+use chad::internals::ccc::{self, Comb};
+use chad::internals::prim::{Derivative, Primitive, Registry, op};
+use chad::internals::source::term::{Entry, Program};
+use chad::internals::target::check::check;
+use chad::internals::target::term::{LTerm, Term};
+use chad::internals::target::types::Ty;
+use chad::internals::types::Type;
+use chad::{ErrorKind, Span};
 use std::time::Instant;
 
 #[path = "../examples/logsumexp.rs"]
@@ -26,7 +26,7 @@ mod logsumexp_example;
 // ----- helpers -----
 
 fn load_with(text: &str, reg: &Registry) -> Program {
-    chad::source::load(text, reg).unwrap_or_else(|e| panic!("{text}\n: {e:?}"))
+    chad::internals::source::load(text, reg).unwrap_or_else(|e| panic!("{text}\n: {e:?}"))
 }
 
 fn load(text: &str) -> Program {
@@ -206,7 +206,7 @@ fn check_derivatives(entry: &Entry, args: &[Value], value: &[f64], jac: &[Vec<f6
     assert!(reals(&dy).iter().all(|x| *x == 0.0), "{name}: {dy}");
 
     // Reverse mode: row i.
-    let y = chad::eval::eval_entry(entry, args).unwrap();
+    let y = chad::internals::eval::eval_entry(entry, args).unwrap();
     assert_all_close(&reals(&y), value, &format!("{name}: value"));
     for (i, row) in jac.iter().enumerate() {
         let ct = basis(&out_ty, &y, i);
@@ -761,8 +761,8 @@ fn far_back_variables_keep_derivative_code_near_linear() {
         s.push_str(&format!("  v{}\n", n - 1));
         s
     };
-    let random = |n: usize| chad::random::straight_line_ad_source(n, 11, true, false);
-    let suite = chad::bench::programs::straight_line;
+    let random = |n: usize| chad::internals::random::straight_line_ad_source(n, 11, true, false);
+    let suite = chad::internals::bench::programs::straight_line;
     let programs: [(&str, &dyn Fn(usize) -> String); 3] = [
         ("parameter", &param),
         ("random", &random),
@@ -827,7 +827,7 @@ fn binders_in_long_contexts_evaluate_and_differentiate_correctly() {
     );
     let e = last(&src);
     let args = [r(0.7), r(-0.4), rs(&[0.3, -1.2, 0.9])];
-    let direct = chad::eval::eval_entry(&e, &args).unwrap();
+    let direct = chad::internals::eval::eval_entry(&e, &args).unwrap();
     let comb = ccc::compile_entry(&e);
     assert!(
         longest_path(&comb) < 13,
@@ -843,7 +843,7 @@ fn binders_in_long_contexts_evaluate_and_differentiate_correctly() {
         for k in 0..dim(t, a) {
             let mut tangents = zeros.clone();
             tangents[p] = basis(t, a, k);
-            let (_, dy) = chad::oracle::dual::jvp(&e, &args, &tangents).unwrap();
+            let (_, dy) = chad::internals::oracle::dual::jvp(&e, &args, &tangents).unwrap();
             row.push(dy.expect_real());
         }
     }
@@ -853,7 +853,7 @@ fn binders_in_long_contexts_evaluate_and_differentiate_correctly() {
 
 // ----- (d) check_primitive rejects wrong derivatives -----
 
-fn register(p: Primitive) -> chad::prim::Prim {
+fn register(p: Primitive) -> chad::internals::prim::Prim {
     let mut reg = Registry::builtin();
     reg.register(p).unwrap()
 }
@@ -1142,7 +1142,7 @@ fn runtime_errors_of_derivative_code_point_at_the_source() {
     for (src, args, at, word) in cases {
         let e = last(src);
         let want = span_of(src, at);
-        let eval_err = chad::eval::eval_entry(&e, &args).unwrap_err();
+        let eval_err = chad::internals::eval::eval_entry(&e, &args).unwrap_err();
         let tangents: Vec<Value> = e
             .param_types()
             .iter()
@@ -1372,7 +1372,7 @@ fn logsumexp_is_stable_for_large_inputs() {
 /// type-check at the predicted types.
 #[test]
 fn loop_programs_type_check_at_the_predicted_type() {
-    use chad::random::{self, Config};
+    use chad::internals::random::{self, Config};
     use proptest::strategy::{Strategy, ValueTree};
     let cfg = Config {
         loops: true,

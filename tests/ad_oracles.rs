@@ -1,6 +1,6 @@
 //! Forward and reverse CHAD against independent oracles, on random programs (DESIGN.md §6):
 //!
-//! * the dual-number evaluator of the source language ([`chad::oracle::dual`], written
+//! * the dual-number evaluator of the source language ([`chad::internals::oracle::dual`], written
 //!   separately from CHAD) agrees with forward CHAD;
 //! * full Jacobians computed by forward CHAD (one column per input direction), by reverse CHAD
 //!   (one row per output cotangent) and by central finite differences agree;
@@ -16,11 +16,11 @@
 
 mod common;
 
-use chad::ad::{Jvp, Vjp};
-use chad::oracle::{dual, fd};
-use chad::random::{self, Config, TestProgram};
-use chad::types::Type;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::{Jvp, Vjp};
+use chad::internals::oracle::{dual, fd};
+use chad::internals::random::{self, Config, TestProgram};
+use chad::internals::types::Type;
 use common::{ARRAYS, Coverage, Requirements, SUMS, cases, runner};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
@@ -141,16 +141,16 @@ fn for_programs(
     let mut failing = 0;
     for _ in 0..n {
         let p = common::supported_program(&strategy, &mut r);
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
-            match chad::eval::eval_entry(&p.entry, &p.inputs) {
+        let outcome = catch_unwind(AssertUnwindSafe(
+            || match chad::internals::eval::eval_entry(&p.entry, &p.inputs) {
                 Ok(y) if finite(&y) => check(&p, &mut rng),
                 Ok(_) => Ok(false),
                 Err(e) => {
                     failing += 1;
                     both_modes_fail_alike(&p, &e).map(|()| false)
                 }
-            }
-        }))
+            },
+        ))
         .unwrap_or_else(|e| Err(format!("panic: {}", common::panic_message(&e))));
         match outcome {
             Ok(true) => coverage.record(random::features(&p)),
@@ -242,7 +242,7 @@ fn jacobians_agree(cfg: Config, n: u32, required: Requirements) {
         let tys = p.entry.param_types();
         let jvp = Jvp::new(&p.entry).map_err(|e| e.message().to_string())?;
         let vjp = Vjp::new(&p.entry).map_err(|e| e.message().to_string())?;
-        let y = chad::eval::eval_entry(&p.entry, &p.inputs).expect("evaluates");
+        let y = chad::internals::eval::eval_entry(&p.entry, &p.inputs).expect("evaluates");
         let ty = p.entry.body.ty.clone();
         // Columns: forward mode along each input basis direction.
         let inputs = fd::basis(&tys, &p.inputs);
@@ -399,13 +399,14 @@ fn ad_fails_like_the_evaluator_inside_every_context() {
                 "def main (x : Real) : Real =\n  {}\n",
                 c.replace('E', &format!("({e})"))
             );
-            let prog = chad::source::load(&src, &chad::prim::Registry::builtin())
-                .unwrap_or_else(|err| panic!("{src}: {err:?}"));
+            let prog =
+                chad::internals::source::load(&src, &chad::internals::prim::Registry::builtin())
+                    .unwrap_or_else(|err| panic!("{src}: {err:?}"));
             let entry = prog.entry(0);
             let source = chad::Source::new("t.chad", src.clone());
             let at = |r: &chad::Error| (r.message().to_string(), r.location(&source));
             let args = [Value::Real(0.75)];
-            let want = chad::eval::eval_entry(&entry, &args).expect_err(&src);
+            let want = chad::internals::eval::eval_entry(&entry, &args).expect_err(&src);
             assert!(at(&want).1.is_some(), "no position for {want:?}");
             let outcome = catch_unwind(AssertUnwindSafe(|| {
                 let jvp = Jvp::new(&entry).and_then(|j| j.jvp(&args, &[Value::Real(1.0)]));

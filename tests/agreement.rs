@@ -7,16 +7,16 @@
 
 mod common;
 
-use chad::ccc::{self, typing::Typing};
-use chad::random::{Config, TestProgram, program};
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ccc::{self, typing::Typing};
+use chad::internals::random::{Config, TestProgram, program};
 use common::same_at;
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use std::cell::Cell;
 
 fn run_both(p: &TestProgram) -> (chad::Result<Value>, chad::Result<Value>) {
-    let direct = chad::eval::eval_entry(&p.entry, &p.inputs);
+    let direct = chad::internals::eval::eval_entry(&p.entry, &p.inputs);
     let comb = ccc::compile_entry(&p.entry);
     let via = ccc::eval::run(&comb, &ccc::eval::context_value(&p.inputs));
     (direct, via)

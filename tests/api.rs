@@ -5,7 +5,7 @@
 //! gradient, parallel use from several threads against sequential use, and the `Value`
 //! conversions.
 
-use chad::oracle::fd;
+use chad::internals::oracle::fd;
 use chad::{Function, Program, Value};
 use std::path::Path;
 
@@ -76,11 +76,14 @@ fn value_and_gradient_agree_with_independent_oracles() {
         let entry = f.entry().unwrap();
         let (value, grad) = f.value_and_grad(&args).unwrap();
         // The value: the direct evaluator of the program as written.
-        let direct = chad::eval::eval_entry(&entry, &args).unwrap();
+        let direct = chad::internals::eval::eval_entry(&entry, &args).unwrap();
         assert_close(&value, &direct, 1e-12, name);
         assert_close(&f.eval(&args).unwrap(), &direct, 1e-12, name);
         // The gradient: reverse CHAD of the unoptimised program, unsimplified.
-        let (_, plain) = chad::ad::Vjp::new(&entry).unwrap().grad(&args).unwrap();
+        let (_, plain) = chad::internals::ad::Vjp::new(&entry)
+            .unwrap()
+            .grad(&args)
+            .unwrap();
         assert_eq!(grad.len(), plain.len());
         for (g, p) in grad.iter().zip(&plain) {
             assert_close(g, p, 1e-10, name);

@@ -5,8 +5,8 @@
 //! `<cotangent, J t> = <Jᵀ cotangent, t>`). The suite itself is timed by `cargo bench --bench
 //! suite` and `benches/perf_table.py`, not here.
 
-use chad::bench::suite::{Case, Suite};
-use chad::value::Value;
+use chad::Value;
+use chad::internals::bench::suite::{Case, Suite};
 
 /// The inner product of two (co)tangent values of the same shape.
 fn inner(a: &Value, b: &Value) -> f64 {
@@ -86,7 +86,7 @@ fn every_family_differentiates_consistently_at_a_tiny_size() {
             .bench()
             .unwrap_or_else(|e| panic!("{}", e.render(None)));
         let entry = case.entry().unwrap();
-        let want = chad::eval::eval_entry(&entry, bench.args()).unwrap();
+        let want = chad::internals::eval::eval_entry(&entry, bench.args()).unwrap();
         let got = bench.primal().unwrap();
         assert!(
             close(got.expect_real(), want.expect_real(), 1e-12),

@@ -2,17 +2,17 @@
 //! direct evaluator and the combinator model), against hand-computed values; and every runtime
 //! error, with its message and source position.
 
-use chad::ccc;
-use chad::prim::Registry;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ccc;
+use chad::internals::prim::Registry;
 use chad::{Error, Source};
 
 /// Evaluates the last definition of `src` (no parameters) with both engines, which must agree.
 fn run(src: &str) -> Result<Value, Error> {
-    let prog =
-        chad::source::load(src, &Registry::builtin()).unwrap_or_else(|e| panic!("{src}: {e:?}"));
+    let prog = chad::internals::source::load(src, &Registry::builtin())
+        .unwrap_or_else(|e| panic!("{src}: {e:?}"));
     let entry = prog.entry(prog.defs.len() - 1);
-    let direct = chad::eval::eval_entry(&entry, &[]);
+    let direct = chad::internals::eval::eval_entry(&entry, &[]);
     let via = ccc::eval::run(&ccc::compile_entry(&entry), &Value::Unit);
     match (&direct, &via) {
         (Ok(a), Ok(b)) => assert_eq!(a.same(b), Some(true), "{src}: {a} vs {b}"),

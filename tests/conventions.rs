@@ -16,13 +16,13 @@
 
 mod common;
 
-use chad::ad::{Jvp, Vjp};
-use chad::ir::compile::{Compiled, Parts};
-use chad::optimize::optimize;
-use chad::oracle::{dual, fd};
-use chad::simplify::simplify;
-use chad::source::term::Entry;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::{Jvp, Vjp};
+use chad::internals::ir::compile::{Compiled, Parts};
+use chad::internals::optimize::optimize;
+use chad::internals::oracle::{dual, fd};
+use chad::internals::simplify::simplify;
+use chad::internals::source::term::Entry;
 use common::{args, entry};
 
 /// A forward-mode engine: the value and tangent along a tangent of the arguments.
@@ -68,7 +68,7 @@ fn gradients(e: &Entry, xs: &[Value]) -> Vec<(&'static str, f64, Vec<f64>)> {
     let vjp = Vjp::new(&optimized).unwrap().map_body(simplify);
     let (y, g) = vjp.grad(xs).unwrap();
     out.push(("reverse CHAD", real(&y), flat(&g)));
-    let (y, g) = chad::dual_reverse::grad(e, xs).unwrap();
+    let (y, g) = chad::internals::dual_reverse::grad(e, xs).unwrap();
     out.push(("dual-numbers reverse", real(&y), flat(&g)));
     let ir = Compiled::with_parts(e, Parts::ALL).unwrap();
     out.push(forward("IR forward", &|dx| ir.jvp(xs, dx)));
@@ -323,12 +323,12 @@ fn near_duplicate_subterms_stay_apart() {
     for (src, xs) in NEAR_DUPLICATES {
         let e = entry(src);
         let xs = args(&e, xs);
-        let want = chad::eval::eval_entry(&e, &xs).unwrap();
+        let want = chad::internals::eval::eval_entry(&e, &xs).unwrap();
         let want = fd::leaves(&want)[0];
         // The value: simplified on the engine, and the IR.
         let opt = optimize(&e);
-        let (params, body) = chad::target::embed::entry(&opt);
-        let engine = chad::target::engine::Code::compile(&params, &simplify(&body))
+        let (params, body) = chad::internals::target::embed::entry(&opt);
+        let engine = chad::internals::target::engine::Code::compile(&params, &simplify(&body))
             .run(&xs)
             .unwrap();
         let ir = Compiled::with_parts(&e, Parts::ALL)

@@ -8,15 +8,15 @@
 //! Clauses that deliberately differ from the true derivative show that the clause, not the
 //! body, is differentiated.
 
-use chad::ad;
-use chad::oracle::{all_approx_eq, fd};
-use chad::prim::Registry;
-use chad::source::term::Program;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad;
+use chad::internals::oracle::{all_approx_eq, fd};
+use chad::internals::prim::Registry;
+use chad::internals::source::term::Program;
 use std::process::Command;
 
 fn load(src: &str) -> Program {
-    chad::source::load(src, &Registry::builtin()).unwrap_or_else(|e| panic!("{e:?}"))
+    chad::internals::source::load(src, &Registry::builtin()).unwrap_or_else(|e| panic!("{e:?}"))
 }
 
 /// The LANGUAGE.md examples, used inside higher-order code and loops.
@@ -56,13 +56,15 @@ def tupled (a : Real) (b : Real) (xs : Array Real) : Real =
 /// mode by transposition does not support loops, with or without custom derivatives: the
 /// loop's derivative chains closures recorded at run time. That route is left out there.)
 fn reverse_routes(
-    entry: &chad::source::term::Entry,
+    entry: &chad::internals::source::term::Entry,
     args: &[Value],
     ct: &Value,
 ) -> Vec<Vec<Value>> {
     let chad = ad::vjp(entry, args, ct).unwrap().1;
-    let dual = chad::dual_reverse::vjp(entry, args, ct).unwrap().1;
-    match chad::linearize::vjp_via_transpose(entry) {
+    let dual = chad::internals::dual_reverse::vjp(entry, args, ct)
+        .unwrap()
+        .1;
+    match chad::internals::linearize::vjp_via_transpose(entry) {
         Ok(v) => vec![chad, v.vjp(args, ct).unwrap().1, dual],
         Err(e) => {
             assert!(
@@ -103,8 +105,8 @@ fn examples_agree_with_finite_differences_in_every_mode() {
                 .iter()
                 .map(|p| {
                     let shape = match &p.ty {
-                        chad::types::Type::Array(_) => Value::reals(vec![0.0; 3]),
-                        chad::types::Type::Real => Value::Real(0.0),
+                        chad::internals::types::Type::Array(_) => Value::reals(vec![0.0; 3]),
+                        chad::internals::types::Type::Real => Value::Real(0.0),
                         _ => Value::tuple(vec![Value::Real(0.0); 3]),
                     };
                     fd::tangent_with(&p.ty, &shape, &mut || 1.5 * next())
@@ -166,7 +168,7 @@ def h (xs : Array Real) : Real = sum (map (\\x -> halved (x + 1.0)) xs)
 #[test]
 fn clauses_not_the_body_are_used() {
     // (A clause branching on its tangent is not linear, and rejected; see below.)
-    let err = chad::source::load(RULES, &Registry::builtin()).unwrap_err();
+    let err = chad::internals::source::load(RULES, &Registry::builtin()).unwrap_err();
     assert!(
         err.message().contains("branches on a tangent"),
         "{}",
@@ -213,7 +215,9 @@ fn clauses_not_the_body_are_used() {
     }
     // Primal evaluation runs the body.
     assert_eq!(
-        chad::eval::eval_entry(&h, &[xs]).unwrap().expect_real(),
+        chad::internals::eval::eval_entry(&h, &[xs])
+            .unwrap()
+            .expect_real(),
         4.0 + 1.0
     );
     // And `check --derivatives` reports both deliberately wrong rules, and only them.
@@ -315,7 +319,7 @@ fn non_linear_and_ill_typed_clauses_are_type_errors_with_positions() {
     ];
     for (clause, needle, message) in cases {
         let src = format!("def f (x : Real) : Real = x * x\n  {clause}\n");
-        let e = chad::source::load(&src, &Registry::builtin()).unwrap_err();
+        let e = chad::internals::source::load(&src, &Registry::builtin()).unwrap_err();
         assert_eq!(e.kind(), chad::ErrorKind::Type, "{clause}: {}", e.message());
         let full = format!("{} {:?}", e.message(), e.notes());
         assert!(full.contains(message), "{clause}: {full}");
@@ -346,7 +350,7 @@ fn non_linear_and_ill_typed_clauses_are_type_errors_with_positions() {
             "names a builtin",
         ),
     ] {
-        let e = chad::source::load(src, &Registry::builtin()).unwrap_err();
+        let e = chad::internals::source::load(src, &Registry::builtin()).unwrap_err();
         let full = format!("{} {:?}", e.message(), e.notes());
         assert!(full.contains(message), "{src}: {full}");
         assert!(e.span().is_some(), "{src}");
@@ -357,14 +361,14 @@ fn non_linear_and_ill_typed_clauses_are_type_errors_with_positions() {
 fn clauses_print_and_read_back() {
     let prog = load(EXAMPLES);
     let all: Vec<usize> = (0..prog.defs.len()).collect();
-    let text = chad::source::print::defs_to_string(&prog, &all, 80);
+    let text = chad::internals::source::print::defs_to_string(&prog, &all, 80);
     assert!(
         text.contains("with jvp (dx : Real) = dx * sigmoid x"),
         "{text}"
     );
     assert!(text.contains("with vjp (ct : Real) ="), "{text}");
     let again = load(&text);
-    let again_text = chad::source::print::defs_to_string(&again, &all, 80);
+    let again_text = chad::internals::source::print::defs_to_string(&again, &all, 80);
     assert_eq!(text, again_text);
 }
 

@@ -2,19 +2,22 @@
 //! pipeline runs on a 256 KiB thread stack over a 10 000-line let-chain and a 10 000-deep
 //! expression.
 
-use chad::prim::Registry;
-use chad::random::straight_line_source;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::prim::Registry;
+use chad::internals::random::straight_line_source;
 
 fn pipeline(text: &str, args: &[Value]) -> String {
-    let prog = chad::source::load(text, &Registry::builtin()).unwrap();
+    let prog = chad::internals::source::load(text, &Registry::builtin()).unwrap();
     let entry = prog.entry(prog.defs.len() - 1);
-    let direct = chad::eval::eval_entry(&entry, args).unwrap();
-    let comb = chad::ccc::compile_entry(&entry);
-    let via = chad::ccc::eval::run(&comb, &chad::ccc::eval::context_value(args)).unwrap();
+    let direct = chad::internals::eval::eval_entry(&entry, args).unwrap();
+    let comb = chad::internals::ccc::compile_entry(&entry);
+    let via =
+        chad::internals::ccc::eval::run(&comb, &chad::internals::ccc::eval::context_value(args))
+            .unwrap();
     assert_eq!(direct.same(&via), Some(true));
-    let printed = chad::source::print::defs_to_string(&prog, &[prog.defs.len() - 1], 100);
-    let ccc = chad::ccc::print::to_string(&comb, 100);
+    let printed =
+        chad::internals::source::print::defs_to_string(&prog, &[prog.defs.len() - 1], 100);
+    let ccc = chad::internals::ccc::print::to_string(&comb, 100);
     assert!(!printed.is_empty() && !ccc.is_empty());
     direct.to_string()
 }

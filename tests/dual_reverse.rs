@@ -1,4 +1,4 @@
-//! Dual-numbers reverse AD ([`chad::dual_reverse`]) against independent routes to the same
+//! Dual-numbers reverse AD ([`chad::internals::dual_reverse`]) against independent routes to the same
 //! derivatives, on the random well-typed programs of the logical-relation tests (higher-order
 //! insides: closures, functions passed, returned and stored; sums; arrays):
 //!
@@ -17,15 +17,15 @@
 mod common;
 
 use chad::Error;
-use chad::ad::Vjp;
-use chad::dual_reverse::{DualReverse, Options, Output};
-use chad::oracle::fd;
-use chad::prim::{Derivative, Primitive, Registry};
-use chad::random::{self, Config, TestProgram};
-use chad::source::term::Entry;
-use chad::target::term::{LTerm, Term};
-use chad::types::Type;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::Vjp;
+use chad::internals::dual_reverse::{DualReverse, Options, Output};
+use chad::internals::oracle::fd;
+use chad::internals::prim::{Derivative, Primitive, Registry};
+use chad::internals::random::{self, Config, TestProgram};
+use chad::internals::source::term::Entry;
+use chad::internals::target::term::{LTerm, Term};
+use chad::internals::types::Type;
 use common::{ARRAYS, Coverage, Requirements, SUMS, cases, runner};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
@@ -123,7 +123,7 @@ fn for_programs(
         let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<bool, String> {
             let engine =
                 DualReverse::new(&p.entry, options.clone()).map_err(|e| format!("new: {e:?}"))?;
-            let want = chad::eval::eval_entry(&p.entry, &p.inputs);
+            let want = chad::internals::eval::eval_entry(&p.entry, &p.inputs);
             let ty = p.entry.body.ty.clone();
             match want {
                 Err(e) => {
@@ -334,7 +334,7 @@ fn registered_derivatives_agree_with_the_table() {
 }
 
 fn entry_in(src: &str, reg: &Registry) -> Entry {
-    let p = chad::source::load(src, reg).unwrap_or_else(|e| panic!("{src}: {e:?}"));
+    let p = chad::internals::source::load(src, reg).unwrap_or_else(|e| panic!("{src}: {e:?}"));
     p.entry(p.defs.len() - 1)
 }
 
@@ -447,7 +447,7 @@ fn fails_like_the_evaluator_inside_every_context() {
             );
             let entry = entry(&src);
             let args = [Value::Real(0.75)];
-            let want = chad::eval::eval_entry(&entry, &args).expect_err(&src);
+            let want = chad::internals::eval::eval_entry(&entry, &args).expect_err(&src);
             assert!(want.span().is_some());
             for naive in [false, true] {
                 let o = Options {
@@ -525,21 +525,21 @@ fn bad_inputs_and_unsupported_programs_are_errors() {
 /// every input direction, finite differences.
 #[test]
 fn user_primitives_use_their_registered_derivatives() {
-    use chad::target::linear::LinFun;
-    use chad::target::term::LinPrim;
-    use chad::target::types::{LTy, Ty};
+    use chad::internals::target::linear::LinFun;
+    use chad::internals::target::term::LinPrim;
+    use chad::internals::target::types::{LTy, Ty};
     let mut reg = Registry::builtin();
     reg.register(
         Primitive::function("logcosh", vec![Type::Real], Type::Real, |x| {
             Ok(Value::Real(x.expect_real().cosh().ln()))
         })
         .with_derivative(Derivative::scalar(|x| {
-            Term::prim(&chad::prim::op("tanh"), vec![x.clone()])
+            Term::prim(&chad::internals::prim::op("tanh"), vec![x.clone()])
         })),
     )
     .unwrap();
     // polar r t = (r cos t, r sin t).
-    let call = |name: &str, args: Vec<Term>| Term::prim(&chad::prim::op(name), args);
+    let call = |name: &str, args: Vec<Term>| Term::prim(&chad::internals::prim::op(name), args);
     reg.register(
         Primitive::function(
             "polar",
@@ -662,9 +662,9 @@ fn deep_programs_on_a_small_thread_stack() {
     let h = std::thread::Builder::new()
         .stack_size(256 * 1024)
         .spawn(|| {
-            let e = entry(&chad::random::straight_line_source(10_000, 3));
+            let e = entry(&chad::internals::random::straight_line_source(10_000, 3));
             let args = [Value::Real(0.5), Value::reals(vec![1.0, -2.0, 0.25])];
-            let want = chad::eval::eval_entry(&e, &args).unwrap();
+            let want = chad::internals::eval::eval_entry(&e, &args).unwrap();
             let out = DualReverse::new(&e, Options::default())
                 .unwrap()
                 .grad(&args)

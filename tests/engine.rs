@@ -1,5 +1,5 @@
-//! The execution engine ([`chad::target::engine`]) against the reference evaluator
-//! ([`chad::target::eval`]), an independent implementation that looks variables up by name.
+//! The execution engine ([`chad::internals::target::engine`]) against the reference evaluator
+//! ([`chad::internals::target::eval`]), an independent implementation that looks variables up by name.
 //!
 //! * Embedded random source programs (first-order, deeper higher-order, array- and sum-heavy):
 //!   the engine agrees exactly with the *source* evaluator (values, or errors with positions;
@@ -17,19 +17,19 @@
 
 mod common;
 
-use chad::ad::{TypeMaps, forward, reverse};
-use chad::ccc;
-use chad::random::{Config, TestProgram, program};
-use chad::simplify::simplify;
-use chad::target::embed;
-use chad::target::engine::Code;
-use chad::target::eval::{Env, eval};
-use chad::target::linear::Lin;
-use chad::target::random::{linear_map, small_lty};
-use chad::target::term::{LTerm, LTermKind as L, Term, TermKind as K, Var};
-use chad::target::testing::{approx_eq, lin, observe, probes};
-use chad::target::{LTy, Ty};
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::{TypeMaps, forward, reverse};
+use chad::internals::ccc;
+use chad::internals::random::{Config, TestProgram, program};
+use chad::internals::simplify::simplify;
+use chad::internals::target::embed;
+use chad::internals::target::engine::Code;
+use chad::internals::target::eval::{Env, eval};
+use chad::internals::target::linear::Lin;
+use chad::internals::target::random::{linear_map, small_lty};
+use chad::internals::target::term::{LTerm, LTermKind as L, Term, TermKind as K, Var};
+use chad::internals::target::testing::{approx_eq, lin, observe, probes};
+use chad::internals::target::{LTy, Ty};
 use common::same_at;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -41,7 +41,7 @@ const TOL: f64 = 1e-12;
 
 fn embedding_agrees(p: &TestProgram) -> Result<bool, TestCaseError> {
     let (params, body) = embed::entry(&p.entry);
-    let source = chad::eval::eval_entry(&p.entry, &p.inputs);
+    let source = chad::internals::eval::eval_entry(&p.entry, &p.inputs);
     let engine = Code::compile(&params, &body).run(&p.inputs);
     let mut rng = TestRunner::deterministic();
     same_at(&p.entry.body.ty, &source, &engine, &mut rng, 2).map_err(TestCaseError::fail)?;
@@ -216,8 +216,9 @@ fn engine_runs_derivative_code_like_the_reference_evaluator() {
 
 // ----- the engine's mechanisms, by hand -----
 
-fn load(src: &str) -> chad::source::term::Entry {
-    let prog = chad::source::load(src, &chad::prim::Registry::builtin()).expect("loads");
+fn load(src: &str) -> chad::internals::source::term::Entry {
+    let prog = chad::internals::source::load(src, &chad::internals::prim::Registry::builtin())
+        .expect("loads");
     prog.entry(prog.defs.len() - 1)
 }
 
@@ -285,18 +286,18 @@ fn runtime_errors_carry_the_position_of_their_node() {
 
 #[test]
 fn a_long_let_chain_runs_without_overflowing_the_stack() {
-    let src = chad::random::straight_line_source(20_000, 7);
+    let src = chad::internals::random::straight_line_source(20_000, 7);
     let entry = load(&src);
     let (params, body) = embed::entry(&entry);
     let args: Vec<Value> = entry
         .params
         .iter()
         .map(|p| match p.ty {
-            chad::types::Type::Real => Value::Real(0.5),
+            chad::internals::types::Type::Real => Value::Real(0.5),
             _ => reals(&[0.25, -1.5, 2.0]),
         })
         .collect();
-    let reference = chad::eval::eval_entry(&entry, &args).unwrap();
+    let reference = chad::internals::eval::eval_entry(&entry, &args).unwrap();
     let engine = Code::compile(&params, &body).run(&args).unwrap();
     assert_eq!(reference.same(&engine), Some(true));
 }
@@ -317,7 +318,7 @@ fn a_term_with_an_unbound_variable_is_an_internal_error() {
 
 /// `xs ! i` with a position of its own (so that an out-of-range error names it).
 fn idx(xs: Term, i: Term, pos: u32) -> Term {
-    let span = chad::error::Span {
+    let span = chad::Span {
         start: pos,
         end: pos + 1,
     };
@@ -325,7 +326,7 @@ fn idx(xs: Term, i: Term, pos: u32) -> Term {
 }
 
 fn call(name: &str, args: Vec<Term>) -> Term {
-    let reg = chad::prim::Registry::builtin();
+    let reg = chad::internals::prim::Registry::builtin();
     Term::prim(reg.get(name).expect("a builtin"), args)
 }
 
@@ -339,7 +340,7 @@ fn length(xs: Term) -> Term {
 /// unboxed linear reals) and, last, a use of the whole array (which keeps it zipped).
 /// Element shape: `(a, (sin a, (xs, (a, c))))`, the last leaf a pair-valued variable.
 fn tuple_use(u: usize, rs: &Var, xs: &Var, j: &Var, k: &Var) -> Term {
-    use chad::target::term::Pat;
+    use chad::internals::target::term::Pat;
     let r = || Term::var(rs);
     let at = |i: &Var, pos| idx(r(), Term::var(i), pos);
     let fresh = |name: &str, ty: Ty| Var::fresh(name, ty);
@@ -421,7 +422,7 @@ fn tuple_use(u: usize, rs: &Var, xs: &Var, j: &Var, k: &Var) -> Term {
             let v = Var::linear("v", LTy::Real);
             let d = Var::linear("d", LTy::array(LTy::Real));
             let i = fresh("i", Ty::Int);
-            let one = Term::lit(chad::target::term::Lit::Int(1));
+            let one = Term::lit(chad::internals::target::term::Lit::Int(1));
             let n1 = call("isub", vec![length(Term::var(xs)), one]);
             let body = LTerm::plus(
                 LTerm::scale(
@@ -583,16 +584,16 @@ impl LinGen<'_> {
         c % n
     }
 
-    fn span(&mut self) -> chad::error::Span {
+    fn span(&mut self) -> chad::Span {
         self.next_pos += 2;
-        chad::error::Span {
+        chad::Span {
             start: self.next_pos,
             end: self.next_pos + 1,
         }
     }
 
     fn int(&mut self, i: &Var) -> Term {
-        let one = Term::lit(chad::target::term::Lit::Int(1));
+        let one = Term::lit(chad::internals::target::term::Lit::Int(1));
         match self.pick(5) {
             0 | 1 => Term::var(i),
             2 => call("iadd", vec![Term::var(i), one]),
@@ -611,7 +612,7 @@ impl LinGen<'_> {
     fn scalar(&mut self, i: &Var) -> Term {
         match self.pick(4) {
             0 => Term::var(&self.c),
-            1 => Term::lit(chad::target::term::Lit::Real(0.0)),
+            1 => Term::lit(chad::internals::target::term::Lit::Real(0.0)),
             _ => {
                 let (ix, pos) = (self.int(i), self.span().start);
                 idx(Term::var(&self.xs), ix, pos)
@@ -1022,7 +1023,7 @@ impl ChainGen<'_> {
                     "iadd",
                     vec![
                         Term::var(&self.j),
-                        Term::lit(chad::target::term::Lit::Int(1)),
+                        Term::lit(chad::internals::target::term::Lit::Int(1)),
                     ],
                 );
                 let old = std::mem::replace(&mut self.j, k.clone());
@@ -1038,7 +1039,7 @@ impl ChainGen<'_> {
                 let saved = self.reals.len();
                 let f = self.chain(inner, &mut |g| g.real(2));
                 self.reals.truncate(saved);
-                let n_ = Term::lit(chad::target::term::Lit::Int(len as i64));
+                let n_ = Term::lit(chad::internals::target::term::Lit::Int(len as i64));
                 let e = call("sum", vec![Term::mk(K::Build(n_, Term::lam(&i, f)))]);
                 self.reals.push(x.clone());
                 Term::let_(&x, e, self.chain(n - 1, body))
@@ -1094,13 +1095,13 @@ impl ChainGen<'_> {
                 let d = Var::linear("d", LTy::Real);
                 let arr = if self.pick(2) == 0 {
                     LTerm::mk(L::Replicate(
-                        Term::lit(chad::target::term::Lit::Int(2)),
+                        Term::lit(chad::internals::target::term::Lit::Int(2)),
                         self.lin(1),
                     ))
                 } else {
                     // Distinct elements: `[l, l', 0]`.
-                    let three = || Term::lit(chad::target::term::Lit::Int(3));
-                    let at = |k| Term::lit(chad::target::term::Lit::Int(k));
+                    let three = || Term::lit(chad::internals::target::term::Lit::Int(3));
+                    let at = |k| Term::lit(chad::internals::target::term::Lit::Int(k));
                     let (x, y) = (self.lin(1), self.lin(1));
                     LTerm::plus(
                         LTerm::mk(L::OneHot(three(), at(0), x)),
@@ -1112,7 +1113,7 @@ impl ChainGen<'_> {
                 } else {
                     // A literal, sometimes past the end (the element is zero).
                     let k = [0, 1, 1, 2, 5][self.pick(5)];
-                    Term::lit(chad::target::term::Lit::Int(k))
+                    Term::lit(chad::internals::target::term::Lit::Int(k))
                 };
                 let elem = LTerm::mk(L::Index(LTerm::var(&a), i));
                 let elem = if self.pick(2) == 0 {
@@ -1339,7 +1340,7 @@ impl LoopGen<'_> {
                 0 => {
                     let lits = [-1, 0, 1, 2, 3, i64::MAX];
                     let x = lits[self.pick(lits.len())];
-                    Term::lit(chad::target::term::Lit::Int(x))
+                    Term::lit(chad::internals::target::term::Lit::Int(x))
                 }
                 1 | 2 => Term::var(i),
                 3 => Term::var(&self.j),
@@ -1357,10 +1358,10 @@ impl LoopGen<'_> {
         let name = ["iadd", "isub", "imul", "idiv", "iadd", "isub"][self.pick(6)];
         let a = self.int(i, depth - 1);
         let b = self.int(i, depth - 1);
-        let reg = chad::prim::Registry::builtin();
+        let reg = chad::internals::prim::Registry::builtin();
         let op = reg.get(name).expect("a builtin").clone();
         let pos = self.pos();
-        let span = chad::error::Span {
+        let span = chad::Span {
             start: pos,
             end: pos + 1,
         };
@@ -1376,7 +1377,7 @@ impl LoopGen<'_> {
         for _ in 0..count {
             let n = match self.pick(4) {
                 0 => Term::var(&self.m),
-                1 => Term::lit(chad::target::term::Lit::Int(3)),
+                1 => Term::lit(chad::internals::target::term::Lit::Int(3)),
                 2 => self.int(i, 1),
                 _ => length(Term::var(&self.xs)),
             };
@@ -1384,7 +1385,7 @@ impl LoopGen<'_> {
             let d = self.pick(3) as u32;
             let v = self.lin(i, d);
             let pos = self.pos();
-            let span = chad::error::Span {
+            let span = chad::Span {
                 start: pos,
                 end: pos + 1,
             };
@@ -1557,7 +1558,7 @@ impl LoopGen<'_> {
         let n = self.len();
         let steps = self.pick(6);
         let body = self.body(steps, kind, &i);
-        let span = chad::error::Span {
+        let span = chad::Span {
             start: self.pos(),
             end: self.next_pos + 1,
         };
@@ -1582,7 +1583,7 @@ impl LoopGen<'_> {
         let dv = match self.pick(4) {
             0 => LTerm::zero(LTy::array(LTy::Real)),
             1 => LTerm::mk(L::Replicate(
-                Term::lit(chad::target::term::Lit::Int(2)),
+                Term::lit(chad::internals::target::term::Lit::Int(2)),
                 v.clone(),
             )),
             _ => {
@@ -1700,7 +1701,10 @@ fn a_lone_deep_linear_expression_agrees_with_the_reference_evaluator() {
                 e = match k {
                     0 => LTerm::scale(Term::real(c), e),
                     1 => LTerm::scale(
-                        Term::prim(&chad::prim::op("mul"), vec![Term::var(&x), Term::real(c)]),
+                        Term::prim(
+                            &chad::internals::prim::op("mul"),
+                            vec![Term::var(&x), Term::real(c)],
+                        ),
                         e,
                     ),
                     2 => LTerm::plus(e, LTerm::scale(Term::real(c), LTerm::fst(lp()))),
@@ -1751,7 +1755,7 @@ fn a_lone_deep_real_expression_agrees_with_the_reference_evaluator() {
                 let at = || {
                     idx(
                         Term::var(&a),
-                        Term::lit(chad::target::term::Lit::Int(*j)),
+                        Term::lit(chad::internals::target::term::Lit::Int(*j)),
                         pos,
                     )
                 };

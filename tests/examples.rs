@@ -7,10 +7,10 @@
 //! where shapes or domains must fit together, see [`OVERRIDES`] and [`ARGS_FILES`]) and:
 //!
 //! * (a) the value from forward and reverse CHAD (raw and simplified derivative code) and from
-//!   the dual-number evaluator is exactly `chad::eval::eval_entry`'s;
+//!   the dual-number evaluator is exactly `chad::internals::eval::eval_entry`'s;
 //! * (b) forward CHAD along every basis tangent (one per real of the arguments; the raw code
-//!   along about 12 of them on large points) agrees with the dual-number oracle ([`chad::oracle::dual`]) to rounding and with central finite differences
-//!   ([`chad::oracle::fd`], Richardson-extrapolated) to truncation error;
+//!   along about 12 of them on large points) agrees with the dual-number oracle ([`chad::internals::oracle::dual`]) to rounding and with central finite differences
+//!   ([`chad::internals::oracle::fd`], Richardson-extrapolated) to truncation error;
 //! * (c) reverse CHAD for every basis cotangent of the result gives the rows of the Jacobian whose
 //!   columns forward mode gave: the full Jacobian agrees between the modes (and so, through (b),
 //!   with finite differences).
@@ -19,7 +19,7 @@
 //! non-differentiable point, or two step sizes disagree); skips are counted, printed, and
 //! bounded. Definitions that take or return functions are listed as not checked. The same
 //! value, columns and rows are also computed by the definition compiled to the IR
-//! ([`chad::ir`]) on its reference interpreter.
+//! ([`chad::internals::ir`]) on its reference interpreter.
 //!
 //! Independent of all that, the GMM and MLP values are compared with direct Rust loops of the
 //! same formulas (the hand-written baselines of `benches/native`), `lgamma`'s derivative with
@@ -28,11 +28,11 @@
 //! files agrees with the library; and a few steps of `train_mlp`'s training loop lower the loss
 //! (and steps up the gradient raise it).
 
-use chad::ad::{Jvp, Vjp};
-use chad::oracle::{dual, fd};
-use chad::source::term::{Entry, Program};
-use chad::types::Type;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::{Jvp, Vjp};
+use chad::internals::oracle::{dual, fd};
+use chad::internals::source::term::{Entry, Program};
+use chad::internals::types::Type;
 use std::path::{Path, PathBuf};
 
 #[path = "../examples/train_mlp.rs"]
@@ -68,10 +68,11 @@ fn chad_files() -> Vec<String> {
 fn load(file: &str) -> Program {
     let path = examples_dir().join(file);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
-    chad::source::load(&text, &chad::prim::Registry::builtin()).unwrap_or_else(|e| {
-        let src = chad::Source::new(file, text.as_str());
-        panic!("{}", e.render(Some(&src)))
-    })
+    chad::internals::source::load(&text, &chad::internals::prim::Registry::builtin())
+        .unwrap_or_else(|e| {
+            let src = chad::Source::new(file, text.as_str());
+            panic!("{}", e.render(Some(&src)))
+        })
 }
 
 fn entry(prog: &Program, name: &str) -> Entry {
@@ -273,7 +274,7 @@ fn points(file: &str, entry: &Entry, used: &mut Vec<String>) -> Vec<Vec<Value>> 
                         .iter()
                         .zip(*pt)
                         .map(|(p, text)| {
-                            chad::source::parse_value(text, &p.ty)
+                            chad::internals::source::parse_value(text, &p.ty)
                                 .unwrap_or_else(|e| panic!("{f}:{def}: `{text}`: {e:?}"))
                         })
                         .collect(),
@@ -322,7 +323,8 @@ fn one_sided_gap(entry: &Entry, args: &[Value], dx: &[Value], h: f64) -> Result<
             .zip(dx)
             .map(|((p, x), t)| fd::add_scaled(&p.ty, x, t, s))
             .collect();
-        let y = chad::eval::eval_entry(entry, &shifted).map_err(|e| e.message().to_string())?;
+        let y = chad::internals::eval::eval_entry(entry, &shifted)
+            .map_err(|e| e.message().to_string())?;
         Ok(fd::leaves(&y))
     };
     let (plus, centre, minus) = (at(h)?, at(0.0)?, at(-h)?);
@@ -403,7 +405,7 @@ fn check_point(
             "simplified",
             Jvp::new(entry)
                 .map_err(|e| err("Jvp::new", e))?
-                .map_body(chad::simplify::simplify),
+                .map_body(chad::internals::simplify::simplify),
         ),
     ];
     let vjps = [
@@ -412,28 +414,26 @@ fn check_point(
             "simplified",
             Vjp::new(entry)
                 .map_err(|e| err("Vjp::new", e))?
-                .map_body(chad::simplify::simplify),
+                .map_body(chad::internals::simplify::simplify),
         ),
     ];
 
     // The same primal and derivatives compiled to the IR, on its reference interpreter.
     // (Recursion is not lowered to the IR yet: such definitions skip the IR's checks.)
-    let ir = match chad::ir::compile::Compiled::new(entry) {
+    let ir = match chad::internals::ir::compile::Compiled::new(entry) {
         Ok(ir) => Some(ir),
-        Err(e)
-            if e.kind() == chad::error::ErrorKind::Unsupported
-                && e.message().contains("recursive") =>
-        {
+        Err(e) if e.kind() == chad::ErrorKind::Unsupported && e.message().contains("recursive") => {
             None
         }
         Err(e) => return Err(err("IR lowering", e)),
     };
     if let Some(ir) = &ir {
-        chad::ir::check::check(&ir.program).map_err(|e| format!("the IR does not check: {e}"))?;
+        chad::internals::ir::check::check(&ir.program)
+            .map_err(|e| format!("the IR does not check: {e}"))?;
     }
 
     // (a) the value.
-    let y = chad::eval::eval_entry(entry, args).map_err(|e| err("eval", e))?;
+    let y = chad::internals::eval::eval_entry(entry, args).map_err(|e| err("eval", e))?;
     if let Some(ir) = &ir {
         let y_ir = ir.eval(args).map_err(|e| err("IR eval", e))?;
         if !all_close(&fd::leaves(&y_ir), &fd::leaves(&y), 1e-12) {
@@ -710,7 +710,7 @@ fn gmm_is_adbench_objective() {
         cases.push(gmm_args(k, d, n, gamma, m, 100 + i as u64));
     }
     for args in &cases {
-        let got = chad::eval::eval_entry(&e, args)
+        let got = chad::internals::eval::eval_entry(&e, args)
             .expect("evaluates")
             .expect_real();
         let want = gmm_reference(args);
@@ -722,7 +722,7 @@ fn gmm_is_adbench_objective() {
     // An extreme point: the stable logsumexp keeps it finite where exp would overflow.
     let mut far = cases[0].clone();
     far[0] = Value::reals(vec![800.0, 790.0, -5.0]);
-    let got = chad::eval::eval_entry(&e, &far)
+    let got = chad::internals::eval::eval_entry(&e, &far)
         .expect("evaluates")
         .expect_real();
     assert!(
@@ -737,7 +737,7 @@ fn lgamma_and_its_derivative_are_the_known_values() {
     let e = entry(&prog, "lgamma");
     let vjp = Vjp::new(&e)
         .expect("differentiable")
-        .map_body(chad::simplify::simplify);
+        .map_body(chad::internals::simplify::simplify);
     let euler = 0.577_215_664_901_532_9;
     // (x, log Γ(x), digamma(x))
     let known = [
@@ -779,7 +779,7 @@ fn gmm_gradient_respects_the_invariances() {
     let e = entry(&prog, "gmm");
     let vjp = Vjp::new(&e)
         .expect("differentiable")
-        .map_body(chad::simplify::simplify);
+        .map_body(chad::internals::simplify::simplify);
     for args in [args_file(&e, "gmm.args.json"), gmm_args(3, 2, 6, 1.0, 0, 7)] {
         let (_, g) = vjp.grad(&args).expect("runs");
         // Adding a constant to every alpha leaves the objective unchanged.
@@ -802,7 +802,7 @@ fn mlp_loss_is_the_direct_computation_and_its_gradient_is_softmax_invariant() {
     let e = entry(&prog, "loss");
     let vjp = Vjp::new(&e)
         .expect("differentiable")
-        .map_body(chad::simplify::simplify);
+        .map_body(chad::internals::simplify::simplify);
     let data = train_mlp::two_moons(5, 0.1, 3);
     let [xs, ys] = data.args();
     let mut cases = vec![args_file(&e, "mlp.args.json")];
@@ -813,7 +813,7 @@ fn mlp_loss_is_the_direct_computation_and_its_gradient_is_softmax_invariant() {
         cases.push(w);
     }
     for args in &cases {
-        let got = chad::eval::eval_entry(&e, args)
+        let got = chad::internals::eval::eval_entry(&e, args)
             .expect("evaluates")
             .expect_real();
         let want = mlp_reference(args);
@@ -836,7 +836,7 @@ fn mlp_loss_is_the_direct_computation_and_its_gradient_is_softmax_invariant() {
     // Large logits: the stable logsumexp keeps the loss finite and right.
     let mut big = cases[0].clone();
     big[3] = Value::reals(vec![900.0, -900.0]);
-    let got = chad::eval::eval_entry(&e, &big)
+    let got = chad::internals::eval::eval_entry(&e, &big)
         .expect("evaluates")
         .expect_real();
     assert!(
@@ -872,7 +872,7 @@ fn cli_grad_on_the_argument_files_agrees_with_the_library() {
         let a = args_file(&e, args);
         let (v, g) = Vjp::new(&e)
             .expect("AD")
-            .map_body(chad::simplify::simplify)
+            .map_body(chad::internals::simplify::simplify)
             .grad(&a)
             .expect("runs");
         let mut lines = stdout.lines();
@@ -880,7 +880,7 @@ fn cli_grad_on_the_argument_files_agrees_with_the_library() {
             .next()
             .and_then(|l| l.strip_prefix("value: "))
             .expect("value line");
-        let value = chad::source::parse_value(value, &Type::Real).expect("a real");
+        let value = chad::internals::source::parse_value(value, &Type::Real).expect("a real");
         assert_eq!(
             value.same(&v),
             Some(true),
@@ -891,8 +891,9 @@ fn cli_grad_on_the_argument_files_agrees_with_the_library() {
             let text = line
                 .strip_prefix(&format!("  {} = ", p.name))
                 .unwrap_or_else(|| panic!("{file}: `{line}`"));
-            let cli = chad::source::parse_value(text, &p.ty.tangent().expect("first-order"))
-                .unwrap_or_else(|e| panic!("{file}: `{text}`: {e:?}"));
+            let cli =
+                chad::internals::source::parse_value(text, &p.ty.tangent().expect("first-order"))
+                    .unwrap_or_else(|e| panic!("{file}: `{text}`: {e:?}"));
             assert_eq!(
                 cli.same(gi),
                 Some(true),

@@ -1,4 +1,4 @@
-//! The command line fuzzed in process (`chad::fuzz`): generated and mutated programs through
+//! The command line fuzzed in process (`chad::internals::fuzz`): generated and mutated programs through
 //! `check`, every engine of `eval`, `grad`, `jvp`, `vjp`, `hessian`, `hvp`, `jacobian` and `show`
 //! at every stage. No input may panic; each command ends with status 0 or an error (1, or 2
 //! for an argument clap rejects) that says what went wrong.
@@ -7,7 +7,7 @@
 //! another campaign (the offline driver, `examples/fuzz_campaign.rs`, runs millions and also
 //! catches crashes and hangs, in child processes).
 
-use chad::fuzz;
+use chad::internals::fuzz;
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -47,7 +47,7 @@ fn no_input_panics_any_command() {
         }
         for f in report.findings {
             failures.push(format!(
-                "input {i} (replay: chad::fuzz::input({seed}, {i})): `chad {}` panicked: {}\n{text}",
+                "input {i} (replay: chad::internals::fuzz::input({seed}, {i})): `chad {}` panicked: {}\n{text}",
                 f.command.join(" "),
                 f.message
             ));
@@ -110,7 +110,7 @@ fn fuzzer_findings_are_errors() {
     for mode in [&[][..], &["--mode", "forward"], &["--mode", "reverse"]] {
         let mut args = vec!["jacobian", &path, "--arg", "1.5"];
         args.extend_from_slice(mode);
-        let o = chad::cli::run_args(args);
+        let o = chad::internals::cli::run_args(args);
         assert_eq!(o.status, 1, "{o:?}");
         assert!(
             o.stderr
@@ -142,7 +142,7 @@ fn second_order_commands_fail_where_the_program_fails() {
         vec!["hessian", &path, "--arg", "1.0"],
         vec!["hvp", &path, "--arg", "1.0", "--tangent", "1.0"],
     ] {
-        let o = chad::cli::run_args(&cmd);
+        let o = chad::internals::cli::run_args(&cmd);
         assert_eq!(o.status, 1, "{o:?}");
         assert!(
             o.stderr.contains("index 3 out of range") && o.stderr.contains("f.chad:2:38"),

@@ -1,5 +1,5 @@
 //! What the random program generators produce: the share of programs containing each construct
-//! ([`chad::random::features`]) and the share failing at their inputs, per configuration.
+//! ([`chad::internals::random::features`]) and the share failing at their inputs, per configuration.
 //!
 //! The array- and sum-heavy configurations ([`Config::array_bias`], [`Config::sum_bias`]) exist
 //! so that the AD property tests exercise those constructs; the test here keeps them doing so.
@@ -7,7 +7,7 @@
 
 mod common;
 
-use chad::random::{self, Config, FEATURES, features};
+use chad::internals::random::{self, Config, FEATURES, features};
 use common::cases;
 use proptest::strategy::{Strategy, ValueTree};
 use std::collections::BTreeMap;
@@ -41,7 +41,7 @@ fn census(cfg: Config, n: u32) -> Census {
         for f in &fs {
             *c.counts.entry(*f).or_insert(0) += 1;
         }
-        match chad::eval::eval_entry(&p.entry, &p.inputs) {
+        match chad::internals::eval::eval_entry(&p.entry, &p.inputs) {
             Ok(_) => {
                 c.ok += 1;
                 for f in &fs {

@@ -5,7 +5,7 @@
 //! GradBench's references, their central (second) differences and the evals' expected values.
 //! None of this needs GradBench itself.
 
-use chad::gradbench::{Backend, Tool};
+use chad::internals::gradbench::{Backend, Tool};
 use serde_json::{Value as Json, json};
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -924,15 +924,15 @@ const SOLVE_STEPS: u64 = 1_000_000;
 
 /// A definition of a bundled program, evaluated at `args` by the library.
 fn bundled(module: &str, def: &str, args: &[chad::Value]) -> Vec<f64> {
-    let (_, text) = chad::gradbench::program(module).expect("bundled");
+    let (_, text) = chad::internals::gradbench::program(module).expect("bundled");
     let program = chad::Program::load(text).expect("loads");
-    let _budget = chad::steps::Budget::new(SOLVE_STEPS);
+    let _budget = chad::internals::steps::Budget::new(SOLVE_STEPS);
     let v = program
         .function(def)
         .expect("defined")
         .eval(args)
         .expect("runs");
-    chad::oracle::fd::leaves(&v)
+    chad::internals::oracle::fd::leaves(&v)
 }
 
 #[test]
@@ -957,7 +957,7 @@ fn particle_against_a_transcription_and_finite_differences() {
     let mut particle = session("particle");
     for function in ["rr", "rf", "fr", "ff"] {
         let w = {
-            let _budget = chad::steps::Budget::new(SOLVE_STEPS);
+            let _budget = chad::internals::steps::Budget::new(SOLVE_STEPS);
             particle(function, json!({"w": 0.0}))
                 .as_f64()
                 .expect("a number")
@@ -1010,7 +1010,7 @@ fn saddle_against_a_transcription_and_finite_differences() {
     let mut saddle = session("saddle");
     for function in ["rr", "rf", "fr", "ff"] {
         let out = {
-            let _budget = chad::steps::Budget::new(SOLVE_STEPS);
+            let _budget = chad::internals::steps::Budget::new(SOLVE_STEPS);
             reals(&saddle(function, json!({"start": start})))
         };
         assert_eq!(out.len(), 4);

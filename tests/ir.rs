@@ -1,24 +1,24 @@
-//! The IR (`chad::ir`): programs lowered, checked and run on the reference interpreter,
+//! The IR (`chad::internals::ir`): programs lowered, checked and run on the reference interpreter,
 //! against the execution engine running the same simplified code (values to 1e-12 relative,
 //! derivatives to 1e-9; errors with the same message and position).
 
 mod common;
 
-use chad::ad::{Jvp, Vjp};
-use chad::bench::{Rng, random_tangent};
-use chad::ir::compile::Compiled;
-use chad::optimize::optimize;
-use chad::random::{Config, TestProgram};
-use chad::simplify::simplify;
-use chad::target::embed;
-use chad::target::engine::Code;
-use chad::types::Type;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::{Jvp, Vjp};
+use chad::internals::bench::{Rng, random_tangent};
+use chad::internals::ir::compile::Compiled;
+use chad::internals::optimize::optimize;
+use chad::internals::random::{Config, TestProgram};
+use chad::internals::simplify::simplify;
+use chad::internals::target::embed;
+use chad::internals::target::engine::Code;
+use chad::internals::types::Type;
 use proptest::test_runner::TestCaseError;
 
-fn load(path: &str) -> chad::source::term::Program {
+fn load(path: &str) -> chad::internals::source::term::Program {
     let text = std::fs::read_to_string(path).unwrap();
-    chad::source::load(&text, &chad::prim::Registry::builtin()).unwrap()
+    chad::internals::source::load(&text, &chad::internals::prim::Registry::builtin()).unwrap()
 }
 
 /// `a` and `b` agree to `tol` relative (per real), with the same shape.
@@ -71,10 +71,10 @@ fn same_result<T>(
 /// at random (co)tangents. Returns whether the primal ran.
 fn agrees(p: &TestProgram, seed: u64) -> Result<bool, String> {
     let entry = &p.entry;
-    let mut ad = chad::ad::check_supported(&entry.body).is_ok()
+    let mut ad = chad::internals::ad::check_supported(&entry.body).is_ok()
         && entry.body.ty.is_first_order()
         && entry.params.iter().all(|x| x.ty.is_first_order());
-    let parts = chad::ir::compile::Parts {
+    let parts = chad::internals::ir::compile::Parts {
         jvp: ad,
         vjp: ad,
         required: true,
@@ -83,7 +83,7 @@ fn agrees(p: &TestProgram, seed: u64) -> Result<bool, String> {
         // A recursive definition's derivatives are not lowered (note 10): its primal is.
         Err(e) if e.message().contains("derivatives of recursive definitions") => {
             ad = false;
-            let primal = chad::ir::compile::Parts {
+            let primal = chad::internals::ir::compile::Parts {
                 jvp: false,
                 vjp: false,
                 required: true,
@@ -93,7 +93,8 @@ fn agrees(p: &TestProgram, seed: u64) -> Result<bool, String> {
         c => c,
     }
     .map_err(|e| format!("lowering: {e}"))?;
-    chad::ir::check::check(&c.program).map_err(|e| format!("IR check: {e}\n{}", c.program))?;
+    chad::internals::ir::check::check(&c.program)
+        .map_err(|e| format!("IR check: {e}\n{}", c.program))?;
     let optimized = optimize(entry);
     let (params, body) = embed::entry(&optimized);
     let engine = Code::compile(&params, &simplify(&body)).run(&p.inputs);
@@ -213,7 +214,7 @@ fn fig2b_primal_and_gradient() {
     let prog = load("examples/fig2b.chad");
     let entry = prog.entry(prog.defs.len() - 1);
     let c = Compiled::new(&entry).unwrap();
-    chad::ir::check::check(&c.program).unwrap();
+    chad::internals::ir::check::check(&c.program).unwrap();
     let args = [Value::Real(2.0), Value::reals(vec![1.0, 2.0, 3.0])];
     assert_eq!(c.eval(&args).unwrap().expect_real(), 12.0);
     let (v, g) = c.grad(&args).unwrap();
@@ -227,8 +228,8 @@ fn fig2b_natively() {
     let prog = load("examples/fig2b.chad");
     let entry = prog.entry(prog.defs.len() - 1);
     let c = Compiled::new(&entry).unwrap();
-    let n =
-        chad::native::Native::new(c, None, true).unwrap_or_else(|e| panic!("{}", e.render(None)));
+    let n = chad::internals::native::Native::new(c, None, true)
+        .unwrap_or_else(|e| panic!("{}", e.render(None)));
     let args = [Value::Real(2.0), Value::reals(vec![1.0, 2.0, 3.0])];
     assert_eq!(n.eval(&args).unwrap().expect_real(), 12.0);
     let (v, g) = n.grad(&args).unwrap();
@@ -237,14 +238,14 @@ fn fig2b_natively() {
     assert_eq!(g[1].expect_reals(), &[2.0, 2.0, 2.0]);
 }
 
-/// The native backend (`chad::native`: the IR as Rust, built by rustc and loaded) against the
+/// The native backend (`chad::internals::native`: the IR as Rust, built by rustc and loaded) against the
 /// reference interpreter, on random programs compiled into one library: primal, JVP and VJP
 /// values, or the same error at the same position.
 #[test]
 fn the_native_backend_agrees_with_the_interpreter_on_random_programs() {
     use proptest::strategy::{Strategy, ValueTree};
     assert!(
-        chad::native::available(),
+        chad::internals::native::available(),
         "the native backend needs rustc on the path"
     );
     // One library for all of them: rustc's time grows with the count (`CHAD_NATIVE_CASES`).
@@ -274,20 +275,20 @@ fn the_native_backend_agrees_with_the_interpreter_on_random_programs() {
     ];
     let mut programs = Vec::new();
     for cfg in &configs {
-        let strategy = chad::random::program(cfg.clone());
+        let strategy = chad::internals::random::program(cfg.clone());
         for _ in 0..n {
             programs.push(strategy.new_tree(&mut runner).unwrap().current());
         }
     }
     let entries: Vec<_> = programs.iter().map(|p| p.entry.clone()).collect();
-    let parts = chad::ir::compile::Parts {
+    let parts = chad::internals::ir::compile::Parts {
         jvp: true,
         vjp: true,
         required: false,
     };
-    let module = chad::ir::compile::Module::new(&entries, parts).unwrap();
-    chad::ir::check::check(&module.program).unwrap();
-    let native = chad::native::Native::module(module, None, false)
+    let module = chad::internals::ir::compile::Module::new(&entries, parts).unwrap();
+    chad::internals::ir::check::check(&module.program).unwrap();
+    let native = chad::internals::native::Native::module(module, None, false)
         .unwrap_or_else(|e| panic!("{}", e.render(None)));
     let mut ran = 0;
     for (k, p) in programs.iter().enumerate() {
@@ -295,8 +296,8 @@ fn the_native_backend_agrees_with_the_interpreter_on_random_programs() {
         let prog = &native.program;
         let interp_eval = d
             .args(&p.inputs)
-            .and_then(|xs| chad::ir::interp::run(prog, d.primal, xs))
-            .map(|v| chad::ir::interp::to_value(&d.entry.body.ty, &v));
+            .and_then(|xs| chad::internals::ir::interp::run(prog, d.primal, xs))
+            .map(|v| chad::internals::ir::interp::to_value(&d.entry.body.ty, &v));
         let nat = native.eval_def(k, &p.inputs);
         let fail = |e: String| panic!("{e}\nprogram:\n{p:?}");
         same_result("native primal", &nat, &interp_eval, |a, b| {
@@ -310,7 +311,7 @@ fn the_native_backend_agrees_with_the_interpreter_on_random_programs() {
             let tangents = tangents_for(&d.entry, &p.inputs, &mut rng);
             let i = d.context(&p.inputs).and_then(|x| {
                 let dx = d.context_tangent(&p.inputs, &tangents)?;
-                chad::ir::interp::run(prog, f, vec![x, dx]).map(|r| d.jvp_result(&r))
+                chad::internals::ir::interp::run(prog, f, vec![x, dx]).map(|r| d.jvp_result(&r))
             });
             let nv = native.jvp_def(k, &p.inputs, &tangents);
             same_result("native jvp", &nv, &i, |a, b| {
@@ -326,7 +327,8 @@ fn the_native_backend_agrees_with_the_interpreter_on_random_programs() {
             };
             let i = d.context(&p.inputs).and_then(|x| {
                 let c = d.cotangent(&ct)?;
-                chad::ir::interp::run(prog, f, vec![x, c]).map(|r| d.vjp_result(&p.inputs, &r))
+                chad::internals::ir::interp::run(prog, f, vec![x, c])
+                    .map(|r| d.vjp_result(&p.inputs, &r))
             });
             let nv = native.vjp_def(k, &p.inputs, &ct);
             same_result("native vjp", &nv, &i, |a, b| {
@@ -343,7 +345,7 @@ fn the_native_backend_agrees_with_the_interpreter_on_random_programs() {
 
     // Parallel loops: with 3 threads and every eligible `build`/`sum` split (no work bound),
     // every result and error is the sequential one, bit for bit.
-    let outputs = |native: &chad::native::Native| -> Vec<String> {
+    let outputs = |native: &chad::internals::native::Native| -> Vec<String> {
         programs
             .iter()
             .enumerate()
@@ -386,7 +388,11 @@ fn show() {
 }
 
 /// A random tangent per argument of `entry` (the native tests' directions).
-fn tangents_for(entry: &chad::source::term::Entry, inputs: &[Value], rng: &mut Rng) -> Vec<Value> {
+fn tangents_for(
+    entry: &chad::internals::source::term::Entry,
+    inputs: &[Value],
+    rng: &mut Rng,
+) -> Vec<Value> {
     entry
         .params
         .iter()
@@ -404,7 +410,7 @@ fn a_summed_build_is_not_materialised_in_reverse_code() {
     let prog = load("benches/programs/rosenbrock.chad");
     let entry = prog.entry(prog.defs.len() - 1);
     let c = Compiled::new(&entry).unwrap();
-    chad::ir::check::check(&c.program).unwrap();
+    chad::internals::ir::check::check(&c.program).unwrap();
     let text = c.program.to_string();
     let vjp = &text[text.find("fn rosenbrock_vjp").expect("a vjp function")..];
     let vjp = &vjp[..vjp[1..].find("\nfn ").map_or(vjp.len(), |k| k + 1)];
@@ -442,10 +448,11 @@ fn a_summed_build_is_not_materialised_in_reverse_code() {
 fn an_accumulator_of_one_term_is_that_term() {
     let src = "def f (w : Array (Array Real)) (v : Array Real) : Real = \
                sum (map (\\row -> dot row v) w)";
-    let prog = chad::source::load(src, &chad::prim::Registry::builtin()).unwrap();
+    let prog =
+        chad::internals::source::load(src, &chad::internals::prim::Registry::builtin()).unwrap();
     let entry = prog.entry(0);
     let c = Compiled::new(&entry).unwrap();
-    chad::ir::check::check(&c.program).unwrap();
+    chad::internals::ir::check::check(&c.program).unwrap();
     let text = c.program.to_string();
     let jvp = &text[text.find("fn f_jvp").expect("a jvp function")..];
     let jvp = &jvp[..jvp[1..].find("\nfn ").map_or(jvp.len(), |k| k + 1)];
@@ -486,7 +493,7 @@ fn loop_invariant_lets_move_before_the_loop() {
     let prog = load("benches/programs/rosenbrock.chad");
     let entry = prog.entry(prog.defs.len() - 1);
     let c = Compiled::new(&entry).unwrap();
-    chad::ir::check::check(&c.program).unwrap();
+    chad::internals::ir::check::check(&c.program).unwrap();
     let text = c.program.to_string();
     let jvp = &text[text.find("fn rosenbrock_jvp").expect("a jvp function")..];
     let jvp = &jvp[..jvp[1..].find("\nfn ").map_or(jvp.len(), |k| k + 1)];

@@ -10,22 +10,22 @@
 //!   (primal, JVP, VJP), all against central finite differences;
 //! * errors: messages, positions and hints.
 
-use chad::ccc;
-use chad::dual_reverse::{DualReverse, Options};
-use chad::prim::Registry;
-use chad::source::term::{Entry, Program};
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ccc;
+use chad::internals::dual_reverse::{DualReverse, Options};
+use chad::internals::prim::Registry;
+use chad::internals::source::term::{Entry, Program};
 use chad::{Error, Source};
 
 fn load(src: &str) -> Result<Program, Error> {
-    chad::source::load(src, &Registry::builtin())
+    chad::internals::source::load(src, &Registry::builtin())
 }
 
 /// Evaluates the last definition of `src` (no parameters) with both engines, which must agree.
 fn run(src: &str) -> Result<Value, Error> {
     let prog = load(src).unwrap_or_else(|e| panic!("{src}: {}", render(src, &e)));
     let entry = prog.entry(prog.defs.len() - 1);
-    let direct = chad::eval::eval_entry(&entry, &[]);
+    let direct = chad::internals::eval::eval_entry(&entry, &[]);
     let via = ccc::eval::run(&ccc::compile_entry(&entry), &Value::Unit);
     match (&direct, &via) {
         (Ok(a), Ok(b)) => assert_eq!(a.same(b), Some(true), "{src}: {a} vs {b}"),
@@ -106,20 +106,20 @@ fn erf_is_accurate() {
     ];
     for (x, e) in table {
         for (x, e) in [(x, e), (-x, -e)] {
-            let got = chad::prim::erf(x);
+            let got = chad::internals::prim::erf(x);
             assert!(
                 (got - e).abs() <= 4.0 * f64::EPSILON * e.abs().max(1e-300),
                 "erf {x} = {got}, expected {e}"
             );
         }
     }
-    close("erf 1", chad::prim::erf(1.0));
-    assert!(chad::prim::erf(f64::NAN).is_nan());
+    close("erf 1", chad::internals::prim::erf(1.0));
+    assert!(chad::internals::prim::erf(f64::NAN).is_nan());
     // Monotone across the table's seams (multiples of 1/8).
     let mut last = -1.0;
     for k in -400..=400 {
         let x = k as f64 / 64.0;
-        let y = chad::prim::erf(x);
+        let y = chad::internals::prim::erf(x);
         assert!(y >= last, "erf not monotone at {x}");
         last = y;
     }
@@ -358,7 +358,9 @@ fn points() -> Vec<Vec<Value>> {
 }
 
 fn leaves(vs: &[Value]) -> Vec<f64> {
-    vs.iter().flat_map(chad::oracle::fd::leaves).collect()
+    vs.iter()
+        .flat_map(chad::internals::oracle::fd::leaves)
+        .collect()
 }
 
 fn assert_close(what: &str, a: &[f64], b: &[f64], rel: f64) {
@@ -374,10 +376,10 @@ fn assert_close(what: &str, a: &[f64], b: &[f64], rel: f64) {
 /// The gradient by central differences.
 fn fd_gradient(e: &Entry, args: &[Value]) -> Vec<f64> {
     let types: Vec<_> = e.params.iter().map(|p| p.ty.clone()).collect();
-    chad::oracle::fd::basis(&types, args)
+    chad::internals::oracle::fd::basis(&types, args)
         .iter()
         .map(|dir| {
-            chad::oracle::fd::jvp(e, args, dir, 1e-6)
+            chad::internals::oracle::fd::jvp(e, args, dir, 1e-6)
                 .unwrap()
                 .expect_real()
         })
@@ -390,25 +392,32 @@ fn every_engine_differentiates_the_new_forms() {
     let types: Vec<_> = e.params.iter().map(|p| p.ty.clone()).collect();
     let dual_rev = DualReverse::new(&e, Options::default()).unwrap();
     for args in points() {
-        let y = chad::eval::eval_entry(&e, &args).unwrap().expect_real();
+        let y = chad::internals::eval::eval_entry(&e, &args)
+            .unwrap()
+            .expect_real();
         assert!(y.is_finite());
         let fd = fd_gradient(&e, &args);
         // Reverse CHAD.
-        let (v, g) = chad::ad::grad(&e, &args).unwrap();
+        let (v, g) = chad::internals::ad::grad(&e, &args).unwrap();
         assert_eq!(v.expect_real(), y);
         let g = leaves(&g);
         assert_close("reverse CHAD vs finite differences", &g, &fd, 1e-6);
         // Forward CHAD and the dual-number oracle, one basis direction at a time.
-        let basis = chad::oracle::fd::basis(&types, &args);
+        let basis = chad::internals::oracle::fd::basis(&types, &args);
         let fwd: Vec<f64> = basis
             .iter()
-            .map(|d| chad::ad::jvp(&e, &args, d).unwrap().1.expect_real())
+            .map(|d| {
+                chad::internals::ad::jvp(&e, &args, d)
+                    .unwrap()
+                    .1
+                    .expect_real()
+            })
             .collect();
         assert_close("forward CHAD vs reverse CHAD", &fwd, &g, 1e-12);
         let dual: Vec<f64> = basis
             .iter()
             .map(|d| {
-                chad::oracle::dual::jvp(&e, &args, d)
+                chad::internals::oracle::dual::jvp(&e, &args, d)
                     .unwrap()
                     .1
                     .expect_real()
@@ -440,7 +449,7 @@ fn conventions_at_kinks() {
         Value::reals(vec![1.0, 4.0, 4.0]),
     ];
     let expected = vec![0.0, 0.0, 0.0, 1.0, 0.0];
-    let (_, g) = chad::ad::grad(&e, &args).unwrap();
+    let (_, g) = chad::internals::ad::grad(&e, &args).unwrap();
     assert_eq!(leaves(&g), expected);
     let out = DualReverse::new(&e, Options::default())
         .unwrap()
@@ -448,10 +457,19 @@ fn conventions_at_kinks() {
         .unwrap();
     assert_eq!(leaves(&out.gradient), expected);
     let types: Vec<_> = e.params.iter().map(|p| p.ty.clone()).collect();
-    for (d, want) in chad::oracle::fd::basis(&types, &args).iter().zip(&expected) {
-        assert_eq!(chad::ad::jvp(&e, &args, d).unwrap().1.expect_real(), *want);
+    for (d, want) in chad::internals::oracle::fd::basis(&types, &args)
+        .iter()
+        .zip(&expected)
+    {
         assert_eq!(
-            chad::oracle::dual::jvp(&e, &args, d)
+            chad::internals::ad::jvp(&e, &args, d)
+                .unwrap()
+                .1
+                .expect_real(),
+            *want
+        );
+        assert_eq!(
+            chad::internals::oracle::dual::jvp(&e, &args, d)
                 .unwrap()
                 .1
                 .expect_real(),
@@ -461,7 +479,7 @@ fn conventions_at_kinks() {
     // relu' is 1 just right of 0 and 0 just left of it.
     let relu = load("def r (x : Real) : Real = relu x").unwrap().entry(0);
     for (x, d) in [(1e-300, 1.0), (-1e-300, 0.0), (0.0, 0.0), (-0.0, 0.0)] {
-        let (_, g) = chad::ad::grad(&relu, &[Value::Real(x)]).unwrap();
+        let (_, g) = chad::internals::ad::grad(&relu, &[Value::Real(x)]).unwrap();
         assert_eq!(g[0].expect_real(), d, "relu' {x}");
     }
 }
@@ -470,7 +488,10 @@ fn conventions_at_kinks() {
 /// a JVP and a VJP; and reports the new runtime errors as the interpreter does.
 #[test]
 fn natively() {
-    assert!(chad::native::available(), "the native backend needs rustc");
+    assert!(
+        chad::internals::native::available(),
+        "the native backend needs rustc"
+    );
     let errs = "
 def rem0 (n : Int) : Int = 7 % n
 def pow_neg (n : Int) : Int = 2 ^ n
@@ -479,17 +500,17 @@ def ints (n : Int) (k : Int) : Int = n % 3 + (n - 5) % 4 + k ^ 3 + argmin [3.0, 
 ";
     let prog = load(&format!("{EVERYTHING}{errs}")).unwrap();
     let entries: Vec<Entry> = (0..prog.defs.len()).map(|k| prog.entry(k)).collect();
-    let parts = chad::ir::compile::Parts {
+    let parts = chad::internals::ir::compile::Parts {
         jvp: true,
         vjp: true,
         required: false,
     };
-    let module = chad::ir::compile::Module::new(&entries, parts).unwrap();
-    let native = chad::native::Native::module(module, None, false)
+    let module = chad::internals::ir::compile::Module::new(&entries, parts).unwrap();
+    let native = chad::internals::native::Native::module(module, None, false)
         .unwrap_or_else(|e| panic!("{}", e.render(None)));
     let e = &entries[0];
     for args in points() {
-        let y = chad::eval::eval_entry(e, &args).unwrap();
+        let y = chad::internals::eval::eval_entry(e, &args).unwrap();
         let ny = native.eval_def(0, &args).unwrap();
         assert_close(
             "native primal",
@@ -497,7 +518,7 @@ def ints (n : Int) (k : Int) : Int = n % 3 + (n - 5) % 4 + k ^ 3 + argmin [3.0, 
             &[y.expect_real()],
             1e-14,
         );
-        let (_, g) = chad::ad::grad(e, &args).unwrap();
+        let (_, g) = chad::internals::ad::grad(e, &args).unwrap();
         let (nv, ng) = native.vjp_def(0, &args, &Value::Real(1.0)).unwrap();
         assert_close(
             "native value",
@@ -507,7 +528,7 @@ def ints (n : Int) (k : Int) : Int = n % 3 + (n - 5) % 4 + k ^ 3 + argmin [3.0, 
         );
         assert_close("native gradient", &leaves(&ng), &leaves(&g), 1e-12);
         let types: Vec<_> = e.params.iter().map(|p| p.ty.clone()).collect();
-        for (d, gi) in chad::oracle::fd::basis(&types, &args)
+        for (d, gi) in chad::internals::oracle::fd::basis(&types, &args)
             .iter()
             .zip(leaves(&g))
         {
@@ -523,7 +544,7 @@ def ints (n : Int) (k : Int) : Int = n % 3 + (n - 5) % 4 + k ^ 3 + argmin [3.0, 
         (4, vec![int(-7), int(5)]),
     ];
     for (k, args) in cases {
-        let interp = chad::eval::eval_entry(&entries[k], &args);
+        let interp = chad::internals::eval::eval_entry(&entries[k], &args);
         let nat = native.eval_def(k, &args);
         match (&interp, &nat) {
             (Ok(a), Ok(b)) => assert_eq!(a.same(b), Some(true), "{}", entries[k].name),

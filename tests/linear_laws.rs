@@ -1,20 +1,20 @@
 //! Laws of the linear API (DESIGN.md §4): every linear type is a commutative monoid (in fact a
 //! real vector space), every linear map built through the API is linear, and a copower's fold
 //! cannot see the order, bracketing or splitting of its pairs. Values are compared through
-//! `chad::target::testing::observe`, so representations (sparse or dense zero, one-hot or dense
+//! `chad::internals::target::testing::observe`, so representations (sparse or dense zero, one-hot or dense
 //! arrays, trees of copower concatenations, ...) are free to differ.
 //!
 //! Case counts default to `DEFAULT_CASES` per property; set `CHAD_PROPTEST_CASES` for more.
 
 mod common;
 
-use chad::target::linear::{Copower, Lin, LinFun};
-use chad::target::testing::{
+use chad::Value;
+use chad::internals::target::linear::{Copower, Lin, LinFun};
+use chad::internals::target::testing::{
     OBSERVED_LEN, Probes, any_probes, approx_eq, copower_sum, family, index_ty, lin, linfun,
     linfun_from, lty, observe, probes, ty_value, zero_like,
 };
-use chad::target::{LTy, Ty};
-use chad::value::Value;
+use chad::internals::target::{LTy, Ty};
 use common::{cases, runner};
 use proptest::prelude::*;
 use proptest::sample::Index;

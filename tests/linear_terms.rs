@@ -10,13 +10,13 @@
 
 mod common;
 
-use chad::target::check::check;
-use chad::target::eval::{Env, eval};
-use chad::target::linear::{Lin, LinFun, LinearMap};
-use chad::target::random::{linear_map, small_lty};
-use chad::target::testing::{Probes, approx_eq, lin, observe, probes, zero_like};
-use chad::target::{LTy, Term, Ty};
-use chad::value::Value;
+use chad::Value;
+use chad::internals::target::check::check;
+use chad::internals::target::eval::{Env, eval};
+use chad::internals::target::linear::{Lin, LinFun, LinearMap};
+use chad::internals::target::random::{linear_map, small_lty};
+use chad::internals::target::testing::{Probes, approx_eq, lin, observe, probes, zero_like};
+use chad::internals::target::{LTy, Term, Ty};
 use proptest::prelude::*;
 
 const TOL: f64 = 1e-9;

@@ -1,10 +1,10 @@
-//! Reverse mode by linearize, unzip, transpose (`chad::linearize`, `--via transpose`) against
+//! Reverse mode by linearize, unzip, transpose (`chad::internals::linearize`, `--via transpose`) against
 //! reverse CHAD and finite differences, on random programs with first-order inputs and results:
 //!
 //! * the three routes agree: every row of the Jacobian by the transposed forward derivative
 //!   equals reverse CHAD's, and its entries match central finite differences;
 //! * the dot-product test `<transpose(l)(v), d> = <v, l(d)>` for the linear map `l` that
-//!   [`chad::linearize::linearize`] returns, at random tangents `d` and cotangents `v`;
+//!   [`chad::internals::linearize::linearize`] returns, at random tangents `d` and cotangents `v`;
 //! * where a program fails at its inputs, the transposed route fails with the same error.
 //!
 //! Programs are those of `tests/ad_oracles.rs`: first-order ones, ones with higher-order
@@ -13,14 +13,14 @@
 
 mod common;
 
-use chad::ad::Vjp;
-use chad::linearize::{linear_transpose, linearize, vjp_via_transpose};
-use chad::optimize::optimize;
-use chad::oracle::fd;
-use chad::random::{self, Config, TestProgram};
-use chad::simplify::simplify;
-use chad::types::Type;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::Vjp;
+use chad::internals::linearize::{linear_transpose, linearize, vjp_via_transpose};
+use chad::internals::optimize::optimize;
+use chad::internals::oracle::fd;
+use chad::internals::random::{self, Config, TestProgram};
+use chad::internals::simplify::simplify;
+use chad::internals::types::Type;
 use common::{ARRAYS, Coverage, Requirements, SUMS, cases, runner};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
@@ -114,16 +114,16 @@ fn for_programs(
     let (mut untransposed, mut failing, mut examples) = (0u32, 0u32, Vec::new());
     for _ in 0..n {
         let p = common::supported_program(&strategy, &mut r);
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
-            match chad::eval::eval_entry(&p.entry, &p.inputs) {
+        let outcome = catch_unwind(AssertUnwindSafe(
+            || match chad::internals::eval::eval_entry(&p.entry, &p.inputs) {
                 Ok(y) if finite(&y) => check(&p, &mut rng),
                 Ok(_) => Ok(Outcome::Skipped),
                 Err(want) => {
                     failing += 1;
                     fails_alike(&p, &want)
                 }
-            }
-        }))
+            },
+        ))
         .unwrap_or_else(|e| Err(format!("panic: {}", common::panic_message(&e))));
         match outcome {
             Ok(Outcome::Ran) => coverage.record(random::features(&p)),
@@ -162,7 +162,7 @@ fn fails_alike(p: &TestProgram, want: &chad::Error) -> Result<Outcome, String> {
     let entry = optimize(&p.entry);
     let tvjp = match vjp_via_transpose(&entry) {
         Ok(v) => v,
-        Err(e) if e.kind() == chad::error::ErrorKind::Unsupported => {
+        Err(e) if e.kind() == chad::ErrorKind::Unsupported => {
             return Ok(Outcome::Skipped);
         }
         Err(e) => return Err(format!("transposition failed: {}", e.message())),
@@ -193,9 +193,7 @@ fn fails_alike(p: &TestProgram, want: &chad::Error) -> Result<Outcome, String> {
 fn transposed(p: &TestProgram) -> Result<Result<Vjp, String>, String> {
     match vjp_via_transpose(&optimize(&p.entry)) {
         Ok(v) => Ok(Ok(v)),
-        Err(e) if e.kind() == chad::error::ErrorKind::Unsupported => {
-            Ok(Err(e.message().to_string()))
-        }
+        Err(e) if e.kind() == chad::ErrorKind::Unsupported => Ok(Err(e.message().to_string())),
         Err(e) => Err(format!("transposition failed: {}", e.message())),
     }
 }
@@ -208,7 +206,7 @@ fn three_routes_agree(cfg: Config, n: u32, required: Requirements, min: f64) {
             Err(e) => return Ok(Outcome::Untransposed(e)),
         };
         let rvjp = Vjp::new(&p.entry).map_err(|e| e.message().to_string())?;
-        let y = chad::eval::eval_entry(&p.entry, &p.inputs).expect("evaluates");
+        let y = chad::internals::eval::eval_entry(&p.entry, &p.inputs).expect("evaluates");
         let ty = p.entry.body.ty.clone();
         let tys = p.entry.param_types();
         let inputs = fd::basis(&tys, &p.inputs);
@@ -301,7 +299,7 @@ fn dot_product(cfg: Config, n: u32, min: f64) {
         let entry = optimize(&p.entry);
         let lin = match linearize(&entry, &p.inputs) {
             Ok(l) => l,
-            Err(e) if e.kind() == chad::error::ErrorKind::Unsupported => {
+            Err(e) if e.kind() == chad::ErrorKind::Unsupported => {
                 return Ok(Outcome::Untransposed(e.message().to_string()));
             }
             Err(e) => return Err(format!("linearize failed: {}", e.message())),
@@ -361,9 +359,9 @@ fn dot_product_test_on_linearized_programs() {
 
 #[test]
 fn linear_maps_reject_wrong_inputs() {
-    let prog = chad::source::load(
+    let prog = chad::internals::source::load(
         "def f (x : Real) (ys : Array Real) : Real = x * sum ys",
-        &chad::prim::Registry::builtin(),
+        &chad::internals::prim::Registry::builtin(),
     )
     .unwrap();
     let entry = prog.entry(0);
@@ -415,11 +413,12 @@ fn ragged_arrays_transpose_like_reverse_chad() {
         ),
     ];
     for (src, args) in programs {
-        let prog = chad::source::load(src, &chad::prim::Registry::builtin()).unwrap();
+        let prog = chad::internals::source::load(src, &chad::internals::prim::Registry::builtin())
+            .unwrap();
         let entry = optimize(&prog.entry(0));
         let tvjp = vjp_via_transpose(&entry).unwrap_or_else(|e| panic!("{src}: {e}"));
         let rvjp = Vjp::new(&entry).unwrap();
-        let y = chad::eval::eval_entry(&entry, &args).unwrap();
+        let y = chad::internals::eval::eval_entry(&entry, &args).unwrap();
         let ty = entry.body.ty.clone();
         for v in fd::basis(std::slice::from_ref(&ty), std::slice::from_ref(&y)) {
             let (_, g1) = rvjp.vjp(&args, &v[0]).unwrap();
@@ -441,9 +440,9 @@ fn ragged_arrays_transpose_like_reverse_chad() {
 
 mod jvp_only {
     use super::*;
-    use chad::ad::check_primitive;
-    use chad::prim::{Derivative, JvpArgs, Prim, Primitive, Registry, op};
-    use chad::target::term::{LTerm, LTermKind, Term};
+    use chad::internals::ad::check_primitive;
+    use chad::internals::prim::{Derivative, JvpArgs, Prim, Primitive, Registry, op};
+    use chad::internals::target::term::{LTerm, LTermKind, Term};
 
     fn real2(name: &str, f: fn(f64, f64) -> f64) -> Primitive {
         Primitive::function(name, vec![Type::Real, Type::Real], Type::Real, move |x| {
@@ -516,7 +515,7 @@ mod jvp_only {
         let (reg, _) = registry();
         let src = "def f (x : Real) (y : Real) (xs : Array Real) : Real =
                      hypot (myexp x) (y * total (map (\\(z : Real) -> z * hypot z y) xs))";
-        let prog = chad::source::load(src, &reg).unwrap();
+        let prog = chad::internals::source::load(src, &reg).unwrap();
         let entry = prog.entry(0);
         let args = vec![
             Value::Real(0.3),

@@ -40,14 +40,14 @@
 
 mod common;
 
-use chad::ad::{self, Mor, forward, reverse};
-use chad::ccc;
-use chad::oracle::fd::{add_scaled, leaves, tangent_with};
-use chad::random::{self, Config, TestProgram};
-use chad::source::term::{Term, Var};
-use chad::target::linear::{Copower, Lin};
-use chad::types::Type;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::{self, Mor, forward, reverse};
+use chad::internals::ccc;
+use chad::internals::oracle::fd::{add_scaled, leaves, tangent_with};
+use chad::internals::random::{self, Config, TestProgram};
+use chad::internals::source::term::{Term, Var};
+use chad::internals::target::linear::{Copower, Lin};
+use chad::internals::types::Type;
 use common::{ARRAYS, Coverage, Requirements, SUMS, cases, runner};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
@@ -262,8 +262,8 @@ impl Relation<'_> {
         let (p0, dp) = (self.real(), self.real());
         let (pv, uu) = (p.clone(), u.clone());
         let curve: Curve = Rc::new(move |s| {
-            let env = chad::eval::Env::new().update(pv.id, Value::Real(p0 + s * dp));
-            chad::eval::eval(&uu, &env)
+            let env = chad::internals::eval::Env::new().update(pv.id, Value::Real(p0 + s * dp));
+            chad::internals::eval::eval(&uu, &env)
         });
         if curve(0.0).is_err() || ad::check_supported(&u).is_err() {
             return Ok(None);
@@ -466,7 +466,7 @@ fn apply_curve(f: &Curve, a: &Curve) -> Curve {
 }
 
 /// Applies an AD function value (`F1`/`R1` of a function type) to a primal argument.
-fn call(g: &Value, a: &Value) -> Result<(Value, chad::target::linear::LinFun), String> {
+fn call(g: &Value, a: &Value) -> Result<(Value, chad::internals::target::linear::LinFun), String> {
     let r = g
         .apply(a.clone())
         .map_err(|e| format!("AD function failed: {}", e.message()))?;
@@ -483,7 +483,7 @@ fn call(g: &Value, a: &Value) -> Result<(Value, chad::target::linear::LinFun), S
 fn fundamental_lemma(mode: Mode, p: &TestProgram, rel: &mut Relation<'_>) -> Result<bool, String> {
     let entry = &p.entry;
     let x0 = &p.inputs;
-    if let Err(want) = chad::eval::eval_entry(entry, x0) {
+    if let Err(want) = chad::internals::eval::eval_entry(entry, x0) {
         let m = rel.transform(&ccc::compile_entry(entry))?;
         return match m.apply(ccc::eval::context_value(x0)) {
             Ok((g, _)) => Err(format!(
@@ -515,7 +515,7 @@ fn fundamental_lemma(mode: Mode, p: &TestProgram, rel: &mut Relation<'_>) -> Res
             .zip(&ds)
             .map(|((q, x), d)| add_scaled(&q.ty, x, d, s))
             .collect();
-        chad::eval::eval_entry(&e, &args)
+        chad::internals::eval::eval_entry(&e, &args)
     });
     let m = rel.transform(&ccc::compile_entry(entry))?;
     let (g, d) = m

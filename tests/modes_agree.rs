@@ -9,12 +9,12 @@
 
 mod common;
 
-use chad::ad::{Jvp, Vjp};
-use chad::optimize::optimize;
-use chad::oracle::fd;
-use chad::random::{self, Config, TestProgram};
-use chad::simplify::simplify;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::{Jvp, Vjp};
+use chad::internals::optimize::optimize;
+use chad::internals::oracle::fd;
+use chad::internals::random::{self, Config, TestProgram};
+use chad::internals::simplify::simplify;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// How one mode ended: the value, or the error's message and position.
@@ -52,7 +52,10 @@ fn agree(a: &Outcome, b: &Outcome) -> bool {
 fn modes(p: &TestProgram) -> Vec<(&'static str, Outcome)> {
     let entry = &p.entry;
     let args = &p.inputs;
-    let mut out = vec![("eval", outcome(chad::eval::eval_entry(entry, args)))];
+    let mut out = vec![(
+        "eval",
+        outcome(chad::internals::eval::eval_entry(entry, args)),
+    )];
     let optimized = optimize(entry);
     let zeros: Vec<Value> = entry
         .param_types()
@@ -67,7 +70,7 @@ fn modes(p: &TestProgram) -> Vec<(&'static str, Outcome)> {
     ));
     // The cotangent: zero of the result's shape, where the evaluator gives one; where it fails
     // the primal part fails first and never looks at it.
-    let ct = match chad::eval::eval_entry(entry, args) {
+    let ct = match chad::internals::eval::eval_entry(entry, args) {
         Ok(y) => fd::zero_tangent(&entry.body.ty, &y),
         Err(_) => Value::Unit,
     };
@@ -76,9 +79,10 @@ fn modes(p: &TestProgram) -> Vec<(&'static str, Outcome)> {
         "vjp",
         outcome(vjp.and_then(|v| v.vjp(args, &ct).map(|r| r.0))),
     ));
-    if let Ok(d) =
-        chad::dual_reverse::DualReverse::new(entry, chad::dual_reverse::Options::default())
-    {
+    if let Ok(d) = chad::internals::dual_reverse::DualReverse::new(
+        entry,
+        chad::internals::dual_reverse::Options::default(),
+    ) {
         out.push(("dual", outcome(d.vjp(args, &ct).map(|o| o.value))));
     }
     out

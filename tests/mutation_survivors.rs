@@ -3,21 +3,21 @@
 //! through every route to a derivative — the CLI's pipeline on the engine (forward, reverse
 //! CHAD, transposed forward), forward and reverse CHAD unsimplified, dual-numbers reverse, the
 //! IR, and the concretised derivatives run by the source evaluator — and compares each with the
-//! forward dual-number oracle (`chad::oracle::dual`, its own derivative table), itself checked
+//! forward dual-number oracle (`chad::internals::oracle::dual`, its own derivative table), itself checked
 //! against central finite differences. Nothing here looks at how a rule is written: a test
 //! fails if any route computes a different value or gradient.
 
 mod common;
 
-use chad::ad::nested;
-use chad::ad::{Jvp, Vjp};
+use chad::Value;
 use chad::api::Via;
-use chad::ir::compile::{Compiled, Parts};
-use chad::optimize::optimize;
-use chad::oracle::{dual, fd};
-use chad::simplify::simplify;
-use chad::source::term::Entry;
-use chad::value::Value;
+use chad::internals::ad::nested;
+use chad::internals::ad::{Jvp, Vjp};
+use chad::internals::ir::compile::{Compiled, Parts};
+use chad::internals::optimize::optimize;
+use chad::internals::oracle::{dual, fd};
+use chad::internals::simplify::simplify;
+use chad::internals::source::term::Entry;
 use common::{args, entry};
 
 fn close(a: f64, b: f64, tol: f64) -> bool {
@@ -99,7 +99,7 @@ fn routes(src: &str, xs: &[&str]) -> (Entry, Vec<Value>, Vec<Route>) {
         .grad(&xs)
         .unwrap();
     out.push(("reverse CHAD, simplified", real(&y), flat(&g)));
-    let (y, g) = chad::dual_reverse::grad(&e, &xs).unwrap();
+    let (y, g) = chad::internals::dual_reverse::grad(&e, &xs).unwrap();
     out.push(("dual-numbers reverse", real(&y), flat(&g)));
     let ir = Compiled::with_parts(&e, Parts::ALL).unwrap();
     out.push(forward("IR forward", &|dx| ir.jvp(&xs, dx)));
@@ -110,14 +110,14 @@ fn routes(src: &str, xs: &[&str]) -> (Entry, Vec<Value>, Vec<Route>) {
     out.push(forward("concretised forward", &|dx| {
         let mut a = xs.clone();
         a.extend(dx.iter().cloned());
-        let out = chad::eval::eval_entry(&je, &a)?;
+        let out = chad::internals::eval::eval_entry(&je, &a)?;
         let (y, t) = out.expect_pair();
         Ok((y.clone(), t.clone()))
     }));
     let ve = nested::vjp_entry(&e).unwrap();
     let mut a = xs.clone();
     a.push(Value::Real(1.0));
-    let out_v = chad::eval::eval_entry(&ve, &a).unwrap();
+    let out_v = chad::internals::eval::eval_entry(&ve, &a).unwrap();
     let (y, g) = out_v.expect_pair();
     out.push(("concretised reverse", real(y), fd::leaves(g)));
     (e, xs, out)
@@ -260,7 +260,9 @@ fn unused_failing_subterms_fail_in_every_mode() {
     for (src, xs) in cases {
         let e = entry(src);
         let vals = args(&e, xs);
-        let expected = chad::eval::eval_entry(&e, &vals).unwrap_err().to_string();
+        let expected = chad::internals::eval::eval_entry(&e, &vals)
+            .unwrap_err()
+            .to_string();
         let f = chad::Program::load(src).unwrap().last().unwrap();
         let basis = fd::basis(&e.param_types(), &vals);
         let results = [
@@ -297,7 +299,7 @@ fn unused_failing_subterms_fail_in_every_mode() {
 /// `fst d` is zero and no program can tell the two terms apart).
 #[test]
 fn the_call_tangent_kernel_adds_the_function_tangent_with_or_without_a_tape() {
-    use chad::target::linear::{Lin, LinFun};
+    use chad::internals::target::linear::{Lin, LinFun};
     let b = Value::Real(3.0);
     // The function's tangent, a power: at `b` it is 10 b.
     let p = Lin::power(|b: &Value| Ok(Lin::real(10.0 * b.expect_real())));

@@ -1,6 +1,6 @@
 //! The hand-written Rust baselines of `benches/native/mod.rs` compute the same functions as the
 //! chad programs they stand in for: at deterministic random arguments of several sizes (and at
-//! the example argument files) each native objective agrees with `chad::eval::eval_entry` on the
+//! the example argument files) each native objective agrees with `chad::internals::eval::eval_entry` on the
 //! chad definition to 1e-10 relative, decoding rejects arguments of the wrong shape with a
 //! message, and `examples/native_baselines.rs` prints the value it timed.
 
@@ -11,8 +11,8 @@ mod native_baselines;
 
 use native_baselines::native;
 
-use chad::source::term::{Entry, Program};
-use chad::value::Value;
+use chad::Value;
+use chad::internals::source::term::{Entry, Program};
 use serde_json::{Value as Json, json};
 use std::path::{Path, PathBuf};
 
@@ -30,10 +30,12 @@ fn root() -> PathBuf {
 }
 
 fn load_text(name: &str, text: &str) -> Program {
-    chad::source::load(text, &chad::prim::Registry::builtin()).unwrap_or_else(|e| {
-        let src = chad::Source::new(name, text);
-        panic!("{}", e.render(Some(&src)))
-    })
+    chad::internals::source::load(text, &chad::internals::prim::Registry::builtin()).unwrap_or_else(
+        |e| {
+            let src = chad::Source::new(name, text);
+            panic!("{}", e.render(Some(&src)))
+        },
+    )
 }
 
 fn load_example(file: &str) -> Program {
@@ -62,7 +64,7 @@ fn chad_value(entry: &Entry, args: &Json) -> f64 {
         .zip(items)
         .map(|(p, j)| Value::from_json(j, &p.ty).expect("arguments of the right types"))
         .collect();
-    chad::eval::eval_entry(entry, &vals)
+    chad::internals::eval::eval_entry(entry, &vals)
         .unwrap_or_else(|e| panic!("chad fails: {e:?}"))
         .expect_real()
 }
@@ -87,7 +89,7 @@ fn agree(program: &str, entry: &Entry, args: &Json, what: &str) {
 }
 
 /// A deterministic generator of uniform reals: the library's SplitMix64.
-struct Rng(chad::bench::Rng);
+struct Rng(chad::internals::bench::Rng);
 
 impl Rng {
     fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
@@ -116,7 +118,7 @@ impl Rng {
 }
 
 fn mlp_args(i: usize, h: usize, c: usize, b: usize, seed: u64) -> Json {
-    let mut r = Rng(chad::bench::Rng::new(seed));
+    let mut r = Rng(chad::internals::bench::Rng::new(seed));
     let ys: Vec<usize> = (0..b).map(|_| r.below(c)).collect();
     json!([
         r.matrix(h, i, 1.0),
@@ -129,7 +131,7 @@ fn mlp_args(i: usize, h: usize, c: usize, b: usize, seed: u64) -> Json {
 }
 
 fn gmm_args(d: usize, k: usize, n: usize, gamma: f64, m: i64, seed: u64) -> Json {
-    let mut r = Rng(chad::bench::Rng::new(seed));
+    let mut r = Rng(chad::internals::bench::Rng::new(seed));
     json!([
         r.vector(k, 1.0),
         r.matrix(k, d, 1.0),
@@ -145,7 +147,7 @@ fn rosenbrock_agrees_with_chad() {
     let prog = load_text("rosenbrock.chad", ROSENBROCK);
     let e = entry(&prog, "rosenbrock");
     for (n, seed) in [(2, 1), (3, 2), (50, 3), (50, 4)] {
-        let args = json!([Rng(chad::bench::Rng::new(seed)).vector(n, 2.0)]);
+        let args = json!([Rng(chad::internals::bench::Rng::new(seed)).vector(n, 2.0)]);
         agree("rosenbrock", &e, &args, &format!("n = {n}"));
     }
     // The minimum, and a hand-computed value.

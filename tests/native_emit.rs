@@ -10,8 +10,8 @@
 //!
 //! Skipped (with a message) where no `rustc` is on the path.
 
-use chad::prim::Registry;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::prim::Registry;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -41,7 +41,7 @@ fn tmp(name: &str) -> PathBuf {
 }
 
 fn rustc_ok() -> bool {
-    if chad::native::available() {
+    if chad::internals::native::available() {
         return true;
     }
     eprintln!("no rustc: native emit tests skipped");
@@ -166,7 +166,7 @@ fn main() {{
     assert!(err.starts_with("error "), "{err}");
 
     // The library's reverse CHAD on the same program.
-    let prog = chad::source::load(
+    let prog = chad::internals::source::load(
         &std::fs::read_to_string(&model).unwrap(),
         &Registry::builtin(),
     )
@@ -179,9 +179,9 @@ fn main() {{
         Value::Array(std::rc::Rc::new(xs.iter().map(|x| real_arr(x)).collect())),
         real_arr(&ys),
     ];
-    let (lv, lg) = chad::ad::grad(&loss, &args).unwrap();
+    let (lv, lg) = chad::internals::ad::grad(&loss, &args).unwrap();
     let ros = prog.entry(prog.find("rosenbrock").unwrap());
-    let (rv, rg) = chad::ad::grad(&ros, &[real_arr(&r)]).unwrap();
+    let (rv, rg) = chad::internals::ad::grad(&ros, &[real_arr(&r)]).unwrap();
     let mut want = vec![lv.expect_real()];
     for g in lg.iter().chain(std::iter::once(&rv)).chain(rg.iter()) {
         flatten(g, &mut want);
@@ -214,9 +214,9 @@ fn flatten(v: &Value, out: &mut Vec<f64>) {
 /// names it; with one (`Primitive::with_rust`) it runs natively and agrees with evaluation.
 #[test]
 fn user_primitives_need_a_rust_implementation() {
-    use chad::ir::compile::{Compiled, Parts};
-    use chad::prim::Primitive;
-    use chad::types::Type;
+    use chad::internals::ir::compile::{Compiled, Parts};
+    use chad::internals::prim::Primitive;
+    use chad::internals::types::Type;
     if !rustc_ok() {
         return;
     }
@@ -228,9 +228,9 @@ fn user_primitives_need_a_rust_implementation() {
     let program = "def f (x : Real) : Real = softplus2 (2.0 * x) + 1.0";
     let mut reg = Registry::builtin();
     reg.register(softplus()).unwrap();
-    let prog = chad::source::load(program, &reg).unwrap();
+    let prog = chad::internals::source::load(program, &reg).unwrap();
     let code = Compiled::with_parts(&prog.entry(0), Parts::PRIMAL).unwrap();
-    let err = match chad::native::Native::new(code, None, false) {
+    let err = match chad::internals::native::Native::new(code, None, false) {
         Ok(_) => panic!("native code for a primitive without a Rust implementation"),
         Err(e) => e.render(None),
     };
@@ -242,12 +242,12 @@ fn user_primitives_need_a_rust_implementation() {
     let mut reg = Registry::builtin();
     reg.register(softplus().with_rust("{0}.exp().ln_1p()"))
         .unwrap();
-    let prog = chad::source::load(program, &reg).unwrap();
+    let prog = chad::internals::source::load(program, &reg).unwrap();
     let code = Compiled::with_parts(&prog.entry(0), Parts::PRIMAL).unwrap();
-    let native = chad::native::Native::new(code, None, false).unwrap();
+    let native = chad::internals::native::Native::new(code, None, false).unwrap();
     for x in [-3.0, 0.0, 0.25, 7.0] {
         let got = native.eval(&[Value::Real(x)]).unwrap().expect_real();
-        let want = chad::eval::eval_entry(&prog.entry(0), &[Value::Real(x)])
+        let want = chad::internals::eval::eval_entry(&prog.entry(0), &[Value::Real(x)])
             .unwrap()
             .expect_real();
         assert_eq!(got, want, "x = {x}");

@@ -1,5 +1,5 @@
 //! Hessian-vector products, Hessians and Jacobians on native code (`--backend native`,
-//! `chad::native::NativeBackend`) against the execution engine's and against finite
+//! `chad::internals::native::NativeBackend`) against the execution engine's and against finite
 //! differences of gradients:
 //!
 //! * random `Real`-valued programs (higher-order inside): the concretised gradient of each
@@ -15,15 +15,15 @@
 
 mod common;
 
-use chad::ad::Vjp;
-use chad::ad::nested::{self, Hvp, Mode};
-use chad::native::NativeBackend;
-use chad::oracle::fd;
-use chad::random::{self, Config};
-use chad::simplify::simplify;
-use chad::source::term::Entry;
-use chad::types::Type;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::Vjp;
+use chad::internals::ad::nested::{self, Hvp, Mode};
+use chad::internals::native::NativeBackend;
+use chad::internals::oracle::fd;
+use chad::internals::random::{self, Config};
+use chad::internals::simplify::simplify;
+use chad::internals::source::term::Entry;
+use chad::internals::types::Type;
 use proptest::strategy::{Strategy, ValueTree};
 
 fn leaves(vs: &[Value]) -> Vec<f64> {
@@ -62,7 +62,7 @@ fn fd_of_gradient(e: &Entry, args: &[Value], t: &[Value], h: f64) -> Option<Vec<
 #[test]
 fn native_hvp_agrees_with_the_engine_and_finite_differences_on_random_programs() {
     assert!(
-        chad::native::available(),
+        chad::internals::native::available(),
         "the native backend needs rustc on the path"
     );
     let n: usize = std::env::var("CHAD_NATIVE_NESTED_CASES")
@@ -80,7 +80,7 @@ fn native_hvp_agrees_with_the_engine_and_finite_differences_on_random_programs()
     while cases.len() < n {
         let p = common::supported_program(&strategy, &mut r);
         let e = &p.entry;
-        let Ok(y) = chad::eval::eval_entry(e, &p.inputs) else {
+        let Ok(y) = chad::internals::eval::eval_entry(e, &p.inputs) else {
             continue;
         };
         if !y.expect_real().is_finite() {
@@ -100,9 +100,13 @@ fn native_hvp_agrees_with_the_engine_and_finite_differences_on_random_programs()
     // One library: forward mode of every concretised gradient (as `NativeBackend::forward`
     // compiles each alone).
     let gradients: Vec<Entry> = cases.iter().map(|(_, h, _)| h.gradient().clone()).collect();
-    let module = chad::ir::compile::Module::new(&gradients, chad::ir::compile::Parts::JVP).unwrap();
-    chad::ir::check::check(&module.program).unwrap();
-    let native = chad::native::Native::module(module, None, false)
+    let module = chad::internals::ir::compile::Module::new(
+        &gradients,
+        chad::internals::ir::compile::Parts::JVP,
+    )
+    .unwrap();
+    chad::internals::ir::check::check(&module.program).unwrap();
+    let native = chad::internals::native::Native::module(module, None, false)
         .unwrap_or_else(|e| panic!("{}", e.render(None)));
     let (mut agreed, mut smooth, mut higher_order) = (0, 0, 0);
     for (k, (p, hvp, t)) in cases.iter().enumerate() {
@@ -191,8 +195,10 @@ fn rosenbrock_hessian(x: &[f64]) -> Vec<Vec<f64>> {
 
 #[test]
 fn native_hessian_hvp_and_jacobian_of_rosenbrock() {
-    let prog = chad::source::load(ROSENBROCK, &chad::prim::Registry::builtin()).unwrap();
-    let e = chad::optimize::optimize(&prog.entry(0));
+    let prog =
+        chad::internals::source::load(ROSENBROCK, &chad::internals::prim::Registry::builtin())
+            .unwrap();
+    let e = chad::internals::optimize::optimize(&prog.entry(0));
     let x = [0.5, -1.25, 2.0, 0.75];
     let args = [Value::reals(x.to_vec())];
     let backend = NativeBackend::default();

@@ -1,4 +1,4 @@
-//! Derivatives of derivatives (`chad::ad::nested`, `chad::target::concretize`):
+//! Derivatives of derivatives (`chad::internals::ad::nested`, `chad::internals::target::concretize`):
 //!
 //! * concretisation: on random programs (higher-order inside, sums, arrays, loops), the
 //!   concretised reverse and forward derivatives ([`nested::vjp_entry`], [`nested::jvp_entry`]),
@@ -11,13 +11,13 @@
 
 mod common;
 
-use chad::ad::nested::{self, Hvp, Mode};
-use chad::ad::{Jvp, Vjp};
-use chad::oracle::fd;
-use chad::random::{self, Config};
-use chad::simplify::simplify;
-use chad::types::Type;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::nested::{self, Hvp, Mode};
+use chad::internals::ad::{Jvp, Vjp};
+use chad::internals::oracle::fd;
+use chad::internals::random::{self, Config};
+use chad::internals::simplify::simplify;
+use chad::internals::types::Type;
 use proptest::strategy::{Strategy, ValueTree};
 
 fn leaves(vs: &[Value]) -> Vec<f64> {
@@ -70,7 +70,7 @@ fn concretisation_agrees(loops: bool, cases: u32) {
     for _ in 0..common::cases(cases) {
         let p = common::supported_program(&strategy, &mut r);
         let e = &p.entry;
-        let Ok(y) = chad::eval::eval_entry(e, &p.inputs) else {
+        let Ok(y) = chad::internals::eval::eval_entry(e, &p.inputs) else {
             continue;
         };
         let mut real = || (-2.0f64..2.0).new_tree(&mut rng).unwrap().current();
@@ -90,7 +90,8 @@ fn concretisation_agrees(loops: bool, cases: u32) {
         let ve = nested::vjp_entry(e).unwrap_or_else(|err| panic!("{err}\n{p:?}"));
         let mut args = p.inputs.clone();
         args.push(ct.clone());
-        let out = chad::eval::eval_entry(&ve, &args).unwrap_or_else(|err| panic!("{err}\n{p:?}"));
+        let out = chad::internals::eval::eval_entry(&ve, &args)
+            .unwrap_or_else(|err| panic!("{err}\n{p:?}"));
         let (y2, g2) = out.expect_pair();
         let g2 = if e.params.len() == 1 {
             vec![g2.clone()]
@@ -124,7 +125,8 @@ fn concretisation_agrees(loops: bool, cases: u32) {
         let je = nested::jvp_entry(e).unwrap_or_else(|err| panic!("{err}\n{p:?}"));
         let mut args = p.inputs.clone();
         args.extend(ts.iter().cloned());
-        let out = chad::eval::eval_entry(&je, &args).unwrap_or_else(|err| panic!("{err}\n{p:?}"));
+        let out = chad::internals::eval::eval_entry(&je, &args)
+            .unwrap_or_else(|err| panic!("{err}\n{p:?}"));
         let (f1, f2) = comparable(&fd::leaves(&d1), &fd::leaves(out.expect_pair().1));
         if finite(&f1) {
             assert!(
@@ -159,7 +161,11 @@ fn concretised_derivatives_of_loops_agree_with_the_engine() {
 }
 
 /// Central differences of the gradient along `t`: `(∇f(x + h t) - ∇f(x - h t)) / 2h`.
-fn fd_of_gradient(e: &chad::source::term::Entry, args: &[Value], t: &[Value]) -> Option<Vec<f64>> {
+fn fd_of_gradient(
+    e: &chad::internals::source::term::Entry,
+    args: &[Value],
+    t: &[Value],
+) -> Option<Vec<f64>> {
     let h = 1e-5;
     let shifted = |s: f64| -> Vec<Value> {
         e.params
@@ -194,7 +200,7 @@ fn hessians_agree_with_finite_differences_of_gradients_and_are_symmetric() {
     for _ in 0..common::cases(120) {
         let p = common::supported_program(&strategy, &mut r);
         let e = &p.entry;
-        let Ok(y) = chad::eval::eval_entry(e, &p.inputs) else {
+        let Ok(y) = chad::internals::eval::eval_entry(e, &p.inputs) else {
             continue;
         };
         if !y.expect_real().is_finite() {
@@ -272,7 +278,7 @@ fn hessians_agree_with_finite_differences_of_gradients_and_are_symmetric() {
 }
 
 fn fd_of_gradient_step(
-    e: &chad::source::term::Entry,
+    e: &chad::internals::source::term::Entry,
     args: &[Value],
     t: &[Value],
     h: f64,
@@ -305,7 +311,7 @@ fn jacobian_forward_equals_reverse_and_finite_differences() {
     for _ in 0..common::cases(120) {
         let p = common::supported_program(&strategy, &mut r);
         let e = &p.entry;
-        if chad::eval::eval_entry(e, &p.inputs).is_err() {
+        if chad::internals::eval::eval_entry(e, &p.inputs).is_err() {
             continue;
         }
         let all = vec![true; e.params.len()];
@@ -325,8 +331,9 @@ fn jacobian_forward_equals_reverse_and_finite_differences() {
     assert!(compared * 2 >= n, "only {compared} of {n} compared");
 }
 
-fn load(src: &str) -> chad::source::term::Entry {
-    let program = chad::source::load(src, &chad::prim::Registry::builtin()).unwrap();
+fn load(src: &str) -> chad::internals::source::term::Entry {
+    let program =
+        chad::internals::source::load(src, &chad::internals::prim::Registry::builtin()).unwrap();
     program.entry(program.defs.len() - 1)
 }
 
@@ -389,10 +396,10 @@ fn hvp_with_respect_to_some_parameters() {
 // ----- derivatives inside programs -----
 
 fn run(src: &str, args: &[Value]) -> Value {
-    let program = nested::load(src, &chad::prim::Registry::builtin())
+    let program = nested::load(src, &chad::internals::prim::Registry::builtin())
         .unwrap_or_else(|e| panic!("{}", e.render(None)));
     let entry = program.entry(program.defs.len() - 1);
-    chad::eval::eval_entry(&entry, args).unwrap()
+    chad::internals::eval::eval_entry(&entry, args).unwrap()
 }
 
 fn real(src: &str) -> f64 {
@@ -462,7 +469,7 @@ fn higher_derivatives_by_nesting() {
 #[test]
 fn nested_forms_are_checked() {
     let err = |src: &str| {
-        nested::load(src, &chad::prim::Registry::builtin())
+        nested::load(src, &chad::internals::prim::Registry::builtin())
             .err()
             .unwrap_or_else(|| panic!("`{src}` should not check"))
             .message()
@@ -475,9 +482,9 @@ fn nested_forms_are_checked() {
             .contains("local function")
     );
     // Without the differentiating loader, a clear error.
-    let e = chad::source::load(
+    let e = chad::internals::source::load(
         "def main : Real = grad (\\x -> x) 1.0",
-        &chad::prim::Registry::builtin(),
+        &chad::internals::prim::Registry::builtin(),
     )
     .unwrap_err();
     assert!(e.message().contains("loader"), "{}", e.message());
@@ -488,8 +495,8 @@ fn nested_forms_are_checked() {
 /// concretised reverse derivative) agrees with central differences of it.
 #[test]
 fn nested_gradients_on_random_programs() {
-    use chad::source::check::{Differentiate, Form};
-    use chad::source::term::{Entry, Term, Var};
+    use chad::internals::source::check::{Differentiate, Form};
+    use chad::internals::source::term::{Entry, Term, Var};
     let cfg = Config {
         result: Some(Type::Real),
         ..config(false)
@@ -506,7 +513,7 @@ fn nested_gradients_on_random_programs() {
         if !matches!(last, Type::Real) && last.as_array() != Some(&Type::Real) {
             continue;
         }
-        let Ok(y) = chad::eval::eval_entry(e, &p.inputs) else {
+        let Ok(y) = chad::internals::eval::eval_entry(e, &p.inputs) else {
             continue;
         };
         if !y.expect_real().is_finite() {
@@ -535,7 +542,7 @@ fn nested_gradients_on_random_programs() {
             params: outer,
             body,
         };
-        let got = chad::eval::eval_entry(&outer_entry, &p.inputs).unwrap();
+        let got = chad::internals::eval::eval_entry(&outer_entry, &p.inputs).unwrap();
         assert!(
             close(&want, &fd::leaves(&got), 1e-9),
             "grad inside {:?} vs reverse CHAD {want:?}\n{p:?}",
@@ -581,9 +588,12 @@ fn newton_source(f: &str, k: usize) -> String {
     )
 }
 
-fn newton_entry(f: &str, k: usize) -> chad::source::term::Entry {
-    let program = nested::load(&newton_source(f, k), &chad::prim::Registry::builtin())
-        .unwrap_or_else(|e| panic!("{}", e.render(None)));
+fn newton_entry(f: &str, k: usize) -> chad::internals::source::term::Entry {
+    let program = nested::load(
+        &newton_source(f, k),
+        &chad::internals::prim::Registry::builtin(),
+    )
+    .unwrap_or_else(|e| panic!("{}", e.render(None)));
     program.entry(program.defs.len() - 1)
 }
 
@@ -599,7 +609,7 @@ fn inner_gradients_of_a_definition_are_first_order() {
     let e = newton_entry(CUBIC, 1);
     let body = e.body.to_string();
     assert!(!body.contains("loop"), "{body}");
-    let v = chad::eval::eval_entry(&e, &[Value::Real(1.5)]).unwrap();
+    let v = chad::internals::eval::eval_entry(&e, &[Value::Real(1.5)]).unwrap();
     // 1.5 - (1.5³ - 2) / (3 · 1.5²)
     assert!((v.expect_real() - (1.5 - 1.375 / 6.75)).abs() < 1e-12);
 }
@@ -649,15 +659,19 @@ fn second_order_code_grows_linearly_with_inner_gradients() {
 
 /// A family of programs with derivatives inside, written twice: in the source language (two
 /// real parameters `x`, `w`; `A`, `B` the literals of the case) and as the same function over
-/// tagged nested dual numbers (`chad::oracle::tagged`), whose `grad`/`jvp`/`vjp` are forward
+/// tagged nested dual numbers (`chad::internals::oracle::tagged`), whose `grad`/`jvp`/`vjp` are forward
 /// passes with fresh tags, nothing from CHAD.
 struct Family {
     src: &'static str,
-    oracle: fn(&[chad::oracle::tagged::Num], f64, f64) -> chad::oracle::tagged::Num,
+    oracle: fn(
+        &[chad::internals::oracle::tagged::Num],
+        f64,
+        f64,
+    ) -> chad::internals::oracle::tagged::Num,
 }
 
 fn families() -> Vec<Family> {
-    use chad::oracle::tagged::{Num, derivative, grad, jvp, vjp};
+    use chad::internals::oracle::tagged::{Num, derivative, grad, jvp, vjp};
     fn c(x: f64) -> Num {
         Num::c(x)
     }
@@ -733,7 +747,7 @@ fn families() -> Vec<Family> {
 /// nested derivatives again) agree with the tagged nested dual numbers.
 #[test]
 fn nested_programs_agree_with_tagged_dual_numbers() {
-    use chad::oracle::tagged::{Num, fresh_tag};
+    use chad::internals::oracle::tagged::{Num, fresh_tag};
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut real = move || {
         seed ^= seed << 13;
@@ -750,12 +764,14 @@ fn nested_programs_agree_with_tagged_dual_numbers() {
                 .src
                 .replace('A', &format!("({a:?})"))
                 .replace('B', &format!("({b:?})"));
-            let program = nested::load(&src, &chad::prim::Registry::builtin())
+            let program = nested::load(&src, &chad::internals::prim::Registry::builtin())
                 .unwrap_or_else(|e| panic!("{}\n{src}", e.render(None)));
             let e = program.entry(program.defs.len() - 1);
             let (x, w) = (real(), real());
             let inputs = [Value::Real(x), Value::Real(w)];
-            let y = chad::eval::eval_entry(&e, &inputs).unwrap().expect_real();
+            let y = chad::internals::eval::eval_entry(&e, &inputs)
+                .unwrap()
+                .expect_real();
             let want = (fam.oracle)(&[Num::c(x), Num::c(w)], a, b).primal();
             assert!(close(&[y], &[want], 1e-9), "value {y} vs {want}\n{src}");
             // The oracle's first derivatives: one fresh tag per input component.
@@ -805,9 +821,9 @@ fn nested_programs_agree_with_tagged_dual_numbers() {
 /// deep took 1 s to `hvp` and 13 deep 13 s (a fuzzer's input); sizes here, never times.
 #[test]
 fn code_per_type_is_linear_in_the_depth_of_array_types() {
-    use chad::source::term::{Term, Var};
-    use chad::target::linear::concrete;
-    use chad::target::types::LTy;
+    use chad::internals::source::term::{Term, Var};
+    use chad::internals::target::linear::concrete;
+    use chad::internals::target::types::LTy;
     let gradient = |d: usize| {
         let ty = "Array ".repeat(d) + "Real";
         let e = load(&format!(
@@ -838,7 +854,8 @@ fn code_per_type_is_linear_in_the_depth_of_array_types() {
     }
     // And the Hessian through such a parameter is right: x2² has H = 2 along x2.
     let e = load("def main (x1 : Array (Array (Array Real))) (x2 : Real) : Real = x2 * x2");
-    let x1 = chad::source::parse_value("[[[1.0], []], [[2.0, 3.0]]]", &e.params[0].ty).unwrap();
+    let x1 = chad::internals::source::parse_value("[[[1.0], []], [[2.0, 3.0]]]", &e.params[0].ty)
+        .unwrap();
     let (_, _, h) = nested::hessian(&e, &[false, true], &[x1, Value::Real(3.0)]).unwrap();
     assert_eq!(h, vec![vec![2.0]]);
 }

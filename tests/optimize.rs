@@ -1,6 +1,6 @@
-//! Source optimisation before AD ([`chad::optimize`]) and its parts: the unembedding of target
-//! terms ([`chad::target::unembed`]) and the `functionInline` rule
-//! ([`chad::simplify::inline`]).
+//! Source optimisation before AD ([`chad::internals::optimize`]) and its parts: the unembedding of target
+//! terms ([`chad::internals::target::unembed`]) and the `functionInline` rule
+//! ([`chad::internals::simplify::inline`]).
 //!
 //! * unembedding inverts embedding on random programs, and the simplifier's output on a source
 //!   program always unembeds (so `optimize` never falls back on them);
@@ -15,22 +15,22 @@
 
 mod common;
 
-use chad::ad::{Jvp, Vjp};
-use chad::optimize::{Options, optimize, try_optimize, try_optimize_with};
-use chad::oracle::{all_approx_eq, dual, fd};
-use chad::prim::Registry;
-use chad::random::{self, Config, TestProgram};
-use chad::simplify::inline::{Budget, inline_functions};
-use chad::simplify::simplify;
-use chad::source::term::{Entry, TermKind, alpha_eq};
-use chad::target::{embed, unembed};
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::{Jvp, Vjp};
+use chad::internals::optimize::{Options, optimize, try_optimize, try_optimize_with};
+use chad::internals::oracle::{all_approx_eq, dual, fd};
+use chad::internals::prim::Registry;
+use chad::internals::random::{self, Config, TestProgram};
+use chad::internals::simplify::inline::{Budget, inline_functions};
+use chad::internals::simplify::simplify;
+use chad::internals::source::term::{Entry, TermKind, alpha_eq};
+use chad::internals::target::{embed, unembed};
 use common::{cases, runner};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
 
 fn entry_of(src: &str) -> Entry {
-    let p = chad::source::load(src, &Registry::builtin()).expect("the program checks");
+    let p = chad::internals::source::load(src, &Registry::builtin()).expect("the program checks");
     p.entry(p.defs.len() - 1)
 }
 
@@ -136,8 +136,8 @@ fn unembedding_inverts_embedding_on_random_programs() {
 
 #[test]
 fn unembedding_rejects_target_only_forms_without_panicking() {
-    use chad::target::term::{LTerm, Term, Var};
-    use chad::target::types::{LTy, Ty};
+    use chad::internals::target::term::{LTerm, Term, Var};
+    use chad::internals::target::types::{LTy, Ty};
     let v = Var::linear("v", LTy::Real);
     let lin = Term::lin_lam(&v, LTerm::var(&v));
     let x = Var::fresh("x", Ty::Real);
@@ -177,10 +177,10 @@ fn optimised_random_programs_unembed_and_mean_the_same() {
                 continue;
             }
             // Where the original fails, the optimised program may not (dead code is dropped).
-            let Ok(want) = chad::eval::eval_entry(&p.entry, &p.inputs) else {
+            let Ok(want) = chad::internals::eval::eval_entry(&p.entry, &p.inputs) else {
                 continue;
             };
-            let got = chad::eval::eval_entry(&opt, &p.inputs).unwrap_or_else(|e| {
+            let got = chad::internals::eval::eval_entry(&opt, &p.inputs).unwrap_or_else(|e| {
                 panic!("{}\nprogram:\n{p:?}\noptimised:\n{}", e.message(), opt.body)
             });
             assert!(
@@ -199,8 +199,8 @@ fn optimised_random_programs_unembed_and_mean_the_same() {
 /// some parameter `xs` is an `Array T1`. Random programs seldom call one let-bound function
 /// twice; these always do (and their derivatives are related to the original's).
 fn with_helper(p: &TestProgram) -> TestProgram {
-    use chad::error::Span;
-    use chad::source::term::{Pat, Term, Var, freshen};
+    use chad::Span;
+    use chad::internals::source::term::{Pat, Term, Var, freshen};
     let x1 = &p.entry.params[0];
     let body = &p.entry.body;
     let node = |k| Term::new(k, Span::default());
@@ -243,7 +243,7 @@ fn optimised_derivatives_agree_with_raw_derivatives_and_the_dual_number_oracle()
         for k in 0..n {
             let p = common::supported_program(&strategy, &mut r);
             let p = if k % 2 == 0 { p } else { with_helper(&p) };
-            let Ok(y) = chad::eval::eval_entry(&p.entry, &p.inputs) else {
+            let Ok(y) = chad::internals::eval::eval_entry(&p.entry, &p.inputs) else {
                 continue;
             };
             if !finite(&y) {
@@ -308,7 +308,7 @@ fn optimised_derivatives_agree_with_raw_derivatives_and_the_dual_number_oracle()
             let lhs: f64 = g_opt.iter().zip(&dx).map(|(g, d)| dot(g, d)).sum();
             let rhs = dot(&v, &t_dual);
             assert!(
-                chad::oracle::approx_eq(lhs, rhs, 1e-8, 1e-8),
+                chad::internals::oracle::approx_eq(lhs, rhs, 1e-8, 1e-8),
                 "dot-product test: <R'(v), dx> = {lhs}, <v, D(dx)> = {rhs}\n{}",
                 ctx()
             );
@@ -354,7 +354,7 @@ fn first_order(e: &Entry) -> bool {
 #[test]
 fn nested_closures_and_diag_trace_become_first_order() {
     let mut progs: Vec<String> = (1..=6)
-        .map(chad::bench::programs::nested_closures)
+        .map(chad::internals::bench::programs::nested_closures)
         .collect();
     progs.push(include_str!("../benches/programs/diag_trace.chad").to_string());
     for src in &progs {
@@ -374,7 +374,7 @@ fn nested_closures_and_diag_trace_become_first_order() {
 }
 
 /// The embedded body of the last definition, simplified or not.
-fn body_of(src: &str) -> chad::target::term::Term {
+fn body_of(src: &str) -> chad::internals::target::term::Term {
     embed::entry(&entry_of(src)).1
 }
 
@@ -397,8 +397,8 @@ fn function_inline_inlines_calls_in_every_call_position() {
     // The meaning is unchanged.
     let e = entry_of(CALLS);
     let args = [Value::Real(0.5), Value::reals(vec![1.0, -2.0])];
-    let want = chad::eval::eval_entry(&e, &args).unwrap();
-    let got = chad::eval::eval_entry(&optimize(&e), &args).unwrap();
+    let want = chad::internals::eval::eval_entry(&e, &args).unwrap();
+    let got = chad::internals::eval::eval_entry(&optimize(&e), &args).unwrap();
     assert!(close(&want, &got, 1e-12), "{want} {got}");
 }
 
@@ -418,10 +418,10 @@ fn function_inline_leaves_functions_used_as_values() {
     let opt = optimize(&entry_of(src));
     assert!(first_order(&opt), "{}", opt.body);
     let args = [Value::Real(1.5)];
-    let want = chad::eval::eval_entry(&entry_of(src), &args).unwrap();
+    let want = chad::internals::eval::eval_entry(&entry_of(src), &args).unwrap();
     assert!(close(
         &want,
-        &chad::eval::eval_entry(&opt, &args).unwrap(),
+        &chad::internals::eval::eval_entry(&opt, &args).unwrap(),
         1e-12
     ));
 }
@@ -470,7 +470,7 @@ fn function_inline_respects_its_budget() {
            let g = \\(x : Real) -> exp x + log x in
            f a + f 1.0 + g a + g 2.0",
     );
-    let chad::target::term::TermKind::Let(_, f, _) = &two.kind else {
+    let chad::internals::target::term::TermKind::Let(_, f, _) = &two.kind else {
         panic!("{two}")
     };
     let one = Budget {
@@ -491,7 +491,7 @@ fn optimised_entries_keep_their_parameters_and_type() {
         include_str!("../examples/fig2a.chad"),
         include_str!("../examples/fig2b.chad"),
     ] {
-        let p = chad::source::load(src, &Registry::builtin()).unwrap();
+        let p = chad::internals::source::load(src, &Registry::builtin()).unwrap();
         for i in 0..p.defs.len() {
             let e = p.entry(i);
             let opt = try_optimize(&e).unwrap_or_else(|err| panic!("{}: {err}", e.name));

@@ -23,10 +23,10 @@
 
 mod common;
 
-use chad::oracle::{check_tangent, dual, fd};
-use chad::random::{Config, TestProgram, program};
-use chad::types::Type;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::oracle::{check_tangent, dual, fd};
+use chad::internals::random::{Config, TestProgram, program};
+use chad::internals::types::Type;
 use proptest::prelude::*;
 use std::cell::RefCell;
 
@@ -114,7 +114,7 @@ fn check_direction(
     stats: &mut Stats,
 ) -> Result<(), TestCaseError> {
     let ty = &p.entry.body.ty;
-    let direct = chad::eval::eval_entry(&p.entry, &p.inputs);
+    let direct = chad::internals::eval::eval_entry(&p.entry, &p.inputs);
     let dual = dual::jvp(&p.entry, &p.inputs, tangents);
     let (value, tangent) = match (direct, dual) {
         (Err(want), Err(got)) => {

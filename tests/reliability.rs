@@ -5,7 +5,7 @@
 //!
 //! * Stack safety (finding 1): every command on programs nested a few thousand deep, run with
 //!   `CHAD_STACK_KIB=512`, i.e. on 512 KiB stack segments: a recursion that does not grow the
-//!   stack through `chad::deep` overflows such a segment within a few hundred levels, so these
+//!   stack through `chad::internals::deep` overflows such a segment within a few hundred levels, so these
 //!   sizes find it as surely as the sizes (10⁴–10⁵) on the default segments, in a
 //!   fraction of the time. One full-size run per shape on the default stack, and all the
 //!   issue's sizes under `CHAD_STRESS=1`.

@@ -7,9 +7,9 @@
 
 mod common;
 
-use chad::prim::Registry;
-use chad::random::{Config, program};
-use chad::source::term::{Entry, Term, TermKind, alpha_eq};
+use chad::internals::prim::Registry;
+use chad::internals::random::{Config, program};
+use chad::internals::source::term::{Entry, Term, TermKind, alpha_eq};
 use proptest::test_runner::TestCaseError;
 
 /// The entry's body under lambdas for its parameters, so that parameters are compared as
@@ -39,7 +39,7 @@ fn printed_programs_parse_and_check_back_to_the_same_term() {
     runner
         .run(&program(Config::default()), |p| {
             let text = p.source();
-            let prog = chad::source::load(&text, &Registry::builtin())
+            let prog = chad::internals::source::load(&text, &Registry::builtin())
                 .map_err(|e| TestCaseError::fail(format!("{}\n{text}", e.render(None))))?;
             let entry = prog.entry(0);
             if !alpha_eq(&closed(&entry), &closed(&p.entry)) {

@@ -7,8 +7,8 @@
 
 mod common;
 
-use chad::oracle::fd;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::oracle::fd;
 use common::{args, entry};
 
 fn reals(v: &Value) -> Vec<f64> {
@@ -29,15 +29,15 @@ const RECURRENCE: &str = "def f (c : Real) (z : Real) (xs : Array Real) : Array 
 #[test]
 fn values_by_hand() {
     let e = entry("def f (xs : Array Real) : Array Real = scan (\\a x -> a + x) 1.0 xs\n");
-    let v = chad::eval::eval_entry(&e, &args(&e, &["[2.0, 3.0, 4.0]"])).unwrap();
+    let v = chad::internals::eval::eval_entry(&e, &args(&e, &["[2.0, 3.0, 4.0]"])).unwrap();
     assert_eq!(reals(&v), [1.0, 3.0, 6.0, 10.0]);
-    let v = chad::eval::eval_entry(&e, &args(&e, &["[]"])).unwrap();
+    let v = chad::internals::eval::eval_entry(&e, &args(&e, &["[]"])).unwrap();
     assert_eq!(reals(&v), [1.0], "the empty array: just z");
     let e = entry(
         "def f (xs : Array Real) : Array (Real, Real) =\n  \
          scan (\\(s : (Real, Real)) (x : Real) -> (snd s, fst s * x)) (1.0, 2.0) xs\n",
     );
-    let v = chad::eval::eval_entry(&e, &args(&e, &["[3.0, 5.0]"])).unwrap();
+    let v = chad::internals::eval::eval_entry(&e, &args(&e, &["[3.0, 5.0]"])).unwrap();
     assert_eq!(format!("{v}"), "[(1.0, 2.0), (2.0, 3.0), (3.0, 10.0)]");
     // A function in the state: the composition of the prefixes, applied afterwards.
     let e = entry(
@@ -46,7 +46,7 @@ fn values_by_hand() {
          (\\(y : Real) -> y) ks in\n  \
          sum (map (\\(g : Real -> Real) -> g x) fs)\n",
     );
-    let v = chad::eval::eval_entry(&e, &args(&e, &["2.0", "[3.0, 5.0]"])).unwrap();
+    let v = chad::internals::eval::eval_entry(&e, &args(&e, &["2.0", "[3.0, 5.0]"])).unwrap();
     assert_eq!(v.expect_real(), 2.0 + 6.0 + 30.0);
 }
 
@@ -57,16 +57,18 @@ fn derivatives_agree_with_dual_numbers_and_finite_differences() {
     let e = entry(RECURRENCE);
     let a = args(&e, &["0.8", "0.7", "[0.3, -1.2, 0.9, 2.0, -0.4]"]);
     let t = args(&e, &["-0.6", "0.5", "[1.0, -0.3, 0.2, 0.7, -1.1]"]);
-    let (v, jt) = chad::ad::jvp(&e, &a, &t).unwrap();
-    let (dv, dt) = chad::oracle::dual::jvp(&e, &a, &t).unwrap();
+    let (v, jt) = chad::internals::ad::jvp(&e, &a, &t).unwrap();
+    let (dv, dt) = chad::internals::oracle::dual::jvp(&e, &a, &t).unwrap();
     let fdt = fd::jvp(&e, &a, &t, 1e-6).unwrap();
     assert_eq!(reals(&v), reals(&dv));
     assert_eq!(reals(&jt).len(), 6, "length xs + 1 tangents");
     assert!(close(&reals(&jt), &reals(&dt), 1e-12), "{jt} vs {dt}");
     assert!(close(&reals(&jt), &reals(&fdt), 1e-6), "{jt} vs {fdt}");
     // ⟨w, J t⟩ = ⟨Jᵀ w, t⟩ for a cotangent w.
-    let cot = chad::source::parse_value("[0.5, -1.0, 2.0, 0.25, -0.75, 1.5]", &e.body.ty).unwrap();
-    let (_, grads) = chad::ad::vjp(&e, &a, &cot).unwrap();
+    let cot =
+        chad::internals::source::parse_value("[0.5, -1.0, 2.0, 0.25, -0.75, 1.5]", &e.body.ty)
+            .unwrap();
+    let (_, grads) = chad::internals::ad::vjp(&e, &a, &cot).unwrap();
     let lhs: f64 = reals(&cot).iter().zip(reals(&jt)).map(|(x, y)| x * y).sum();
     let rhs: f64 = grads
         .iter()
@@ -96,11 +98,11 @@ fn hessians_through_scan_agree_with_differences_of_gradients() {
          sum (map (\\(y : Real) -> y * y) s)\n",
     );
     let a = args(&e, &["0.8", "[0.3, -1.2, 0.9]"]);
-    let (_, _, h) = chad::ad::nested::hessian(&e, &[true, true], &a).unwrap();
+    let (_, _, h) = chad::internals::ad::nested::hessian(&e, &[true, true], &a).unwrap();
     assert_eq!(h.len(), 4);
     let grad_at = |c: f64, xs: &[f64]| {
         let xs = Value::array_of(xs.iter().map(|x| Value::Real(*x)).collect());
-        let (_, g) = chad::ad::grad(&e, &[Value::Real(c), xs]).unwrap();
+        let (_, g) = chad::internals::ad::grad(&e, &[Value::Real(c), xs]).unwrap();
         g.iter().flat_map(reals).collect::<Vec<f64>>()
     };
     let (c, xs) = (0.8, [0.3, -1.2, 0.9]);
@@ -140,7 +142,7 @@ fn long_scans_differentiate_in_both_modes() {
     let n = 100_000;
     let xs = Value::array_of((0..n).map(|i| Value::Real((i % 7) as f64)).collect());
     let a = [Value::Real(0.5), xs];
-    let (_, g) = chad::ad::grad(&e, &a).unwrap();
+    let (_, g) = chad::internals::ad::grad(&e, &a).unwrap();
     // d/dc Σ_k acc_k with acc_k = Σ_{i<k} 0.5^{k-1-i} c x_i: Σ_i x_i Σ_{m<n-i} 0.5^m.
     let xs: Vec<f64> = (0..n).map(|i| (i % 7) as f64).collect();
     let dc: f64 = (0..n)
@@ -201,8 +203,8 @@ fn the_native_backend_agrees_with_the_engine() {
 }
 
 /// The last definition of a program with derivatives inside, as an entry.
-fn nested_entry(src: &str) -> chad::source::term::Entry {
-    let prog = chad::ad::nested::load(src, &chad::prim::Registry::builtin())
+fn nested_entry(src: &str) -> chad::internals::source::term::Entry {
+    let prog = chad::internals::ad::nested::load(src, &chad::internals::prim::Registry::builtin())
         .unwrap_or_else(|e| panic!("{src}: {e}"));
     prog.entry(prog.defs.len() - 1)
 }
@@ -214,21 +216,27 @@ fn derivatives_of_scan_inside_programs() {
     let f = entry(RECURRENCE);
     let a = args(&f, &["0.8", "0.7", "[0.3, -1.2, 0.9, 2.0]"]);
     let t = args(&f, &["1.0", "0.0", "[0.0, 0.0, 0.0, 0.0]"]);
-    let (_, jt) = chad::ad::jvp(&f, &a, &t).unwrap();
+    let (_, jt) = chad::internals::ad::jvp(&f, &a, &t).unwrap();
     let e = nested_entry(&format!(
         "{RECURRENCE}\ndef h (c : Real) (xs : Array Real) : Array Real =\n  \
          snd (jvp (\\(c2 : Real) -> f c2 0.7 xs) c 1.0)\n"
     ));
-    let v = chad::eval::eval_entry(&e, &args(&e, &["0.8", "[0.3, -1.2, 0.9, 2.0]"])).unwrap();
+    let v = chad::internals::eval::eval_entry(&e, &args(&e, &["0.8", "[0.3, -1.2, 0.9, 2.0]"]))
+        .unwrap();
     assert!(close(&reals(&v), &reals(&jt), 1e-12), "{v} vs {jt}");
     let ct = "[0.5, -1.0, 2.0, 0.25, -0.75]";
-    let (_, g) =
-        chad::ad::vjp(&f, &a, &chad::source::parse_value(ct, &f.body.ty).unwrap()).unwrap();
+    let (_, g) = chad::internals::ad::vjp(
+        &f,
+        &a,
+        &chad::internals::source::parse_value(ct, &f.body.ty).unwrap(),
+    )
+    .unwrap();
     let e = nested_entry(&format!(
         "{RECURRENCE}\ndef h (c : Real) (xs : Array Real) : Array Real =\n  \
          snd (vjp (\\(ys : Array Real) -> f c 0.7 ys) xs {ct})\n"
     ));
-    let v = chad::eval::eval_entry(&e, &args(&e, &["0.8", "[0.3, -1.2, 0.9, 2.0]"])).unwrap();
+    let v = chad::internals::eval::eval_entry(&e, &args(&e, &["0.8", "[0.3, -1.2, 0.9, 2.0]"]))
+        .unwrap();
     assert!(close(&reals(&v), &reals(&g[2]), 1e-12), "{v} vs {}", g[2]);
 }
 

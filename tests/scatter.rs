@@ -1,23 +1,23 @@
-//! `scatterAdd` (`chad::target::linear::scatter`), the accumulation primitive concretisation
+//! `scatterAdd` (`chad::internals::target::linear::scatter`), the accumulation primitive concretisation
 //! turns sums of one-hots into (`theory-notes/12-nested-ad.md`, §Cost):
 //!
 //! * its values, by hand, and its errors;
 //! * its registered derivatives: forward against central finite differences, the transposed
 //!   one (a gather) against the forward one by the dot-product test, at random points
-//!   (`chad::ad::check_primitive`) and in a program with repeated and dropped indices, in both
+//!   (`chad::internals::ad::check_primitive`) and in a program with repeated and dropped indices, in both
 //!   modes and twice (Hessian-vector products through its concretised derivative);
 //! * programs whose gradients sum many one-hots (in `build`, behind branches, scaled, with
 //!   repeated indices): their concretised gradients use `scatterAdd`, and agree with the
 //!   engine's gradients and their Hessian-vector products with finite differences of them.
 
-use chad::ad::nested::{self, Hvp};
-use chad::ad::{Jvp, Vjp, check_primitive};
-use chad::oracle::fd;
-use chad::simplify::simplify;
-use chad::source::term::{Entry, Lit, Term, TermKind as S, Var};
-use chad::target::linear::scatter::{eval, scatter_add};
-use chad::types::Type;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::nested::{self, Hvp};
+use chad::internals::ad::{Jvp, Vjp, check_primitive};
+use chad::internals::oracle::fd;
+use chad::internals::simplify::simplify;
+use chad::internals::source::term::{Entry, Lit, Term, TermKind as S, Var};
+use chad::internals::target::linear::scatter::{eval, scatter_add};
+use chad::internals::types::Type;
 
 fn ints(is: &[i64]) -> Value {
     Value::array_of(is.iter().map(|&i| Value::Int(i)).collect())
@@ -81,10 +81,10 @@ fn a_program_using_it_differentiates_once_and_twice() {
     let xs = Var::fresh("xs", Type::array(Type::Real));
     let x = Var::fresh("x", Type::Real);
     let cube = node(S::Prim(
-        chad::prim::op("mul"),
+        chad::internals::prim::op("mul"),
         vec![
             node(S::Prim(
-                chad::prim::op("mul"),
+                chad::internals::prim::op("mul"),
                 vec![Term::var(&x), Term::var(&x)],
             )),
             Term::var(&x),
@@ -103,7 +103,10 @@ fn a_program_using_it_differentiates_once_and_twice() {
         scatter_add(),
         vec![Term::lit(Lit::Int(5)), idx, mapped],
     ));
-    let body = node(S::Prim(chad::prim::op("dot"), vec![weights, scattered]));
+    let body = node(S::Prim(
+        chad::internals::prim::op("dot"),
+        vec![weights, scattered],
+    ));
     let e = Entry {
         name: "f".into(),
         params: vec![xs],
@@ -143,7 +146,8 @@ fn a_program_using_it_differentiates_once_and_twice() {
 }
 
 fn load(src: &str) -> Entry {
-    let program = chad::source::load(src, &chad::prim::Registry::builtin()).unwrap();
+    let program =
+        chad::internals::source::load(src, &chad::internals::prim::Registry::builtin()).unwrap();
     program.entry(program.defs.len() - 1)
 }
 
@@ -167,7 +171,7 @@ fn gradients_of_many_one_hots_use_it_and_agree_with_the_engine_and_finite_differ
     for src in MANY_ONE_HOTS {
         let e = load(src);
         let ve = nested::vjp_entry(&e).unwrap();
-        let printed = chad::source::print::term_to_string(&ve.body, 100);
+        let printed = chad::internals::source::print::term_to_string(&ve.body, 100);
         assert!(
             printed.contains("scatterAdd"),
             "no scatterAdd in\n{printed}"
@@ -179,7 +183,8 @@ fn gradients_of_many_one_hots_use_it_and_agree_with_the_engine_and_finite_differ
             let ts: Vec<f64> = (0..n).map(|k| ((k * 13 % 7) as f64) / 3.0 - 1.0).collect();
             let a = [Value::reals(xs.clone())];
             let (y1, g1) = vjp.grad(&a).unwrap();
-            let out = chad::eval::eval_entry(&ve, &[a[0].clone(), Value::Real(1.0)]).unwrap();
+            let out =
+                chad::internals::eval::eval_entry(&ve, &[a[0].clone(), Value::Real(1.0)]).unwrap();
             let (y2, g2) = out.expect_pair();
             assert_eq!(y1.same(y2), Some(true), "{src} at n = {n}");
             let (g1, g2) = (fd::leaves(&g1[0]), fd::leaves(g2));

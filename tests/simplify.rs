@@ -1,11 +1,11 @@
-//! The simplifier ([`chad::simplify`]) tested against the terms it rewrites: the forward and
+//! The simplifier ([`chad::internals::simplify`]) tested against the terms it rewrites: the forward and
 //! reverse CHAD images of random programs (lambdas, closures, `map`, function results; and
 //! array- and sum-heavy programs with `case`/`if`, `build` with indexing, `map2`, nested
 //! arrays, sum-typed inputs and results), random well-typed target terms
-//! ([`chad::target::random`]) wrapped in administrative Cartesian code, and random real
+//! ([`chad::internals::target::random`]) wrapped in administrative Cartesian code, and random real
 //! arithmetic.
 //!
-//! * The simplified term type-checks ([`chad::target::check`]) at exactly the type of the
+//! * The simplified term type-checks ([`chad::internals::target::check`]) at exactly the type of the
 //!   original and means the same: equal primal values (closures compared by applying them) and
 //!   derivatives (linear maps) that agree on random (co)tangents, compared through
 //!   `testing::observe` up to rounding (`TOL`); arithmetic gives the same IEEE bits.
@@ -22,20 +22,20 @@
 
 mod common;
 
-use chad::ad::{Jvp, Mor, Vjp, forward, reverse};
-use chad::ccc;
-use chad::oracle::fd;
-use chad::prim::op;
-use chad::random::{self, Config, TestProgram};
-use chad::simplify::{MAX_PASSES, Rules, Stats, simplify, simplify_with};
-use chad::target::check::check;
-use chad::target::eval::{Env, eval};
-use chad::target::linear::{Lin, LinFun};
-use chad::target::random::{Gen, small_lty};
-use chad::target::term::{Child, LTermKind, Pat, TermKind, Var};
-use chad::target::testing::{self, Probes, approx_eq, observe, probes};
-use chad::target::{LTerm, LTy, Term, Ty};
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::{Jvp, Mor, Vjp, forward, reverse};
+use chad::internals::ccc;
+use chad::internals::oracle::fd;
+use chad::internals::prim::op;
+use chad::internals::random::{self, Config, TestProgram};
+use chad::internals::simplify::{MAX_PASSES, Rules, Stats, simplify, simplify_with};
+use chad::internals::target::check::check;
+use chad::internals::target::eval::{Env, eval};
+use chad::internals::target::linear::{Lin, LinFun};
+use chad::internals::target::random::{Gen, small_lty};
+use chad::internals::target::term::{Child, LTermKind, Pat, TermKind, Var};
+use chad::internals::target::testing::{self, Probes, approx_eq, observe, probes};
+use chad::internals::target::{LTerm, LTy, Term, Ty};
 use common::{cases, runner};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -764,7 +764,7 @@ fn redexes(root: &Term) -> Vec<(&'static str, String)> {
                     // strict, theory-notes/09.)
                     K::Let(p, e, b)
                         if all_unused(&p.vars(), Child::C(b))
-                            && !chad::simplify::strict::may_fail(e) =>
+                            && !chad::internals::simplify::strict::may_fail(e) =>
                     {
                         Some("a dead let")
                     }
@@ -887,9 +887,9 @@ fn the_redex_finder_finds_each_kind() {
 /// above can fail).
 #[test]
 fn the_comparison_catches_wrong_rewrites() {
-    let program = chad::source::load(
+    let program = chad::internals::source::load(
         "def f (x : Real) (y : Real) : Real = x * y + sin x",
-        &chad::prim::Registry::builtin(),
+        &chad::internals::prim::Registry::builtin(),
     )
     .unwrap();
     let entry = program.entry(0);

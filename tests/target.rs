@@ -8,15 +8,17 @@
 
 mod common;
 
-use chad::prim::op;
-use chad::random::{Config, TestProgram};
-use chad::target::check::{check, check_linear};
-use chad::target::embed;
-use chad::target::eval::{Env, eval, eval_linear};
-use chad::target::linear::Lin;
-use chad::target::term::{LTerm, LTermKind as L, LinPrim, Pat, Term, TermKind as K, Var};
-use chad::target::{LTy, Ty};
-use chad::value::Value;
+use chad::Value;
+use chad::internals::prim::op;
+use chad::internals::random::{Config, TestProgram};
+use chad::internals::target::check::{check, check_linear};
+use chad::internals::target::embed;
+use chad::internals::target::eval::{Env, eval, eval_linear};
+use chad::internals::target::linear::Lin;
+use chad::internals::target::term::{
+    LTerm, LTermKind as L, LinPrim, Pat, Term, TermKind as K, Var,
+};
+use chad::internals::target::{LTy, Ty};
 use common::same_at;
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
@@ -27,7 +29,7 @@ fn embedding_agrees(p: &TestProgram) -> Result<bool, TestCaseError> {
     let (params, body) = embed::entry(&p.entry);
     let ty = check(&body, &params).map_err(|e| TestCaseError::fail(e.to_string()))?;
     prop_assert_eq!(&ty, &Ty::from_source(&p.entry.body.ty));
-    let source = chad::eval::eval_entry(&p.entry, &p.inputs);
+    let source = chad::internals::eval::eval_entry(&p.entry, &p.inputs);
     let env: Env = params
         .iter()
         .zip(&p.inputs)
@@ -60,8 +62,9 @@ fn embedding_agrees_on_deeper_higher_order_programs() {
 
 #[test]
 fn embedding_of_a_long_let_chain() {
-    let src = chad::random::straight_line_source(20_000, 7);
-    let prog = chad::source::load(&src, &chad::prim::Registry::builtin()).unwrap();
+    let src = chad::internals::random::straight_line_source(20_000, 7);
+    let prog =
+        chad::internals::source::load(&src, &chad::internals::prim::Registry::builtin()).unwrap();
     let entry = prog.entry(prog.defs.len() - 1);
     let (params, body) = embed::entry(&entry);
     assert_eq!(
@@ -72,7 +75,7 @@ fn embedding_of_a_long_let_chain() {
         .params
         .iter()
         .map(|p| match p.ty {
-            chad::types::Type::Real => Value::Real(0.5),
+            chad::internals::types::Type::Real => Value::Real(0.5),
             _ => Value::reals(vec![0.25, 0.5, 0.75]),
         })
         .collect();
@@ -81,7 +84,7 @@ fn embedding_of_a_long_let_chain() {
         .zip(&args)
         .map(|(x, v)| (x.id, v.clone()))
         .collect();
-    let expected = chad::eval::eval_entry(&entry, &args).unwrap();
+    let expected = chad::internals::eval::eval_entry(&entry, &args).unwrap();
     assert_eq!(eval(&body, &env).unwrap().same(&expected), Some(true));
 }
 
@@ -103,7 +106,7 @@ fn mul(a: Term, b: Term) -> Term {
     Term::prim(&op("mul"), vec![a, b])
 }
 fn int(i: i64) -> Term {
-    Term::lit(chad::source::term::Lit::Int(i))
+    Term::lit(chad::internals::source::term::Lit::Int(i))
 }
 fn lmk(k: L) -> LTerm {
     LTerm::mk(k)

@@ -1,5 +1,5 @@
-//! Transposition of linear maps (`chad::target::transpose`), tested on the random linear terms
-//! of `chad::target::random`, which use every linear form:
+//! Transposition of linear maps (`chad::internals::target::transpose`), tested on the random linear terms
+//! of `chad::internals::target::random`, which use every linear form:
 //!
 //! * the dot-product test `<T(f)(c), v> = <c, f(v)>` at random inputs `v` and cotangents `c`
 //!   (of the shape of `f(v)`, as the cotangent of an output is), through the reference
@@ -14,15 +14,15 @@
 
 mod common;
 
-use chad::target::check::check;
-use chad::target::eval::{Env, eval};
-use chad::target::linear::{Lin, LinFun, LinearMap};
-use chad::target::random::Gen;
-use chad::target::term::{LTerm, LTermKind as L, Lit, Term, TermKind as K, Var};
-use chad::target::testing::{hash_value, sample_value};
-use chad::target::transpose::{Shape, Transposer, transpose_map};
-use chad::target::types::{LTy, Ty};
-use chad::value::Value;
+use chad::Value;
+use chad::internals::target::check::check;
+use chad::internals::target::eval::{Env, eval};
+use chad::internals::target::linear::{Lin, LinFun, LinearMap};
+use chad::internals::target::random::Gen;
+use chad::internals::target::term::{LTerm, LTermKind as L, Lit, Term, TermKind as K, Var};
+use chad::internals::target::testing::{hash_value, sample_value};
+use chad::internals::target::transpose::{Shape, Transposer, transpose_map};
+use chad::internals::target::types::{LTy, Ty};
 use std::rc::Rc;
 
 /// A small deterministic generator for the tests' own random values.
@@ -58,12 +58,15 @@ fn random_lin(l: &LTy, rng: &mut Rng, full: bool) -> Lin {
             Lin::array((0..n).map(|_| random_lin(e, rng, full)).collect())
         }
         LTy::Copower(p) => {
-            let mut c = chad::target::linear::Copower::empty();
+            let mut c = chad::internals::target::linear::Copower::empty();
             for _ in 0..rng.below(3) {
                 let a = sample_value(&p.0, rng.next());
-                c = chad::target::linear::Copower::plus(
+                c = chad::internals::target::linear::Copower::plus(
                     c,
-                    chad::target::linear::Copower::singleton(a, random_lin(&p.1, rng, full)),
+                    chad::internals::target::linear::Copower::singleton(
+                        a,
+                        random_lin(&p.1, rng, full),
+                    ),
                 );
             }
             Lin::copower(c)
@@ -102,14 +105,14 @@ fn cotangent_like(l: &LTy, y: &Lin, rng: &mut Rng) -> Lin {
         }
         // y is a power: the cotangent is a copower at sample points.
         LTy::Power(p) => {
-            let mut c = chad::target::linear::Copower::empty();
+            let mut c = chad::internals::target::linear::Copower::empty();
             for _ in 0..2 {
                 let a = sample_value(&p.0, rng.next());
                 let ya = y.apply_power(&a).unwrap_or_else(|_| Lin::zero());
                 let l = cotangent_like(&p.1, &ya, rng);
-                c = chad::target::linear::Copower::plus(
+                c = chad::internals::target::linear::Copower::plus(
                     c,
-                    chad::target::linear::Copower::singleton(a, l),
+                    chad::internals::target::linear::Copower::singleton(a, l),
                 );
             }
             Lin::copower(c)
@@ -214,7 +217,7 @@ fn dot_product(f: &Term, dom: &LTy, cod: &LTy, seed: u64, full: bool) -> Result<
     };
     let ft = match transpose_map(f, &[], shape_of(dom)) {
         Ok(t) => t,
-        Err(e) if e.kind() == chad::error::ErrorKind::Unsupported => return Ok(false),
+        Err(e) if e.kind() == chad::ErrorKind::Unsupported => return Ok(false),
         Err(e) => return Err(format!("transposing {f}: {}", e.message())),
     };
     let mut tp = Transposer::new();
@@ -415,7 +418,7 @@ fn each_form_transposes() {
             let i = Var::fresh("i", Ty::Int);
             let n = Term::lit(Lit::Int(3));
             let body = LTerm::scale(
-                Term::prim(&chad::prim::op("toReal"), vec![Term::var(&i)]),
+                Term::prim(&chad::internals::prim::op("toReal"), vec![Term::var(&i)]),
                 LTerm::mk(L::Index(v, Term::var(&i))),
             );
             LTerm::mk(L::Build(n, i, body))
@@ -459,15 +462,15 @@ fn each_form_transposes() {
         "case",
         map(real(), |v| {
             let c = Term::prim(
-                &chad::prim::op("decide"),
+                &chad::internals::prim::op("decide"),
                 vec![Term::prim(
-                    &chad::prim::op("gt"),
+                    &chad::internals::prim::op("gt"),
                     vec![Term::real(1.0), Term::real(0.0)],
                 )],
             );
             let (p, q) = (
-                chad::target::term::Pat::Wild(Ty::Unit),
-                chad::target::term::Pat::Wild(Ty::Unit),
+                chad::internals::target::term::Pat::Wild(Ty::Unit),
+                chad::internals::target::term::Pat::Wild(Ty::Unit),
             );
             LTerm::mk(L::Case(
                 c,
@@ -517,7 +520,10 @@ fn each_form_transposes() {
         "dotWith",
         map(arr(), |v| {
             let ys = Term::mk(K::Array(Ty::Real, vec![Term::real(1.0), Term::real(-2.0)]));
-            let k = Term::mk(K::LinPrim(chad::target::term::LinPrim::dot_with(), ys));
+            let k = Term::mk(K::LinPrim(
+                chad::internals::target::term::LinPrim::dot_with(),
+                ys,
+            ));
             LTerm::app(k, v)
         }),
         arr(),

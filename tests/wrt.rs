@@ -1,4 +1,4 @@
-//! Differentiating with respect to some parameters (`--wrt`, `chad::ad::with_respect_to`):
+//! Differentiating with respect to some parameters (`--wrt`, `chad::internals::ad::with_respect_to`):
 //!
 //! * on random first-order programs with a random selection, reverse CHAD, forward CHAD and the
 //!   dual-numbers reverse engine give the full derivative's components for the selected
@@ -11,11 +11,11 @@
 
 mod common;
 
-use chad::ad::{self, Jvp, Vjp};
-use chad::dual_reverse::{DualReverse, Options};
-use chad::oracle::fd;
-use chad::random::{self, Config};
-use chad::value::Value;
+use chad::Value;
+use chad::internals::ad::{self, Jvp, Vjp};
+use chad::internals::dual_reverse::{DualReverse, Options};
+use chad::internals::oracle::fd;
+use chad::internals::random::{self, Config};
 use proptest::strategy::{Strategy, ValueTree};
 use std::process::Command;
 
@@ -51,7 +51,7 @@ fn selected_derivatives_are_the_full_ones_and_the_others_zero() {
         if n == 0 {
             continue;
         }
-        let Ok(y) = chad::eval::eval_entry(e, &p.inputs) else {
+        let Ok(y) = chad::internals::eval::eval_entry(e, &p.inputs) else {
             continue;
         };
         if !fd::leaves(&y).iter().all(|x| x.is_finite()) {
@@ -130,12 +130,13 @@ def loss (w : Array Real) (xs : Array (Array Real)) (ys : Array Real) : Real =
 
 #[test]
 fn unselected_cotangents_are_not_computed() {
-    let prog = chad::source::load(LOGISTIC, &chad::prim::Registry::builtin()).unwrap();
-    let e = chad::optimize::optimize(&prog.entry(0));
+    let prog = chad::internals::source::load(LOGISTIC, &chad::internals::prim::Registry::builtin())
+        .unwrap();
+    let e = chad::internals::optimize::optimize(&prog.entry(0));
     let code = |sel: &[bool]| {
         let vjp = Vjp::new(&ad::with_respect_to(&e, sel))
             .unwrap()
-            .map_body(chad::simplify::simplify);
+            .map_body(chad::internals::simplify::simplify);
         vjp.mor().to_string()
     };
     // The data's cotangent: each row's `w * v`, scaled by the weights (`snd (fst (fst x))`).
@@ -163,7 +164,8 @@ fn unselected_cotangents_are_not_computed() {
 
 #[test]
 fn selection_errors() {
-    let prog = chad::source::load(LOGISTIC, &chad::prim::Registry::builtin()).unwrap();
+    let prog = chad::internals::source::load(LOGISTIC, &chad::internals::prim::Registry::builtin())
+        .unwrap();
     let e = prog.entry(0);
     assert_eq!(ad::select(&e, &["ys", "w"]).unwrap(), [true, false, true]);
     let err = ad::select(&e, &["v"]).unwrap_err();

@@ -538,7 +538,7 @@ pub fn jacobian_with(
 ) -> Result<(Value, Vec<Vec<f64>>)> {
     crate::eval::check_args(entry, args)?;
     // Rows and columns are the `Real` components of the result and the parameters: a
-    // function has none to list (found by the command-line fuzzer, `chad::fuzz`).
+    // function has none to list (found by the command-line fuzzer, `chad::internals::fuzz`).
     if !entry.body.ty.is_first_order() || entry.params.iter().any(|p| !p.ty.is_first_order()) {
         return Err(Error::new(
             ErrorKind::Unsupported,

@@ -37,13 +37,13 @@
 //! direct evaluator ([`crate::eval`]).
 //!
 //! ```
-//! use chad::dual_reverse::{DualReverse, Options};
-//! use chad::value::Value;
-//! let program = chad::source::load(
+//! use chad::internals::dual_reverse::{DualReverse, Options};
+//! use chad::Value;
+//! let program = chad::internals::source::load(
 //!     "def f (x : Real) (ys : Array Real) : Real =
 //!        let g = \\(y : Real) -> x * sin y in
 //!        sum (map g ys)",
-//!     &chad::prim::Registry::builtin(),
+//!     &chad::internals::prim::Registry::builtin(),
 //! )?;
 //! let engine = DualReverse::new(&program.entry(0), Options::default())?;
 //! let out = engine.grad(&[Value::Real(2.0), Value::reals(vec![0.0, 1.0])])?;
@@ -52,7 +52,7 @@
 //! assert_eq!(out.gradient[1].expect_reals(), &[2.0, 2.0 * 1f64.cos()]);
 //! // Two input scalars plus x, 2 sins, 2 products and the sum: one call each.
 //! assert_eq!(out.stats.calls, 3 + 2 + 2 + 1);
-//! # Ok::<(), chad::error::Error>(())
+//! # Ok::<(), chad::Error>(())
 //! ```
 
 pub mod eval;

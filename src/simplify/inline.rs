@@ -30,11 +30,11 @@
 //! are unchanged by it).
 //!
 //! ```
-//! use chad::simplify::inline::{inline_functions, Budget};
-//! use chad::simplify::simplify;
-//! use chad::target::term::{Term, Var};
-//! use chad::target::types::Ty;
-//! use chad::prim::Registry;
+//! use chad::internals::simplify::inline::{inline_functions, Budget};
+//! use chad::internals::simplify::simplify;
+//! use chad::internals::target::term::{Term, Var};
+//! use chad::internals::target::types::Ty;
+//! use chad::internals::prim::Registry;
 //!
 //! // let f = \y -> y * y in f a + f b
 //! let mul = Registry::builtin().get("mul").unwrap().clone();

@@ -33,9 +33,9 @@
 //! fusion rules (`src/simplify/fuse.rs`) run once over the term; if they fire, the passes resume.
 //!
 //! ```
-//! use chad::simplify::{simplify, simplify_with, Rules};
-//! use chad::target::term::{LTerm, Term, Var};
-//! use chad::target::types::{LTy, Ty};
+//! use chad::internals::simplify::{simplify, simplify_with, Rules};
+//! use chad::internals::target::term::{LTerm, Term, Var};
+//! use chad::internals::target::types::{LTy, Ty};
 //!
 //! // fst (x, \v ⊸ 0 + v) ~> x
 //! let x = Var::fresh("x", Ty::Real);

@@ -15,23 +15,23 @@
 //! Scoping is not checked here (the caller checks the target term with [`super::check`]).
 //!
 //! ```
-//! use chad::target::{embed, unembed};
+//! use chad::internals::target::{embed, unembed};
 //!
-//! let program = chad::source::load(
+//! let program = chad::internals::source::load(
 //!     "def f (x : Real) : Real = let g = \\(y : Real) -> x * y in g 2.0",
-//!     &chad::prim::Registry::builtin(),
+//!     &chad::internals::prim::Registry::builtin(),
 //! )?;
 //! let entry = program.entry(0);
 //! let (_, body) = embed::entry(&entry);
 //! let back = unembed::term(&body).expect("a Cartesian term");
-//! assert!(chad::source::term::alpha_eq(&back, &entry.body));
+//! assert!(chad::internals::source::term::alpha_eq(&back, &entry.body));
 //!
 //! // A linear λ is target-only.
-//! use chad::target::term::{LTerm, Term, Var};
-//! use chad::target::types::LTy;
+//! use chad::internals::target::term::{LTerm, Term, Var};
+//! use chad::internals::target::types::LTy;
 //! let v = Var::linear("v", LTy::Real);
 //! assert!(unembed::term(&Term::lin_lam(&v, LTerm::var(&v))).is_err());
-//! # Ok::<(), chad::error::Error>(())
+//! # Ok::<(), chad::Error>(())
 //! ```
 
 use super::term::{Pat, Term, TermKind, Var};

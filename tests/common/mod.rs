@@ -1,9 +1,9 @@
 //! Shared helpers for the integration tests.
 #![allow(dead_code)]
 
-use chad::random::{Config, any_value};
-use chad::types::Type;
-use chad::value::Value;
+use chad::Value;
+use chad::internals::random::{Config, any_value};
+use chad::internals::types::Type;
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};
 
@@ -152,12 +152,12 @@ pub fn same_at(
 /// A random program that AD supports (drawn until one is; not a proptest filter, whose
 /// rejection budget long runs would exhaust).
 pub fn supported_program(
-    strategy: &impl Strategy<Value = chad::random::TestProgram>,
+    strategy: &impl Strategy<Value = chad::internals::random::TestProgram>,
     r: &mut TestRunner,
-) -> chad::random::TestProgram {
+) -> chad::internals::random::TestProgram {
     loop {
         let p = strategy.new_tree(r).unwrap().current();
-        if chad::ad::check_supported(&p.entry.body).is_ok() {
+        if chad::internals::ad::check_supported(&p.entry.body).is_ok() {
             return p;
         }
     }
@@ -172,7 +172,7 @@ pub fn panic_message(e: &Box<dyn std::any::Any + Send>) -> String {
 }
 
 /// Coverage a test requires of the programs it checked: the least share that must contain each
-/// construct of [`chad::random::features`].
+/// construct of [`chad::internals::random::features`].
 pub type Requirements = &'static [(&'static str, f64)];
 
 /// What the array-heavy AD tests ([`Config::array_bias`]) require.
@@ -251,11 +251,13 @@ impl Coverage {
 pub fn check_programs(
     cfg: Config,
     n: u32,
-    agrees: impl Fn(&chad::random::TestProgram) -> Result<bool, proptest::test_runner::TestCaseError>,
+    agrees: impl Fn(
+        &chad::internals::random::TestProgram,
+    ) -> Result<bool, proptest::test_runner::TestCaseError>,
 ) {
     let ok = std::cell::Cell::new(0u32);
     runner(n)
-        .run(&chad::random::program(cfg), |p| {
+        .run(&chad::internals::random::program(cfg), |p| {
             if agrees(&p)? {
                 ok.set(ok.get() + 1);
             }
@@ -266,17 +268,17 @@ pub fn check_programs(
 }
 
 /// The last definition of a program, as an entry (panics with the message on an error).
-pub fn entry(src: &str) -> chad::source::term::Entry {
-    let prog = chad::source::load(src, &chad::prim::Registry::builtin())
+pub fn entry(src: &str) -> chad::internals::source::term::Entry {
+    let prog = chad::internals::source::load(src, &chad::internals::prim::Registry::builtin())
         .unwrap_or_else(|e| panic!("{src}: {e}"));
     prog.entry(prog.defs.len() - 1)
 }
 
 /// Arguments for `e` from literals, one per parameter.
-pub fn args(e: &chad::source::term::Entry, vals: &[&str]) -> Vec<Value> {
+pub fn args(e: &chad::internals::source::term::Entry, vals: &[&str]) -> Vec<Value> {
     e.param_types()
         .iter()
         .zip(vals)
-        .map(|(t, v)| chad::source::parse_value(v, t).unwrap())
+        .map(|(t, v)| chad::internals::source::parse_value(v, t).unwrap())
         .collect()
 }

@@ -139,7 +139,7 @@ impl Checker<'_> {
                 crate::error::ErrorKind::Unsupported,
                 format!(
                     "`{name}` inside a program needs the differentiating loader \
-                     (`chad::ad::nested::load`)"
+                     (`chad::internals::ad::nested::load`)"
                 ),
             )
             .with_span(span));
