@@ -119,8 +119,23 @@ impl Timer {
             .flatten()
             .flat_map(chad::internals::oracle::fd::leaves)
             .collect();
-        let nv: Vec<f64> = chad::internals::oracle::fd::leaves(t.expect_pair().1);
-        let nv = &nv[nv.len() - hv.len()..];
+        // The tangent of the gradient: one component per parameter (a right-nested tuple);
+        // the selected ones, in order.
+        let mut parts = Vec::new();
+        let mut rest = t.expect_pair().1;
+        for _ in 1..args.len() {
+            let (a, b) = rest.expect_pair();
+            parts.push(a);
+            rest = b;
+        }
+        parts.push(rest);
+        let nv: Vec<f64> = parts
+            .into_iter()
+            .zip(&self.wrt)
+            .filter(|(_, s)| **s)
+            .flat_map(|(p, _)| chad::internals::oracle::fd::leaves(p))
+            .collect();
+        assert_eq!(nv.len(), hv.len(), "one hvp entry per selected real");
         let err = hv
             .iter()
             .zip(nv)

@@ -22,6 +22,11 @@
 //! concatenated, strong-zero scaling `smul`), and `sum` adds in the fixed order, so a run
 //! agrees with the reference interpreter ([`super::interp`]) bit for bit wherever that one's
 //! additions happen in the same order.
+//!
+//! A tuple type whose Rust spelling is long is written once, as a type alias (`ChadV12` for
+//! values of IR type 12, `ChadA12` for its accumulators), and named everywhere else: the
+//! environment (co)tangents of compiled closures are deeply nested tuples, and written out in
+//! every signature and `let` they made modules of tens of megabytes for rustc to parse.
 
 use super::{
     Arm, Atom, Block, Check, EnumDef, Expr, Func, MutVar, Op, Place, Program, SiteId, Step, Stmt,
@@ -31,6 +36,7 @@ use crate::deep::deep;
 use crate::error::{Error, ErrorKind, Result, Source};
 use crate::types::Type;
 use rustc_hash::{FxHashMap, FxHashSet};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -58,6 +64,9 @@ pub struct Export<'a> {
     pub vjp: Option<super::FuncId>,
 }
 
+/// Tuple types spelled longer than this many characters get a type alias.
+const ALIAS_OVER: usize = 64;
+
 /// The Rust module for a program and its exports.
 pub fn module(p: &Program, exports: &[Export<'_>], src: &SourceInfo<'_>) -> Result<String> {
     let mut e = Emitter::new(p);
@@ -73,6 +82,7 @@ pub fn module(p: &Program, exports: &[Export<'_>], src: &SourceInfo<'_>) -> Resu
     out.push_str(&e.sites(src));
     out.push_str(PRELUDE);
     out.push_str(&e.enums());
+    out.push_str(&e.alias_items());
     for h in e.helpers.values() {
         out.push_str(h);
     }
@@ -616,6 +626,10 @@ fn int_op(name: &'static str, r: Option<i64>, a: i64, b: i64, site: usize) -> Re
 /// Writes one module.
 struct Emitter<'a> {
     p: &'a Program,
+    /// The Rust spelling of each IR type, as a value (`false`) or an accumulator (`true`).
+    spelled: RefCell<FxHashMap<(bool, Ty), String>>,
+    /// Type aliases for long tuple types: name to definition (deterministic order).
+    aliases: RefCell<BTreeMap<String, String>>,
     /// Generated helpers by name (deterministic order).
     helpers: BTreeMap<String, String>,
     /// Generated functions.
@@ -683,6 +697,8 @@ impl<'a> Emitter<'a> {
     fn new(p: &'a Program) -> Emitter<'a> {
         let mut e = Emitter {
             p,
+            spelled: RefCell::new(FxHashMap::default()),
+            aliases: RefCell::new(BTreeMap::new()),
             helpers: BTreeMap::new(),
             funcs: Vec::new(),
             recursive: FxHashSet::default(),
@@ -779,21 +795,50 @@ impl<'a> Emitter<'a> {
 
     /// The Rust type of IR values of type `t`.
     fn vt(&self, t: Ty) -> String {
-        deep(|| match self.types().kind(t) {
+        self.spell(false, t)
+    }
+
+    /// The Rust spelling of `t` as a value or an accumulator, computed once per type; a long
+    /// tuple type is named by an alias (module doc).
+    fn spell(&self, acc: bool, t: Ty) -> String {
+        if let Some(s) = self.spelled.borrow().get(&(acc, t)) {
+            return s.clone();
+        }
+        let s = deep(|| match self.types().kind(t) {
             TyKind::F64 => "f64".into(),
             TyKind::I64 => "i64".into(),
             TyKind::Bool => "bool".into(),
             TyKind::Unit => "()".into(),
             TyKind::Tuple(cs) => {
-                let cs: Vec<String> = cs.iter().map(|c| self.vt(*c)).collect();
-                format!("({},)", cs.join(", "))
+                let cs: Vec<String> = cs.iter().map(|c| self.spell(acc, *c)).collect();
+                let s = format!("({},)", cs.join(", "));
+                if s.len() <= ALIAS_OVER {
+                    s
+                } else {
+                    let name = format!("Chad{}{}", if acc { 'A' } else { 'V' }, t.0);
+                    self.aliases.borrow_mut().insert(name.clone(), s);
+                    name
+                }
             }
+            TyKind::Array(e) if acc => format!("Vec<{}>", self.spell(true, *e)),
+            TyKind::List(k, v) if acc => format!("Vec<({}, {})>", self.vt(*k), self.vt(*v)),
             TyKind::Array(e) => format!("Arr<{}>", self.vt(*e)),
             TyKind::List(k, v) => {
                 format!("Arr<({}, {})>", self.vt(*k), self.vt(*v))
             }
             TyKind::Enum(e) => self.types().enums()[*e as usize].name.clone(),
-        })
+        });
+        self.spelled.borrow_mut().insert((acc, t), s.clone());
+        s
+    }
+
+    /// The type aliases used so far, as Rust items.
+    fn alias_items(&self) -> String {
+        let mut out = String::new();
+        for (name, def) in self.aliases.borrow().iter() {
+            let _ = writeln!(out, "#[allow(dead_code)]\npub type {name} = {def};");
+        }
+        out
     }
 
     /// The Rust type of a reference to a value of type `t` (a slice for an array).
@@ -807,15 +852,7 @@ impl<'a> Emitter<'a> {
 
     /// The Rust type of accumulators of the additive type `t`.
     fn at(&self, t: Ty) -> String {
-        deep(|| match self.types().kind(t) {
-            TyKind::Tuple(cs) => {
-                let cs: Vec<String> = cs.iter().map(|c| self.at(*c)).collect();
-                format!("({},)", cs.join(", "))
-            }
-            TyKind::Array(e) => format!("Vec<{}>", self.at(*e)),
-            TyKind::List(k, v) => format!("Vec<({}, {})>", self.vt(*k), self.vt(*v)),
-            _ => self.vt(t),
-        })
+        self.spell(true, t)
     }
 
     fn is_copy(&self, t: Ty) -> bool {
