@@ -333,12 +333,15 @@ fn sum_by(n: i64, mut f: impl FnMut(i64) -> Result<f64, Error>) -> Result<f64, E
             l[7] += f(i + 7)?;
             i += 8;
         }
-        let mut k = 0;
-        while i < c1 {
-            l[k] += f(i)?;
-            i += 1;
-            k += 1;
-        }
+        // The remaining (at most 7) terms go to lanes 0, 1, ... in order; written out with
+        // constant lanes so that the lanes can live in registers.
+        if i < c1 { l[0] += f(i)?; i += 1; }
+        if i < c1 { l[1] += f(i)?; i += 1; }
+        if i < c1 { l[2] += f(i)?; i += 1; }
+        if i < c1 { l[3] += f(i)?; i += 1; }
+        if i < c1 { l[4] += f(i)?; i += 1; }
+        if i < c1 { l[5] += f(i)?; i += 1; }
+        if i < c1 { l[6] += f(i)?; }
         total += ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
         c0 = c1;
     }
