@@ -768,6 +768,33 @@ pub(crate) fn same_step(a: &Step, b: &Step) -> bool {
     }
 }
 
+/// Calls `f` on each block directly inside an expression (a loop's body, an `if`'s branches,
+/// a `match`'s arms), in order.
+pub fn for_each_block(e: &Expr, f: &mut dyn FnMut(&Block)) {
+    match e {
+        Expr::Build(_, _, b, _) | Expr::Sum(_, _, b) | Expr::Iterate(_, _, b, _, _) => f(b),
+        Expr::If(_, a, b) => {
+            f(a);
+            f(b);
+        }
+        Expr::Match(_, arms) => arms.iter().for_each(|a| f(&a.body)),
+        _ => {}
+    }
+}
+
+/// [`for_each_block`], for changing the blocks.
+pub fn for_each_block_mut(e: &mut Expr, f: &mut dyn FnMut(&mut Block)) {
+    match e {
+        Expr::Build(_, _, b, _) | Expr::Sum(_, _, b) | Expr::Iterate(_, _, b, _, _) => f(b),
+        Expr::If(_, a, b) => {
+            f(a);
+            f(b);
+        }
+        Expr::Match(_, arms) => arms.iter_mut().for_each(|a| f(&mut a.body)),
+        _ => {}
+    }
+}
+
 /// Calls `f` on every expression of a block, at any depth (statements' right-hand sides and
 /// the expressions nested in their blocks), outer ones first.
 pub fn for_each_expr(b: &Block, f: &mut dyn FnMut(&Expr)) {
@@ -776,21 +803,7 @@ pub fn for_each_expr(b: &Block, f: &mut dyn FnMut(&Expr)) {
             match s {
                 Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => {
                     f(e);
-                    match e {
-                        Expr::Build(_, _, b, _)
-                        | Expr::Sum(_, _, b)
-                        | Expr::Iterate(_, _, b, _, _) => for_each_expr(b, f),
-                        Expr::If(_, a, b) => {
-                            for_each_expr(a, f);
-                            for_each_expr(b, f);
-                        }
-                        Expr::Match(_, arms) => {
-                            for arm in arms {
-                                for_each_expr(&arm.body, f);
-                            }
-                        }
-                        _ => {}
-                    }
+                    for_each_block(e, &mut |b| for_each_expr(b, f));
                 }
                 Stmt::For(_, _, body) | Stmt::Loop(body) => for_each_expr(body, f),
                 Stmt::Set(..)

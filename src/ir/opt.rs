@@ -37,7 +37,10 @@
 //!   stays `-0.0` (as the engine's structural zero plus `y` is `y`). Nothing can fail, and
 //!   `y` and `c`, used at the `+=`, are bound at the later read.
 
-use super::{Atom, Block, Check, Expr, MutVar, Place, Program, Step, Stmt, same_atom, same_step};
+use super::{
+    Atom, Block, Check, Expr, MutVar, Place, Program, Step, Stmt, for_each_block,
+    for_each_block_mut, same_atom, same_step,
+};
 use crate::deep::deep;
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -74,7 +77,9 @@ fn fuse_block(b: &mut Block, uses: &FxHashMap<u32, u32>) {
                 continue;
             }
             match &mut b.stmts[k] {
-                Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => fuse_expr(e, uses),
+                Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => {
+                    for_each_block_mut(e, &mut |b| fuse_block(b, uses))
+                }
                 Stmt::For(_, _, body) | Stmt::Loop(body) => fuse_block(body, uses),
                 _ => {}
             }
@@ -86,20 +91,6 @@ fn fuse_block(b: &mut Block, uses: &FxHashMap<u32, u32>) {
 fn is_sum_of(s: &Stmt, ys: u32) -> bool {
     matches!(s, Stmt::Let(_, Expr::Prim(p, args, _))
         if p.name() == "sum" && matches!(args.as_slice(), [Atom::Var(x)] if x.id == ys))
-}
-
-fn fuse_expr(e: &mut Expr, uses: &FxHashMap<u32, u32>) {
-    match e {
-        Expr::Build(_, _, b, _) | Expr::Sum(_, _, b) | Expr::Iterate(_, _, b, _, _) => {
-            fuse_block(b, uses)
-        }
-        Expr::If(_, a, b) => {
-            fuse_block(a, uses);
-            fuse_block(b, uses);
-        }
-        Expr::Match(_, arms) => arms.iter_mut().for_each(|a| fuse_block(&mut a.body, uses)),
-        _ => {}
-    }
 }
 
 /// Counts the occurrences of every variable as an operand, at any depth.
@@ -213,25 +204,15 @@ fn block(b: &mut Block) {
                     out.extend(hoisted);
                 }
                 Stmt::Loop(body) => block(body),
-                Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => expr(e),
+                Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => {
+                    for_each_block_mut(e, &mut block)
+                }
                 _ => {}
             }
             out.push(s);
         }
         b.stmts = out;
     })
-}
-
-fn expr(e: &mut Expr) {
-    match e {
-        Expr::Build(_, _, b, _) | Expr::Sum(_, _, b) | Expr::Iterate(_, _, b, _, _) => block(b),
-        Expr::If(_, a, b) => {
-            block(a);
-            block(b);
-        }
-        Expr::Match(_, arms) => arms.iter_mut().for_each(|a| block(&mut a.body)),
-        _ => {}
-    }
 }
 
 /// Every variable (and mutable variable) a block binds, at any depth.
@@ -322,7 +303,9 @@ fn lone_block(b: &mut Block, uses: &FxHashMap<u32, u32>) {
     deep(|| {
         for s in &mut b.stmts {
             match s {
-                Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => lone_expr(e, uses),
+                Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => {
+                    for_each_block_mut(e, &mut |b| lone_block(b, uses))
+                }
                 Stmt::For(_, _, body) | Stmt::Loop(body) => lone_block(body, uses),
                 _ => {}
             }
@@ -387,20 +370,6 @@ fn is_zero(e: &Expr) -> bool {
     }
 }
 
-fn lone_expr(e: &mut Expr, uses: &FxHashMap<u32, u32>) {
-    match e {
-        Expr::Build(_, _, b, _) | Expr::Sum(_, _, b) | Expr::Iterate(_, _, b, _, _) => {
-            lone_block(b, uses)
-        }
-        Expr::If(_, a, b) => {
-            lone_block(a, uses);
-            lone_block(b, uses);
-        }
-        Expr::Match(_, arms) => arms.iter_mut().for_each(|a| lone_block(&mut a.body, uses)),
-        _ => {}
-    }
-}
-
 /// Counts the occurrences of every mutable variable (declaration, `set`, places, reads), at
 /// any depth.
 fn count_muts(b: &Block, uses: &mut FxHashMap<u32, u32>) {
@@ -408,18 +377,10 @@ fn count_muts(b: &Block, uses: &mut FxHashMap<u32, u32>) {
         *uses.entry(m.0.id).or_insert(0) += 1;
     }
     fn expr(e: &Expr, uses: &mut FxHashMap<u32, u32>) {
-        match e {
-            Expr::Get(m) | Expr::Take(m) => one(m, uses),
-            Expr::Build(_, _, b, _) | Expr::Sum(_, _, b) | Expr::Iterate(_, _, b, _, _) => {
-                count_muts(b, uses)
-            }
-            Expr::If(_, a, b) => {
-                count_muts(a, uses);
-                count_muts(b, uses);
-            }
-            Expr::Match(_, arms) => arms.iter().for_each(|a| count_muts(&a.body, uses)),
-            _ => {}
+        if let Expr::Get(m) | Expr::Take(m) = e {
+            one(m, uses);
         }
+        for_each_block(e, &mut |b| count_muts(b, uses));
     }
     deep(|| {
         for s in &b.stmts {
@@ -460,27 +421,15 @@ fn invariant_block(b: &mut Block) {
                     out.extend(hoist_from(i, body));
                 }
                 Stmt::Loop(body) => invariant_block(body),
-                Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => invariant_expr(e),
+                Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => {
+                    for_each_block_mut(e, &mut invariant_block)
+                }
                 _ => {}
             }
             out.push(s);
         }
         b.stmts = out;
     })
-}
-
-fn invariant_expr(e: &mut Expr) {
-    match e {
-        Expr::Build(_, _, b, _) | Expr::Sum(_, _, b) | Expr::Iterate(_, _, b, _, _) => {
-            invariant_block(b)
-        }
-        Expr::If(_, a, b) => {
-            invariant_block(a);
-            invariant_block(b);
-        }
-        Expr::Match(_, arms) => arms.iter_mut().for_each(|a| invariant_block(&mut a.body)),
-        _ => {}
-    }
 }
 
 /// The invariant `let`s of a loop body over `i`, removed from it, in order.
