@@ -7,20 +7,23 @@
 //! batch of 64 points). Both derivatives run on the execution engine, after the same
 //! optimisation and simplification as `chad grad` and `chad hvp`; with `--backend native`, on
 //! native code as `chad grad --backend native` and `chad hvp --backend native` run them
-//! (reverse CHAD of the entry; forward CHAD of the concretised gradient, [`Hvp::gradient`]),
-//! timed inside the library (argument conversion excluded, as `chad bench --backend native`).
+//! (reverse CHAD of the entry; the Hessian-vector product by dual numbers on the compiled
+//! gradient, `ir::compile::HvpCode`, or with `--route concretised` forward CHAD of the
+//! concretised gradient, [`Hvp::gradient`]), timed inside the library (argument conversion
+//! excluded, as `chad bench --backend native`).
 //! Each time is the median of `--repeat` runs (default 5) after a warm-up.
 //!
 //! Run: `cargo run --release --example hvp_scaling [-- --sizes 1000,10000 --repeat 5]
-//! [--backend native] [--only rosenbrock|mlp]` (set `CHAD_THREADS=1` for stable native
-//! numbers). Natively, the MLP's second-order code is not practical yet: its generated Rust
-//! (14.6 MB) takes rustc about 8 minutes, and it runs thousands of times slower than the
-//! gradient, allocation-bound (note 12).
+//! [--backend native [--route dual|concretised]] [--only rosenbrock|mlp]` (set
+//! `CHAD_THREADS=1` for stable native numbers). By the concretised route the MLP's
+//! second-order code is not practical natively: its generated Rust (14.6 MB) takes rustc
+//! about 8 minutes, and it runs thousands of times slower than the gradient (note 12).
 
 use chad::Value;
 use chad::internals::ad::Vjp;
 use chad::internals::ad::nested::Hvp;
-use chad::internals::ir::compile::Parts;
+use chad::internals::ir::FuncId;
+use chad::internals::ir::compile::{HvpCode, Module, Parts};
 use chad::internals::native::Native;
 use chad::internals::optimize::optimize;
 use chad::internals::prim::Registry;
@@ -62,12 +65,14 @@ struct Timer {
     wrt: Vec<bool>,
     vjp: Vjp,
     hvp: Hvp,
-    /// Native reverse mode of the entry and forward mode of the concretised gradient.
-    code: Option<(Native, Native)>,
+    /// Native reverse mode of the entry and the native Hessian-vector product: forward mode
+    /// of the concretised gradient, or (with a function) the dual-number transform of the
+    /// compiled gradient (`ir::compile::HvpCode`).
+    code: Option<(Native, Native, Option<FuncId>)>,
 }
 
 impl Timer {
-    fn new(entry: &Entry, wrt: &[bool], native: bool, repeat: usize) -> Timer {
+    fn new(entry: &Entry, wrt: &[bool], native: bool, dual: bool, repeat: usize) -> Timer {
         let w = chad::internals::ad::with_respect_to(entry, wrt);
         let vjp = Vjp::new(&w)
             .expect("differentiable")
@@ -75,9 +80,19 @@ impl Timer {
         let hvp = Hvp::new(entry, wrt).expect("twice differentiable");
         let code = native.then(|| {
             let g = Native::compile(&w, Parts::VJP, None, false).expect("native reverse mode");
+            if dual {
+                let code = HvpCode::new(&w).expect("the dual-number route applies");
+                let f = code.hvp;
+                let m = Module {
+                    program: code.program,
+                    defs: vec![code.def],
+                };
+                let h = Native::module_with(m, &[f], None, false).expect("native hvp");
+                return (g, h, Some(f));
+            }
             let h = Native::compile(hvp.gradient(), Parts::JVP, None, false)
                 .expect("native forward mode of the gradient");
-            (g, h)
+            (g, h, None)
         });
         Timer {
             native,
@@ -90,7 +105,7 @@ impl Timer {
     }
 
     fn times(&self, entry: &Entry, args: &[Value], v: &[Value]) -> (f64, f64) {
-        let Some((g, h)) = &self.code else {
+        let Some((g, h, dual)) = &self.code else {
             let t_g = median(self.repeat, || drop(self.vjp.grad(args).expect("runs")));
             let t_h = median(self.repeat, || drop(self.hvp.hvp(args, v).expect("runs")));
             return (t_g, t_h);
@@ -113,7 +128,16 @@ impl Timer {
             .collect();
         // The native results agree with the engine's (a check that the timed code is right).
         let e = self.hvp.hvp(args, v).expect("runs");
-        let (_, t) = chad::internals::ad::nested::Forward::jvp(h, args, &full).expect("runs");
+        let (_, t) = match dual {
+            Some(f) => {
+                let d = &h.defs[0];
+                let r = h
+                    .call(*f, &d.hvp_args(args, &full).expect("args"))
+                    .expect("runs");
+                d.hvp_result(args, &r)
+            }
+            None => chad::internals::ad::nested::Forward::jvp(h, args, &full).expect("runs"),
+        };
         let hv: Vec<f64> = e
             .hvp
             .iter()
@@ -149,10 +173,11 @@ impl Timer {
         );
         let time = |n: &Native, f, xs: Vec<chad::internals::ir::interp::Val>| {
             let mut p = n.prepare(f, &xs).expect("prepares");
-            let mut ts: Vec<f64> = (0..=self.repeat)
-                .map(|_| p.run(1).expect("runs").1[0])
-                .skip(1)
-                .collect();
+            // One warm-up, the timed runs, and a last run whose time also counts encoding
+            // the result for the host (left out).
+            let (_, mut ts) = p.run(self.repeat + 2).expect("runs");
+            ts.pop();
+            ts.remove(0);
             ts.sort_by(f64::total_cmp);
             ts[ts.len() / 2]
         };
@@ -164,18 +189,24 @@ impl Timer {
             vec![dg.context(args).expect("args"), ct],
         );
         let dh = &h.defs[0];
-        let dx = dh.context_tangent(args, &full).expect("tangents");
-        let t_h = time(
-            h,
-            dh.jvp.expect("compiled"),
-            vec![dh.context(args).expect("args"), dx],
-        );
+        let t_h = match dual {
+            Some(f) => time(h, *f, dh.hvp_args(args, &full).expect("args")),
+            None => {
+                let dx = dh.context_tangent(args, &full).expect("tangents");
+                time(
+                    h,
+                    dh.jvp.expect("compiled"),
+                    vec![dh.context(args).expect("args"), dx],
+                )
+            }
+        };
         (t_g, t_h)
     }
 }
 
 fn main() {
     let native = flag("--backend").is_some_and(|b| b == "native");
+    let dual = flag("--route").is_none_or(|r| r == "dual");
     let repeat = flag("--repeat").map_or(5, |s| s.parse().expect("a count"));
     let sizes: Vec<usize> = flag("--sizes").map_or(vec![1_000, 10_000, 100_000], |s| {
         s.split(',').map(|n| n.parse().expect("a size")).collect()
@@ -187,17 +218,17 @@ fn main() {
     let only = flag("--only");
     let reg = Registry::builtin();
     if only.as_deref() != Some("mlp") {
-        rosenbrock(&reg, &sizes, native, repeat);
+        rosenbrock(&reg, &sizes, native, dual, repeat);
     }
     if only.as_deref() != Some("rosenbrock") {
-        mlp(&reg, native, repeat);
+        mlp(&reg, native, dual, repeat);
     }
 }
 
-fn rosenbrock(reg: &Registry, sizes: &[usize], native: bool, repeat: usize) {
+fn rosenbrock(reg: &Registry, sizes: &[usize], native: bool, dual: bool, repeat: usize) {
     let prog = chad::internals::source::load(ROSENBROCK, reg).expect("checks");
     let entry = optimize(&prog.entry(0));
-    let timer = Timer::new(&entry, &[true], native, repeat);
+    let timer = Timer::new(&entry, &[true], native, dual, repeat);
     for &n in sizes {
         let args = [Value::reals((0..n).map(pseudo).collect())];
         let v = [Value::reals((0..n).map(|i| pseudo(i + 5)).collect())];
@@ -214,12 +245,12 @@ fn rosenbrock(reg: &Registry, sizes: &[usize], native: bool, repeat: usize) {
 }
 
 /// The MLP, differentiated with respect to its weights (the data are constants).
-fn mlp(reg: &Registry, native: bool, repeat: usize) {
+fn mlp(reg: &Registry, native: bool, dual: bool, repeat: usize) {
     let text = std::fs::read_to_string("examples/mlp.chad").expect("examples/mlp.chad");
     let prog = chad::internals::source::load(&text, reg).expect("checks");
     let entry = optimize(&prog.entry(prog.defs.len() - 1));
     let wrt = [true, true, true, true, false, false];
-    let timer = Timer::new(&entry, &wrt, native, repeat);
+    let timer = Timer::new(&entry, &wrt, native, dual, repeat);
     let (inputs, classes, batch) = (2, 3, 64);
     for &h in &[16usize, 64, 256] {
         let args = vec![

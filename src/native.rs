@@ -222,6 +222,16 @@ impl Native {
 
     /// [`Native::new`] for several definitions in one library.
     pub fn module(m: Module, source: Option<&Source>, verbose: bool) -> Result<Native> {
+        Native::module_with(m, &[], source, verbose)
+    }
+
+    /// [`Native::module`], with more functions of the program callable ([`Native::call`]).
+    pub fn module_with(
+        m: Module,
+        extra: &[FuncId],
+        source: Option<&Source>,
+        verbose: bool,
+    ) -> Result<Native> {
         let start = Instant::now();
         let mut funcs = Vec::new();
         for d in &m.defs {
@@ -229,6 +239,7 @@ impl Native {
             funcs.extend(d.jvp);
             funcs.extend(d.vjp);
         }
+        funcs.extend_from_slice(extra);
         let src = crate::ir::rust::SourceInfo { source };
         // The crate root. Closures of parallel loops are checked `Send`/`Sync` through every
         // type they capture, and the closure enums of a derivative nest types deeply: rustc's
@@ -371,6 +382,47 @@ pub struct NativeBackend<'a> {
 }
 
 impl crate::ad::nested::Backend for NativeBackend<'_> {
+    /// Hessian-vector products by dual numbers on the compiled gradient
+    /// ([`crate::ir::compile::HvpCode`]); `None` (the concretising route) where that
+    /// transformation does not apply.
+    fn hvp(
+        &self,
+        entry: &crate::source::term::Entry,
+    ) -> Result<Option<Box<dyn crate::ad::nested::Forward>>> {
+        let code = match crate::ir::compile::HvpCode::new(entry) {
+            Ok(c) => c,
+            Err(e) if e.kind() == ErrorKind::Unsupported => {
+                if self.verbose {
+                    eprintln!(
+                        "hvp by forward CHAD of the concretised gradient: {}",
+                        e.message()
+                    );
+                }
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        let crate::ir::compile::HvpCode { program, def, hvp } = code;
+        let module = Module {
+            program,
+            defs: vec![def.clone()],
+        };
+        let native = Native::module_with(module, &[hvp], self.source, self.verbose)?;
+        if self.verbose {
+            let how = if native.cached {
+                "(cached)".to_string()
+            } else {
+                format!("built in {:.2} s", native.rustc_s)
+            };
+            eprintln!(
+                "native library {how}: {} (Hessian-vector products by dual numbers on the \
+                 compiled gradient)",
+                native.path.display()
+            );
+        }
+        Ok(Some(Box::new(NativeHvp { native, hvp })))
+    }
+
     fn forward(
         &self,
         entry: &crate::source::term::Entry,
@@ -395,6 +447,21 @@ impl crate::ad::nested::Backend for NativeBackend<'_> {
             self.source,
             self.verbose,
         )?))
+    }
+}
+
+/// A Hessian-vector product compiled natively ([`NativeBackend`]'s `hvp`).
+pub struct NativeHvp {
+    native: Native,
+    hvp: FuncId,
+}
+
+impl crate::ad::nested::Forward for NativeHvp {
+    fn jvp(&self, args: &[Value], tangents: &[Value]) -> Result<(Value, Value)> {
+        let def = &self.native.defs[0];
+        let xs = def.hvp_args(args, tangents)?;
+        let r = self.native.call(self.hvp, &xs)?;
+        Ok(def.hvp_result(args, &r))
     }
 }
 

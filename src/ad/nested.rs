@@ -294,6 +294,16 @@ pub trait Backend {
     fn forward(&self, entry: &Entry) -> Result<Box<dyn Forward>>;
     /// Reverse CHAD of `entry`, compiled.
     fn reverse(&self, entry: &Entry) -> Result<Box<dyn Reverse>>;
+    /// Hessian-vector products of `entry` (`Real`-valued, optimised; `wrt` applied) by a
+    /// route of the backend's own, if it has one: a [`Forward`] whose `jvp` returns what
+    /// forward CHAD of the concretised gradient does, `((y, (g1, ..)), (dy, (h1, ..)))`,
+    /// except that `dy`, which [`Hvp`] does not use, may be left out (`()`).
+    /// `None` (the default): [`Hvp`] differentiates the concretised gradient by
+    /// [`Backend::forward`].
+    fn hvp(&self, entry: &Entry) -> Result<Option<Box<dyn Forward>>> {
+        let _ = entry;
+        Ok(None)
+    }
 }
 
 /// The execution engine: forward and reverse CHAD simplified ([`Jvp`], [`Vjp`]).
@@ -371,7 +381,10 @@ impl Hvp {
             params,
             body,
         };
-        let jvp = backend.forward(&grad)?;
+        let jvp = match backend.hvp(&w)? {
+            Some(f) => f,
+            None => backend.forward(&grad)?,
+        };
         Ok(Hvp {
             entry: entry.clone(),
             wrt: wrt.to_vec(),

@@ -296,3 +296,141 @@ fn not_compiled(what: &str) -> Error {
         format!("{what} was not compiled for this definition"),
     )
 }
+
+/// A `Real`-valued definition's Hessian-vector products as one IR function (forward over
+/// reverse by dual numbers on the IR, [`super::dual`]): `NAME_hvp(x, dx, ct)` returns the
+/// reverse derivative's result `(y, ct · ∇f)` and its derivative along `dx`, `(dy, ct · H
+/// dx)`. The program also holds the definition's primal, forward and reverse code and the
+/// forward derivative of each primitive the reverse code uses.
+pub struct HvpCode {
+    /// The program.
+    pub program: Program,
+    /// The definition's functions.
+    pub def: DefCode,
+    /// `NAME_hvp`.
+    pub hvp: FuncId,
+}
+
+impl HvpCode {
+    /// Compiles the Hessian-vector product of `entry` (an [`ErrorKind::Unsupported`] error
+    /// where the dual transformation does not apply, see [`super::dual`]).
+    pub fn new(entry: &Entry) -> Result<HvpCode> {
+        let first = Module::new(std::slice::from_ref(entry), Parts::ALL)?;
+        let vjp = first.defs[0]
+            .vjp
+            .ok_or_else(|| not_compiled("reverse mode"))?;
+        let prims = prims_reached(&first.program, vjp);
+        let mut entries = vec![entry.clone()];
+        entries.extend(prims.iter().map(prim_entry));
+        let mut m = Module::new(&entries, Parts::ALL)?;
+        let mut jvps = super::dual::PrimJvps::new();
+        for (p, d) in prims.iter().zip(&m.defs[1..]) {
+            let j = d.jvp.ok_or_else(|| not_compiled("forward mode"))?;
+            jvps.insert(p.name().to_string(), j);
+        }
+        let def = m.defs.swap_remove(0);
+        let (jvp, vjp) = match (def.jvp, def.vjp) {
+            (Some(j), Some(v)) => (j, v),
+            _ => return Err(not_compiled("forward and reverse mode")),
+        };
+        let dxt = m.program.func(jvp).params[1].ty;
+        let hvp = super::dual::Dual::new(&mut m.program, &jvps).hvp(vjp, dxt)?;
+        crate::ir::opt::hoist_invariants(&mut m.program);
+        Ok(HvpCode {
+            program: m.program,
+            def,
+            hvp,
+        })
+    }
+
+    /// The value, gradient and Hessian-vector product on the reference interpreter (as
+    /// [`DefCode::hvp_result`]).
+    pub fn run(&self, args: &[Value], tangents: &[Value]) -> Result<(Value, Value)> {
+        let xs = self.def.hvp_args(args, tangents)?;
+        let r = interp::run(&self.program, self.hvp, xs)?;
+        Ok(self.def.hvp_result(args, &r))
+    }
+}
+
+/// The arguments and result of [`HvpCode::hvp`].
+impl DefCode {
+    /// The arguments of `NAME_hvp`: the context, its tangent (one tangent per parameter) and
+    /// the output cotangent 1.
+    pub fn hvp_args(&self, args: &[Value], tangents: &[Value]) -> Result<Vec<Val>> {
+        Ok(vec![
+            self.context(args)?,
+            self.context_tangent(args, tangents)?,
+            self.cotangent(&Value::Real(1.0))?,
+        ])
+    }
+
+    /// `NAME_hvp`'s result `((y, g), h)` as `((y, g), ((), h))`: the gradient `g` and the
+    /// Hessian-vector product `h` tuples of one value per parameter (right-nested, a single
+    /// one bare), the shape [`crate::ad::nested::Backend::hvp`] asks for (the derivative of
+    /// `y` is not computed: `()`).
+    pub fn hvp_result(&self, args: &[Value], r: &Val) -> (Value, Value) {
+        let (r0, h) = pair(r);
+        let (y, gs) = self.vjp_result(args, r0);
+        let (_, hs) = self.vjp_result(args, &Val::Tuple(vec![Val::F64(0.0), h.clone()].into()));
+        (
+            Value::pair(y, right_nested(gs)),
+            Value::pair(Value::Unit, right_nested(hs)),
+        )
+    }
+}
+
+fn right_nested(mut vs: Vec<Value>) -> Value {
+    let mut out = match vs.pop() {
+        Some(v) => v,
+        None => return Value::Unit,
+    };
+    while let Some(v) = vs.pop() {
+        out = Value::pair(v, out);
+    }
+    out
+}
+
+/// The primitives with reals in their result called by `f` and the functions it reaches.
+fn prims_reached(p: &Program, f: FuncId) -> Vec<crate::prim::Prim> {
+    let mut seen = std::collections::HashSet::new();
+    let mut names = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    let mut stack = vec![f];
+    while let Some(g) = stack.pop() {
+        if !seen.insert(g) {
+            continue;
+        }
+        super::for_each_expr(&p.func(g).body, &mut |e| match e {
+            super::Expr::Call(h, _) => stack.push(*h),
+            super::Expr::Prim(q, ..)
+                if crate::ir::dual::prim_has_real_result(q)
+                    && names.insert(q.name().to_string()) =>
+            {
+                out.push(q.clone())
+            }
+            _ => {}
+        });
+    }
+    out
+}
+
+/// `def p (x1 : A1) .. (xn : An) = p x1 .. xn`: a primitive as an entry, whose forward
+/// derivative is the primitive's registered rule.
+fn prim_entry(p: &crate::prim::Prim) -> Entry {
+    use crate::source::term::{Term, TermKind, Var};
+    let params: Vec<Var> = p
+        .params()
+        .iter()
+        .enumerate()
+        .map(|(k, t)| Var::fresh(format!("x{k}"), t.clone()))
+        .collect();
+    let body = Term::new(
+        TermKind::Prim(p.clone(), params.iter().map(Term::var).collect()),
+        crate::error::Span::default(),
+    );
+    Entry {
+        name: format!("prim_{}", p.name()).into(),
+        params,
+        body,
+    }
+}

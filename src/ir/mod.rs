@@ -53,6 +53,7 @@
 
 pub mod check;
 pub mod compile;
+pub mod dual;
 pub mod interp;
 pub mod lower;
 pub mod opt;
@@ -174,6 +175,12 @@ impl Types {
         self.add_variant(t, "Inr", b);
         self.sums.insert((a, b), t);
         t
+    }
+
+    /// The sides `(a, b)` of a sum type's enum (`None` for other types, closure enums
+    /// included).
+    pub fn sum_sides(&self, t: Ty) -> Option<(Ty, Ty)> {
+        self.sums.iter().find(|(_, e)| **e == t).map(|(k, _)| *k)
     }
 
     /// The enum of the sum type `a + b`, if it was made.

@@ -399,6 +399,59 @@ fn count_muts(b: &Block, uses: &mut FxHashMap<u32, u32>) {
     })
 }
 
+/// Removes the `let`s of a function whose variable is never used and whose expression cannot
+/// fail and has no effect ([`infallible`]), or is one of `also` (expressions known to fail
+/// only where code that stays fails first), with the `let`s only they used.
+pub fn dead_lets(f: &mut super::Func, also: &std::collections::HashSet<u32>) {
+    loop {
+        let mut uses = FxHashMap::default();
+        count_block(&f.body, &mut uses);
+        let mut removed = false;
+        dead_block(&mut f.body, &mut uses, also, &mut removed);
+        if !removed {
+            break;
+        }
+    }
+}
+
+fn dead_block(
+    b: &mut Block,
+    uses: &mut FxHashMap<u32, u32>,
+    also: &std::collections::HashSet<u32>,
+    removed: &mut bool,
+) {
+    deep(|| {
+        // Last statement first, so that a chain of dead `let`s goes in one pass.
+        let mut keep = Vec::with_capacity(b.stmts.len());
+        for mut s in std::mem::take(&mut b.stmts).into_iter().rev() {
+            if let Stmt::Let(x, e) = &s
+                && uses.get(&x.id).copied().unwrap_or(0) == 0
+                && (infallible(e) || also.contains(&x.id))
+            {
+                let mut gone = FxHashMap::default();
+                count_expr(e, &mut gone);
+                for (v, n) in gone {
+                    if let Some(u) = uses.get_mut(&v) {
+                        *u = u.saturating_sub(n);
+                    }
+                }
+                *removed = true;
+                continue;
+            }
+            match &mut s {
+                Stmt::For(_, _, body) | Stmt::Loop(body) => dead_block(body, uses, also, removed),
+                Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => {
+                    for_each_block_mut(e, &mut |b| dead_block(b, uses, also, removed))
+                }
+                _ => {}
+            }
+            keep.push(s);
+        }
+        keep.reverse();
+        b.stmts = keep;
+    })
+}
+
 /// Moves loop-invariant, infallible `let`s out of counted loops (module doc).
 pub fn hoist_invariants(p: &mut Program) {
     for f in &mut p.funcs {
