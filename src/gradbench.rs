@@ -75,6 +75,14 @@ enum Kind {
     /// the derivatives it needs itself (see [`programs`]); a module whose functions are all of
     /// this kind compiles no gradient.
     Program(&'static str),
+    /// A Newton direction `J / H` elementwise, as the named definition computes it with
+    /// `jvp` of `grad` inside the program: `J` the gradient of the module's `def` with
+    /// respect to parameter `k`, `H` its Hessian-vector product along the all-ones direction
+    /// (the Hessian's diagonal where, as for kmeans, the Hessian is diagonal). With `--backend
+    /// native` both come from one native Hessian-vector product of `def`
+    /// ([`crate::ad::nested::Hvp`], dual numbers on the compiled gradient, note 12); on the
+    /// engine the definition runs as written.
+    NewtonDirection(&'static str, usize),
 }
 
 /// How the eval's input becomes the definition's arguments.
@@ -242,7 +250,7 @@ const SPECS: &[Spec] = &[
         wrt: &[],
         functions: &[
             ("cost", Kind::Program("cost")),
-            ("dir", Kind::Program("dir")),
+            ("dir", Kind::NewtonDirection("dir", 1)),
         ],
         gradient: GradOutput::First,
     },
@@ -358,11 +366,20 @@ impl Module {
         if spec
             .functions
             .iter()
-            .all(|f| matches!(f.1, Kind::Program(_)))
+            .all(|f| matches!(f.1, Kind::Program(_) | Kind::NewtonDirection(..)))
         {
             let mut compiled = Vec::new();
             for &(function, kind) in spec.functions {
-                let Kind::Program(def) = kind else { continue };
+                let def = match kind {
+                    Kind::Program(def) => def,
+                    Kind::NewtonDirection(def, k) if backend == Backend::Native => {
+                        let program = programs::Program::newton_direction(&entry, k)?;
+                        compiled.push((function, def, program, Backend::Native));
+                        continue;
+                    }
+                    Kind::NewtonDirection(def, _) => def,
+                    _ => continue,
+                };
                 let e = find(def)?;
                 if e.param_types() != entry.param_types() {
                     return Err(Error::new(
@@ -526,13 +543,13 @@ impl Module {
             )),
         };
         Ok(match (kind, &self.runner) {
-            (Kind::Program(def), Runner::Programs(ps)) => {
+            (Kind::Program(def) | Kind::NewtonDirection(def, _), Runner::Programs(ps)) => {
                 let (_, _, program, _) = ps.iter().find(|p| p.1 == def).ok_or_else(|| {
                     Error::new(ErrorKind::Runtime, format!("`{def}` was not compiled"))
                 })?;
                 Outcome::Value(program.run(args)?)
             }
-            (Kind::Program(_), _) | (_, Runner::Programs(_)) => {
+            (Kind::Program(_) | Kind::NewtonDirection(..), _) | (_, Runner::Programs(_)) => {
                 return Err(Error::new(
                     ErrorKind::Unsupported,
                     "this function's definition was not compiled for this module",
