@@ -141,7 +141,11 @@ fn run(module: &str, function: &str, mut input: Json) -> Json {
 
 /// A tool with `module` defined, evaluating functions once at given inputs.
 fn session(module: &str) -> impl FnMut(&str, Json) -> Json {
-    let mut tool = Tool::new(Backend::Engine);
+    session_on(module, Backend::Engine)
+}
+
+fn session_on(module: &str, backend: Backend) -> impl FnMut(&str, Json) -> Json {
+    let mut tool = Tool::new(backend);
     let d = tool.respond(&json!({"id": 0, "kind": "define", "module": module}).to_string());
     assert_eq!(d["success"], true, "{d}");
     let module = module.to_string();
@@ -826,8 +830,14 @@ fn kmeans_against_the_reference_and_finite_differences() {
     let mut kmeans = session("kmeans");
     let cost = kmeans("cost", input.clone()).as_f64().expect("a number");
     close(cost, kmeans_cost(&points, &flat, d), 1e-13, "kmeans cost");
-    let dir = matrix(&kmeans("dir", input));
+    let dir = matrix(&kmeans("dir", input.clone()));
     assert_eq!((dir.len(), dir[0].len()), (k, d));
+    // Natively, J and H come from one Hessian-vector product of `cost` (dual numbers on the
+    // compiled gradient) instead of the program's `jvp` of `grad`: the same numbers.
+    let native = matrix(&session_on("kmeans", Backend::Native)("dir", input));
+    for (a, b) in native.concat().iter().zip(dir.concat()) {
+        close(*a, b, 1e-12, "kmeans dir natively");
+    }
     // J by central differences, the Hessian's diagonal by central second differences of the
     // transcribed cost (the nearest centroids do not change within the steps).
     let f = |c: &[f64]| kmeans_cost(&points, c, d);
