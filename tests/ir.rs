@@ -524,3 +524,95 @@ fn loop_invariant_lets_move_before_the_loop() {
         .unwrap();
     assert_eq!((y.expect_real(), dy.expect_real()), (0.0, 0.0));
 }
+
+/// The Rust backend's sliding windows (`Emitter::window` in `ir/rust.rs`): in reverse code of
+/// a stencil, `acc[i + k] += ..` for a few constant `k` at the top level of a loop over `i`
+/// keeps the elements `i + lo ..= i + hi` in locals, storing the oldest at the end of each
+/// iteration. The rewrite fires on each of these programs (offsets {0, 1}, {0, 2} with a gap,
+/// {1, 3} after a read that may fail, {0, 1} into an accumulator an earlier loop added to),
+/// and the gradients are the interpreter's bit for bit at
+/// every size from the empty loop up, with the same error where `ys` is too short.
+#[test]
+fn sliding_window_accumulators_agree_bit_for_bit() {
+    let src = "\
+def rosen (xs : Array Real) : Real =
+  sum (build (length xs - 1) (\\(i : Int) ->
+    let x = xs ! i in
+    let d = xs ! (i + 1) - x * x in
+    100.0 * d * d + (1.0 - x) * (1.0 - x)))
+
+def gap (xs : Array Real) : Real =
+  sum (build (length xs - 2) (\\(i : Int) -> xs ! i * xs ! (i + 2)))
+
+def mixed (xs : Array Real) (ys : Array Real) : Real =
+  sum (build (length xs - 3) (\\(i : Int) ->
+    (xs ! (i + 1) * ys ! (i + 3)) / (1.0 + xs ! (i + 3) * xs ! (i + 3))))
+
+def both (xs : Array Real) : Real =
+  sum (map (\\(x : Real) -> sin x) xs) + sum (build (length xs - 1) (\\(i : Int) -> xs ! i * xs ! (i + 1)))
+";
+    let prog =
+        chad::internals::source::load(src, &chad::internals::prim::Registry::builtin()).unwrap();
+    let entries: Vec<_> = (0..prog.defs.len()).map(|k| prog.entry(k)).collect();
+    let parts = chad::internals::ir::compile::Parts {
+        jvp: false,
+        vjp: true,
+        required: false,
+    };
+    let module = chad::internals::ir::compile::Module::new(&entries, parts).unwrap();
+    chad::internals::ir::check::check(&module.program).unwrap();
+    let info = chad::internals::ir::rust::SourceInfo { source: None };
+    let text = chad::internals::ir::rust::module(&module.program, &[], &info).unwrap();
+    for (name, newest) in [
+        ("rosen", "_w1: f64 = "),
+        ("gap", "_w2: f64 = "),
+        ("mixed", "_w2: f64 = "),
+        ("both", "_w1: f64 = "),
+    ] {
+        let f = &text[text
+            .find(&format!("fn f_{name}_vjp"))
+            .expect("a vjp function")..];
+        let f = &f[..f[1..].find("\nfn ").map_or(f.len(), |k| k + 1)];
+        assert!(f.contains(newest), "no sliding window in {name}:\n{f}");
+    }
+    assert!(
+        chad::internals::native::available(),
+        "the native backend needs rustc"
+    );
+    let native = chad::internals::native::Native::module(module, None, false)
+        .unwrap_or_else(|e| panic!("{}", e.render(None)));
+    let prog = &native.program;
+    let xs = |n: usize| -> Vec<f64> { (0..n).map(|i| (i as f64 * 0.37).sin() * 1.5).collect() };
+    let mut ran = 0;
+    for n in [0usize, 1, 2, 3, 4, 5, 8, 37] {
+        let mut cases: Vec<(usize, Vec<Value>)> =
+            [0, 1, 3].map(|k| (k, vec![Value::reals(xs(n))])).into();
+        for m in [n, n.saturating_sub(1)] {
+            let ys: Vec<f64> = (0..m).map(|i| 0.5 + i as f64).collect();
+            cases.push((2, vec![Value::reals(xs(n)), Value::reals(ys)]));
+        }
+        for (k, inputs) in cases {
+            let d = &native.defs[k];
+            let f = d.vjp.expect("a vjp");
+            let ct = Value::Real(1.0);
+            let interp = d.context(&inputs).and_then(|x| {
+                let c = d.cotangent(&ct)?;
+                chad::internals::ir::interp::run(prog, f, vec![x, c])
+                    .map(|r| d.vjp_result(&inputs, &r))
+            });
+            let nat = native.vjp_def(k, &inputs, &ct);
+            ran += usize::from(nat.is_ok());
+            // Bit for bit: `{:?}` prints the shortest representation that reads back exactly.
+            same_result("native vjp", &nat, &interp, |a, b| {
+                let (a, b) = (format!("{a:?}"), format!("{b:?}"));
+                if a == b {
+                    Ok(())
+                } else {
+                    Err(format!("{a} against {b}"))
+                }
+            })
+            .unwrap_or_else(|e| panic!("{} at n = {n}: {e}", d.entry.name));
+        }
+    }
+    assert!(ran >= 18, "only {ran} gradients ran");
+}

@@ -450,7 +450,7 @@ fn hoist_from(i: &super::Var, body: &mut Block) -> Vec<Stmt> {
 }
 
 /// Expressions that cannot fail, have no effect and read no mutable variable.
-fn infallible(e: &Expr) -> bool {
+pub(crate) fn infallible(e: &Expr) -> bool {
     use crate::prim::Scalar;
     match e {
         Expr::Atom(_)

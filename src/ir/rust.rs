@@ -665,6 +665,29 @@ struct Emitter<'a> {
     /// Real arrays read with zeros past their end at a loop's index throughout that loop,
     /// padded before it (`pad_f64`): (array, loop index) to the padded slice's name.
     padded: FxHashMap<(u32, u32), String>,
+    /// Accumulator slices whose elements the loop being emitted keeps in locals (a sliding
+    /// window, [`Emitter::window`]): the `+=` statements redirected to a local, by address.
+    windows: FxHashMap<*const Stmt, WindowAdd>,
+    /// Reads of a window's newest element, emitted after the statement at this address.
+    window_loads: FxHashMap<*const Stmt, Vec<String>>,
+}
+
+/// How a `+=` into a windowed accumulator ([`Emitter::window`]) is emitted: to the local
+/// `local`.
+struct WindowAdd {
+    local: String,
+}
+
+/// A sliding window over a real accumulator slice in a loop over `i` ([`Emitter::window`]).
+struct Window {
+    /// The smallest and largest offsets `k` of the body's `acc[i + k] += ..`.
+    lo: i64,
+    hi: i64,
+    /// The redirected statements.
+    adds: Vec<(*const Stmt, WindowAdd)>,
+    /// The read of the newest element (`let mut name_w(hi - lo) = name[j]`) and the body
+    /// statement after which it goes (`None`: first in the body).
+    load: (Option<*const Stmt>, String),
 }
 
 #[derive(Clone, Copy, Default)]
@@ -716,6 +739,8 @@ impl<'a> Emitter<'a> {
             slices: Vec::new(),
             next_slice: 0,
             padded: FxHashMap::default(),
+            windows: FxHashMap::default(),
+            window_loads: FxHashMap::default(),
         };
         e.find_recursive();
         e.find_no_debug();
@@ -1678,6 +1703,13 @@ impl<'a> Emitter<'a> {
                 Stmt::For(i, n, body) => self.for_loop(i, n, body, &stmts[..k], depth, out)?,
                 _ => self.stmt(s, depth, out)?,
             }
+            if let Some(loads) = self.window_loads.get(&(s as *const Stmt)) {
+                for l in loads {
+                    Self::indent(out, depth);
+                    out.push_str(l);
+                    out.push('\n');
+                }
+            }
         }
         Ok(())
     }
@@ -1754,15 +1786,216 @@ impl<'a> Emitter<'a> {
         }
         let (pads, added) = self.pad_reads(i, n, body, depth);
         out.push_str(&pads);
-        let b = self.unit_block(body, depth);
+        // Sliding windows: before the loop, the elements the first iteration finds carried;
+        // at the end of each iteration, the oldest element stored and the window shifted;
+        // after the loop, the carried elements stored.
+        let (iname, nname) = (self.decl_name(i), self.read(n));
+        let windows: Vec<(String, Window)> = hoisted
+            .iter()
+            .filter_map(|(p, name)| Some((name.clone(), self.window(i, p, name, body)?)))
+            .collect();
+        // With carried elements, the loop goes in `if n > 0 { .. }`: one level deeper.
+        let carried = windows.iter().any(|(_, w)| w.hi > w.lo);
+        let d = depth + usize::from(carried);
+        let (mut before, mut head, mut tail, mut after) =
+            (String::new(), String::new(), String::new(), String::new());
+        let (mut redirected, mut loads_at) = (Vec::new(), Vec::new());
+        for (name, w) in windows {
+            let local = |r: i64| format!("{name}_w{r}");
+            for r in 0..w.hi - w.lo {
+                Self::indent(&mut before, d);
+                let _ = writeln!(
+                    before,
+                    "let mut {}: f64 = {name}.get({}).copied().unwrap_or(0.0);",
+                    local(r),
+                    w.lo + r
+                );
+            }
+            match w.load.0 {
+                Some(s) => {
+                    self.window_loads.entry(s).or_default().push(w.load.1);
+                    loads_at.push(s);
+                }
+                None => {
+                    Self::indent(&mut head, d + 1);
+                    head.push_str(&w.load.1);
+                    head.push('\n');
+                }
+            }
+            let plus = |k: i64| {
+                if k == 0 {
+                    String::new()
+                } else {
+                    format!(" + {k}")
+                }
+            };
+            Self::indent(&mut tail, d + 1);
+            let _ = writeln!(
+                tail,
+                "{name}[{iname} as usize{}] = {};",
+                plus(w.lo),
+                local(0)
+            );
+            for r in 0..w.hi - w.lo {
+                Self::indent(&mut tail, d + 1);
+                let _ = writeln!(tail, "{} = {};", local(r), local(r + 1));
+            }
+            for r in 0..w.hi - w.lo {
+                Self::indent(&mut after, d);
+                let _ = writeln!(
+                    after,
+                    "{name}[{nname} as usize{}] = {};",
+                    plus(w.lo + r),
+                    local(r)
+                );
+            }
+            for (s, add) in w.adds {
+                redirected.push(s);
+                self.windows.insert(s, add);
+            }
+        }
+        let mut b = String::from("{\n");
+        b.push_str(&head);
+        let r = self.stmts(&body.stmts, d + 1, &mut b);
+        b.push_str(&tail);
+        Self::indent(&mut b, d);
+        b.push('}');
         self.unpad(added);
         for _ in 0..pushed {
             self.slices.pop();
         }
-        let b = b?;
-        Self::indent(out, depth);
-        let _ = writeln!(out, "for {} in 0..{} {b}", self.decl_name(i), self.read(n));
+        for s in redirected {
+            self.windows.remove(&s);
+        }
+        for s in loads_at {
+            self.window_loads.remove(&s);
+        }
+        r?;
+        if carried {
+            // The carried elements are read, and written back, only if the loop runs.
+            Self::indent(out, depth);
+            let _ = writeln!(out, "if {nname} > 0 {{");
+        }
+        out.push_str(&before);
+        Self::indent(out, d);
+        let _ = writeln!(out, "for {iname} in 0..{nname} {b}");
+        out.push_str(&after);
+        if carried {
+            Self::indent(out, depth);
+            out.push_str("}\n");
+        }
         Ok(())
+    }
+
+    /// Register promotion of a sliding window: when every access of the loop body to the
+    /// real accumulator slice `name` (the array at `p`) is a `p[j] += ..` statement at the
+    /// top level of the body with `j = i + k` for a constant `0 ≤ k` (at least two such
+    /// statements, offsets at most [`WINDOW`] apart), iteration `i` touches exactly the
+    /// elements `i + lo ..= i + hi` and iteration `i + 1` touches none below `i + lo + 1`.
+    /// The window then lives in locals: element `i + k` in `name_w(k - lo)`. The newest,
+    /// `i + hi`, is untouched by earlier iterations: it is read from the slice at its first
+    /// `+=` in the iteration (where that `+=` would read it). At the end of the iteration the
+    /// oldest, `i + lo`, is never touched again: it is stored, and the window shifts. Each
+    /// element receives the same additions in the same order from the same initial value, so
+    /// the result is the same bit for bit; what goes is a store and a reload through memory
+    /// per `+=` (a loop-carried dependency through store-to-load forwarding when an element
+    /// is added to in two consecutive iterations, as `acc[i] += ..; acc[i + 1] += ..` from a
+    /// stencil's reverse mode).
+    fn window(&self, i: &super::Var, p: &Place, name: &str, body: &Block) -> Option<Window> {
+        let elem = match self.types().kind(self.place_ty(p)) {
+            TyKind::Array(e) => *e,
+            _ => return None,
+        };
+        if elem != Ty::F64 || breaks(body) {
+            return None;
+        }
+        let within = |q: &Place| {
+            q.root.0.id == p.root.0.id
+                && q.path.len() >= p.path.len()
+                && q.path.iter().zip(&p.path).all(|(a, b)| same_step(a, b))
+        };
+        let mut touches = 0usize;
+        walk_places(
+            body,
+            &mut |q| touches += usize::from(within(q)),
+            &mut |_| {},
+        );
+        let mut offset: FxHashMap<u32, i64> = FxHashMap::default();
+        offset.insert(i.id, 0);
+        let mut adds: Vec<(*const Stmt, &super::Var, i64)> = Vec::new();
+        for s in &body.stmts {
+            match s {
+                Stmt::Let(x, Expr::Op(super::Op::IAdd, xs)) => match xs.as_slice() {
+                    [Atom::Var(j), Atom::I64(k)] | [Atom::I64(k), Atom::Var(j)]
+                        if j.id == i.id && (0..=WINDOW).contains(k) =>
+                    {
+                        offset.insert(x.id, *k);
+                    }
+                    _ => {}
+                },
+                Stmt::AddTo { place: q, .. } if within(q) => match &q.path[p.path.len()..] {
+                    [Step::Elem(Atom::Var(j))] if offset.contains_key(&j.id) => {
+                        adds.push((s as *const Stmt, j, offset[&j.id]))
+                    }
+                    _ => return None,
+                },
+                _ => {}
+            }
+        }
+        if adds.len() < 2 || adds.len() != touches {
+            return None;
+        }
+        let lo = adds.iter().map(|a| a.2).min()?;
+        let hi = adds.iter().map(|a| a.2).max()?;
+        if hi - lo > WINDOW {
+            return None;
+        }
+        // The newest element is read as early as is exact: after its index is bound and
+        // after the last statement before its first `+=` that may fail (so that a failing
+        // iteration fails as before, without reading out of range).
+        let &(first, j, _) = adds.iter().find(|a| a.2 == hi)?;
+        let mut at: Option<*const Stmt> = None;
+        for s in &body.stmts {
+            if std::ptr::eq(s, first) {
+                break;
+            }
+            let binds_j = matches!(s, Stmt::Let(x, _) if x.id == j.id);
+            if binds_j || !self.cannot_fail(s) {
+                at = Some(s as *const Stmt);
+            }
+        }
+        let load = format!(
+            "let mut {name}_w{}: f64 = {name}[{} as usize];",
+            hi - lo,
+            var_name(j)
+        );
+        let adds = adds
+            .into_iter()
+            .map(|(s, _, k)| {
+                let local = format!("{name}_w{}", k - lo);
+                (s, WindowAdd { local })
+            })
+            .collect();
+        Some(Window {
+            lo,
+            hi,
+            adds,
+            load: (at, load),
+        })
+    }
+
+    /// Statements that cannot fail: infallible `let`s ([`super::opt::infallible`], in-range
+    /// and zero-padded indexing, mutable reads) and accumulation.
+    fn cannot_fail(&self, s: &Stmt) -> bool {
+        match s {
+            Stmt::Let(_, e) | Stmt::Mut(_, e) => match e {
+                Expr::Index(_, _, site) => Some(*site) == self.internal_site(),
+                Expr::IndexOr0(..) | Expr::Get(_) | Expr::Take(_) => true,
+                e => super::opt::infallible(e),
+            },
+            Stmt::AddTo { .. } | Stmt::Grow(..) | Stmt::Set(..) => true,
+            _ => false,
+        }
     }
 
     /// Pads the real arrays that a loop over `i in 0..n` reads with zeros past their end at
@@ -1964,6 +2197,14 @@ impl<'a> Emitter<'a> {
                 let (from, to) = (self.atom_acc(a), self.is_acc(&m.0));
                 let v = self.convert_rep(m.0.ty, v, from, to);
                 let _ = write!(line, "{} = {v};", var_name(&m.0));
+            }
+            Stmt::AddTo { value, scale, .. } if self.windows.contains_key(&(s as *const Stmt)) => {
+                // An element of a sliding window ([`Emitter::window`]): added in its local.
+                let v = match scale {
+                    Some(c) => self.smul(c, value),
+                    None => self.read(value),
+                };
+                line = format!("{} += {v};", self.windows[&(s as *const Stmt)].local);
             }
             Stmt::AddTo {
                 place,
@@ -2867,6 +3108,25 @@ fn cost(b: &Block) -> u64 {
 
 /// Calls `place` on every place and `read` on every mutable read (`get`, `take`) in a block,
 /// at any depth.
+/// The widest sliding window [`Emitter::window`] keeps in locals (offsets `0 ..= WINDOW`).
+const WINDOW: i64 = 8;
+
+/// Whether a block has a `break` at any depth.
+fn breaks(b: &Block) -> bool {
+    deep(|| {
+        b.stmts.iter().any(|s| match s {
+            Stmt::Break => true,
+            Stmt::For(_, _, body) | Stmt::Loop(body) => breaks(body),
+            Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => {
+                let mut any = false;
+                super::for_each_block(e, &mut |b| any |= breaks(b));
+                any
+            }
+            _ => false,
+        })
+    })
+}
+
 fn walk_places(b: &Block, place: &mut dyn FnMut(&Place), read: &mut dyn FnMut(&MutVar)) {
     deep(|| {
         for s in &b.stmts {
