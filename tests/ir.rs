@@ -616,3 +616,92 @@ def both (xs : Array Real) : Real =
     }
     assert!(ran >= 18, "only {ran} gradients ran");
 }
+
+/// The Rust backend's speculative sums (`Emitter::speculable` in `ir/rust.rs`): a `sum` whose
+/// body scales (co)tangents with strong zeros runs first with plain products and only if the
+/// sum is NaN again with the strong zeros. It fires on Rosenbrock's and `sqrt`'s forward
+/// sums, and the tangents are the interpreter's bit for bit: on ordinary inputs, with `-0.0`
+/// and zero tangents (signs of zero), and where a plain product is `∞ · 0` (`sqrt` at 0: the
+/// strong zero gives a number, the plain sum NaN, so the exact sum is taken).
+#[test]
+fn speculative_sums_agree_bit_for_bit() {
+    let src = "\
+def rosen (xs : Array Real) : Real =
+  sum (build (length xs - 1) (\\(i : Int) ->
+    let x = xs ! i in
+    let d = xs ! (i + 1) - x * x in
+    100.0 * d * d + (1.0 - x) * (1.0 - x)))
+
+def roots (xs : Array Real) : Real =
+  sum (build (length xs) (\\(i : Int) -> 3.0 * sqrt (xs ! i) + xs ! i))
+";
+    let prog =
+        chad::internals::source::load(src, &chad::internals::prim::Registry::builtin()).unwrap();
+    let entries: Vec<_> = (0..prog.defs.len()).map(|k| prog.entry(k)).collect();
+    let parts = chad::internals::ir::compile::Parts {
+        jvp: true,
+        vjp: false,
+        required: false,
+    };
+    let module = chad::internals::ir::compile::Module::new(&entries, parts).unwrap();
+    chad::internals::ir::check::check(&module.program).unwrap();
+    let info = chad::internals::ir::rust::SourceInfo { source: None };
+    let text = chad::internals::ir::rust::module(&module.program, &[], &info).unwrap();
+    for name in ["rosen", "roots"] {
+        let f = &text[text
+            .find(&format!("fn f_{name}_jvp"))
+            .expect("a jvp function")..];
+        let f = &f[..f[1..].find("\nfn ").map_or(f.len(), |k| k + 1)];
+        assert!(
+            f.contains("if s.is_nan()"),
+            "no speculative sum in {name}:\n{f}"
+        );
+    }
+    assert!(
+        chad::internals::native::available(),
+        "the native backend needs rustc"
+    );
+    let native = chad::internals::native::Native::module(module, None, false)
+        .unwrap_or_else(|e| panic!("{}", e.render(None)));
+    let prog = &native.program;
+    let mut cases: Vec<(usize, Vec<f64>, Vec<f64>)> = Vec::new();
+    for n in [1usize, 2, 3, 9, 40] {
+        let xs: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin() * 1.5).collect();
+        let ts: Vec<f64> = (0..n).map(|i| (i as f64 * 0.11).cos()).collect();
+        let signed: Vec<f64> = (0..n)
+            .map(|i| if i % 2 == 0 { -0.0 } else { 0.0 })
+            .collect();
+        cases.push((0, xs.clone(), ts));
+        cases.push((0, xs.clone(), signed.clone()));
+        let pos: Vec<f64> = xs.iter().map(|x| x.abs()).collect();
+        cases.push((1, pos.clone(), signed));
+        // A zero where the tangent is zero: ∞ · 0 in the plain sum.
+        let mut zs = pos;
+        zs[n / 2] = 0.0;
+        let mut ts: Vec<f64> = (0..n).map(|i| 1.0 + i as f64).collect();
+        ts[n / 2] = 0.0;
+        cases.push((1, zs, ts));
+    }
+    for (k, xs, ts) in cases {
+        let d = &native.defs[k];
+        let f = d.jvp.expect("a jvp");
+        let (args, tangents) = ([Value::reals(xs.clone())], [Value::reals(ts.clone())]);
+        let interp = d.context(&args).and_then(|x| {
+            let dx = d.context_tangent(&args, &tangents)?;
+            chad::internals::ir::interp::run(prog, f, vec![x, dx]).map(|r| d.jvp_result(&r))
+        });
+        let nat = native.jvp_def(k, &args, &tangents);
+        same_result("native jvp", &nat, &interp, |a, b| {
+            let (a, b) = (format!("{a:?}"), format!("{b:?}"));
+            if a == b {
+                Ok(())
+            } else {
+                Err(format!("{a} against {b}"))
+            }
+        })
+        .unwrap_or_else(|e| panic!("{} at {xs:?}, {ts:?}: {e}", d.entry.name));
+        if let Ok((_, dy)) = &nat {
+            assert!(!dy.expect_real().is_nan(), "{}: NaN tangent", d.entry.name);
+        }
+    }
+}

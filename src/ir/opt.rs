@@ -471,7 +471,7 @@ pub(crate) fn infallible(e: &Expr) -> bool {
 }
 
 /// The operands of an expression without blocks.
-fn operands(e: &Expr) -> impl Iterator<Item = &Atom> {
+pub(crate) fn operands(e: &Expr) -> impl Iterator<Item = &Atom> {
     let v: Vec<&Atom> = match e {
         Expr::Atom(a) | Expr::Proj(a, _) | Expr::Variant(_, _, a) | Expr::Len(a) => vec![a],
         Expr::Op(_, xs) | Expr::Prim(_, xs, _) | Expr::Tuple(xs) => xs.iter().collect(),

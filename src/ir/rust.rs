@@ -670,6 +670,9 @@ struct Emitter<'a> {
     windows: FxHashMap<*const Stmt, WindowAdd>,
     /// Reads of a window's newest element, emitted after the statement at this address.
     window_loads: FxHashMap<*const Stmt, Vec<String>>,
+    /// Emitting the speculative copy of a `sum` body ([`Emitter::speculable`]): scalings
+    /// are plain products.
+    plain_smul: bool,
 }
 
 /// How a `+=` into a windowed accumulator ([`Emitter::window`]) is emitted: to the local
@@ -741,6 +744,7 @@ impl<'a> Emitter<'a> {
             padded: FxHashMap::default(),
             windows: FxHashMap::default(),
             window_loads: FxHashMap::default(),
+            plain_smul: false,
         };
         e.find_recursive();
         e.find_no_debug();
@@ -1271,6 +1275,7 @@ impl<'a> Emitter<'a> {
             (Some(_), Some(_)) => format!("{} * {}", self.read(c), self.read(x)),
             (Some(_), None) => format!("{} * {} + 0.0", self.read(x), self.read(c)),
             (None, Some(_)) => format!("{} * {} + 0.0", self.read(c), self.read(x)),
+            (None, None) if self.plain_smul => format!("{} * {}", self.read(c), self.read(x)),
             (None, None) => format!("smul({}, {})", self.read(c), self.read(x)),
         }
     }
@@ -1984,6 +1989,100 @@ impl<'a> Emitter<'a> {
         })
     }
 
+    /// Whether a `sum` body may be run first with plain products in place of its strong-zero
+    /// scalings (`smul`), the sum recomputed with them only if it is NaN. The body must be
+    /// straight-line: top-level `let`s, real `mut` accumulators receiving `+=` at their root,
+    /// `check`s; no nested block, call, `set` or `grow`. Every value that depends on a scaling
+    /// ("tainted") may only flow into `+`, `-`, `*`, negation, scalings, real accumulators and
+    /// the body's result: operations that propagate NaN, and that map arguments equal up to
+    /// the sign of zero to results equal up to the sign of zero. Then a plain product differs
+    /// from `smul` only where it is NaN (`0 · ∞`, `0 · NaN`) or in the sign of a zero; a NaN
+    /// reaches the sum, which is then recomputed exactly; otherwise every term equals the exact
+    /// one up to the sign of zero, and the sum's lanes, which start at `+0.0` and can never be
+    /// `-0.0`, are the same bit for bit. Errors come from untainted values, the same in both.
+    fn speculable(&self, b: &Block) -> bool {
+        let mut tainted: FxHashSet<u32> = FxHashSet::default();
+        let mut scalings = 0usize;
+        let t = |a: &Atom, tainted: &FxHashSet<u32>| matches!(a, Atom::Var(x) if tainted.contains(&x.id));
+        for s in &b.stmts {
+            match s {
+                Stmt::Let(x, e) | Stmt::Mut(MutVar(x), e) => {
+                    let linear = match e {
+                        Expr::Scale(c, a) if a.ty() == Ty::F64 => {
+                            scalings +=
+                                usize::from(self.known(c).is_none() && self.known(a).is_none());
+                            true
+                        }
+                        Expr::Atom(_) | Expr::Add(..) => x.ty == Ty::F64,
+                        Expr::Op(op, _) => {
+                            matches!(op, super::Op::FAdd | super::Op::FMul | super::Op::FNeg)
+                        }
+                        Expr::Prim(p, _, _) => matches!(p.name(), "add" | "sub" | "mul" | "neg"),
+                        Expr::Zero(_) => x.ty == Ty::F64,
+                        Expr::Take(m) | Expr::Get(m) => {
+                            if tainted.contains(&m.0.id) {
+                                tainted.insert(x.id);
+                            }
+                            continue;
+                        }
+                        _ => false,
+                    };
+                    // Expressions whose operands are all in `operands` (the others: only
+                    // indexing, with untainted operands).
+                    let known = match e {
+                        Expr::Index(a, i, _) | Expr::IndexOr0(a, i) => {
+                            if t(a, &tainted) || t(i, &tainted) {
+                                return false;
+                            }
+                            true
+                        }
+                        Expr::Atom(_)
+                        | Expr::Op(..)
+                        | Expr::Prim(..)
+                        | Expr::Tuple(_)
+                        | Expr::Proj(..)
+                        | Expr::Variant(..)
+                        | Expr::Len(_)
+                        | Expr::Zero(_)
+                        | Expr::Add(..)
+                        | Expr::Scale(..) => true,
+                        _ => false,
+                    };
+                    let dirty = super::opt::operands(e).any(|a| t(a, &tainted))
+                        || matches!(e, Expr::Scale(..));
+                    if !known || (dirty && !linear) {
+                        return false;
+                    }
+                    if dirty {
+                        tainted.insert(x.id);
+                    }
+                }
+                Stmt::AddTo {
+                    place,
+                    value,
+                    scale,
+                } => {
+                    if !place.path.is_empty() || place.root.0.ty != Ty::F64 {
+                        return false;
+                    }
+                    if let Some(c) = scale {
+                        scalings +=
+                            usize::from(self.known(c).is_none() && self.known(value).is_none());
+                    }
+                    if scale.is_some()
+                        || t(value, &tainted)
+                        || scale.as_ref().is_some_and(|c| t(c, &tainted))
+                    {
+                        tainted.insert(place.root.0.id);
+                    }
+                }
+                Stmt::Check(..) => {}
+                _ => return false,
+            }
+        }
+        scalings > 0
+    }
+
     /// Statements that cannot fail: infallible `let`s ([`super::opt::infallible`], in-range
     /// and zero-padded indexing, mutable reads) and accumulation.
     fn cannot_fail(&self, s: &Stmt) -> bool {
@@ -2391,17 +2490,37 @@ impl<'a> Emitter<'a> {
             Expr::Sum(n, i, b) => {
                 let (pads, added) = self.pad_reads(i, n, b, depth + 1);
                 let n = self.read(n);
+                let speculate = !self.plain_smul && self.speculable(b);
+                let plain = if speculate {
+                    self.plain_smul = true;
+                    let body = self.block_expr(b, depth);
+                    self.plain_smul = false;
+                    Some(body)
+                } else {
+                    None
+                };
                 let body = self.block_expr(b, depth);
                 self.unpad(added);
                 let body = body?;
-                let sum = if parallel_ok(b) {
-                    format!(
-                        "par_sum({n}, {}, |{}: i64| Ok({body}))?",
-                        cost(b),
-                        self.decl_name(i)
-                    )
-                } else {
-                    format!("sum_by({n}, |{}: i64| Ok({body}))?", self.decl_name(i))
+                let one = |body: &str| {
+                    if parallel_ok(b) {
+                        format!(
+                            "par_sum({n}, {}, |{}: i64| Ok({body}))?",
+                            cost(b),
+                            self.decl_name(i)
+                        )
+                    } else {
+                        format!("sum_by({n}, |{}: i64| Ok({body}))?", self.decl_name(i))
+                    }
+                };
+                let sum = match plain {
+                    // Plain products first; the strong zeros only if that sum is NaN.
+                    Some(p) => format!(
+                        "{{ let s = {}; if s.is_nan() {{ {} }} else {{ s }} }}",
+                        one(&p?),
+                        one(&body)
+                    ),
+                    None => one(&body),
                 };
                 if pads.is_empty() {
                     sum
