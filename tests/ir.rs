@@ -524,3 +524,184 @@ fn loop_invariant_lets_move_before_the_loop() {
         .unwrap();
     assert_eq!((y.expect_real(), dy.expect_real()), (0.0, 0.0));
 }
+
+/// The Rust backend's sliding windows (`Emitter::window` in `ir/rust.rs`): in reverse code of
+/// a stencil, `acc[i + k] += ..` for a few constant `k` at the top level of a loop over `i`
+/// keeps the elements `i + lo ..= i + hi` in locals, storing the oldest at the end of each
+/// iteration. The rewrite fires on each of these programs (offsets {0, 1}, {0, 2} with a gap,
+/// {1, 3} after a read that may fail, {0, 1} into an accumulator an earlier loop added to),
+/// and the gradients are the interpreter's bit for bit at
+/// every size from the empty loop up, with the same error where `ys` is too short.
+#[test]
+fn sliding_window_accumulators_agree_bit_for_bit() {
+    let src = "\
+def rosen (xs : Array Real) : Real =
+  sum (build (length xs - 1) (\\(i : Int) ->
+    let x = xs ! i in
+    let d = xs ! (i + 1) - x * x in
+    100.0 * d * d + (1.0 - x) * (1.0 - x)))
+
+def gap (xs : Array Real) : Real =
+  sum (build (length xs - 2) (\\(i : Int) -> xs ! i * xs ! (i + 2)))
+
+def mixed (xs : Array Real) (ys : Array Real) : Real =
+  sum (build (length xs - 3) (\\(i : Int) ->
+    (xs ! (i + 1) * ys ! (i + 3)) / (1.0 + xs ! (i + 3) * xs ! (i + 3))))
+
+def both (xs : Array Real) : Real =
+  sum (map (\\(x : Real) -> sin x) xs) + sum (build (length xs - 1) (\\(i : Int) -> xs ! i * xs ! (i + 1)))
+";
+    let prog =
+        chad::internals::source::load(src, &chad::internals::prim::Registry::builtin()).unwrap();
+    let entries: Vec<_> = (0..prog.defs.len()).map(|k| prog.entry(k)).collect();
+    let parts = chad::internals::ir::compile::Parts {
+        jvp: false,
+        vjp: true,
+        required: false,
+    };
+    let module = chad::internals::ir::compile::Module::new(&entries, parts).unwrap();
+    chad::internals::ir::check::check(&module.program).unwrap();
+    let info = chad::internals::ir::rust::SourceInfo { source: None };
+    let text = chad::internals::ir::rust::module(&module.program, &[], &info).unwrap();
+    for (name, newest) in [
+        ("rosen", "_w1: f64 = "),
+        ("gap", "_w2: f64 = "),
+        ("mixed", "_w2: f64 = "),
+        ("both", "_w1: f64 = "),
+    ] {
+        let f = &text[text
+            .find(&format!("fn f_{name}_vjp"))
+            .expect("a vjp function")..];
+        let f = &f[..f[1..].find("\nfn ").map_or(f.len(), |k| k + 1)];
+        assert!(f.contains(newest), "no sliding window in {name}:\n{f}");
+    }
+    assert!(
+        chad::internals::native::available(),
+        "the native backend needs rustc"
+    );
+    let native = chad::internals::native::Native::module(module, None, false)
+        .unwrap_or_else(|e| panic!("{}", e.render(None)));
+    let prog = &native.program;
+    let xs = |n: usize| -> Vec<f64> { (0..n).map(|i| (i as f64 * 0.37).sin() * 1.5).collect() };
+    let mut ran = 0;
+    for n in [0usize, 1, 2, 3, 4, 5, 8, 37] {
+        let mut cases: Vec<(usize, Vec<Value>)> =
+            [0, 1, 3].map(|k| (k, vec![Value::reals(xs(n))])).into();
+        for m in [n, n.saturating_sub(1)] {
+            let ys: Vec<f64> = (0..m).map(|i| 0.5 + i as f64).collect();
+            cases.push((2, vec![Value::reals(xs(n)), Value::reals(ys)]));
+        }
+        for (k, inputs) in cases {
+            let d = &native.defs[k];
+            let f = d.vjp.expect("a vjp");
+            let ct = Value::Real(1.0);
+            let interp = d.context(&inputs).and_then(|x| {
+                let c = d.cotangent(&ct)?;
+                chad::internals::ir::interp::run(prog, f, vec![x, c])
+                    .map(|r| d.vjp_result(&inputs, &r))
+            });
+            let nat = native.vjp_def(k, &inputs, &ct);
+            ran += usize::from(nat.is_ok());
+            // Bit for bit: `{:?}` prints the shortest representation that reads back exactly.
+            same_result("native vjp", &nat, &interp, |a, b| {
+                let (a, b) = (format!("{a:?}"), format!("{b:?}"));
+                if a == b {
+                    Ok(())
+                } else {
+                    Err(format!("{a} against {b}"))
+                }
+            })
+            .unwrap_or_else(|e| panic!("{} at n = {n}: {e}", d.entry.name));
+        }
+    }
+    assert!(ran >= 18, "only {ran} gradients ran");
+}
+
+/// The Rust backend's speculative sums (`Emitter::speculable` in `ir/rust.rs`): a `sum` whose
+/// body scales (co)tangents with strong zeros runs first with plain products and only if the
+/// sum is NaN again with the strong zeros. It fires on Rosenbrock's and `sqrt`'s forward
+/// sums, and the tangents are the interpreter's bit for bit: on ordinary inputs, with `-0.0`
+/// and zero tangents (signs of zero), and where a plain product is `∞ · 0` (`sqrt` at 0: the
+/// strong zero gives a number, the plain sum NaN, so the exact sum is taken).
+#[test]
+fn speculative_sums_agree_bit_for_bit() {
+    let src = "\
+def rosen (xs : Array Real) : Real =
+  sum (build (length xs - 1) (\\(i : Int) ->
+    let x = xs ! i in
+    let d = xs ! (i + 1) - x * x in
+    100.0 * d * d + (1.0 - x) * (1.0 - x)))
+
+def roots (xs : Array Real) : Real =
+  sum (build (length xs) (\\(i : Int) -> 3.0 * sqrt (xs ! i) + xs ! i))
+";
+    let prog =
+        chad::internals::source::load(src, &chad::internals::prim::Registry::builtin()).unwrap();
+    let entries: Vec<_> = (0..prog.defs.len()).map(|k| prog.entry(k)).collect();
+    let parts = chad::internals::ir::compile::Parts {
+        jvp: true,
+        vjp: false,
+        required: false,
+    };
+    let module = chad::internals::ir::compile::Module::new(&entries, parts).unwrap();
+    chad::internals::ir::check::check(&module.program).unwrap();
+    let info = chad::internals::ir::rust::SourceInfo { source: None };
+    let text = chad::internals::ir::rust::module(&module.program, &[], &info).unwrap();
+    for name in ["rosen", "roots"] {
+        let f = &text[text
+            .find(&format!("fn f_{name}_jvp"))
+            .expect("a jvp function")..];
+        let f = &f[..f[1..].find("\nfn ").map_or(f.len(), |k| k + 1)];
+        assert!(
+            f.contains("if s.is_nan()"),
+            "no speculative sum in {name}:\n{f}"
+        );
+    }
+    assert!(
+        chad::internals::native::available(),
+        "the native backend needs rustc"
+    );
+    let native = chad::internals::native::Native::module(module, None, false)
+        .unwrap_or_else(|e| panic!("{}", e.render(None)));
+    let prog = &native.program;
+    let mut cases: Vec<(usize, Vec<f64>, Vec<f64>)> = Vec::new();
+    for n in [1usize, 2, 3, 9, 40] {
+        let xs: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin() * 1.5).collect();
+        let ts: Vec<f64> = (0..n).map(|i| (i as f64 * 0.11).cos()).collect();
+        let signed: Vec<f64> = (0..n)
+            .map(|i| if i % 2 == 0 { -0.0 } else { 0.0 })
+            .collect();
+        cases.push((0, xs.clone(), ts));
+        cases.push((0, xs.clone(), signed.clone()));
+        let pos: Vec<f64> = xs.iter().map(|x| x.abs()).collect();
+        cases.push((1, pos.clone(), signed));
+        // A zero where the tangent is zero: ∞ · 0 in the plain sum.
+        let mut zs = pos;
+        zs[n / 2] = 0.0;
+        let mut ts: Vec<f64> = (0..n).map(|i| 1.0 + i as f64).collect();
+        ts[n / 2] = 0.0;
+        cases.push((1, zs, ts));
+    }
+    for (k, xs, ts) in cases {
+        let d = &native.defs[k];
+        let f = d.jvp.expect("a jvp");
+        let (args, tangents) = ([Value::reals(xs.clone())], [Value::reals(ts.clone())]);
+        let interp = d.context(&args).and_then(|x| {
+            let dx = d.context_tangent(&args, &tangents)?;
+            chad::internals::ir::interp::run(prog, f, vec![x, dx]).map(|r| d.jvp_result(&r))
+        });
+        let nat = native.jvp_def(k, &args, &tangents);
+        same_result("native jvp", &nat, &interp, |a, b| {
+            let (a, b) = (format!("{a:?}"), format!("{b:?}"));
+            if a == b {
+                Ok(())
+            } else {
+                Err(format!("{a} against {b}"))
+            }
+        })
+        .unwrap_or_else(|e| panic!("{} at {xs:?}, {ts:?}: {e}", d.entry.name));
+        if let Ok((_, dy)) = &nat {
+            assert!(!dy.expect_real().is_nan(), "{}: NaN tangent", d.entry.name);
+        }
+    }
+}

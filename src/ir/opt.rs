@@ -503,7 +503,7 @@ fn hoist_from(i: &super::Var, body: &mut Block) -> Vec<Stmt> {
 }
 
 /// Expressions that cannot fail, have no effect and read no mutable variable.
-fn infallible(e: &Expr) -> bool {
+pub(crate) fn infallible(e: &Expr) -> bool {
     use crate::prim::Scalar;
     match e {
         Expr::Atom(_)
@@ -524,7 +524,7 @@ fn infallible(e: &Expr) -> bool {
 }
 
 /// The operands of an expression without blocks.
-fn operands(e: &Expr) -> impl Iterator<Item = &Atom> {
+pub(crate) fn operands(e: &Expr) -> impl Iterator<Item = &Atom> {
     let v: Vec<&Atom> = match e {
         Expr::Atom(a) | Expr::Proj(a, _) | Expr::Variant(_, _, a) | Expr::Len(a) => vec![a],
         Expr::Op(_, xs) | Expr::Prim(_, xs, _) | Expr::Tuple(xs) => xs.iter().collect(),

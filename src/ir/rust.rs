@@ -665,6 +665,32 @@ struct Emitter<'a> {
     /// Real arrays read with zeros past their end at a loop's index throughout that loop,
     /// padded before it (`pad_f64`): (array, loop index) to the padded slice's name.
     padded: FxHashMap<(u32, u32), String>,
+    /// Accumulator slices whose elements the loop being emitted keeps in locals (a sliding
+    /// window, [`Emitter::window`]): the `+=` statements redirected to a local, by address.
+    windows: FxHashMap<*const Stmt, WindowAdd>,
+    /// Reads of a window's newest element, emitted after the statement at this address.
+    window_loads: FxHashMap<*const Stmt, Vec<String>>,
+    /// Emitting the speculative copy of a `sum` body ([`Emitter::speculable`]): scalings
+    /// are plain products.
+    plain_smul: bool,
+}
+
+/// How a `+=` into a windowed accumulator ([`Emitter::window`]) is emitted: to the local
+/// `local`.
+struct WindowAdd {
+    local: String,
+}
+
+/// A sliding window over a real accumulator slice in a loop over `i` ([`Emitter::window`]).
+struct Window {
+    /// The smallest and largest offsets `k` of the body's `acc[i + k] += ..`.
+    lo: i64,
+    hi: i64,
+    /// The redirected statements.
+    adds: Vec<(*const Stmt, WindowAdd)>,
+    /// The read of the newest element (`let mut name_w(hi - lo) = name[j]`) and the body
+    /// statement after which it goes (`None`: first in the body).
+    load: (Option<*const Stmt>, String),
 }
 
 #[derive(Clone, Copy, Default)]
@@ -716,6 +742,9 @@ impl<'a> Emitter<'a> {
             slices: Vec::new(),
             next_slice: 0,
             padded: FxHashMap::default(),
+            windows: FxHashMap::default(),
+            window_loads: FxHashMap::default(),
+            plain_smul: false,
         };
         e.find_recursive();
         e.find_no_debug();
@@ -1246,6 +1275,7 @@ impl<'a> Emitter<'a> {
             (Some(_), Some(_)) => format!("{} * {}", self.read(c), self.read(x)),
             (Some(_), None) => format!("{} * {} + 0.0", self.read(x), self.read(c)),
             (None, Some(_)) => format!("{} * {} + 0.0", self.read(c), self.read(x)),
+            (None, None) if self.plain_smul => format!("{} * {}", self.read(c), self.read(x)),
             (None, None) => format!("smul({}, {})", self.read(c), self.read(x)),
         }
     }
@@ -1678,6 +1708,13 @@ impl<'a> Emitter<'a> {
                 Stmt::For(i, n, body) => self.for_loop(i, n, body, &stmts[..k], depth, out)?,
                 _ => self.stmt(s, depth, out)?,
             }
+            if let Some(loads) = self.window_loads.get(&(s as *const Stmt)) {
+                for l in loads {
+                    Self::indent(out, depth);
+                    out.push_str(l);
+                    out.push('\n');
+                }
+            }
         }
         Ok(())
     }
@@ -1754,15 +1791,310 @@ impl<'a> Emitter<'a> {
         }
         let (pads, added) = self.pad_reads(i, n, body, depth);
         out.push_str(&pads);
-        let b = self.unit_block(body, depth);
+        // Sliding windows: before the loop, the elements the first iteration finds carried;
+        // at the end of each iteration, the oldest element stored and the window shifted;
+        // after the loop, the carried elements stored.
+        let (iname, nname) = (self.decl_name(i), self.read(n));
+        let windows: Vec<(String, Window)> = hoisted
+            .iter()
+            .filter_map(|(p, name)| Some((name.clone(), self.window(i, p, name, body)?)))
+            .collect();
+        // With carried elements, the loop goes in `if n > 0 { .. }`: one level deeper.
+        let carried = windows.iter().any(|(_, w)| w.hi > w.lo);
+        let d = depth + usize::from(carried);
+        let (mut before, mut head, mut tail, mut after) =
+            (String::new(), String::new(), String::new(), String::new());
+        let (mut redirected, mut loads_at) = (Vec::new(), Vec::new());
+        for (name, w) in windows {
+            let local = |r: i64| format!("{name}_w{r}");
+            for r in 0..w.hi - w.lo {
+                Self::indent(&mut before, d);
+                let _ = writeln!(
+                    before,
+                    "let mut {}: f64 = {name}.get({}).copied().unwrap_or(0.0);",
+                    local(r),
+                    w.lo + r
+                );
+            }
+            match w.load.0 {
+                Some(s) => {
+                    self.window_loads.entry(s).or_default().push(w.load.1);
+                    loads_at.push(s);
+                }
+                None => {
+                    Self::indent(&mut head, d + 1);
+                    head.push_str(&w.load.1);
+                    head.push('\n');
+                }
+            }
+            let plus = |k: i64| {
+                if k == 0 {
+                    String::new()
+                } else {
+                    format!(" + {k}")
+                }
+            };
+            Self::indent(&mut tail, d + 1);
+            let _ = writeln!(
+                tail,
+                "{name}[{iname} as usize{}] = {};",
+                plus(w.lo),
+                local(0)
+            );
+            for r in 0..w.hi - w.lo {
+                Self::indent(&mut tail, d + 1);
+                let _ = writeln!(tail, "{} = {};", local(r), local(r + 1));
+            }
+            for r in 0..w.hi - w.lo {
+                Self::indent(&mut after, d);
+                let _ = writeln!(
+                    after,
+                    "{name}[{nname} as usize{}] = {};",
+                    plus(w.lo + r),
+                    local(r)
+                );
+            }
+            for (s, add) in w.adds {
+                redirected.push(s);
+                self.windows.insert(s, add);
+            }
+        }
+        let mut b = String::from("{\n");
+        b.push_str(&head);
+        let r = self.stmts(&body.stmts, d + 1, &mut b);
+        b.push_str(&tail);
+        Self::indent(&mut b, d);
+        b.push('}');
         self.unpad(added);
         for _ in 0..pushed {
             self.slices.pop();
         }
-        let b = b?;
-        Self::indent(out, depth);
-        let _ = writeln!(out, "for {} in 0..{} {b}", self.decl_name(i), self.read(n));
+        for s in redirected {
+            self.windows.remove(&s);
+        }
+        for s in loads_at {
+            self.window_loads.remove(&s);
+        }
+        r?;
+        if carried {
+            // The carried elements are read, and written back, only if the loop runs.
+            Self::indent(out, depth);
+            let _ = writeln!(out, "if {nname} > 0 {{");
+        }
+        out.push_str(&before);
+        Self::indent(out, d);
+        let _ = writeln!(out, "for {iname} in 0..{nname} {b}");
+        out.push_str(&after);
+        if carried {
+            Self::indent(out, depth);
+            out.push_str("}\n");
+        }
         Ok(())
+    }
+
+    /// Register promotion of a sliding window: when every access of the loop body to the
+    /// real accumulator slice `name` (the array at `p`) is a `p[j] += ..` statement at the
+    /// top level of the body with `j = i + k` for a constant `0 ≤ k` (at least two such
+    /// statements, offsets at most [`WINDOW`] apart), iteration `i` touches exactly the
+    /// elements `i + lo ..= i + hi` and iteration `i + 1` touches none below `i + lo + 1`.
+    /// The window then lives in locals: element `i + k` in `name_w(k - lo)`. The newest,
+    /// `i + hi`, is untouched by earlier iterations: it is read from the slice at its first
+    /// `+=` in the iteration (where that `+=` would read it). At the end of the iteration the
+    /// oldest, `i + lo`, is never touched again: it is stored, and the window shifts. Each
+    /// element receives the same additions in the same order from the same initial value, so
+    /// the result is the same bit for bit; what goes is a store and a reload through memory
+    /// per `+=` (a loop-carried dependency through store-to-load forwarding when an element
+    /// is added to in two consecutive iterations, as `acc[i] += ..; acc[i + 1] += ..` from a
+    /// stencil's reverse mode).
+    fn window(&self, i: &super::Var, p: &Place, name: &str, body: &Block) -> Option<Window> {
+        let elem = match self.types().kind(self.place_ty(p)) {
+            TyKind::Array(e) => *e,
+            _ => return None,
+        };
+        if elem != Ty::F64 || breaks(body) {
+            return None;
+        }
+        let within = |q: &Place| {
+            q.root.0.id == p.root.0.id
+                && q.path.len() >= p.path.len()
+                && q.path.iter().zip(&p.path).all(|(a, b)| same_step(a, b))
+        };
+        let mut touches = 0usize;
+        walk_places(
+            body,
+            &mut |q| touches += usize::from(within(q)),
+            &mut |_| {},
+        );
+        let mut offset: FxHashMap<u32, i64> = FxHashMap::default();
+        offset.insert(i.id, 0);
+        let mut adds: Vec<(*const Stmt, &super::Var, i64)> = Vec::new();
+        for s in &body.stmts {
+            match s {
+                Stmt::Let(x, Expr::Op(super::Op::IAdd, xs)) => match xs.as_slice() {
+                    [Atom::Var(j), Atom::I64(k)] | [Atom::I64(k), Atom::Var(j)]
+                        if j.id == i.id && (0..=WINDOW).contains(k) =>
+                    {
+                        offset.insert(x.id, *k);
+                    }
+                    _ => {}
+                },
+                Stmt::AddTo { place: q, .. } if within(q) => match &q.path[p.path.len()..] {
+                    [Step::Elem(Atom::Var(j))] if offset.contains_key(&j.id) => {
+                        adds.push((s as *const Stmt, j, offset[&j.id]))
+                    }
+                    _ => return None,
+                },
+                _ => {}
+            }
+        }
+        if adds.len() < 2 || adds.len() != touches {
+            return None;
+        }
+        let lo = adds.iter().map(|a| a.2).min()?;
+        let hi = adds.iter().map(|a| a.2).max()?;
+        if hi - lo > WINDOW {
+            return None;
+        }
+        // The newest element is read as early as is exact: after its index is bound and
+        // after the last statement before its first `+=` that may fail (so that a failing
+        // iteration fails as before, without reading out of range).
+        let &(first, j, _) = adds.iter().find(|a| a.2 == hi)?;
+        let mut at: Option<*const Stmt> = None;
+        for s in &body.stmts {
+            if std::ptr::eq(s, first) {
+                break;
+            }
+            let binds_j = matches!(s, Stmt::Let(x, _) if x.id == j.id);
+            if binds_j || !self.cannot_fail(s) {
+                at = Some(s as *const Stmt);
+            }
+        }
+        let load = format!(
+            "let mut {name}_w{}: f64 = {name}[{} as usize];",
+            hi - lo,
+            var_name(j)
+        );
+        let adds = adds
+            .into_iter()
+            .map(|(s, _, k)| {
+                let local = format!("{name}_w{}", k - lo);
+                (s, WindowAdd { local })
+            })
+            .collect();
+        Some(Window {
+            lo,
+            hi,
+            adds,
+            load: (at, load),
+        })
+    }
+
+    /// Whether a `sum` body may be run first with plain products in place of its strong-zero
+    /// scalings (`smul`), the sum recomputed with them only if it is NaN. The body must be
+    /// straight-line: top-level `let`s, real `mut` accumulators receiving `+=` at their root,
+    /// `check`s; no nested block, call, `set` or `grow`. Every value that depends on a scaling
+    /// ("tainted") may only flow into `+`, `-`, `*`, negation, scalings, real accumulators and
+    /// the body's result: operations that propagate NaN, and that map arguments equal up to
+    /// the sign of zero to results equal up to the sign of zero. Then a plain product differs
+    /// from `smul` only where it is NaN (`0 · ∞`, `0 · NaN`) or in the sign of a zero; a NaN
+    /// reaches the sum, which is then recomputed exactly; otherwise every term equals the exact
+    /// one up to the sign of zero, and the sum's lanes, which start at `+0.0` and can never be
+    /// `-0.0`, are the same bit for bit. Errors come from untainted values, the same in both.
+    fn speculable(&self, b: &Block) -> bool {
+        let mut tainted: FxHashSet<u32> = FxHashSet::default();
+        let mut scalings = 0usize;
+        let t = |a: &Atom, tainted: &FxHashSet<u32>| matches!(a, Atom::Var(x) if tainted.contains(&x.id));
+        for s in &b.stmts {
+            match s {
+                Stmt::Let(x, e) | Stmt::Mut(MutVar(x), e) => {
+                    let linear = match e {
+                        Expr::Scale(c, a) if a.ty() == Ty::F64 => {
+                            scalings +=
+                                usize::from(self.known(c).is_none() && self.known(a).is_none());
+                            true
+                        }
+                        Expr::Atom(_) | Expr::Add(..) => x.ty == Ty::F64,
+                        Expr::Op(op, _) => {
+                            matches!(op, super::Op::FAdd | super::Op::FMul | super::Op::FNeg)
+                        }
+                        Expr::Prim(p, _, _) => matches!(p.name(), "add" | "sub" | "mul" | "neg"),
+                        Expr::Zero(_) => x.ty == Ty::F64,
+                        Expr::Take(m) | Expr::Get(m) => {
+                            if tainted.contains(&m.0.id) {
+                                tainted.insert(x.id);
+                            }
+                            continue;
+                        }
+                        _ => false,
+                    };
+                    // Expressions whose operands are all in `operands` (the others: only
+                    // indexing, with untainted operands).
+                    let known = match e {
+                        Expr::Index(a, i, _) | Expr::IndexOr0(a, i) => {
+                            if t(a, &tainted) || t(i, &tainted) {
+                                return false;
+                            }
+                            true
+                        }
+                        Expr::Atom(_)
+                        | Expr::Op(..)
+                        | Expr::Prim(..)
+                        | Expr::Tuple(_)
+                        | Expr::Proj(..)
+                        | Expr::Variant(..)
+                        | Expr::Len(_)
+                        | Expr::Zero(_)
+                        | Expr::Add(..)
+                        | Expr::Scale(..) => true,
+                        _ => false,
+                    };
+                    let dirty = super::opt::operands(e).any(|a| t(a, &tainted))
+                        || matches!(e, Expr::Scale(..));
+                    if !known || (dirty && !linear) {
+                        return false;
+                    }
+                    if dirty {
+                        tainted.insert(x.id);
+                    }
+                }
+                Stmt::AddTo {
+                    place,
+                    value,
+                    scale,
+                } => {
+                    if !place.path.is_empty() || place.root.0.ty != Ty::F64 {
+                        return false;
+                    }
+                    if let Some(c) = scale {
+                        scalings +=
+                            usize::from(self.known(c).is_none() && self.known(value).is_none());
+                    }
+                    if scale.is_some()
+                        || t(value, &tainted)
+                        || scale.as_ref().is_some_and(|c| t(c, &tainted))
+                    {
+                        tainted.insert(place.root.0.id);
+                    }
+                }
+                Stmt::Check(..) => {}
+                _ => return false,
+            }
+        }
+        scalings > 0
+    }
+
+    /// Statements that cannot fail: infallible `let`s ([`super::opt::infallible`], in-range
+    /// and zero-padded indexing, mutable reads) and accumulation.
+    fn cannot_fail(&self, s: &Stmt) -> bool {
+        match s {
+            Stmt::Let(_, e) | Stmt::Mut(_, e) => match e {
+                Expr::Index(_, _, site) => Some(*site) == self.internal_site(),
+                Expr::IndexOr0(..) | Expr::Get(_) | Expr::Take(_) => true,
+                e => super::opt::infallible(e),
+            },
+            Stmt::AddTo { .. } | Stmt::Grow(..) | Stmt::Set(..) => true,
+            _ => false,
+        }
     }
 
     /// Pads the real arrays that a loop over `i in 0..n` reads with zeros past their end at
@@ -1965,6 +2297,14 @@ impl<'a> Emitter<'a> {
                 let v = self.convert_rep(m.0.ty, v, from, to);
                 let _ = write!(line, "{} = {v};", var_name(&m.0));
             }
+            Stmt::AddTo { value, scale, .. } if self.windows.contains_key(&(s as *const Stmt)) => {
+                // An element of a sliding window ([`Emitter::window`]): added in its local.
+                let v = match scale {
+                    Some(c) => self.smul(c, value),
+                    None => self.read(value),
+                };
+                line = format!("{} += {v};", self.windows[&(s as *const Stmt)].local);
+            }
             Stmt::AddTo {
                 place,
                 value,
@@ -2150,17 +2490,37 @@ impl<'a> Emitter<'a> {
             Expr::Sum(n, i, b) => {
                 let (pads, added) = self.pad_reads(i, n, b, depth + 1);
                 let n = self.read(n);
+                let speculate = !self.plain_smul && self.speculable(b);
+                let plain = if speculate {
+                    self.plain_smul = true;
+                    let body = self.block_expr(b, depth);
+                    self.plain_smul = false;
+                    Some(body)
+                } else {
+                    None
+                };
                 let body = self.block_expr(b, depth);
                 self.unpad(added);
                 let body = body?;
-                let sum = if parallel_ok(b) {
-                    format!(
-                        "par_sum({n}, {}, |{}: i64| Ok({body}))?",
-                        cost(b),
-                        self.decl_name(i)
-                    )
-                } else {
-                    format!("sum_by({n}, |{}: i64| Ok({body}))?", self.decl_name(i))
+                let one = |body: &str| {
+                    if parallel_ok(b) {
+                        format!(
+                            "par_sum({n}, {}, |{}: i64| Ok({body}))?",
+                            cost(b),
+                            self.decl_name(i)
+                        )
+                    } else {
+                        format!("sum_by({n}, |{}: i64| Ok({body}))?", self.decl_name(i))
+                    }
+                };
+                let sum = match plain {
+                    // Plain products first; the strong zeros only if that sum is NaN.
+                    Some(p) => format!(
+                        "{{ let s = {}; if s.is_nan() {{ {} }} else {{ s }} }}",
+                        one(&p?),
+                        one(&body)
+                    ),
+                    None => one(&body),
                 };
                 if pads.is_empty() {
                     sum
@@ -2867,6 +3227,25 @@ fn cost(b: &Block) -> u64 {
 
 /// Calls `place` on every place and `read` on every mutable read (`get`, `take`) in a block,
 /// at any depth.
+/// The widest sliding window [`Emitter::window`] keeps in locals (offsets `0 ..= WINDOW`).
+const WINDOW: i64 = 8;
+
+/// Whether a block has a `break` at any depth.
+fn breaks(b: &Block) -> bool {
+    deep(|| {
+        b.stmts.iter().any(|s| match s {
+            Stmt::Break => true,
+            Stmt::For(_, _, body) | Stmt::Loop(body) => breaks(body),
+            Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => {
+                let mut any = false;
+                super::for_each_block(e, &mut |b| any |= breaks(b));
+                any
+            }
+            _ => false,
+        })
+    })
+}
+
 fn walk_places(b: &Block, place: &mut dyn FnMut(&Place), read: &mut dyn FnMut(&MutVar)) {
     deep(|| {
         for s in &b.stmts {
