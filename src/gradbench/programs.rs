@@ -12,8 +12,8 @@
 //! `define` names the backend of each function).
 
 use super::Backend;
-use crate::error::{ErrorKind, Result};
 use crate::ad::nested::Hvp;
+use crate::error::{ErrorKind, Result};
 use crate::ir::compile::{Compiled, Parts};
 use crate::native::Native;
 use crate::optimize::optimize;
@@ -102,7 +102,10 @@ fn divide(a: &Value, b: &Value) -> Result<Value> {
             Value::reals(x.iter().zip(y.iter()).map(|(a, b)| a / b).collect())
         }
         (Value::Array(x), Value::Array(y)) if x.len() == y.len() => Value::Array(std::rc::Rc::new(
-            x.iter().zip(y.iter()).map(|(a, b)| divide(a, b)).collect::<Result<_>>()?,
+            x.iter()
+                .zip(y.iter())
+                .map(|(a, b)| divide(a, b))
+                .collect::<Result<_>>()?,
         )),
         (Value::Pair(x), Value::Pair(y)) => Value::pair(divide(&x.0, &y.0)?, divide(&x.1, &y.1)?),
         _ => {

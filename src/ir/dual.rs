@@ -470,7 +470,10 @@ impl<'a> Dual<'a> {
                     ctx = self.let_("ctx", xts[k].0, Expr::Tuple(vec![ctx, ps[k].clone()]));
                     dctx = self.let_("dctx", dts[k].0, Expr::Tuple(vec![dctx, tan]));
                 }
-                let r = self.let_("j", jf.ret, Expr::Call(j, vec![ctx, dctx]));
+                let r = match self.inline(&jf, &[ctx.clone(), dctx.clone()]) {
+                    Some(r) => r,
+                    None => self.let_("j", jf.ret, Expr::Call(j, vec![ctx, dctx])),
+                };
                 let (yt, dyt) = match self.p.types.kind(jf.ret) {
                     TyKind::Tuple(cs) if cs.len() == 2 => (cs[0], cs[1]),
                     _ => return Err(unsupported(format!("the derivative of `{}`", prim.name()))),
@@ -569,6 +572,86 @@ impl<'a> Dual<'a> {
             Expr::Get(m) => Expr::Get(self.mut_var(m)),
             Expr::Take(m) => Expr::Take(self.mut_var(m)),
         })
+    }
+
+    /// The body of `f` (a primitive's derivative) at `args`, copied here with its variables
+    /// renamed, if it is straight-line code (`let`s, `mut`s, `+=` at a variable's root,
+    /// checks): the Rust compiler then sees one loop body, and code after it treats it as
+    /// straight-line (speculative sums, note 07). `None`: call it.
+    fn inline(&mut self, f: &Func, args: &[Atom]) -> Option<Atom> {
+        let straight = f.body.stmts.iter().all(|s| match s {
+            Stmt::Let(_, e) | Stmt::Mut(_, e) => {
+                let mut nested = false;
+                super::for_each_block(e, &mut |_| nested = true);
+                !nested && !matches!(e, Expr::Call(..))
+            }
+            Stmt::AddTo { place, .. } => place.path.is_empty(),
+            Stmt::Check(..) => true,
+            _ => false,
+        });
+        if !straight || f.rec.is_some() || f.accumulates {
+            return None;
+        }
+        let mut sub: HashMap<u32, Atom> = HashMap::new();
+        for (p, a) in f.params.iter().zip(args) {
+            sub.insert(p.id, a.clone());
+        }
+        let at = |a: &Atom, sub: &HashMap<u32, Atom>| match a {
+            Atom::Var(v) => sub.get(&v.id).cloned().unwrap_or_else(|| a.clone()),
+            _ => a.clone(),
+        };
+        let fresh = |p: &mut Program, v: &Var, sub: &mut HashMap<u32, Atom>| {
+            let n = p.var(&v.name, v.ty);
+            sub.insert(v.id, Atom::Var(n.clone()));
+            n
+        };
+        let mv = |m: &MutVar, sub: &HashMap<u32, Atom>| match sub.get(&m.0.id) {
+            Some(Atom::Var(v)) => MutVar(v.clone()),
+            _ => m.clone(),
+        };
+        for st in &f.body.stmts {
+            let st = match st {
+                Stmt::Let(x, e) | Stmt::Mut(MutVar(x), e) => {
+                    let e = map_atoms(e, &|a| at(a, &sub));
+                    let e = match e {
+                        Expr::Get(m) => Expr::Get(mv(&m, &sub)),
+                        Expr::Take(m) => Expr::Take(mv(&m, &sub)),
+                        Expr::Proj(Atom::Var(v), k) if self.tuples.contains_key(&v.id) => {
+                            Expr::Atom(self.tuples[&v.id][k as usize].clone())
+                        }
+                        e => e,
+                    };
+                    let n = fresh(self.p, x, &mut sub);
+                    match st {
+                        Stmt::Let(..) => {
+                            self.bind(n, e);
+                            continue;
+                        }
+                        _ => Stmt::Mut(MutVar(n), e),
+                    }
+                }
+                Stmt::AddTo {
+                    place,
+                    value,
+                    scale,
+                } => Stmt::AddTo {
+                    place: Place::of(&mv(&place.root, &sub)),
+                    value: at(value, &sub),
+                    scale: scale.as_ref().map(|c| at(c, &sub)),
+                },
+                Stmt::Check(c, site) => Stmt::Check(
+                    match c {
+                        Check::OneHot(a, b) => Check::OneHot(at(a, &sub), at(b, &sub)),
+                        Check::SameLen(op, a, b) => Check::SameLen(op, at(a, &sub), at(b, &sub)),
+                        Check::Len(op, a) => Check::Len(op, at(a, &sub)),
+                    },
+                    *site,
+                ),
+                _ => unreachable!("straight-line"),
+            };
+            self.emit(st);
+        }
+        Some(at(&f.body.result, &sub))
     }
 
     /// `S(c, a)` for a dual real `c` and a dual `a : D t` (`t` additive): the product rule at
@@ -877,5 +960,32 @@ impl<'a> Dual<'a> {
         crate::ir::opt::dead_lets(&mut func, &self.shadows);
         self.p.funcs.push(func);
         Ok(FuncId(self.p.funcs.len() as u32 - 1))
+    }
+}
+
+/// `e` with every operand mapped by `f` (expressions without blocks).
+fn map_atoms(e: &Expr, f: &dyn Fn(&Atom) -> Atom) -> Expr {
+    let m = |xs: &[Atom]| xs.iter().map(f).collect::<Vec<_>>();
+    match e {
+        Expr::Atom(a) => Expr::Atom(f(a)),
+        Expr::Op(op, xs) => Expr::Op(*op, m(xs)),
+        Expr::Prim(p, xs, site) => Expr::Prim(p.clone(), m(xs), *site),
+        Expr::Tuple(xs) => Expr::Tuple(m(xs)),
+        Expr::Proj(a, k) => Expr::Proj(f(a), *k),
+        Expr::Variant(t, k, a) => Expr::Variant(*t, *k, f(a)),
+        Expr::Array(t, xs) => Expr::Array(*t, m(xs)),
+        Expr::Index(a, i, site) => Expr::Index(f(a), f(i), *site),
+        Expr::IndexOr0(a, i) => Expr::IndexOr0(f(a), f(i)),
+        Expr::Len(a) => Expr::Len(f(a)),
+        Expr::Replicate(n, x, site) => Expr::Replicate(f(n), f(x), *site),
+        Expr::Zero(t) => Expr::Zero(*t),
+        Expr::Add(a, b) => Expr::Add(f(a), f(b)),
+        Expr::Scale(a, b) => Expr::Scale(f(a), f(b)),
+        Expr::Get(m) => Expr::Get(m.clone()),
+        Expr::Take(m) => Expr::Take(m.clone()),
+        Expr::Call(g, xs) => Expr::Call(*g, m(xs)),
+        Expr::Build(..) | Expr::Sum(..) | Expr::If(..) | Expr::Match(..) | Expr::Iterate(..) => {
+            unreachable!("an expression with blocks")
+        }
     }
 }

@@ -679,6 +679,9 @@ struct Emitter<'a> {
 /// `local`.
 struct WindowAdd {
     local: String,
+    /// The element's reals: 0 for `f64`, else the fields of a tuple of them (added one by
+    /// one, as `+=` of the tuple adds them).
+    fields: usize,
 }
 
 /// A sliding window over a real accumulator slice in a loop over `i` ([`Emitter::window`]).
@@ -691,6 +694,9 @@ struct Window {
     /// The read of the newest element (`let mut name_w(hi - lo) = name[j]`) and the body
     /// statement after which it goes (`None`: first in the body).
     load: (Option<*const Stmt>, String),
+    /// The element type as Rust spells it, and its zero.
+    ty: String,
+    zero: String,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -1811,9 +1817,11 @@ impl<'a> Emitter<'a> {
                 Self::indent(&mut before, d);
                 let _ = writeln!(
                     before,
-                    "let mut {}: f64 = {name}.get({}).copied().unwrap_or(0.0);",
+                    "let mut {}: {} = {name}.get({}).copied().unwrap_or({});",
                     local(r),
-                    w.lo + r
+                    w.ty,
+                    w.lo + r,
+                    w.zero
                 );
             }
             match w.load.0 {
@@ -1911,7 +1919,13 @@ impl<'a> Emitter<'a> {
             TyKind::Array(e) => *e,
             _ => return None,
         };
-        if elem != Ty::F64 || breaks(body) {
+        // Reals, or flat tuples of reals (the pairs of dual-number code, note 12).
+        let fields = match self.types().kind(elem) {
+            TyKind::F64 => 0,
+            TyKind::Tuple(cs) if cs.iter().all(|c| *c == Ty::F64) => cs.len(),
+            _ => return None,
+        };
+        if breaks(body) {
             return None;
         }
         let within = |q: &Place| {
@@ -1938,8 +1952,12 @@ impl<'a> Emitter<'a> {
                     }
                     _ => {}
                 },
-                Stmt::AddTo { place: q, .. } if within(q) => match &q.path[p.path.len()..] {
-                    [Step::Elem(Atom::Var(j))] if offset.contains_key(&j.id) => {
+                Stmt::AddTo {
+                    place: q, scale, ..
+                } if within(q) => match &q.path[p.path.len()..] {
+                    [Step::Elem(Atom::Var(j))]
+                        if offset.contains_key(&j.id) && (fields == 0 || scale.is_none()) =>
+                    {
                         adds.push((s as *const Stmt, j, offset[&j.id]))
                     }
                     _ => return None,
@@ -1969,8 +1987,14 @@ impl<'a> Emitter<'a> {
                 at = Some(s as *const Stmt);
             }
         }
+        let ty = self.vt(elem);
+        let zero = if fields == 0 {
+            "0.0".to_string()
+        } else {
+            format!("({})", "0.0, ".repeat(fields))
+        };
         let load = format!(
-            "let mut {name}_w{}: f64 = {name}[{} as usize];",
+            "let mut {name}_w{}: {ty} = {name}[{} as usize];",
             hi - lo,
             var_name(j)
         );
@@ -1978,7 +2002,7 @@ impl<'a> Emitter<'a> {
             .into_iter()
             .map(|(s, _, k)| {
                 let local = format!("{name}_w{}", k - lo);
-                (s, WindowAdd { local })
+                (s, WindowAdd { local, fields })
             })
             .collect();
         Some(Window {
@@ -1986,6 +2010,8 @@ impl<'a> Emitter<'a> {
             hi,
             adds,
             load: (at, load),
+            ty,
+            zero,
         })
     }
 
@@ -2303,7 +2329,15 @@ impl<'a> Emitter<'a> {
                     Some(c) => self.smul(c, value),
                     None => self.read(value),
                 };
-                line = format!("{} += {v};", self.windows[&(s as *const Stmt)].local);
+                let w = &self.windows[&(s as *const Stmt)];
+                line = if w.fields == 0 {
+                    format!("{} += {v};", w.local)
+                } else {
+                    (0..w.fields)
+                        .map(|k| format!("{}.{k} += {v}.{k};", w.local))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                };
             }
             Stmt::AddTo {
                 place,
