@@ -400,8 +400,9 @@ fn count_muts(b: &Block, uses: &mut FxHashMap<u32, u32>) {
 }
 
 /// Removes the `let`s of a function whose variable is never used and whose expression cannot
-/// fail and has no effect ([`infallible`]), or is one of `also` (expressions known to fail
-/// only where code that stays fails first), with the `let`s only they used.
+/// fail and has no effect (those [`hoist_invariants`] may move), or is one of `also`
+/// (expressions known to fail only where code that stays fails first), with the `let`s only
+/// they used.
 pub fn dead_lets(f: &mut super::Func, also: &std::collections::HashSet<u32>) {
     loop {
         let mut uses = FxHashMap::default();
