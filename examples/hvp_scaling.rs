@@ -2,7 +2,8 @@
 //! the concretised reverse derivative) against the gradient (reverse CHAD), at several sizes:
 //! the hvp/grad time ratio should be a constant (issue 24: ≤ 4, flat across sizes).
 //!
-//! Programs: Rosenbrock's function of n variables, and the MLP of `examples/mlp.chad` with H
+//! Programs: Rosenbrock's function of n variables (twice: as written below, and as the benchmark
+//! suite writes it, with `let`s, `rosen-let`), and the MLP of `examples/mlp.chad` with H
 //! hidden units (the inputs and weights made up deterministically; 2 inputs, 3 classes, a
 //! batch of 64 points). Both derivatives run on the execution engine, after the same
 //! optimisation and simplification as `chad grad` and `chad hvp`; with `--backend native`, on
@@ -218,15 +219,33 @@ fn main() {
     let only = flag("--only");
     let reg = Registry::builtin();
     if only.as_deref() != Some("mlp") {
-        rosenbrock(&reg, &sizes, native, dual, repeat);
+        rosenbrock(
+            &reg,
+            ("rosenbrock", ROSENBROCK),
+            &sizes,
+            native,
+            dual,
+            repeat,
+        );
+        // The benchmark suite's Rosenbrock: the same function, with `let`s.
+        let suite = std::fs::read_to_string("benches/programs/rosenbrock.chad")
+            .expect("benches/programs/rosenbrock.chad");
+        rosenbrock(&reg, ("rosen-let", &suite), &sizes, native, dual, repeat);
     }
     if only.as_deref() != Some("rosenbrock") {
         mlp(&reg, native, dual, repeat);
     }
 }
 
-fn rosenbrock(reg: &Registry, sizes: &[usize], native: bool, dual: bool, repeat: usize) {
-    let prog = chad::internals::source::load(ROSENBROCK, reg).expect("checks");
+fn rosenbrock(
+    reg: &Registry,
+    (label, source): (&str, &str),
+    sizes: &[usize],
+    native: bool,
+    dual: bool,
+    repeat: usize,
+) {
+    let prog = chad::internals::source::load(source, reg).expect("checks");
     let entry = optimize(&prog.entry(0));
     let timer = Timer::new(&entry, &[true], native, dual, repeat);
     for &n in sizes {
@@ -235,7 +254,7 @@ fn rosenbrock(reg: &Registry, sizes: &[usize], native: bool, dual: bool, repeat:
         let (t_g, t_h) = timer.times(&entry, &args, &v);
         println!(
             "{:<11} {:>7} {:>11.3} {:>11.3} {:>9.2}",
-            "rosenbrock",
+            label,
             n,
             t_g * 1e3,
             t_h * 1e3,
