@@ -17,9 +17,11 @@ use crate::error::{ErrorKind, Result};
 use crate::ir::compile::{Compiled, Parts};
 use crate::native::Native;
 use crate::optimize::optimize;
+use crate::oracle::fd;
 use crate::simplify::simplify;
 use crate::source::term::Entry;
 use crate::target::{embed, engine::Code};
+use crate::types::Type;
 use crate::value::Value;
 
 /// One definition compiled for running.
@@ -27,8 +29,8 @@ pub(super) enum Program {
     Engine(Box<Code>),
     Native(Box<Native>),
     /// [`super::Kind::NewtonDirection`] natively: the Hessian-vector product of the module's
-    /// definition with respect to parameter `k`.
-    Newton(Box<Hvp>, usize),
+    /// definition with respect to parameter `k`, of type `ty`.
+    Newton(Box<Hvp>, usize, Type),
 }
 
 impl Program {
@@ -60,7 +62,11 @@ impl Program {
         let wrt: Vec<bool> = (0..entry.params.len()).map(|i| i == k).collect();
         let backend = crate::native::NativeBackend::default();
         let hvp = Hvp::with_backend(&optimize(entry), &wrt, &backend)?;
-        Ok(Program::Newton(Box::new(hvp), k))
+        Ok(Program::Newton(
+            Box::new(hvp),
+            k,
+            entry.params[k].ty.clone(),
+        ))
     }
 
     /// The definition's value at `args`.
@@ -68,51 +74,29 @@ impl Program {
         match self {
             Program::Engine(code) => code.run(args),
             Program::Native(n) => n.eval(args),
-            Program::Newton(hvp, k) => {
-                let ones = ones_like(&args[*k]);
+            Program::Newton(hvp, k, ty) => {
+                // The all-ones direction, and `J / H` leaf by leaf in `x`'s shape (`leaves`
+                // and `tangent_with` take the reals in one order).
+                if args.len() <= *k || !args[*k].has_type(ty) {
+                    return Err(crate::error::Error::new(
+                        ErrorKind::Argument,
+                        format!("the argument to differentiate must have type {ty}"),
+                    ));
+                }
+                let ones = fd::tangent_with(ty, &args[*k], &mut || 1.0);
                 let r = hvp.hvp(args, &[ones])?;
-                match (&r.gradient[*k], &r.hvp[*k]) {
-                    (Some(j), Some(h)) => divide(j, h),
-                    _ => Err(crate::error::Error::new(
+                let (Some(j), Some(h)) = (&r.gradient[*k], &r.hvp[*k]) else {
+                    return Err(crate::error::Error::new(
                         ErrorKind::Runtime,
                         "internal error: no gradient for the selected parameter",
-                    )),
-                }
+                    ));
+                };
+                let (j, h) = (fd::leaves(j), fd::leaves(h));
+                let mut q = j.iter().zip(&h).map(|(a, b)| a / b);
+                Ok(fd::tangent_with(ty, &args[*k], &mut || {
+                    q.next().expect("one quotient per real")
+                }))
             }
         }
     }
-}
-
-/// The value of the shape of `v` (reals, arrays of them) with every real 1.
-fn ones_like(v: &Value) -> Value {
-    match v {
-        Value::Real(_) => Value::Real(1.0),
-        Value::RealArray(xs) => Value::reals(vec![1.0; xs.len()]),
-        Value::Array(xs) => Value::Array(std::rc::Rc::new(xs.iter().map(ones_like).collect())),
-        Value::Pair(p) => Value::pair(ones_like(&p.0), ones_like(&p.1)),
-        other => other.clone(),
-    }
-}
-
-/// `a / b` elementwise, for values of one shape.
-fn divide(a: &Value, b: &Value) -> Result<Value> {
-    Ok(match (a, b) {
-        (Value::Real(x), Value::Real(y)) => Value::Real(x / y),
-        (Value::RealArray(x), Value::RealArray(y)) if x.len() == y.len() => {
-            Value::reals(x.iter().zip(y.iter()).map(|(a, b)| a / b).collect())
-        }
-        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => Value::Array(std::rc::Rc::new(
-            x.iter()
-                .zip(y.iter())
-                .map(|(a, b)| divide(a, b))
-                .collect::<Result<_>>()?,
-        )),
-        (Value::Pair(x), Value::Pair(y)) => Value::pair(divide(&x.0, &y.0)?, divide(&x.1, &y.1)?),
-        _ => {
-            return Err(crate::error::Error::new(
-                ErrorKind::Runtime,
-                "internal error: a gradient and a Hessian-vector product of different shapes",
-            ));
-        }
-    })
 }

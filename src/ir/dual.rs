@@ -310,9 +310,12 @@ impl<'a> Dual<'a> {
         });
         let d = FuncId(self.p.funcs.len() as u32 - 1);
         self.funcs.insert(f, d);
+        // A callee is dualised once, outside whatever block (or renamed copy) asked for it.
         let saved = std::mem::take(&mut self.out);
+        let renames = self.renames.take();
         let body = self.dual_block(&orig.body);
         self.out = saved;
+        self.renames = renames;
         self.p.funcs[d.0 as usize].body = body?;
         Ok(d)
     }
