@@ -13,12 +13,7 @@ use chad::internals::random::{self, Config};
 use chad::internals::types::Type;
 use proptest::strategy::{Strategy, ValueTree};
 
-fn close(a: &[f64], b: &[f64], tol: f64) -> bool {
-    a.len() == b.len()
-        && a.iter().zip(b).all(|(x, y)| {
-            (x.is_nan() && y.is_nan()) || (x - y).abs() <= tol * (1.0 + x.abs().max(y.abs()))
-        })
-}
+use common::close_reals as close;
 
 #[test]
 fn dual_ir_hvp_agrees_with_the_concretising_route_on_random_programs() {

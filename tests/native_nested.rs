@@ -30,12 +30,7 @@ fn leaves(vs: &[Value]) -> Vec<f64> {
     vs.iter().flat_map(fd::leaves).collect()
 }
 
-fn close(a: &[f64], b: &[f64], tol: f64) -> bool {
-    a.len() == b.len()
-        && a.iter().zip(b).all(|(x, y)| {
-            (x.is_nan() && y.is_nan()) || (x - y).abs() <= tol * (1.0 + x.abs().max(y.abs()))
-        })
-}
+use common::close_reals as close;
 
 /// Central differences of the engine's gradient along `t`, with step `h`.
 fn fd_of_gradient(e: &Entry, args: &[Value], t: &[Value], h: f64) -> Option<Vec<f64>> {

@@ -282,3 +282,11 @@ pub fn args(e: &chad::internals::source::term::Entry, vals: &[&str]) -> Vec<Valu
         .map(|(t, v)| chad::internals::source::parse_value(v, t).unwrap())
         .collect()
 }
+
+/// Same length, and each pair equal to `tol` relative to `1 + max(|x|, |y|)` (NaN with NaN).
+pub fn close_reals(a: &[f64], b: &[f64], tol: f64) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            (x.is_nan() && y.is_nan()) || (x - y).abs() <= tol * (1.0 + x.abs().max(y.abs()))
+        })
+}
