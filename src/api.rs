@@ -144,6 +144,24 @@ struct ProgramData {
     source: Source,
     /// Each definition's name and type, in order.
     defs: Vec<(String, String)>,
+    /// The definitions specialised at each call (`term::Program::templates`), by name.
+    templates: Vec<String>,
+}
+
+/// The error for running a definition that differentiates its function parameter inside: it
+/// has no code of its own, only its specialisations at each call.
+pub(crate) fn template_error(name: &str) -> Error {
+    Error::new(
+        ErrorKind::Input,
+        format!(
+            "`{name}` differentiates its function parameter inside, so it is specialised at \
+             each call and cannot be run on its own"
+        ),
+    )
+    .with_note(format!(
+        "call it from another definition: `def main (x : Real) : Real = {name} (\\(y : Real) -> \
+         ..) x`"
+    ))
 }
 
 impl Drop for ProgramData {
@@ -186,10 +204,12 @@ impl Program {
             .iter()
             .map(|d| (d.name().to_string(), d.var.ty.to_string()))
             .collect();
+        let templates = terms.templates.iter().map(|t| t.name.to_string()).collect();
         let data = Arc::new(ProgramData {
             id: next_id(),
             source,
             defs,
+            templates,
         });
         let terms = Rc::new(terms);
         cached(&PROGRAMS, data.id, &data, || Ok(Rc::unwrap_or_clone(terms)))?;
@@ -228,6 +248,7 @@ impl Program {
     pub fn function(&self, name: &str) -> Result<Function> {
         match self.data.defs.iter().position(|(n, _)| n == name) {
             Some(k) => self.function_at(k),
+            None if self.data.templates.iter().any(|t| t == name) => Err(template_error(name)),
             None => Err(Error::new(
                 ErrorKind::Input,
                 format!("no definition named `{name}` in {}", self.data.source.name),

@@ -587,6 +587,11 @@ fn select(src: &Source, prog: &Program, def: Option<&str>) -> Result<usize> {
             .join(", ")
     };
     match def {
+        Some(name)
+            if prog.find(name).is_none() && prog.templates.iter().any(|t| *t.name == *name) =>
+        {
+            Err(crate::api::template_error(name))
+        }
         Some(name) => prog.find(name).ok_or_else(|| {
             Error::new(
                 ErrorKind::Input,
@@ -832,18 +837,26 @@ fn run(cli: Cli) -> CliResult<String> {
                     });
                 }
             }
+            // Definitions and templates (definitions specialised at each call), in source order.
+            let mut signatures: Vec<(String, String)> = Vec::new();
+            let mut templates = prog.templates.iter().peekable();
+            for (i, d) in prog.defs.iter().enumerate() {
+                while let Some(t) = templates.next_if(|t| t.position == i) {
+                    signatures.push((t.name.to_string(), t.ty.to_string()));
+                }
+                signatures.push((d.name().to_string(), d.var.ty.to_string()));
+            }
+            signatures.extend(templates.map(|t| (t.name.to_string(), t.ty.to_string())));
             if json {
-                let defs: serde_json::Map<String, serde_json::Value> = prog
-                    .defs
-                    .iter()
-                    .map(|d| (d.name().to_string(), d.var.ty.to_string().into()))
+                let defs: serde_json::Map<String, serde_json::Value> = signatures
+                    .into_iter()
+                    .map(|(name, ty)| (name, ty.into()))
                     .collect();
                 Ok(format!("{}\n", serde_json::json!({ "defs": defs })))
             } else {
-                Ok(prog
-                    .defs
+                Ok(signatures
                     .iter()
-                    .map(|d| format!("{} : {}\n", d.name(), d.var.ty))
+                    .map(|(name, ty)| format!("{name} : {ty}\n"))
                     .collect())
             }
         }

@@ -157,7 +157,14 @@ impl TestProgram {
             span: Span::default(),
             custom: None,
         };
-        defs_to_string(&Program { defs: vec![def] }, &[0], 100)
+        defs_to_string(
+            &Program {
+                defs: vec![def],
+                templates: Vec::new(),
+            },
+            &[0],
+            100,
+        )
     }
 }
 

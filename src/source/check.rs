@@ -28,7 +28,7 @@ use crate::prim::{Prim, Registry};
 use crate::types::Type;
 use crate::value::tuple_components;
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
 
 /// Checks a parsed program against the primitives of `reg`.
@@ -38,15 +38,19 @@ pub fn check_program(prog: &ast::Program, reg: &Registry) -> Result<Program> {
 
 /// [`check_program`], with `grad`, `jvp` and `vjp` inside the program elaborated by `nested`
 /// (without it they are an error).
-pub fn check_program_with(
-    prog: &ast::Program,
-    reg: &Registry,
-    nested: Option<&dyn Differentiate>,
+pub fn check_program_with<'a>(
+    prog: &'a ast::Program,
+    reg: &'a Registry,
+    nested: Option<&'a dyn Differentiate>,
 ) -> Result<Program> {
     let mut c = Checker {
         reg: Cow::Borrowed(reg),
         nested,
         values: HashMap::new(),
+        templates: HashMap::new(),
+        placeholders: HashSet::new(),
+        unresolved: None,
+        next_local: usize::MAX / 2,
         scope: HashMap::new(),
         globals: HashMap::new(),
         customs: HashMap::new(),
@@ -54,8 +58,16 @@ pub fn check_program_with(
         current: None,
     };
     let mut defs: Vec<Def> = Vec::new();
+    let mut templates = Vec::new();
     for d in &prog.defs {
         // (A definition with derivative clauses is a primitive, not a global.)
+        if c.templates.contains_key(&d.name.name) {
+            return Err(Error::type_error(
+                d.name.span,
+                format!("`{}` is defined twice", d.name.name),
+            )
+            .with_label("second definition"));
+        }
         if let Some(i) = defs.iter().position(|x| *x.var.name == *d.name.name) {
             return Err(Error::type_error(
                 d.name.span,
@@ -122,10 +134,34 @@ pub fn check_program_with(
         for v in &params {
             c.push(v);
         }
-        let body = match &d.ret {
+        c.unresolved = None;
+        let check_body = |c: &mut Checker| match &d.ret {
             Some(t) => c.check(&d.body, &t.ty),
             None => c.infer(&d.body),
         };
+        let mut body = check_body(&mut c);
+        // A definition that differentiates a function parameter inside is a template
+        // (`check::nested`): checked here with placeholders for its type, and again at each
+        // call.
+        let template = body.is_err()
+            && own.is_none()
+            && d.jvp.is_none()
+            && c.unresolved
+                .is_some_and(|id| params.iter().any(|p| p.id == id));
+        if template {
+            let functions: Vec<VarId> = params
+                .iter()
+                .filter(|p| !p.ty.is_first_order())
+                .map(|p| p.id)
+                .collect();
+            c.placeholders.extend(functions.iter().copied());
+            let again = check_body(&mut c);
+            for id in &functions {
+                c.placeholders.remove(id);
+            }
+            // (If this fails too, its error is the real one.)
+            body = again;
+        }
         for v in &params {
             c.pop(v);
         }
@@ -138,6 +174,21 @@ pub fn check_program_with(
             &params.iter().map(|p| p.ty.clone()).collect::<Vec<_>>(),
             ret.clone(),
         );
+        if template {
+            c.templates.insert(
+                d.name.name.clone(),
+                nested::Template {
+                    def: d,
+                    params: params.clone(),
+                },
+            );
+            templates.push(Signature {
+                name: d.name.name.clone(),
+                ty,
+                position: defs.len(),
+            });
+            continue;
+        }
         let var = own.unwrap_or_else(|| Var::fresh(d.name.name.clone(), ty));
         let mut def = Def {
             var,
@@ -159,7 +210,7 @@ pub fn check_program_with(
         }
         defs.push(def);
     }
-    Ok(Program { defs })
+    Ok(Program { defs, templates })
 }
 
 /// The polymorphic builtins, elaborated by the checker, with their arities.
@@ -199,8 +250,18 @@ struct Checker<'r> {
     reg: Cow<'r, Registry>,
     /// What elaborates `grad`, `jvp` and `vjp` (none: they are an error).
     nested: Option<&'r dyn Differentiate>,
-    /// The definitions checked so far, as values (for the functions `grad` differentiates).
+    /// The definitions checked so far and the local functions bound by `let`, as values (for
+    /// the functions `grad` differentiates), with their order (locals after definitions).
     values: HashMap<VarId, (usize, Term)>,
+    /// The definitions that differentiate a function parameter inside (`nested`), by name.
+    templates: HashMap<Rc<str>, nested::Template<'r>>,
+    /// The function parameters of a template being checked for its type: a form over one of
+    /// them is a placeholder.
+    placeholders: HashSet<VarId>,
+    /// The function variable without a known value that stopped the last form.
+    unresolved: Option<VarId>,
+    /// The order of the next local function in `values`.
+    next_local: usize,
     scope: HashMap<Rc<str>, Vec<Var>>,
     globals: HashMap<Rc<str>, (usize, Var)>,
     /// The definitions with derivative clauses (primitives of `reg`), by name.
@@ -364,6 +425,7 @@ impl<'r> Checker<'r> {
     fn builtin_name(&self, name: &str) -> bool {
         self.local(name).is_none()
             && !self.globals.contains_key(name)
+            && !self.templates.contains_key(name)
             && (POLY.iter().any(|(n, _)| *n == name) || self.reg.function(name).is_some())
     }
 
@@ -547,6 +609,9 @@ impl<'r> Checker<'r> {
             self.deps.insert(*i);
             return Ok(Term::new(TermKind::Var(v.clone()), span));
         }
+        if let Some(t) = self.templates.get(x).cloned() {
+            return self.instantiate(x, &t, &[], span);
+        }
         if self.builtin_name(x) {
             return self.builtin(x, &[], expected, span);
         }
@@ -643,6 +708,9 @@ impl<'r> Checker<'r> {
             for v in pat.vars() {
                 let v = v.clone();
                 self.push(&v);
+            }
+            if let Pat::Var(v) = &pat {
+                self.local_value(v, &r);
             }
             chain.push((pat, r, span));
             if let ExprKind::Let(p2, ann2, rhs2, body2) = &body.kind {
@@ -831,6 +899,12 @@ impl<'r> Checker<'r> {
             && self.builtin_name(x)
         {
             return self.builtin_app(x, args, expected, span);
+        }
+        if let ExprKind::Var(x) = &head.kind
+            && self.local(x).is_none()
+            && let Some(t) = self.templates.get(x).cloned()
+        {
+            return self.instantiate(x, &t, args, span);
         }
         let f = self.infer(head)?;
         let what = match &head.kind {

@@ -578,6 +578,21 @@ impl Def {
 pub struct Program {
     /// The definitions in order.
     pub defs: Vec<Def>,
+    /// The definitions that differentiate a function parameter inside (`grad f x` with `f` a
+    /// parameter): they have no term of their own, each call is checked with its function
+    /// arguments (`check::nested`).
+    pub templates: Vec<Signature>,
+}
+
+/// A definition's name and type.
+#[derive(Clone, Debug)]
+pub struct Signature {
+    /// The name.
+    pub name: Rc<str>,
+    /// The curried type.
+    pub ty: Type,
+    /// How many of [`Program::defs`] come before it in the source.
+    pub position: usize,
 }
 
 /// A definition prepared to run: its parameters are the inputs, and its body has the

@@ -9,12 +9,24 @@
 //! definitions `f` uses bound by `let` in front. The derivative is taken with respect to `x`
 //! only, but the captured variables are ordinary inputs of the derivative code (no
 //! `stopGradient`), so an enclosing derivative sees how the inner result depends on them: no
-//! perturbation confusion (`theory-notes/12-nested-ad.md`). A captured *local* function has no
-//! term to differentiate through; that is a type error naming it.
+//! perturbation confusion (`theory-notes/12-nested-ad.md`).
+//!
+//! A function the form uses must have a known term to differentiate through:
+//! * a top-level definition, or a local function bound by `let` (the checker records both
+//!   values, and they are bound by `let` in front of the entry);
+//! * a function *parameter* of a definition (`def newton (f : Real -> Real) (x : Real) = x - f x
+//!   / grad f x`): such a definition is a [`Template`]. It is checked once with placeholders
+//!   for the forms over its parameters, to learn its type, and checked again at each call with
+//!   the arguments' terms as the parameters' values ([`Checker::instantiate`]), so the form
+//!   differentiates the function actually passed (specialisation, as in Futhark's
+//!   defunctionalisation). A template that passes its parameter on to another template is one
+//!   too. A `def rec` cannot be specialised this way (its calls would instantiate it without
+//!   end), nor can a lambda's or a `case` branch's function variable: those stay type errors
+//!   naming the variable.
 
 use super::{Arg, Checker};
 use crate::error::{Error, Result, Span};
-use crate::source::syntax::{Expr, ExprKind};
+use crate::source::syntax::{self as ast, Expr, ExprKind};
 use crate::source::term::{Entry, Pat, Term, TermKind, Var, VarId};
 use crate::types::Type;
 use std::collections::{BTreeMap, HashSet};
@@ -159,7 +171,16 @@ impl Checker<'_> {
                 if !params.iter().any(|p: &Var| p.id == v.id) {
                     params.push(v.clone());
                 }
+            } else if self.placeholders.contains(&v.id) {
+                // A template checked for its type only: the form's value is never used.
+                let ty = match form {
+                    Form::Grad => a.clone(),
+                    Form::Jvp => Type::prod(b.clone(), b.clone()),
+                    Form::Vjp => Type::prod(b.clone(), a.clone()),
+                };
+                return Ok(Term::new(TermKind::Var(Var::fresh("template", ty)), span));
             } else {
+                self.unresolved = Some(v.id);
                 return Err(Error::type_error(
                     args[0].span(),
                     format!(
@@ -168,7 +189,10 @@ impl Checker<'_> {
                         v.name, v.ty
                     ),
                 )
-                .with_note("define it at the top level, or inside the differentiated lambda"));
+                .with_note(
+                    "bind it with `let`, define it at the top level, make it a parameter of a \
+                     (non-recursive) definition, or write it inside the differentiated lambda",
+                ));
             }
         }
         params.reverse();
@@ -194,5 +218,93 @@ impl Checker<'_> {
         nested
             .elaborate(form, &entry, &args_t, extra)
             .map_err(|e| e.or_span(span))
+    }
+}
+
+/// A definition that differentiates one of its function parameters inside: checked again at
+/// each call (see the module doc).
+#[derive(Clone)]
+pub(super) struct Template<'a> {
+    /// Its source.
+    pub(super) def: &'a ast::Def,
+    /// Its parameters (their names and types; each instance binds fresh ones).
+    pub(super) params: Vec<Var>,
+}
+
+impl<'a> Checker<'a> {
+    /// Records the value of a local function bound by `let`, for the forms that use it.
+    pub(super) fn local_value(&mut self, v: &Var, value: &Term) {
+        if !v.ty.is_first_order() {
+            self.values.insert(v.id, (self.next_local, value.clone()));
+            self.next_local += 1;
+        }
+    }
+
+    /// A call of the template `name` (with some or all of its arguments, or more): `let p1 = a1
+    /// in .. let pk = ak in \pk+1 .. pn -> body`, the body checked again in the definition's
+    /// own scope with the function arguments as the parameters' values. Missing arguments are
+    /// eta-expanded; they must be first-order.
+    pub(super) fn instantiate(
+        &mut self,
+        name: &str,
+        t: &Template<'a>,
+        args: &[Expr],
+        span: Span,
+    ) -> Result<Term> {
+        let n = t.params.len();
+        let given = args.len().min(n);
+        let mut terms = Vec::with_capacity(given);
+        for (a, p) in args[..given].iter().zip(&t.params) {
+            terms.push(self.check(a, &p.ty)?);
+        }
+        if let Some(p) = t.params[given..].iter().find(|p| !p.ty.is_first_order()) {
+            return Err(Error::type_error(
+                span,
+                format!(
+                    "`{name}` differentiates its function parameter `{}` inside, so each use \
+                     must give it (and the parameters before it)",
+                    p.name
+                ),
+            )
+            .with_note(format!(
+                "the definition is specialised to the function it is given; write \
+                 `{name} f ..` rather than passing `{name}` itself"
+            )));
+        }
+        let fresh: Vec<Var> = t
+            .params
+            .iter()
+            .map(|p| Var::fresh(p.name.clone(), p.ty.clone()))
+            .collect();
+        for (v, a) in fresh.iter().zip(&terms) {
+            self.local_value(v, a);
+        }
+        // The body sees the definition's parameters and the top level, not the caller's
+        // locals.
+        let saved = std::mem::take(&mut self.scope);
+        for v in &fresh {
+            self.push(v);
+        }
+        let body = match &t.def.ret {
+            Some(r) => self.check(&t.def.body, &r.ty),
+            None => self.infer(&t.def.body),
+        };
+        self.scope = saved;
+        let mut body = body.map_err(|e| {
+            e.with_note(format!(
+                "while checking `{name}` specialised to the function arguments of a call"
+            ))
+        })?;
+        for v in fresh[given..].iter().rev() {
+            body = Term::new(TermKind::Lam(v.clone(), body), span);
+        }
+        for (v, a) in fresh[..given].iter().zip(terms).rev() {
+            body = Term::new(TermKind::Let(Pat::Var(v.clone()), a, body), span);
+        }
+        if args.len() > n {
+            self.apply_rest(body, &format!("`{name}`"), &args[n..], n, span)
+        } else {
+            Ok(body)
+        }
     }
 }
