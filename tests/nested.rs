@@ -565,6 +565,13 @@ def both (f : Real -> Real) (g : Real -> Real) (x : Real) : (Real, Real) =
     let want = (2.0 * a * x) * (2.0 * a * (a * x).cos()) + r;
     let got = run(&src, &[Value::Real(a), Value::Real(x)]).expect_real();
     assert!((got - want).abs() < 1e-12, "{got} against {want}");
+    // The specialised body sees the definition's scope, not the caller's: its `k` is the
+    // top-level one even where the call's `k` is a parameter.
+    let scoped = "def k : Real = 10.0
+def t (f : Real -> Real) (x : Real) : Real = k * grad f x
+def main (k : Real) (x : Real) : Real = t (\\(y : Real) -> k * y * y) x";
+    let got = run(scoped, &[Value::Real(3.0), Value::Real(2.0)]).expect_real();
+    assert_eq!(got, 10.0 * 3.0 * 2.0 * 2.0);
 }
 
 /// A function bound by `let` is differentiated through, capturing its own free variables.
