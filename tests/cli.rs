@@ -1538,3 +1538,31 @@ fn iteration_errors_are_clear() {
         );
     }
 }
+
+/// A definition that differentiates its function parameter is listed by `check` in source
+/// order, and running it on its own says why it cannot be.
+#[test]
+fn specialised_definitions_are_listed_and_explained() {
+    let o = chad(&["check", "examples/nested/newton.chad"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(
+        o.stdout,
+        "f : Real -> Real\nnewton : Real -> Real\nstep : (Real -> Real) -> Real -> Real\n\
+         cube_root : Real -> Real -> Real\n"
+    );
+    fails(
+        &[
+            "eval",
+            "examples/nested/newton.chad",
+            "--def",
+            "step",
+            "--arg",
+            "1",
+        ],
+        1,
+        &[
+            "`step` differentiates its function parameter inside",
+            "call it from another",
+        ],
+    );
+}
