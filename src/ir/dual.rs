@@ -960,6 +960,11 @@ impl<'a> Dual<'a> {
             accumulates: false,
             rec: None,
         };
+        // Constants' tangents are literal zeros: fold the products and sums they meet.
+        crate::ir::opt::fold_zeros(&mut func);
+        for d in self.funcs.values() {
+            crate::ir::opt::fold_zeros(&mut self.p.funcs[d.0 as usize]);
+        }
         crate::ir::opt::dead_lets(&mut func, &self.shadows);
         self.p.funcs.push(func);
         Ok(FuncId(self.p.funcs.len() as u32 - 1))

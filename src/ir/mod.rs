@@ -789,6 +789,74 @@ pub fn for_each_block(e: &Expr, f: &mut dyn FnMut(&Block)) {
     }
 }
 
+/// Calls `f` on each operand of an expression itself (not those inside its blocks).
+pub fn for_each_operand_mut(e: &mut Expr, f: &mut dyn FnMut(&mut Atom)) {
+    match e {
+        Expr::Atom(a)
+        | Expr::Proj(a, _)
+        | Expr::Variant(_, _, a)
+        | Expr::Len(a)
+        | Expr::Build(a, ..)
+        | Expr::Sum(a, ..)
+        | Expr::If(a, ..)
+        | Expr::Match(a, _)
+        | Expr::Iterate(a, ..) => f(a),
+        Expr::Op(_, xs)
+        | Expr::Prim(_, xs, _)
+        | Expr::Tuple(xs)
+        | Expr::Array(_, xs)
+        | Expr::Call(_, xs) => xs.iter_mut().for_each(f),
+        Expr::Index(a, b, _)
+        | Expr::IndexOr0(a, b)
+        | Expr::Replicate(a, b, _)
+        | Expr::Add(a, b)
+        | Expr::Scale(a, b) => {
+            f(a);
+            f(b);
+        }
+        Expr::Zero(_) | Expr::Get(_) | Expr::Take(_) => {}
+    }
+}
+
+/// Calls `f` on each operand of a statement itself (not those inside its blocks or its
+/// expression's blocks).
+pub fn for_each_stmt_operand_mut(s: &mut Stmt, f: &mut dyn FnMut(&mut Atom)) {
+    let place = |p: &mut Place, f: &mut dyn FnMut(&mut Atom)| {
+        for st in &mut p.path {
+            if let Step::Elem(i) = st {
+                f(i);
+            }
+        }
+    };
+    match s {
+        Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => for_each_operand_mut(e, f),
+        Stmt::Set(_, a) | Stmt::For(_, a, _) => f(a),
+        Stmt::AddTo {
+            place: p,
+            value,
+            scale,
+        } => {
+            place(p, f);
+            f(value);
+            if let Some(c) = scale {
+                f(c);
+            }
+        }
+        Stmt::Grow(p, n) => {
+            place(p, f);
+            f(n);
+        }
+        Stmt::Check(c, _) => match c {
+            Check::OneHot(a, b) | Check::SameLen(_, a, b) => {
+                f(a);
+                f(b);
+            }
+            Check::Len(_, a) => f(a),
+        },
+        Stmt::Loop(_) | Stmt::Break => {}
+    }
+}
+
 /// [`for_each_block`], for changing the blocks.
 pub fn for_each_block_mut(e: &mut Expr, f: &mut dyn FnMut(&mut Block)) {
     match e {

@@ -27,6 +27,12 @@
 //!   value and raises no error. Forward and reverse code re-project the (co)tangent of the
 //!   environment in every iteration (`d.1` of the tangent tuple, once per element); moved out,
 //!   that array is visibly loop-invariant, which the Rust backend's padded reads need.
+//! * [`fold_zeros`] (run on dual-number code, [`super::dual`], whose constants have literal
+//!   zero tangents): `let x = y` and `let x = c` (a real literal) are forwarded to `x`'s uses;
+//!   `c * a` with a literal zero factor is `0.0` (scaling is strong-zero: exactly 0 whatever
+//!   the other factor, infinities and NaN included), `1.0 * a` is `a`, `a + 0.0` is `a` (a
+//!   real `-0.0` stays `-0.0`, where the addition would give `+0.0`, as in
+//!   [`lone_adds`]), and `p += 0.0`, `p += 0.0 * v` for a real `v` go. Nothing removed can fail.
 //! * [`lone_adds`]: `mut a = zero τ; ..; a += [c *] y; ..; let v = take a` (or `get a`), where
 //!   `a` has no other use at any depth and the `+=` and the read are statements of the block
 //!   that declares it, becomes `..; ..; let v = [c *] y`. Linear code materialises a linear
@@ -38,7 +44,7 @@
 //!   `y` and `c`, used at the `+=`, are bound at the later read.
 
 use super::{
-    Atom, Block, Check, Expr, MutVar, Place, Program, Step, Stmt, for_each_block,
+    Atom, Block, Check, Expr, MutVar, Place, Program, Step, Stmt, Ty, for_each_block,
     for_each_block_mut, same_atom, same_step,
 };
 use crate::deep::deep;
@@ -450,6 +456,73 @@ fn dead_block(
         }
         keep.reverse();
         b.stmts = keep;
+    })
+}
+
+/// Folds strong zeros and forwards copies in a function (module doc, [`fold_zeros`]).
+pub fn fold_zeros(f: &mut super::Func) {
+    let mut sub = FxHashMap::default();
+    fold_block(&mut f.body, &mut sub);
+}
+
+fn lit_zero(a: &Atom) -> bool {
+    matches!(a, Atom::F64(c) if *c == 0.0)
+}
+
+fn fold_block(b: &mut Block, sub: &mut FxHashMap<u32, Atom>) {
+    deep(|| {
+        let subst = |a: &mut Atom, sub: &FxHashMap<u32, Atom>| {
+            if let Atom::Var(v) = a
+                && let Some(x) = sub.get(&v.id)
+            {
+                *a = x.clone();
+            }
+        };
+        let stmts = std::mem::take(&mut b.stmts);
+        let mut out = Vec::with_capacity(stmts.len());
+        for mut s in stmts {
+            super::for_each_stmt_operand_mut(&mut s, &mut |a| subst(a, sub));
+            match &mut s {
+                Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => {
+                    for_each_block_mut(e, &mut |b| fold_block(b, sub))
+                }
+                Stmt::For(_, _, body) | Stmt::Loop(body) => fold_block(body, sub),
+                _ => {}
+            }
+            match &mut s {
+                Stmt::Let(x, e) => {
+                    let real = x.ty == Ty::F64;
+                    let to = match e {
+                        Expr::Atom(a @ (Atom::Var(_) | Atom::F64(_))) => Some(a.clone()),
+                        Expr::Scale(c, a) if real && (lit_zero(c) || lit_zero(a)) => {
+                            Some(Atom::F64(0.0))
+                        }
+                        Expr::Scale(Atom::F64(one), a) if *one == 1.0 => Some(a.clone()),
+                        Expr::Add(z, a) | Expr::Add(a, z) if real && lit_zero(z) => Some(a.clone()),
+                        _ => None,
+                    };
+                    if let Some(a) = to {
+                        sub.insert(x.id, a);
+                        continue;
+                    }
+                }
+                Stmt::AddTo { value, scale, .. } => {
+                    // (Only reals: adding a zero array could still grow the place.)
+                    if lit_zero(value)
+                        || (value.ty() == Ty::F64 && scale.as_ref().is_some_and(lit_zero))
+                    {
+                        continue;
+                    }
+                    if matches!(scale, Some(Atom::F64(one)) if *one == 1.0) {
+                        *scale = None;
+                    }
+                }
+                _ => {}
+            }
+            out.push(s);
+        }
+        subst(&mut b.result, sub);
+        b.stmts = out;
     })
 }
 

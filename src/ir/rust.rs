@@ -1203,9 +1203,9 @@ impl<'a> Emitter<'a> {
         match self.types().kind(t) {
             TyKind::F64 | TyKind::Unit => return x.to_string(),
             TyKind::List(..) => return format!("{flat}({x})"),
-            TyKind::Array(e) if matches!(self.types().kind(*e), TyKind::F64 | TyKind::Unit) => {
-                return format!("{flat}({x})");
-            }
+            // Elements that are their own accumulators (reals, tuples of them): the vector
+            // itself, without a pass over it.
+            TyKind::Array(e) if self.plain_acc(*e) => return format!("{flat}({x})"),
             _ => {}
         }
         let name = format!("{prefix}_{}", self.type_key(t));
@@ -1235,6 +1235,15 @@ impl<'a> Emitter<'a> {
             );
         }
         format!("{name}({x})")
+    }
+
+    /// Is a value of type `t` its own accumulator (reals, units, tuples of them)?
+    fn plain_acc(&self, t: Ty) -> bool {
+        match self.types().kind(t) {
+            TyKind::F64 | TyKind::Unit => true,
+            TyKind::Tuple(cs) => cs.iter().all(|c| self.plain_acc(*c)),
+            _ => false,
+        }
     }
 
     /// `grow_T(&mut p, n)` for an accumulated array place.
