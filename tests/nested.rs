@@ -498,6 +498,21 @@ fn nested_forms_are_checked() {
         )
         .contains("each use must give it")
     );
+    // Specialisations are bounded: a chain of definitions each calling the next twice would
+    // need 2^30 copies (checking the chain alone needs none: a call with a placeholder
+    // function argument is a placeholder too).
+    let mut chain = String::from("def t0 (f : Real -> Real) (x : Real) : Real = grad f x\n");
+    for k in 1..30 {
+        chain += &format!(
+            "def t{k} (f : Real -> Real) (x : Real) : Real = t{} f x + t{} f x\n",
+            k - 1,
+            k - 1
+        );
+    }
+    nested::load(&chain, &chad::internals::prim::Registry::builtin()).unwrap();
+    assert!(
+        err(&format!("{chain}def main (x : Real) : Real = t29 sin x")).contains("specialisations")
+    );
     // Its type errors are found once, at the definition, not at each call.
     assert!(
         err("def nt (f : Real -> Real) (x : Real) : Real = x - f x / grad f x + true")

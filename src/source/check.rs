@@ -51,6 +51,7 @@ pub fn check_program_with<'a>(
         placeholders: HashSet::new(),
         unresolved: None,
         next_local: usize::MAX / 2,
+        instances: 0,
         scope: HashMap::new(),
         globals: HashMap::new(),
         customs: HashMap::new(),
@@ -180,6 +181,7 @@ pub fn check_program_with<'a>(
                 nested::Template {
                     def: d,
                     params: params.clone(),
+                    ret: ret.clone(),
                 },
             );
             templates.push(Signature {
@@ -262,6 +264,8 @@ struct Checker<'r> {
     unresolved: Option<VarId>,
     /// The order of the next local function in `values`.
     next_local: usize,
+    /// How many calls of templates have been specialised (at most `nested::MAX_INSTANCES`).
+    instances: usize,
     scope: HashMap<Rc<str>, Vec<Var>>,
     globals: HashMap<Rc<str>, (usize, Var)>,
     /// The definitions with derivative clauses (primitives of `reg`), by name.

@@ -229,7 +229,13 @@ pub(super) struct Template<'a> {
     pub(super) def: &'a ast::Def,
     /// Its parameters (their names and types; each instance binds fresh ones).
     pub(super) params: Vec<Var>,
+    /// Its result type.
+    pub(super) ret: Type,
 }
+
+/// The most specialisations a program may need: each is a copy of a definition's body, so a
+/// chain of definitions each calling the next twice needs exponentially many.
+pub(super) const MAX_INSTANCES: usize = 10_000;
 
 impl<'a> Checker<'a> {
     /// Records the value of a local function bound by `let`, for the forms that use it.
@@ -271,6 +277,38 @@ impl<'a> Checker<'a> {
                  `{name} f ..` rather than passing `{name}` itself"
             )));
         }
+        // Checking a template for its type, with a function argument that is itself only a
+        // placeholder: the call's value is never used either, and its type is known.
+        let unknown = |a: &Term| {
+            free_vars(a)
+                .iter()
+                .any(|v| self.placeholders.contains(&v.id))
+        };
+        if terms.iter().any(unknown) {
+            let rest: Vec<Type> = t.params[given..].iter().map(|p| p.ty.clone()).collect();
+            let ty = Type::curried(&rest, t.ret.clone());
+            let placeholder = Term::new(TermKind::Var(Var::fresh("template", ty)), span);
+            return if args.len() > n {
+                self.apply_rest(placeholder, &format!("`{name}`"), &args[n..], n, span)
+            } else {
+                Ok(placeholder)
+            };
+        }
+        self.instances += 1;
+        if self.instances > MAX_INSTANCES {
+            return Err(Error::new(
+                crate::error::ErrorKind::Unsupported,
+                format!(
+                    "this program needs more than {MAX_INSTANCES} specialisations of \
+                     definitions that differentiate a function parameter (here `{name}`)"
+                ),
+            )
+            .with_span(span)
+            .with_note(
+                "each call of such a definition is checked and compiled as a copy of its body; \
+                 pass the function to fewer calls, or differentiate a top-level definition",
+            ));
+        }
         let fresh: Vec<Var> = t
             .params
             .iter()
@@ -291,6 +329,9 @@ impl<'a> Checker<'a> {
         };
         self.scope = saved;
         let mut body = body.map_err(|e| {
+            if e.kind() != crate::error::ErrorKind::Type {
+                return e;
+            }
             e.with_note(format!(
                 "while checking `{name}` specialised to the function arguments of a call"
             ))
