@@ -477,18 +477,21 @@ fn nested_forms_are_checked() {
     };
     assert!(err("def main : Real = grad (\\(x : Real) -> (x, x)) 1.0").contains("Real"));
     assert!(err("def main : Int = grad (\\(i : Int) -> 1.0) 1").contains("`Int`"));
-    // A lambda's function parameter, and a recursive definition's, have no term to
-    // differentiate through (a `let`-bound function and a definition's parameter do: below).
+    // A lambda's function parameter has no term to differentiate through (a `let`-bound
+    // function and a definition's parameter do: below).
     assert!(
         err("def k (x : Real) : Real = let g = \\(f : Real -> Real) -> grad f x in g sin")
             .contains("local function")
     );
+    // A recursive definition is specialised with its function parameters fixed: its
+    // recursive calls must pass them on unchanged.
     assert!(
         err(
             "def rec nt (f : Real -> Real) (n : Int) (x : Real) : Real =\n\
-             if n <= 0 then x else nt f (n - 1) (x - f x / grad f x)"
+             if n <= 0 then x else nt (\\(y : Real) -> 2.0 * f y) (n - 1) (x - f x / grad f x)\n\
+             def main (x : Real) : Real = nt sin 3 x"
         )
-        .contains("local function")
+        .contains("must pass `f` on unchanged")
     );
     // A definition specialised to its function argument must be given it.
     assert!(
@@ -580,6 +583,27 @@ def both (f : Real -> Real) (g : Real -> Real) (x : Real) : (Real, Real) =
     let want = (2.0 * a * x) * (2.0 * a * (a * x).cos()) + r;
     let got = run(&src, &[Value::Real(a), Value::Real(x)]).expect_real();
     assert!((got - want).abs() < 1e-12, "{got} against {want}");
+    // A recursive definition: `solve f n x` is n Newton steps, specialised once per call with
+    // `f` fixed and the recursion over `n` and `x` (the same values as `steps` above, and
+    // partially applied).
+    let rec = format!(
+        "{NEWTON}def rec solve (f : Real -> Real) (n : Int) (x : Real) : Real =
+  if n <= 0 then x else solve f (n - 1) (x - f x / grad f x)
+def main (c : Real) (x : Real) : (Real, Real) =
+  let g = solve (\\(y : Real) -> y * y * y - c) 2 in
+  (g x, steps (\\(y : Real) -> y * y * y - c) x)"
+    );
+    let v = run(&rec, &[Value::Real(8.0), Value::Real(1.5)]);
+    let (a, b) = v.expect_pair();
+    assert_eq!(a.expect_real(), b.expect_real());
+    assert!((a.expect_real() - plain(8.0, 1.5)).abs() < 1e-12);
+    let d = format!(
+        "{rec}\ndef dr (c : Real) (x : Real) : Real = grad (\\(c2 : Real) -> fst (main c2 x)) c"
+    );
+    let got = run(&d, &[Value::Real(8.0), Value::Real(1.5)]).expect_real();
+    let h = 1e-5;
+    let want = (plain(8.0 + h, 1.5) - plain(8.0 - h, 1.5)) / (2.0 * h);
+    assert!((got - want).abs() < 1e-7, "{got} against {want}");
     // The specialised body sees the definition's scope, not the caller's: its `k` is the
     // top-level one even where the call's `k` is a parameter.
     let scoped = "def k : Real = 10.0

@@ -52,6 +52,7 @@ pub fn check_program_with<'a>(
         unresolved: None,
         next_local: usize::MAX / 2,
         instances: 0,
+        active: Vec::new(),
         scope: HashMap::new(),
         globals: HashMap::new(),
         customs: HashMap::new(),
@@ -145,7 +146,6 @@ pub fn check_program_with<'a>(
         // (`check::nested`): checked here with placeholders for its type, and again at each
         // call.
         let template = body.is_err()
-            && own.is_none()
             && d.jvp.is_none()
             && c.unresolved
                 .is_some_and(|id| params.iter().any(|p| p.id == id));
@@ -266,6 +266,8 @@ struct Checker<'r> {
     next_local: usize,
     /// How many calls of templates have been specialised (at most `nested::MAX_INSTANCES`).
     instances: usize,
+    /// The instances of recursive templates being checked, innermost last.
+    active: Vec<nested::Instance>,
     scope: HashMap<Rc<str>, Vec<Var>>,
     globals: HashMap<Rc<str>, (usize, Var)>,
     /// The definitions with derivative clauses (primitives of `reg`), by name.

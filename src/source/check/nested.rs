@@ -30,6 +30,7 @@ use crate::source::syntax::{self as ast, Expr, ExprKind};
 use crate::source::term::{Entry, Pat, Term, TermKind, Var, VarId};
 use crate::types::Type;
 use std::collections::{BTreeMap, HashSet};
+use std::rc::Rc;
 
 /// Which form.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -294,6 +295,10 @@ impl<'a> Checker<'a> {
                 Ok(placeholder)
             };
         }
+        // A recursive call inside an instance of a `def rec` template: a call of the instance.
+        if let Some(k) = self.active.iter().rposition(|a| *a.name == *name) {
+            return self.recursive_call(name, k, &terms, args, span);
+        }
         self.instances += 1;
         if self.instances > MAX_INSTANCES {
             return Err(Error::new(
@@ -323,10 +328,30 @@ impl<'a> Checker<'a> {
         for v in &fresh {
             self.push(v);
         }
+        // A `def rec`: its function parameters are fixed for the instance (each recursive call
+        // must pass them on unchanged), the others are the parameters of a recursive function.
+        let own = t.def.rec.then(|| {
+            let dynamic: Vec<Type> = fresh
+                .iter()
+                .filter(|v| v.ty.is_first_order())
+                .map(|v| v.ty.clone())
+                .collect();
+            Var::fresh(name, Type::curried(&dynamic, t.ret.clone()))
+        });
+        if let Some(own) = &own {
+            self.active.push(Instance {
+                name: name.into(),
+                own: own.clone(),
+                params: fresh.clone(),
+            });
+        }
         let body = match &t.def.ret {
             Some(r) => self.check(&t.def.body, &r.ty),
             None => self.infer(&t.def.body),
         };
+        if own.is_some() {
+            self.active.pop();
+        }
         self.scope = saved;
         let mut body = body.map_err(|e| {
             if e.kind() != crate::error::ErrorKind::Type {
@@ -336,6 +361,38 @@ impl<'a> Checker<'a> {
                 "while checking `{name}` specialised to the function arguments of a call"
             ))
         })?;
+        if let Some(own) = own {
+            // `let f = e in (fix ..) a1 .. ak` over the first-order arguments given.
+            let (dynamic, fixed): (Vec<_>, Vec<_>) = fresh
+                .iter()
+                .cloned()
+                .zip(terms.into_iter().map(Some).chain(std::iter::repeat(None)))
+                .partition(|(v, _)| v.ty.is_first_order());
+            let def = crate::source::term::Def {
+                var: own,
+                params: dynamic.iter().map(|(v, _)| v.clone()).collect(),
+                ret: t.ret.clone(),
+                body,
+                deps: Vec::new(),
+                rec: true,
+                span: t.def.span,
+                custom: None,
+            };
+            let mut call = def.value();
+            for (_, a) in dynamic {
+                let Some(a) = a else { break };
+                call = Term::new(TermKind::App(call, a), span);
+            }
+            for (v, a) in fixed.into_iter().rev() {
+                let a = a.expect("function arguments are given");
+                call = Term::new(TermKind::Let(Pat::Var(v), a, call), span);
+            }
+            return if args.len() > n {
+                self.apply_rest(call, &format!("`{name}`"), &args[n..], n, span)
+            } else {
+                Ok(call)
+            };
+        }
         for v in fresh[given..].iter().rev() {
             body = Term::new(TermKind::Lam(v.clone(), body), span);
         }
@@ -346,6 +403,54 @@ impl<'a> Checker<'a> {
             self.apply_rest(body, &format!("`{name}`"), &args[n..], n, span)
         } else {
             Ok(body)
+        }
+    }
+}
+
+/// An instance of a `def rec` template being checked: its recursive calls call `own`.
+pub(super) struct Instance {
+    /// The definition's name.
+    pub(super) name: Rc<str>,
+    /// The recursive function over the first-order parameters.
+    pub(super) own: Var,
+    /// The instance's parameters (the function ones bound to the call's arguments).
+    pub(super) params: Vec<Var>,
+}
+
+impl Checker<'_> {
+    /// `f a1 .. an` inside the instance `k` of the recursive template `f`: each function
+    /// argument must be the instance's own parameter, passed on unchanged; the call is `own`
+    /// applied to the first-order arguments.
+    fn recursive_call(
+        &mut self,
+        name: &str,
+        k: usize,
+        terms: &[Term],
+        args: &[Expr],
+        span: Span,
+    ) -> Result<Term> {
+        let inst = &self.active[k];
+        let mut call = Term::new(TermKind::Var(inst.own.clone()), span);
+        for ((p, a), e) in inst.params.iter().zip(terms).zip(args) {
+            if p.ty.is_first_order() {
+                call = Term::new(TermKind::App(call, a.clone()), span);
+            } else if !matches!(&a.kind, TermKind::Var(v) if v.id == p.id) {
+                return Err(Error::type_error(
+                    e.span,
+                    format!(
+                        "the recursive definition `{name}` differentiates its function parameter \
+                         `{}`, so its recursive calls must pass `{}` on unchanged",
+                        p.name, p.name
+                    ),
+                )
+                .with_note("it is specialised to the function each outside call gives"));
+            }
+        }
+        let n = inst.params.len();
+        if args.len() > n {
+            self.apply_rest(call, &format!("`{name}`"), &args[n..], n, span)
+        } else {
+            Ok(call)
         }
     }
 }
