@@ -42,6 +42,7 @@
 pub mod dual;
 pub mod fd;
 pub mod tagged;
+pub mod tagged_eval;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::eval::check_args;
