@@ -373,7 +373,9 @@ fn nested_ad_agrees_with_tagged_dual_numbers_on_random_programs() {
         let tv = tagged_eval::eval_entry(&forms, &te, &case.inputs);
         let (cv, tv) = match (cv, tv) {
             (Ok(c), Ok(t)) => (c.expect_real(), t.expect_real()),
-            (Err(_), Err(_)) => {
+            (Err(a), Err(b)) => {
+                // The primal fails where it is evaluated, the same way by both routes.
+                assert_eq!(a.message(), b.message(), "{}", show());
                 k.both_failed += 1;
                 continue;
             }
