@@ -988,6 +988,32 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_user_primitive_needing_a_derivative_is_an_error() {
+        let mut reg = Registry::builtin();
+        reg.register(crate::prim::Primitive::function(
+            "logcosh",
+            vec![Type::Real],
+            Type::Real,
+            |x| Ok(Value::Real(x.expect_real().cosh().ln())),
+        ))
+        .unwrap();
+        let (p, forms) = load(
+            "def main (a : Real) : Real = grad (\\x -> logcosh x) a",
+            &reg,
+        )
+        .unwrap();
+        let err = eval_entry(&forms, &p.entry(0), &[Value::Real(1.0)]).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unsupported);
+        assert_eq!(
+            err.message(),
+            "tagged oracle: no derivative for primitive `logcosh`"
+        );
+        // Recorded forms are run by this evaluator only.
+        let err = crate::eval::eval_entry(&p.entry(0), &[Value::Real(1.0)]).unwrap_err();
+        assert!(err.message().contains("nested#0"), "{}", err.message());
+    }
+
     /// Each rule's first and second derivatives against central differences of its primal.
     #[test]
     fn rules_against_finite_differences() {
