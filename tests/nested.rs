@@ -959,6 +959,61 @@ fn nested_programs_agree_with_tagged_dual_numbers() {
     assert_eq!(compared, 4 * cases);
 }
 
+/// The same families through the tagged evaluator of source programs
+/// (`chad::internals::oracle::tagged_eval`: the forms recorded by the checker, run with tagged
+/// `grad`/`jvp`/`vjp`): its value and gradient are those of the closures written by hand.
+#[test]
+fn tagged_evaluator_runs_the_families_as_written_by_hand() {
+    use chad::internals::oracle::tagged::{Num, fresh_tag};
+    use chad::internals::oracle::tagged_eval;
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut real = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+    };
+    let cases = common::cases(6);
+    for fam in families() {
+        for _ in 0..cases {
+            let (a, b) = (real() * 1.5, real() * 1.5);
+            let src = fam
+                .src
+                .replace('A', &format!("({a:?})"))
+                .replace('B', &format!("({b:?})"));
+            let (program, forms) =
+                tagged_eval::load(&src, &chad::internals::prim::Registry::builtin())
+                    .unwrap_or_else(|e| panic!("{}\n{src}", e.render(None)));
+            let e = program.entry(program.defs.len() - 1);
+            let (x, w) = (real(), real());
+            let inputs = [Value::Real(x), Value::Real(w)];
+            let want = (fam.oracle)(&[Num::c(x), Num::c(w)], a, b).primal();
+            let y = tagged_eval::eval_entry(&forms, &e, &inputs)
+                .unwrap()
+                .expect_real();
+            assert!(close(&[y], &[want], 1e-12), "value {y} vs {want}\n{src}");
+            let d: Vec<f64> = (0..2)
+                .map(|k| {
+                    let t = fresh_tag();
+                    let mut v = vec![Num::c(x), Num::c(w)];
+                    v[k] = Num::D(
+                        t,
+                        std::rc::Rc::new(v[k].clone()),
+                        std::rc::Rc::new(Num::c(1.0)),
+                    );
+                    (fam.oracle)(&v, a, b).tangent(t).primal()
+                })
+                .collect();
+            let (y2, g) = tagged_eval::grad_entry(&forms, &e, &inputs).unwrap();
+            assert_eq!(y2, y);
+            assert!(
+                close(&g, &d, 1e-12),
+                "tagged evaluator {g:?} vs closures {d:?}\n{src}"
+            );
+        }
+    }
+}
+
 /// Code written per type (dense gradients, `plus` of concrete linear values) is linear in the
 /// type's depth, not exponential. Each wrote the element's code twice per array level (one copy for
 /// arrays of the full length, one for shorter ones), so a parameter of type `Array` nested 10

@@ -17,6 +17,10 @@
 //!   cost of truncation and rounding error and of failing near kinks and jumps, which it reports
 //!   as errors when it can see them. Also helpers for full Jacobians: [`fd::basis`],
 //!   [`fd::zero_tangent`], [`fd::leaves`], [`fd::add_scaled`], [`fd::tangent_with`].
+//! * [`tagged`] and [`tagged_eval`]: for derivatives *inside* programs (`grad`, `jvp`, `vjp`
+//!   nested in one another), Siskind & Pearlmutter's nested dual numbers with a fresh
+//!   perturbation tag per derivative instance, and an evaluator of source programs over them
+//!   whose forms the checker records ([`tagged_eval::Recorder`]) instead of differentiating.
 //!
 //! Both take a definition ([`Entry`]) with first-order parameters and result, its arguments,
 //! and one tangent per argument. The tangent of a value of first-order type `A` is a value of
@@ -42,6 +46,7 @@
 pub mod dual;
 pub mod fd;
 pub mod tagged;
+pub mod tagged_eval;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::eval::check_args;

@@ -27,11 +27,12 @@
 //! a thread-local counter, so they are never reused while any number carrying them is alive in
 //! the same computation.
 //!
-//! Scope: this is the arithmetic of the nested oracle, tested on its own (`tests` below,
-//! `tests/nested.rs`), and used there to check CHAD's elaboration of nested `grad`/`jvp`/`vjp`
-//! on families of programs written twice (in the source language and as Rust closures over
-//! `Num`). It is not yet wired into the dual-number evaluator of source terms
-//! ([`super::dual`]); see `theory-notes/12-nested-ad.md`.
+//! Scope: this is the arithmetic of the nested oracle, tested on its own (`tests` below). It is
+//! used on source programs by [`super::tagged_eval`] (the checker's forms recorded, the program
+//! evaluated over `Num`s, each form run by [`grad`], [`jvp`] or [`vjp`]), which
+//! `tests/nested_tagged.rs` compares with CHAD on random programs, and directly in
+//! `tests/nested.rs` on families of programs written twice (in the source language and as Rust
+//! closures over `Num`). See `theory-notes/12-nested-ad.md`.
 
 use std::cell::Cell;
 use std::rc::Rc;
