@@ -20,9 +20,10 @@
 //!   the arguments' terms as the parameters' values ([`Checker::instantiate`]), so the form
 //!   differentiates the function actually passed (specialisation, as in Futhark's
 //!   defunctionalisation). A template that passes its parameter on to another template is one
-//!   too. A `def rec` cannot be specialised this way (its calls would instantiate it without
-//!   end), nor can a lambda's or a `case` branch's function variable: those stay type errors
-//!   naming the variable.
+//!   too. A `def rec` template is specialised with its function parameters fixed: its
+//!   recursive calls, which must pass them on unchanged, call the instance's fixpoint over the
+//!   other parameters ([`Instance`]). A lambda's or a `case` branch's function variable has
+//!   no term: a type error naming it.
 
 use super::{Arg, Checker};
 use crate::error::{Error, Result, Span};
