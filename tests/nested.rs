@@ -513,6 +513,23 @@ fn nested_forms_are_checked() {
         );
     }
     nested::load(&chain, &chad::internals::prim::Registry::builtin()).unwrap();
+    // A long chain each calling the next once is checked with one specialisation per call
+    // (not one per definition and level), and a first-order argument may use any function.
+    let mut line = String::from(
+        "def t0 (f : Real -> Real) (x : Real) : Real = grad f x\n\
+         def t1 (f : Real -> Real) (h : Real -> Real) (x : Real) : Real = t0 f (h x)\n",
+    );
+    for k in 2..3000 {
+        line += &format!(
+            "def t{k} (f : Real -> Real) (h : Real -> Real) (x : Real) : Real = t{} f h (h x)\n",
+            k - 1
+        );
+    }
+    let v = run(
+        &format!("{line}def main (x : Real) : Real = t2999 sin (\\(y : Real) -> y) x"),
+        &[Value::Real(0.5)],
+    );
+    assert_eq!(v.expect_real(), 0.5_f64.cos());
     assert!(
         err(&format!("{chain}def main (x : Real) : Real = t29 sin x")).contains("specialisations")
     );

@@ -296,6 +296,31 @@ impl<'a> Checker<'a> {
                 Ok(placeholder)
             };
         }
+        // A function argument using a function variable without a known value (a parameter
+        // of the definition being checked, say): the specialised body would stop at the same
+        // variable, so stop here, without specialising a chain of templates to learn it.
+        if self.active.iter().all(|a| *a.name != *name) {
+            for (a, p) in terms.iter().zip(&t.params) {
+                if p.ty.is_first_order() {
+                    continue;
+                }
+                let unknown = free_vars(a)
+                    .into_iter()
+                    .find(|v| !v.ty.is_first_order() && !self.values.contains_key(&v.id));
+                if let Some(v) = unknown {
+                    self.unresolved = Some(v.id);
+                    return Err(Error::type_error(
+                        a.span,
+                        format!(
+                            "`{name}` differentiates its parameter `{}`, given here a function \
+                             that uses `{}`, a local function (of type `{}`), which cannot be \
+                             differentiated through",
+                            p.name, v.name, v.ty
+                        ),
+                    ));
+                }
+            }
+        }
         // A recursive call inside an instance of a `def rec` template: a call of the instance.
         if let Some(k) = self.active.iter().rposition(|a| *a.name == *name) {
             return self.recursive_call(name, k, &terms, args, span);
