@@ -973,27 +973,8 @@ impl<'a> Dual<'a> {
 
 /// `e` with every operand mapped by `f` (expressions without blocks).
 fn map_atoms(e: &Expr, f: &dyn Fn(&Atom) -> Atom) -> Expr {
-    let m = |xs: &[Atom]| xs.iter().map(f).collect::<Vec<_>>();
-    match e {
-        Expr::Atom(a) => Expr::Atom(f(a)),
-        Expr::Op(op, xs) => Expr::Op(*op, m(xs)),
-        Expr::Prim(p, xs, site) => Expr::Prim(p.clone(), m(xs), *site),
-        Expr::Tuple(xs) => Expr::Tuple(m(xs)),
-        Expr::Proj(a, k) => Expr::Proj(f(a), *k),
-        Expr::Variant(t, k, a) => Expr::Variant(*t, *k, f(a)),
-        Expr::Array(t, xs) => Expr::Array(*t, m(xs)),
-        Expr::Index(a, i, site) => Expr::Index(f(a), f(i), *site),
-        Expr::IndexOr0(a, i) => Expr::IndexOr0(f(a), f(i)),
-        Expr::Len(a) => Expr::Len(f(a)),
-        Expr::Replicate(n, x, site) => Expr::Replicate(f(n), f(x), *site),
-        Expr::Zero(t) => Expr::Zero(*t),
-        Expr::Add(a, b) => Expr::Add(f(a), f(b)),
-        Expr::Scale(a, b) => Expr::Scale(f(a), f(b)),
-        Expr::Get(m) => Expr::Get(m.clone()),
-        Expr::Take(m) => Expr::Take(m.clone()),
-        Expr::Call(g, xs) => Expr::Call(*g, m(xs)),
-        Expr::Build(..) | Expr::Sum(..) | Expr::If(..) | Expr::Match(..) | Expr::Iterate(..) => {
-            unreachable!("an expression with blocks")
-        }
-    }
+    let mut e = e.clone();
+    super::for_each_block(&e, &mut |_| unreachable!("an expression with blocks"));
+    super::for_each_operand_mut(&mut e, &mut |a| *a = f(a));
+    e
 }

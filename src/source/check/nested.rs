@@ -290,11 +290,7 @@ impl<'a> Checker<'a> {
             let rest: Vec<Type> = t.params[given..].iter().map(|p| p.ty.clone()).collect();
             let ty = Type::curried(&rest, t.ret.clone());
             let placeholder = Term::new(TermKind::Var(Var::fresh("template", ty)), span);
-            return if args.len() > n {
-                self.apply_rest(placeholder, &format!("`{name}`"), &args[n..], n, span)
-            } else {
-                Ok(placeholder)
-            };
+            return self.extra_args(placeholder, name, args, n, span);
         }
         // A function argument using a function variable without a known value (a parameter
         // of the definition being checked, say): the specialised body would stop at the same
@@ -413,11 +409,7 @@ impl<'a> Checker<'a> {
                 let a = a.expect("function arguments are given");
                 call = Term::new(TermKind::Let(Pat::Var(v), a, call), span);
             }
-            return if args.len() > n {
-                self.apply_rest(call, &format!("`{name}`"), &args[n..], n, span)
-            } else {
-                Ok(call)
-            };
+            return self.extra_args(call, name, args, n, span);
         }
         for v in fresh[given..].iter().rev() {
             body = Term::new(TermKind::Lam(v.clone(), body), span);
@@ -425,10 +417,22 @@ impl<'a> Checker<'a> {
         for (v, a) in fresh[..given].iter().zip(terms).rev() {
             body = Term::new(TermKind::Let(Pat::Var(v.clone()), a, body), span);
         }
+        self.extra_args(body, name, args, n, span)
+    }
+
+    /// `t` (a call of `name` with its `n` parameters given) applied to the arguments past them.
+    fn extra_args(
+        &mut self,
+        t: Term,
+        name: &str,
+        args: &[Expr],
+        n: usize,
+        span: Span,
+    ) -> Result<Term> {
         if args.len() > n {
-            self.apply_rest(body, &format!("`{name}`"), &args[n..], n, span)
+            self.apply_rest(t, &format!("`{name}`"), &args[n..], n, span)
         } else {
-            Ok(body)
+            Ok(t)
         }
     }
 }
@@ -473,10 +477,6 @@ impl Checker<'_> {
             }
         }
         let n = inst.params.len();
-        if args.len() > n {
-            self.apply_rest(call, &format!("`{name}`"), &args[n..], n, span)
-        } else {
-            Ok(call)
-        }
+        self.extra_args(call, name, args, n, span)
     }
 }
