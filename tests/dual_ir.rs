@@ -121,12 +121,32 @@ fn dual_ir_hessian_of_rosenbrock_is_the_known_one() {
         "rosenbrock",
         &chad::internals::prim::Registry::builtin(),
     );
+    rosenbrock_hessian(&e);
+}
+
+/// `ir::opt::unzip_arrays` on the benchmark suite's Rosenbrock: the dual code of its gradient
+/// reads `x` and `dx` where they are (no array of pairs zipped from them), accumulates into
+/// two arrays of reals, and returns them (no unzipping builds), with the known Hessian.
+#[test]
+fn dual_ir_hvp_keeps_arrays_of_reals_apart() {
+    let src = std::fs::read_to_string("benches/programs/rosenbrock.chad").unwrap();
+    let e = entry(&src, "rosenbrock", &chad::internals::prim::Registry::builtin());
+    let code = HvpCode::new(&e).unwrap();
+    chad::internals::ir::check::check(&code.program).unwrap();
+    let text = code.program.to_string();
+    let hvp = &text[text.find("fn rosenbrock_hvp").expect("an hvp function")..];
+    assert!(!hvp.contains("[(f64, f64)]"), "an array of pairs:\n{hvp}");
+    assert!(!hvp.contains("= build "), "a build:\n{hvp}");
+    rosenbrock_hessian(&e);
+}
+
+fn rosenbrock_hessian(e: &chad::internals::source::term::Entry) {
     let x = [0.5, -1.25, 2.0, 0.75, 0.1];
     let n = x.len();
     for k in 0..n {
         let mut basis = vec![0.0; n];
         basis[k] = 1.0;
-        let (h, eh) = both_routes(&e, &[Value::reals(x.to_vec())], &[Value::reals(basis)]);
+        let (h, eh) = both_routes(e, &[Value::reals(x.to_vec())], &[Value::reals(basis)]);
         // Column k of the Hessian, by hand.
         let mut col = vec![0.0; n];
         for i in 0..n - 1 {

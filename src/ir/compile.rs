@@ -335,6 +335,7 @@ impl HvpCode {
         };
         let dxt = m.program.func(jvp).params[1].ty;
         let hvp = super::dual::Dual::new(&mut m.program, &jvps).hvp(vjp, dxt)?;
+        crate::ir::opt::unzip_arrays(&mut m.program);
         crate::ir::opt::hoist_invariants(&mut m.program);
         Ok(HvpCode {
             program: m.program,

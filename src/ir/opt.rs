@@ -42,7 +42,30 @@
 //!   type (arrays pad, lists concatenate), so the value is `y`'s, except that a real `-0.0`
 //!   stays `-0.0` (as the engine's structural zero plus `y` is `y`). Nothing can fail, and
 //!   `y` and `c`, used at the `+=`, are bound at the later read.
-
+//! * [`unzip_arrays`] (run on dual-number code, whose arrays of reals are arrays of pairs
+//!   `[(f64, f64)]`): keeps arrays of tuples apart where that costs nothing, by three
+//!   passes, each exact on its own:
+//!   * [`split_accumulators`]: an accumulator `mut a = zero τ` whose array of tuples at a
+//!     field path `P` is only grown and added to element-wise (`grow a.P n`, `a.P[i] += v`,
+//!     `a.P[i].k.. += v`; no `+=` of a whole value containing it, no `set`) becomes an
+//!     accumulator of the tuple of arrays at `P`: `grow` grows each array, `a.P[i] += v`
+//!     adds `v.k` to `a.P.k[i]`, and `take a`/`get a` rebuilds the value, zipping the arrays
+//!     with `build` (they were grown together: one length, checked by a `check same_len`
+//!     that cannot fail). Adding is componentwise and arrays pad with zeros, so the zipped
+//!     arrays are the array of tuples the accumulator held; nothing new can fail.
+//!   * [`inline_views`]: `let m = build n (i -> B)` whose body only moves data (operands,
+//!     tuples, projections, lengths, in-range and padded reads; at most [`VIEW_STMTS`]
+//!     `let`s) and whose every use is an in-range read `let x = m[j]` or `let x = len m` is
+//!     not built: the reads become a copy of `B` at `i = j` (fresh variables), the length
+//!     `n`, and a `check len("build", n)` stays where the build was. `B` cannot fail at any
+//!     `i < n` and `j < n`, so no error moves; the dual code's zip of `x` and `dx` into an
+//!     array of pairs, read in the loops that follow, is the case this is for.
+//!   * [`forward`]: copies and projections of tuples bound in scope are forwarded to their
+//!     uses, and `build n (i -> ..; let e = a[i]; ..; e)` with `n = len a` (or a length a
+//!     `check same_len` equates with it) and nothing else that can fail is `a` (arrays are
+//!     values: sharing one is copying it). With [`dead_lets`] after each, the unzipping
+//!     builds that read a rebuilt accumulator go, and the arrays of reals are returned as
+//!     they were accumulated.
 use super::{
     Atom, Block, Check, Expr, MutVar, Place, Program, Step, Stmt, Ty, for_each_block,
     for_each_block_mut, same_atom, same_step,
@@ -606,4 +629,598 @@ pub(crate) fn operands(e: &Expr) -> impl Iterator<Item = &Atom> {
         _ => Vec::new(),
     };
     v.into_iter()
+}
+
+/// Inlines views at their reads (module doc, [`inline_views`]).
+pub fn inline_views(p: &mut Program) {
+    let Some(internal) = p.internal_site else {
+        return;
+    };
+    for k in 0..p.funcs.len() {
+        let mut body = std::mem::replace(&mut p.funcs[k].body, Block::unit(Vec::new()));
+        let mut uses = FxHashMap::default();
+        count_block(&body, &mut uses);
+        let mut reads = FxHashMap::default();
+        count_reads(&body, internal, &mut reads);
+        let mut views = Views {
+            p,
+            internal,
+            uses: &uses,
+            reads: &reads,
+            found: FxHashMap::default(),
+        };
+        views.block(&mut body);
+        p.funcs[k].body = body;
+    }
+}
+
+/// The most statements a view's body may have (each read copies them).
+const VIEW_STMTS: usize = 12;
+
+/// Counts, for every variable, its reads `let x = v[j]` (at the internal site) and `let x =
+/// len v`, at any depth.
+fn count_reads(b: &Block, internal: super::SiteId, reads: &mut FxHashMap<u32, u32>) {
+    deep(|| {
+        for s in &b.stmts {
+            match s {
+                Stmt::Let(_, e) => {
+                    match e {
+                        Expr::Index(Atom::Var(v), _, site) if *site == internal => {
+                            *reads.entry(v.id).or_insert(0) += 1
+                        }
+                        Expr::Len(Atom::Var(v)) => *reads.entry(v.id).or_insert(0) += 1,
+                        _ => {}
+                    }
+                    for_each_block(e, &mut |b| count_reads(b, internal, reads));
+                }
+                Stmt::Mut(_, e) | Stmt::Do(e) => {
+                    for_each_block(e, &mut |b| count_reads(b, internal, reads))
+                }
+                Stmt::For(_, _, body) | Stmt::Loop(body) => count_reads(body, internal, reads),
+                _ => {}
+            }
+        }
+    })
+}
+
+/// A `build`'s body that only moves data: `let`s of operands, tuples, projections, lengths,
+/// reads at the internal site (in range whatever the index the build gives them) and
+/// padded reads, at most [`VIEW_STMTS`] of them.
+fn moves_data(b: &Block, internal: super::SiteId) -> bool {
+    b.stmts.len() <= VIEW_STMTS
+        && b.stmts.iter().all(|s| {
+            matches!(s, Stmt::Let(_, e) if match e {
+                Expr::Atom(_) | Expr::Tuple(_) | Expr::Proj(..) | Expr::Len(_) | Expr::IndexOr0(..) => true,
+                Expr::Index(_, _, site) => *site == internal,
+                _ => false,
+            })
+        })
+}
+
+struct Views<'a> {
+    p: &'a mut Program,
+    internal: super::SiteId,
+    uses: &'a FxHashMap<u32, u32>,
+    reads: &'a FxHashMap<u32, u32>,
+    /// The views met so far: array ↦ (length, index variable, body).
+    found: FxHashMap<u32, (Atom, super::Var, Block)>,
+}
+
+impl Views<'_> {
+    fn block(&mut self, b: &mut Block) {
+        deep(|| {
+            let mut out = Vec::with_capacity(b.stmts.len());
+            for s in std::mem::take(&mut b.stmts) {
+                self.stmt(s, &mut out);
+            }
+            b.stmts = out;
+        })
+    }
+
+    fn stmt(&mut self, mut s: Stmt, out: &mut Vec<Stmt>) {
+        match s {
+            Stmt::Let(m, Expr::Build(n, i, body, site))
+                if moves_data(&body, self.internal)
+                    && self.uses.get(&m.id).copied().unwrap_or(0)
+                        == self.reads.get(&m.id).copied().unwrap_or(0) =>
+            {
+                // The array is never materialised; its length is still checked here.
+                out.push(Stmt::Check(Check::Len("build", n.clone()), site));
+                self.found.insert(m.id, (n, i, body));
+            }
+            Stmt::Let(x, Expr::Len(Atom::Var(m))) if self.found.contains_key(&m.id) => {
+                out.push(Stmt::Let(x, Expr::Atom(self.found[&m.id].0.clone())));
+            }
+            Stmt::Let(x, Expr::Index(Atom::Var(m), j, site))
+                if site == self.internal && self.found.contains_key(&m.id) =>
+            {
+                let (_, i, body) = self.found[&m.id].clone();
+                let mut sub: FxHashMap<u32, Atom> = FxHashMap::default();
+                sub.insert(i.id, j);
+                for s in body.stmts {
+                    let Stmt::Let(v, mut e) = s else {
+                        unreachable!("moves_data admits lets only")
+                    };
+                    super::for_each_operand_mut(&mut e, &mut |a| {
+                        if let Atom::Var(y) = a
+                            && let Some(b) = sub.get(&y.id)
+                        {
+                            *a = b.clone();
+                        }
+                    });
+                    let fresh = self.p.var(&v.name, v.ty);
+                    sub.insert(v.id, Atom::Var(fresh.clone()));
+                    // A copied read may itself read a view.
+                    self.stmt(Stmt::Let(fresh, e), out);
+                }
+                let r = match &body.result {
+                    Atom::Var(y) => sub.get(&y.id).cloned().unwrap_or(body.result.clone()),
+                    a => a.clone(),
+                };
+                out.push(Stmt::Let(x, Expr::Atom(r)));
+            }
+            _ => {
+                match &mut s {
+                    Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => {
+                        for_each_block_mut(e, &mut |b| self.block(b))
+                    }
+                    Stmt::For(_, _, body) | Stmt::Loop(body) => self.block(body),
+                    _ => {}
+                }
+                out.push(s);
+            }
+        }
+    }
+}
+
+/// Forwards copies and projections of known tuples, and replaces identity builds, in a
+/// function (module doc, [`forward`]).
+pub fn forward(f: &mut super::Func, internal: super::SiteId) {
+    let mut fw = Forward {
+        internal,
+        sub: FxHashMap::default(),
+        tuples: FxHashMap::default(),
+        lens: FxHashMap::default(),
+    };
+    fw.block(&mut f.body);
+}
+
+struct Forward {
+    internal: super::SiteId,
+    /// Variables replaced by operands.
+    sub: FxHashMap<u32, Atom>,
+    /// Variables bound to tuples: their components.
+    tuples: FxHashMap<u32, Vec<Atom>>,
+    /// Variables bound to `len a`: the ids of `a` and of the arrays a `check same_len` showed
+    /// to have that length.
+    lens: FxHashMap<u32, FxHashSet<u32>>,
+}
+
+impl Forward {
+    fn subst(&self, a: &mut Atom) {
+        if let Atom::Var(v) = a
+            && let Some(x) = self.sub.get(&v.id)
+        {
+            *a = x.clone();
+        }
+    }
+
+    /// `build n (i -> ..; let e = a[i]; ..; e)` with `n = len a` and nothing else that can
+    /// fail or has an effect: the array `a` itself.
+    fn identity(&self, e: &Expr) -> Option<Atom> {
+        let Expr::Build(Atom::Var(n), i, b, _) = e else {
+            return None;
+        };
+        let Atom::Var(r) = &b.result else {
+            return None;
+        };
+        let arrays = self.lens.get(&n.id)?;
+        let mut found = None;
+        for s in &b.stmts {
+            match s {
+                Stmt::Let(x, Expr::Index(Atom::Var(xs), Atom::Var(j), site))
+                    if x.id == r.id
+                        && arrays.contains(&xs.id)
+                        && j.id == i.id
+                        && *site == self.internal =>
+                {
+                    found = Some(Atom::Var(xs.clone()))
+                }
+                Stmt::Let(_, Expr::Index(_, _, site)) if *site == self.internal => {}
+                Stmt::Let(_, e) if infallible(e) => {}
+                _ => return None,
+            }
+        }
+        found
+    }
+
+    fn block(&mut self, b: &mut Block) {
+        deep(|| {
+            let stmts = std::mem::take(&mut b.stmts);
+            let mut out = Vec::with_capacity(stmts.len());
+            for mut s in stmts {
+                super::for_each_stmt_operand_mut(&mut s, &mut |a| self.subst(a));
+                match &mut s {
+                    Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => {
+                        for_each_block_mut(e, &mut |b| self.block(b))
+                    }
+                    Stmt::For(_, _, body) | Stmt::Loop(body) => self.block(body),
+                    _ => {}
+                }
+                if let Stmt::Check(Check::SameLen(_, Atom::Var(x), Atom::Var(y)), _) = &s
+                    && let (Some(a), Some(b)) = (self.lens.get(&x.id), self.lens.get(&y.id))
+                {
+                    let both: FxHashSet<u32> = a.union(b).copied().collect();
+                    self.lens.insert(x.id, both.clone());
+                    self.lens.insert(y.id, both);
+                }
+                if let Stmt::Let(x, e) = &s {
+                    let to = match e {
+                        Expr::Atom(a) => Some(a.clone()),
+                        Expr::Proj(Atom::Var(t), k) => self
+                            .tuples
+                            .get(&t.id)
+                            .map(|cs| cs[*k as usize].clone()),
+                        Expr::Build(..) => self.identity(e),
+                        Expr::Tuple(cs) => {
+                            self.tuples.insert(x.id, cs.clone());
+                            None
+                        }
+                        Expr::Len(Atom::Var(a)) => {
+                            self.lens.insert(x.id, [a.id].into_iter().collect());
+                            None
+                        }
+                        _ => None,
+                    };
+                    if let Some(a) = to {
+                        self.sub.insert(x.id, a);
+                        continue;
+                    }
+                }
+                out.push(s);
+            }
+            self.subst(&mut b.result);
+            b.stmts = out;
+        })
+    }
+}
+
+/// Splits zero-initialised accumulators' arrays of tuples into tuples of arrays (module doc,
+/// [`split_accumulators`]).
+pub fn split_accumulators(p: &mut Program) {
+    let Some(internal) = p.internal_site else {
+        return;
+    };
+    for k in 0..p.funcs.len() {
+        let mut body = std::mem::replace(&mut p.funcs[k].body, Block::unit(Vec::new()));
+        let mut scan = SplitScan::default();
+        scan.block(&body, &p.types);
+        scan.decide(&p.types);
+        let mut plans = FxHashMap::default();
+        for (m, (ty, path)) in scan.decls {
+            if let Some(path) = path
+                && !scan.bad.contains(&m)
+            {
+                let split = split_ty(&mut p.types, ty, &path);
+                let name = scan.names[&m].clone();
+                let new = p.mut_var(&name, split);
+                plans.insert(m, (new, ty, path));
+            }
+        }
+        if !plans.is_empty() {
+            let mut s = Split {
+                p,
+                internal,
+                plans: &plans,
+            };
+            s.block(&mut body);
+        }
+        p.funcs[k].body = body;
+    }
+}
+
+/// `t` with its array of tuples at field path `path` replaced by the tuple of arrays.
+fn split_ty(types: &mut super::Types, t: Ty, path: &[u32]) -> Ty {
+    match path.split_first() {
+        None => {
+            let e = types.elem(t);
+            let cs: Vec<Ty> = types.components(e).to_vec();
+            let arrays = cs.into_iter().map(|c| types.array(c)).collect();
+            types.tuple(arrays)
+        }
+        Some((f, rest)) => {
+            let mut cs: Vec<Ty> = types.components(t).to_vec();
+            cs[*f as usize] = split_ty(types, cs[*f as usize], rest);
+            types.tuple(cs)
+        }
+    }
+}
+
+/// What [`split_accumulators`] learns about a function's accumulators.
+#[derive(Default)]
+struct SplitScan {
+    /// Accumulators declared `mut m = zero τ`: `τ` and the field path of the array of
+    /// tuples to split (the first one met at an element or `grow` place).
+    decls: FxHashMap<u32, (Ty, Option<Vec<u32>>)>,
+    names: FxHashMap<u32, String>,
+    /// Accumulators used otherwise than through places, `take` and `get`.
+    bad: FxHashSet<u32>,
+    /// The places of each accumulator: their leading fields, and whether they are an
+    /// element step or a `grow` (an array there) rather than a `+=` of the whole value there.
+    places: FxHashMap<u32, Vec<(Vec<u32>, bool)>>,
+}
+
+impl SplitScan {
+    /// A place's leading fields (up to its first element step).
+    fn fields(p: &Place) -> Vec<u32> {
+        p.path
+            .iter()
+            .map_while(|s| match s {
+                Step::Field(k) => Some(*k),
+                Step::Elem(_) => None,
+            })
+            .collect()
+    }
+
+    fn place(&mut self, p: &Place, grow: bool) {
+        let m = p.root.0.id;
+        if self.decls.contains_key(&m) {
+            let fields = Self::fields(p);
+            let array = grow || fields.len() < p.path.len();
+            self.places.entry(m).or_default().push((fields, array));
+        }
+    }
+
+    /// Chooses each accumulator's path: the first array of tuples met at an element step or
+    /// a `grow`, provided no `+=` adds a whole value containing it and every element step or
+    /// `grow` at it or around it is at it.
+    fn decide(&mut self, types: &super::Types) {
+        for (m, (ty, path)) in &mut self.decls {
+            let places = self.places.get(m).map_or(&[][..], |v| &v[..]);
+            *path = places.iter().find_map(|(fields, array)| {
+                let t = at_path(types, *ty, fields);
+                let splittable = *array
+                    && matches!(types.kind(t), super::TyKind::Array(e)
+                        if matches!(types.kind(*e), super::TyKind::Tuple(cs) if cs.len() >= 2));
+                splittable.then(|| fields.clone())
+            });
+            if let Some(q) = path
+                && places.iter().any(|(fields, array)| {
+                    if *array {
+                        fields != q && (q.starts_with(fields) || fields.starts_with(q))
+                    } else {
+                        q.starts_with(fields)
+                    }
+                })
+            {
+                self.bad.insert(*m);
+            }
+        }
+    }
+
+    fn expr(&mut self, e: &Expr, in_let: bool, types: &super::Types) {
+        if let Expr::Get(m) | Expr::Take(m) = e
+            && !in_let
+        {
+            self.bad.insert(m.0.id);
+        }
+        for_each_block(e, &mut |b| self.block(b, types));
+    }
+
+    fn block(&mut self, b: &Block, types: &super::Types) {
+        deep(|| {
+            for s in &b.stmts {
+                match s {
+                    Stmt::Mut(m, e) => {
+                        if matches!(e, Expr::Zero(_)) {
+                            self.decls.insert(m.0.id, (m.0.ty, None));
+                            self.names.insert(m.0.id, m.0.name.to_string());
+                        } else {
+                            self.bad.insert(m.0.id);
+                        }
+                        self.expr(e, false, types);
+                    }
+                    Stmt::Let(_, e) => self.expr(e, true, types),
+                    Stmt::Do(e) => self.expr(e, false, types),
+                    Stmt::Set(m, _) => {
+                        self.bad.insert(m.0.id);
+                    }
+                    Stmt::AddTo { place, .. } => self.place(place, false),
+                    Stmt::Grow(place, _) => self.place(place, true),
+                    Stmt::For(_, _, body) | Stmt::Loop(body) => self.block(body, types),
+                    Stmt::Break | Stmt::Check(..) => {}
+                }
+            }
+        })
+    }
+}
+
+struct Split<'a> {
+    p: &'a mut Program,
+    internal: super::SiteId,
+    /// Accumulator ↦ (its split replacement, its type, the path of its array of tuples).
+    plans: &'a FxHashMap<u32, (MutVar, Ty, Vec<u32>)>,
+}
+
+impl Split<'_> {
+    fn block(&mut self, b: &mut Block) {
+        deep(|| {
+            let mut out = Vec::with_capacity(b.stmts.len());
+            for s in std::mem::take(&mut b.stmts) {
+                self.stmt(s, &mut out);
+            }
+            b.stmts = out;
+        })
+    }
+
+    fn let_(&mut self, out: &mut Vec<Stmt>, name: &str, t: Ty, e: Expr) -> Atom {
+        let v = self.p.var(name, t);
+        out.push(Stmt::Let(v.clone(), e));
+        Atom::Var(v)
+    }
+
+    /// The value of type `t` whose component at `path` is the array of tuples zipped from the
+    /// tuple of arrays at `path` of `x` (of the split type).
+    fn rebuild(&mut self, out: &mut Vec<Stmt>, x: Atom, t: Ty, path: &[u32]) -> Atom {
+        match path.split_first() {
+            None => {
+                let e = self.p.types.elem(t);
+                let cs: Vec<Ty> = self.p.types.components(e).to_vec();
+                let mut arrays = Vec::new();
+                for (f, c) in cs.iter().enumerate() {
+                    let at = self.p.types.array(*c);
+                    arrays.push(self.let_(out, "a", at, Expr::Proj(x.clone(), f as u32)));
+                }
+                // The arrays were grown together: one length, checked (it cannot fail) so that
+                // [`forward`] knows it.
+                let n = self.let_(out, "n", Ty::I64, Expr::Len(arrays[0].clone()));
+                for a in &arrays[1..] {
+                    let m = self.let_(out, "n", Ty::I64, Expr::Len(a.clone()));
+                    out.push(Stmt::Check(Check::SameLen("zip", n.clone(), m), self.internal));
+                }
+                let i = self.p.var("i", Ty::I64);
+                let mut inner = Vec::new();
+                let mut parts = Vec::new();
+                for (a, c) in arrays.iter().zip(&cs) {
+                    let v = self.p.var("e", *c);
+                    inner.push(Stmt::Let(
+                        v.clone(),
+                        Expr::Index(a.clone(), Atom::Var(i.clone()), self.internal),
+                    ));
+                    parts.push(Atom::Var(v));
+                }
+                let d = self.p.var("d", e);
+                inner.push(Stmt::Let(d.clone(), Expr::Tuple(parts)));
+                let body = Block {
+                    stmts: inner,
+                    result: Atom::Var(d),
+                };
+                self.let_(out, "z", t, Expr::Build(n, i, body, self.internal))
+            }
+            Some((f, rest)) => {
+                let cs: Vec<Ty> = self.p.types.components(t).to_vec();
+                let mut parts = Vec::new();
+                for (k, c) in cs.iter().enumerate() {
+                    let ck = if k == *f as usize {
+                        split_ty(&mut self.p.types, *c, rest)
+                    } else {
+                        *c
+                    };
+                    let xk = self.let_(out, "c", ck, Expr::Proj(x.clone(), k as u32));
+                    parts.push(if k == *f as usize {
+                        self.rebuild(out, xk, *c, rest)
+                    } else {
+                        xk
+                    });
+                }
+                self.let_(out, "r", t, Expr::Tuple(parts))
+            }
+        }
+    }
+
+    fn stmt(&mut self, mut s: Stmt, out: &mut Vec<Stmt>) {
+        let plan = |m: &MutVar| self.plans.get(&m.0.id).cloned();
+        match &mut s {
+            Stmt::Mut(m, _) if let Some((new, ..)) = plan(m) => {
+                out.push(Stmt::Mut(new.clone(), Expr::Zero(new.0.ty)));
+                return;
+            }
+            Stmt::Let(x, Expr::Get(m) | Expr::Take(m)) if let Some((new, t, path)) = plan(m) => {
+                let take = matches!(s, Stmt::Let(_, Expr::Take(_)));
+                let Stmt::Let(x, _) = s else { unreachable!("matched above") };
+                let e = if take { Expr::Take(new.clone()) } else { Expr::Get(new.clone()) };
+                let v = self.let_(out, "v", new.0.ty, e);
+                let r = self.rebuild(out, v, t, &path);
+                out.push(Stmt::Let(x, Expr::Atom(r)));
+                return;
+            }
+            Stmt::Do(Expr::Get(m) | Expr::Take(m)) if let Some((new, ..)) = plan(m) => {
+                let take = matches!(s, Stmt::Do(Expr::Take(_)));
+                out.push(Stmt::Do(if take { Expr::Take(new) } else { Expr::Get(new) }));
+                return;
+            }
+            Stmt::Grow(place, n) if let Some((new, t, path)) = plan(&place.root) => {
+                let fields = SplitScan::fields(place);
+                if fields == path && fields.len() == place.path.len() {
+                    let k = self.p.types.components(self.p.types.elem(at_path(&self.p.types, t, &path))).len();
+                    for f in 0..k {
+                        let mut q = place.clone();
+                        q.root = new.clone();
+                        q.path.push(Step::Field(f as u32));
+                        out.push(Stmt::Grow(q, n.clone()));
+                    }
+                    return;
+                }
+                place.root = new;
+            }
+            Stmt::AddTo { place, value, scale } if let Some((new, t, path)) = plan(&place.root) => {
+                let fields = SplitScan::fields(place);
+                if fields == path && fields.len() < place.path.len() {
+                    let elem = self.p.types.elem(at_path(&self.p.types, t, &path));
+                    let cs: Vec<Ty> = self.p.types.components(elem).to_vec();
+                    let i = place.path[fields.len()].clone();
+                    let rest = place.path[fields.len() + 1..].to_vec();
+                    let mut targets: Vec<(u32, Vec<Step>, Atom)> = Vec::new();
+                    match rest.split_first() {
+                        Some((Step::Field(f), tail)) => {
+                            targets.push((*f, tail.to_vec(), value.clone()))
+                        }
+                        Some((Step::Elem(_), _)) => unreachable!("an element of a tuple"),
+                        None => {
+                            for (f, c) in cs.iter().enumerate() {
+                                let vf = self.let_(out, "s", *c, Expr::Proj(value.clone(), f as u32));
+                                targets.push((f as u32, Vec::new(), vf));
+                            }
+                        }
+                    }
+                    for (f, tail, v) in targets {
+                        let mut q = Place::of(&new);
+                        q.path = fields.iter().map(|k| Step::Field(*k)).collect();
+                        q.path.push(Step::Field(f));
+                        q.path.push(i.clone());
+                        q.path.extend(tail);
+                        out.push(Stmt::AddTo { place: q, value: v, scale: scale.clone() });
+                    }
+                    return;
+                }
+                place.root = new;
+            }
+            _ => {}
+        }
+        match &mut s {
+            Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => {
+                for_each_block_mut(e, &mut |b| self.block(b))
+            }
+            Stmt::For(_, _, body) | Stmt::Loop(body) => self.block(body),
+            _ => {}
+        }
+        out.push(s);
+    }
+}
+
+/// The type at a field path.
+fn at_path(types: &super::Types, mut t: Ty, path: &[u32]) -> Ty {
+    for f in path {
+        t = types.components(t)[*f as usize];
+    }
+    t
+}
+
+/// [`split_accumulators`], then [`inline_views`], each followed by [`forward`] and
+/// [`dead_lets`] on every function (module doc).
+pub fn unzip_arrays(p: &mut Program) {
+    let Some(internal) = p.internal_site else {
+        return;
+    };
+    let none = std::collections::HashSet::new();
+    split_accumulators(p);
+    for f in &mut p.funcs {
+        forward(f, internal);
+        dead_lets(f, &none);
+    }
+    inline_views(p);
+    for f in &mut p.funcs {
+        forward(f, internal);
+        dead_lets(f, &none);
+    }
 }
