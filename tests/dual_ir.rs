@@ -130,7 +130,11 @@ fn dual_ir_hessian_of_rosenbrock_is_the_known_one() {
 #[test]
 fn dual_ir_hvp_keeps_arrays_of_reals_apart() {
     let src = std::fs::read_to_string("benches/programs/rosenbrock.chad").unwrap();
-    let e = entry(&src, "rosenbrock", &chad::internals::prim::Registry::builtin());
+    let e = entry(
+        &src,
+        "rosenbrock",
+        &chad::internals::prim::Registry::builtin(),
+    );
     let code = HvpCode::new(&e).unwrap();
     chad::internals::ir::check::check(&code.program).unwrap();
     let text = code.program.to_string();

@@ -857,10 +857,9 @@ impl Forward {
                 if let Stmt::Let(x, e) = &s {
                     let to = match e {
                         Expr::Atom(a) => Some(a.clone()),
-                        Expr::Proj(Atom::Var(t), k) => self
-                            .tuples
-                            .get(&t.id)
-                            .map(|cs| cs[*k as usize].clone()),
+                        Expr::Proj(Atom::Var(t), k) => {
+                            self.tuples.get(&t.id).map(|cs| cs[*k as usize].clone())
+                        }
                         Expr::Build(..) => self.identity(e),
                         Expr::Tuple(cs) => {
                             self.tuples.insert(x.id, cs.clone());
@@ -1076,7 +1075,10 @@ impl Split<'_> {
                 let n = self.let_(out, "n", Ty::I64, Expr::Len(arrays[0].clone()));
                 for a in &arrays[1..] {
                     let m = self.let_(out, "n", Ty::I64, Expr::Len(a.clone()));
-                    out.push(Stmt::Check(Check::SameLen("zip", n.clone(), m), self.internal));
+                    out.push(Stmt::Check(
+                        Check::SameLen("zip", n.clone(), m),
+                        self.internal,
+                    ));
                 }
                 let i = self.p.var("i", Ty::I64);
                 let mut inner = Vec::new();
@@ -1127,8 +1129,14 @@ impl Split<'_> {
             }
             Stmt::Let(x, Expr::Get(m) | Expr::Take(m)) if let Some((new, t, path)) = plan(m) => {
                 let take = matches!(s, Stmt::Let(_, Expr::Take(_)));
-                let Stmt::Let(x, _) = s else { unreachable!("matched above") };
-                let e = if take { Expr::Take(new.clone()) } else { Expr::Get(new.clone()) };
+                let Stmt::Let(x, _) = s else {
+                    unreachable!("matched above")
+                };
+                let e = if take {
+                    Expr::Take(new.clone())
+                } else {
+                    Expr::Get(new.clone())
+                };
                 let v = self.let_(out, "v", new.0.ty, e);
                 let r = self.rebuild(out, v, t, &path);
                 out.push(Stmt::Let(x, Expr::Atom(r)));
@@ -1136,13 +1144,21 @@ impl Split<'_> {
             }
             Stmt::Do(Expr::Get(m) | Expr::Take(m)) if let Some((new, ..)) = plan(m) => {
                 let take = matches!(s, Stmt::Do(Expr::Take(_)));
-                out.push(Stmt::Do(if take { Expr::Take(new) } else { Expr::Get(new) }));
+                out.push(Stmt::Do(if take {
+                    Expr::Take(new)
+                } else {
+                    Expr::Get(new)
+                }));
                 return;
             }
             Stmt::Grow(place, n) if let Some((new, t, path)) = plan(&place.root) => {
                 let fields = SplitScan::fields(place);
                 if fields == path && fields.len() == place.path.len() {
-                    let k = self.p.types.components(self.p.types.elem(at_path(&self.p.types, t, &path))).len();
+                    let k = self
+                        .p
+                        .types
+                        .components(self.p.types.elem(at_path(&self.p.types, t, &path)))
+                        .len();
                     for f in 0..k {
                         let mut q = place.clone();
                         q.root = new.clone();
@@ -1153,7 +1169,11 @@ impl Split<'_> {
                 }
                 place.root = new;
             }
-            Stmt::AddTo { place, value, scale } if let Some((new, t, path)) = plan(&place.root) => {
+            Stmt::AddTo {
+                place,
+                value,
+                scale,
+            } if let Some((new, t, path)) = plan(&place.root) => {
                 let fields = SplitScan::fields(place);
                 if fields == path && fields.len() < place.path.len() {
                     let elem = self.p.types.elem(at_path(&self.p.types, t, &path));
@@ -1168,7 +1188,8 @@ impl Split<'_> {
                         Some((Step::Elem(_), _)) => unreachable!("an element of a tuple"),
                         None => {
                             for (f, c) in cs.iter().enumerate() {
-                                let vf = self.let_(out, "s", *c, Expr::Proj(value.clone(), f as u32));
+                                let vf =
+                                    self.let_(out, "s", *c, Expr::Proj(value.clone(), f as u32));
                                 targets.push((f as u32, Vec::new(), vf));
                             }
                         }
@@ -1179,7 +1200,11 @@ impl Split<'_> {
                         q.path.push(Step::Field(f));
                         q.path.push(i.clone());
                         q.path.extend(tail);
-                        out.push(Stmt::AddTo { place: q, value: v, scale: scale.clone() });
+                        out.push(Stmt::AddTo {
+                            place: q,
+                            value: v,
+                            scale: scale.clone(),
+                        });
                     }
                     return;
                 }
