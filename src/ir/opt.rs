@@ -655,7 +655,7 @@ pub fn inline_views(p: &mut Program) {
 }
 
 /// The most statements a view's body may have (each read copies them).
-const VIEW_STMTS: usize = 12;
+pub const VIEW_STMTS: usize = 12;
 
 /// Counts, for every variable, its reads `let x = v[j]` (at the internal site) and `let x =
 /// len v`, at any depth.
