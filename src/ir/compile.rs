@@ -298,9 +298,9 @@ fn not_compiled(what: &str) -> Error {
 }
 
 /// A `Real`-valued definition's Hessian-vector products as one IR function (forward over
-/// reverse by dual numbers on the IR, [`super::dual`]): `NAME_hvp(x, dx, ct)` returns the
-/// reverse derivative's result `(y, ct · ∇f)` and its derivative along `dx`, `(dy, ct · H
-/// dx)`. The program also holds the definition's primal, forward and reverse code and the
+/// reverse by dual numbers on the IR, [`super::dual`]): `NAME_hvp(x, dx)` returns the
+/// reverse derivative's result for the cotangent 1, `(y, ∇f)`, and the gradient's derivative
+/// along `dx`, `H dx`. The program also holds the definition's primal, forward and reverse code and the
 /// forward derivative of each primitive the reverse code uses.
 pub struct HvpCode {
     /// The program.
@@ -355,13 +355,11 @@ impl HvpCode {
 
 /// The arguments and result of [`HvpCode::hvp`].
 impl DefCode {
-    /// The arguments of `NAME_hvp`: the context, its tangent (one tangent per parameter) and
-    /// the output cotangent 1.
+    /// The arguments of `NAME_hvp`: the context and its tangent (one tangent per parameter).
     pub fn hvp_args(&self, args: &[Value], tangents: &[Value]) -> Result<Vec<Val>> {
         Ok(vec![
             self.context(args)?,
             self.context_tangent(args, tangents)?,
-            self.cotangent(&Value::Real(1.0))?,
         ])
     }
 

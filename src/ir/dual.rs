@@ -902,30 +902,31 @@ impl<'a> Dual<'a> {
         }
     }
 
-    /// Adds `NAME_hvp(x, dx, ct) = ((y, ctx), dctx)` for a reverse derivative `vjp(x, ct) =
-    /// (y, ctx)` and the tangent type `dxt` of `x` (a forward derivative's second
-    /// parameter): the value, the cotangent `ctx = ct · ∇f(x)` and its derivative `dctx` along
-    /// `dx`, the Hessian-vector product for `ct = 1`. The dual of `vjp`'s body is built in
-    /// place (its seed `(ct, 0)` is then a known constant pair), and what only the tangent of
-    /// `y` needed is removed ([`crate::ir::opt::dead_lets`]).
+    /// Adds `NAME_hvp(x, dx) = ((y, g), h)` for a reverse derivative `vjp(x, ct) = (y, ct ·
+    /// ∇f(x))` of a real-valued `f` and the tangent type `dxt` of `x` (a forward derivative's
+    /// second parameter): the value, the gradient `g = ∇f(x)` and its derivative along `dx`,
+    /// the Hessian-vector product `h = H dx`. The dual of `vjp`'s body is built in place with
+    /// the seed `ct = (1, 0)` a known constant (so products by it fold away,
+    /// [`crate::ir::opt::fold_zeros`]), and what only the tangent of `y` needed is removed
+    /// ([`crate::ir::opt::dead_lets`]).
     pub fn hvp(&mut self, vjp: FuncId, dxt: Ty) -> Result<FuncId> {
         let f = self.p.func(vjp).clone();
         if f.rec.is_some() || f.params.len() != 2 {
             return Err(unsupported("a recursive reverse derivative".into()));
         }
         let (xt, ctt) = (f.params[0].ty, f.params[1].ty);
+        if ctt != Ty::F64 {
+            return Err(unsupported(
+                "a reverse derivative of a non-real result".into(),
+            ));
+        }
         let (yt, ctxt) = match self.p.types.kind(f.ret) {
             TyKind::Tuple(cs) if cs.len() == 2 => (cs[0], cs[1]),
             _ => return Err(unsupported("a reverse derivative's result".into())),
         };
         let x = self.p.var("x", xt);
         let dx = self.p.var("dx", dxt);
-        let ct = self.p.var("ct", ctt);
-        let (xa, dxa, cta) = (
-            Atom::Var(x.clone()),
-            Atom::Var(dx.clone()),
-            Atom::Var(ct.clone()),
-        );
+        let (xa, dxa, cta) = (Atom::Var(x.clone()), Atom::Var(dx.clone()), Atom::F64(1.0));
         let ret = self.p.types.tuple(vec![f.ret, ctxt]);
         let saved = std::mem::take(&mut self.out);
         let body = self.block(|s| {
@@ -954,7 +955,7 @@ impl<'a> Dual<'a> {
         }
         let mut func = Func {
             name,
-            params: vec![x, dx, ct],
+            params: vec![x, dx],
             ret,
             body: body?,
             accumulates: false,

@@ -30,7 +30,7 @@
 //! * [`fold_zeros`] (run on dual-number code, [`super::dual`], whose constants have literal
 //!   zero tangents): `let x = y` and `let x = c` (a real literal) are forwarded to `x`'s uses;
 //!   `c * a` with a literal zero factor is `0.0` (scaling is strong-zero: exactly 0 whatever
-//!   the other factor, infinities and NaN included), `1.0 * a` is `a`, `a + 0.0` is `a` (a
+//!   the other factor, infinities and NaN included), `1.0 * a` and `a * 1.0` are `a`, `a + 0.0` is `a` (a
 //!   real `-0.0` stays `-0.0`, where the addition would give `+0.0`, as in
 //!   [`lone_adds`]), and `p += 0.0`, `p += 0.0 * v` for a real `v` go. Nothing removed can fail.
 //! * [`lone_adds`]: `mut a = zero τ; ..; a += [c *] y; ..; let v = take a` (or `get a`), where
@@ -521,6 +521,7 @@ fn fold_block(b: &mut Block, sub: &mut FxHashMap<u32, Atom>) {
                             Some(Atom::F64(0.0))
                         }
                         Expr::Scale(Atom::F64(one), a) if *one == 1.0 => Some(a.clone()),
+                        Expr::Scale(c, Atom::F64(one)) if real && *one == 1.0 => Some(c.clone()),
                         Expr::Add(z, a) | Expr::Add(a, z) if real && lit_zero(z) => Some(a.clone()),
                         _ => None,
                     };
