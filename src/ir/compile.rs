@@ -92,6 +92,7 @@ impl Module {
         crate::ir::opt::fuse_sums(&mut program);
         crate::ir::opt::hoist_invariants(&mut program);
         crate::ir::opt::lone_adds(&mut program);
+        crate::ir::opt::unzip_arrays(&mut program);
         Ok(Module { program, defs })
     }
 }

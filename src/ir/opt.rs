@@ -1168,7 +1168,7 @@ impl Split<'_> {
                     }
                     return;
                 }
-                place.root = new;
+                *place = moved(place, &new, &path);
             }
             Stmt::AddTo {
                 place,
@@ -1209,7 +1209,7 @@ impl Split<'_> {
                     }
                     return;
                 }
-                place.root = new;
+                *place = moved(place, &new, &path);
             }
             _ => {}
         }
@@ -1222,6 +1222,22 @@ impl Split<'_> {
         }
         out.push(s);
     }
+}
+
+/// A place of a split accumulator, in the split one: `a.P[i].k..` is `a.P.k[i]..`; places
+/// beside `P` are unchanged.
+fn moved(p: &Place, new: &MutVar, path: &[u32]) -> Place {
+    let fields = SplitScan::fields(p);
+    let mut q = Place::of(new);
+    q.path = p.path.clone();
+    if fields == path
+        && let [Step::Elem(i), Step::Field(k), ..] = &p.path[fields.len()..]
+    {
+        let n = fields.len();
+        q.path[n] = Step::Field(*k);
+        q.path[n + 1] = Step::Elem(i.clone());
+    }
+    q
 }
 
 /// The type at a field path.
