@@ -42,14 +42,16 @@
 //!   type (arrays pad, lists concatenate), so the value is `y`'s, except that a real `-0.0`
 //!   stays `-0.0` (as the engine's structural zero plus `y` is `y`). Nothing can fail, and
 //!   `y` and `c`, used at the `+=`, are bound at the later read.
-//! * [`unzip_arrays`] (run on dual-number code, whose arrays of reals are arrays of pairs
+//! * [`unzip_arrays`] (run last on every compiled module, and on the Hessian-vector product's
+//!   program after the dual-number transformation, whose arrays of reals are arrays of pairs
 //!   `[(f64, f64)]`): keeps arrays of tuples apart where that costs nothing, by three
 //!   passes, each exact on its own:
 //!   * [`split_accumulators`]: an accumulator `mut a = zero τ` whose array of tuples at a
 //!     field path `P` is only grown and added to element-wise (`grow a.P n`, `a.P[i] += v`,
 //!     `a.P[i].k.. += v`; no `+=` of a whole value containing it, no `set`) becomes an
 //!     accumulator of the tuple of arrays at `P`: `grow` grows each array, `a.P[i] += v`
-//!     adds `v.k` to `a.P.k[i]`, and `take a`/`get a` rebuilds the value, zipping the arrays
+//!     adds `v.k` to `a.P.k[i]` (and a place inside an element, `a.P[i].k..`, is
+//!     `a.P.k[i]..`), and `take a`/`get a` rebuilds the value, zipping the arrays
 //!     with `build` (they were grown together: one length, checked by a `check same_len`
 //!     that cannot fail). Adding is componentwise and arrays pad with zeros, so the zipped
 //!     arrays are the array of tuples the accumulator held; nothing new can fail.
