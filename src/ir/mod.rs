@@ -870,6 +870,16 @@ pub fn for_each_block_mut(e: &mut Expr, f: &mut dyn FnMut(&mut Block)) {
     }
 }
 
+/// Calls `f` on each block directly inside a statement (a loop's body, the blocks of its
+/// expression), in order.
+pub fn for_each_stmt_block_mut(s: &mut Stmt, f: &mut dyn FnMut(&mut Block)) {
+    match s {
+        Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => for_each_block_mut(e, f),
+        Stmt::For(_, _, body) | Stmt::Loop(body) => f(body),
+        _ => {}
+    }
+}
+
 /// Calls `f` on every expression of a block, at any depth (statements' right-hand sides and
 /// the expressions nested in their blocks), outer ones first.
 pub fn for_each_expr(b: &Block, f: &mut dyn FnMut(&Expr)) {

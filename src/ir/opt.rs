@@ -70,7 +70,7 @@
 //!     they were accumulated.
 use super::{
     Atom, Block, Check, Expr, MutVar, Place, Program, Step, Stmt, Ty, for_each_block,
-    for_each_block_mut, same_atom, same_step,
+    for_each_block_mut, for_each_stmt_block_mut, same_atom, same_step,
 };
 use crate::deep::deep;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -107,13 +107,7 @@ fn fuse_block(b: &mut Block, uses: &FxHashMap<u32, u32>) {
                 k += 1;
                 continue;
             }
-            match &mut b.stmts[k] {
-                Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => {
-                    for_each_block_mut(e, &mut |b| fuse_block(b, uses))
-                }
-                Stmt::For(_, _, body) | Stmt::Loop(body) => fuse_block(body, uses),
-                _ => {}
-            }
+            for_each_stmt_block_mut(&mut b.stmts[k], &mut |b| fuse_block(b, uses));
             k += 1;
         }
     })
@@ -333,13 +327,7 @@ pub fn lone_adds(p: &mut Program) {
 fn lone_block(b: &mut Block, uses: &FxHashMap<u32, u32>) {
     deep(|| {
         for s in &mut b.stmts {
-            match s {
-                Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => {
-                    for_each_block_mut(e, &mut |b| lone_block(b, uses))
-                }
-                Stmt::For(_, _, body) | Stmt::Loop(body) => lone_block(body, uses),
-                _ => {}
-            }
+            for_each_stmt_block_mut(s, &mut |b| lone_block(b, uses));
         }
         // The candidates of this block: zero-initialised accumulators used exactly three
         // times (declaration, one `+=` at the root, one read), all at this level.
@@ -470,13 +458,7 @@ fn dead_block(
                 *removed = true;
                 continue;
             }
-            match &mut s {
-                Stmt::For(_, _, body) | Stmt::Loop(body) => dead_block(body, uses, also, removed),
-                Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => {
-                    for_each_block_mut(e, &mut |b| dead_block(b, uses, also, removed))
-                }
-                _ => {}
-            }
+            for_each_stmt_block_mut(&mut s, &mut |b| dead_block(b, uses, also, removed));
             keep.push(s);
         }
         keep.reverse();
@@ -507,13 +489,7 @@ fn fold_block(b: &mut Block, sub: &mut FxHashMap<u32, Atom>) {
         let mut out = Vec::with_capacity(stmts.len());
         for mut s in stmts {
             super::for_each_stmt_operand_mut(&mut s, &mut |a| subst(a, sub));
-            match &mut s {
-                Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => {
-                    for_each_block_mut(e, &mut |b| fold_block(b, sub))
-                }
-                Stmt::For(_, _, body) | Stmt::Loop(body) => fold_block(body, sub),
-                _ => {}
-            }
+            for_each_stmt_block_mut(&mut s, &mut |b| fold_block(b, sub));
             match &mut s {
                 Stmt::Let(x, e) => {
                     let real = x.ty == Ty::F64;
@@ -700,6 +676,17 @@ fn moves_data(b: &Block, internal: super::SiteId) -> bool {
         })
 }
 
+/// Rewrites a block statement by statement, each becoming the statements `f` emits for it.
+fn expand(b: &mut Block, f: &mut dyn FnMut(Stmt, &mut Vec<Stmt>)) {
+    deep(|| {
+        let mut out = Vec::with_capacity(b.stmts.len());
+        for s in std::mem::take(&mut b.stmts) {
+            f(s, &mut out);
+        }
+        b.stmts = out;
+    })
+}
+
 struct Views<'a> {
     p: &'a mut Program,
     internal: super::SiteId,
@@ -711,13 +698,7 @@ struct Views<'a> {
 
 impl Views<'_> {
     fn block(&mut self, b: &mut Block) {
-        deep(|| {
-            let mut out = Vec::with_capacity(b.stmts.len());
-            for s in std::mem::take(&mut b.stmts) {
-                self.stmt(s, &mut out);
-            }
-            b.stmts = out;
-        })
+        expand(b, &mut |s, out| self.stmt(s, out));
     }
 
     fn stmt(&mut self, mut s: Stmt, out: &mut Vec<Stmt>) {
@@ -763,13 +744,7 @@ impl Views<'_> {
                 out.push(Stmt::Let(x, Expr::Atom(r)));
             }
             _ => {
-                match &mut s {
-                    Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => {
-                        for_each_block_mut(e, &mut |b| self.block(b))
-                    }
-                    Stmt::For(_, _, body) | Stmt::Loop(body) => self.block(body),
-                    _ => {}
-                }
+                for_each_stmt_block_mut(&mut s, &mut |b| self.block(b));
                 out.push(s);
             }
         }
@@ -843,13 +818,7 @@ impl Forward {
             let mut out = Vec::with_capacity(stmts.len());
             for mut s in stmts {
                 super::for_each_stmt_operand_mut(&mut s, &mut |a| self.subst(a));
-                match &mut s {
-                    Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => {
-                        for_each_block_mut(e, &mut |b| self.block(b))
-                    }
-                    Stmt::For(_, _, body) | Stmt::Loop(body) => self.block(body),
-                    _ => {}
-                }
+                for_each_stmt_block_mut(&mut s, &mut |b| self.block(b));
                 if let Stmt::Check(Check::SameLen(_, Atom::Var(x), Atom::Var(y)), _) = &s
                     && let (Some(a), Some(b)) = (self.lens.get(&x.id), self.lens.get(&y.id))
                 {
@@ -1000,9 +969,11 @@ impl SplitScan {
         }
     }
 
-    fn expr(&mut self, e: &Expr, in_let: bool, types: &super::Types) {
+    /// `whole`: `e` is a `let`'s or `do`'s expression, where [`Split`] rewrites a `take` or
+    /// `get`; anywhere else one keeps its accumulator unsplit.
+    fn expr(&mut self, e: &Expr, whole: bool, types: &super::Types) {
         if let Expr::Get(m) | Expr::Take(m) = e
-            && !in_let
+            && !whole
         {
             self.bad.insert(m.0.id);
         }
@@ -1023,7 +994,7 @@ impl SplitScan {
                         self.expr(e, false, types);
                     }
                     Stmt::Let(_, e) => self.expr(e, true, types),
-                    Stmt::Do(e) => self.expr(e, false, types),
+                    Stmt::Do(e) => self.expr(e, true, types),
                     Stmt::Set(m, _) => {
                         self.bad.insert(m.0.id);
                     }
@@ -1046,13 +1017,7 @@ struct Split<'a> {
 
 impl Split<'_> {
     fn block(&mut self, b: &mut Block) {
-        deep(|| {
-            let mut out = Vec::with_capacity(b.stmts.len());
-            for s in std::mem::take(&mut b.stmts) {
-                self.stmt(s, &mut out);
-            }
-            b.stmts = out;
-        })
+        expand(b, &mut |s, out| self.stmt(s, out));
     }
 
     fn let_(&mut self, out: &mut Vec<Stmt>, name: &str, t: Ty, e: Expr) -> Atom {
@@ -1215,13 +1180,7 @@ impl Split<'_> {
             }
             _ => {}
         }
-        match &mut s {
-            Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => {
-                for_each_block_mut(e, &mut |b| self.block(b))
-            }
-            Stmt::For(_, _, body) | Stmt::Loop(body) => self.block(body),
-            _ => {}
-        }
+        for_each_stmt_block_mut(&mut s, &mut |b| self.block(b));
         out.push(s);
     }
 }
