@@ -477,11 +477,15 @@ fn nested_forms_are_checked() {
     };
     assert!(err("def main : Real = grad (\\(x : Real) -> (x, x)) 1.0").contains("Real"));
     assert!(err("def main : Int = grad (\\(i : Int) -> 1.0) 1").contains("`Int`"));
-    // A lambda's function parameter has no term to differentiate through (a `let`-bound
-    // function and a definition's parameter do: below).
+    // A function known only at run time (a lambda's parameter) is differentiated through the
+    // derivatives its value carries (`check::carry`, tests below), but a function value built
+    // from another such function, as `\y -> h y * y` from `h`, has no code to differentiate.
     assert!(
-        err("def k (x : Real) : Real = let g = \\(f : Real -> Real) -> grad f x in g sin")
-            .contains("local function")
+        err(
+            "def k (x : Real) : Real = let d = \\(f : Real -> Real) -> grad f x in \
+             let c = \\(h : Real -> Real) -> d (\\(y : Real) -> h y * y) in c sin"
+        )
+        .contains("known only at run time")
     );
     // A recursive definition is specialised with its function parameters fixed: its
     // recursive calls must pass them on unchanged.
@@ -545,6 +549,107 @@ fn nested_forms_are_checked() {
     )
     .unwrap_err();
     assert!(e.message().contains("loader"), "{}", e.message());
+}
+
+/// Functions known only at run time (a lambda's parameter, a pattern, a `case` branch, a
+/// loop's state, an array's element: `check::carry`) are differentiated through the
+/// derivatives their values carry: values against closed forms, and the derivative of the
+/// whole program (CHAD over the rewritten program) against central differences.
+#[test]
+fn functions_known_only_at_run_time_are_differentiated() {
+    type Closed = fn(f64) -> f64;
+    let cases: [(&str, f64, Closed); 7] = [
+        (
+            "def sq (y : Real) : Real = y * y * y\n\
+             def scale (a : Real) (y : Real) : Real = a * sin y\n\
+             def main (x : Real) : Real = \
+             let fs = [sq, scale x, \\(y : Real) -> x * exp y] in \
+             let js = map (\\(g : Real -> Real) -> snd (jvp g x x)) fs in \
+             let vs = map (\\(g : Real -> Real) -> snd (vjp g (2.0 * x) 0.5)) fs in \
+             sum js * sum vs + sum (map (\\(g : Real -> Real) -> grad g x) fs)",
+            0.7,
+            |x| {
+                let js = 3.0 * x * x * x + x * x.cos() * x + x * x.exp() * x;
+                let y = 2.0 * x;
+                let vs = 0.5 * (3.0 * y * y + x * y.cos() + x * y.exp());
+                js * vs + 3.0 * x * x + x * x.cos() + x * x.exp()
+            },
+        ),
+        (
+            "def main (a : Real) : Real = \
+             let (g, h) = (\\(y : Real) -> a * y * y, \\(y : Real) -> sin (a + y)) in \
+             let s : (Real -> Real) + (Real, Real -> Real) = \
+               if a > 1.0 then inl g else inr (a, h) in \
+             case s of inl f -> grad f a | inr p -> fst p * grad (snd p) a",
+            0.8,
+            |a| a * (2.0 * a).cos(),
+        ),
+        (
+            "def main (a : Real) : Real = \
+             let (g, h) = (\\(y : Real) -> a * y * y, \\(y : Real) -> sin (a + y)) in \
+             let s : (Real -> Real) + (Real, Real -> Real) = \
+               if a > 1.0 then inl g else inr (a, h) in \
+             case s of inl f -> grad f a | inr p -> fst p * grad (snd p) a",
+            1.5,
+            |a| 2.0 * a * a,
+        ),
+        (
+            "def main (a : Real) : Real = \
+             let p = iterate 3 (\\(q : (Real -> Real, Real -> Real)) -> (snd q, fst q)) \
+                       (\\(y : Real) -> a * y * y * y, \\(y : Real) -> cos (a * y)) in \
+             grad (fst p) a + grad (snd p) (2.0 * a)",
+            1.3,
+            |a| -a * (a * a).sin() + 12.0 * a * a * a,
+        ),
+        (
+            "def newton (g : Real -> Real) (x : Real) : Real = x - g x / grad g x\n\
+             def main (a : Real) : Real = \
+             let d = \\(f : Real -> Real) -> grad f a in \
+             d (\\(y : Real) -> newton (\\(z : Real) -> z * z - y) y) + \
+             grad (\\(z : Real) -> d (\\(y : Real) -> z * y * sin y)) a",
+            1.1,
+            |a| 0.5 + a.sin() + a * a.cos(),
+        ),
+        (
+            "def main (x : Real) : Real = \
+             let fs = build 3 (\\i -> \\(y : (Real, Real)) -> toReal i * x * fst y * snd y) in \
+             sum (map (\\(f : (Real, Real) -> Real) -> snd (grad f (x, x * x))) fs)",
+            0.6,
+            |x| 3.0 * x * x,
+        ),
+        (
+            "def main (x : Real) : Real = \
+             let fs = [\\(y : (Real, Real)) -> (fst y * snd y * x, fst y)] in \
+             sum (map (\\(g : (Real, Real) -> (Real, Real)) -> \
+               let t = snd (jvp g (x, 2.0) (1.0, 0.0)) in \
+               let c = snd (vjp g (x, 2.0) (1.0, 0.0)) in \
+               fst t + snd t * 10.0 + fst c * 100.0 + snd c * 1000.0) fs)",
+            0.9,
+            |x| 202.0 * x + 10.0 + 1000.0 * x * x,
+        ),
+    ];
+    for (src, a, closed) in cases {
+        let v = run(src, &[Value::Real(a)]).expect_real();
+        assert!(
+            (v - closed(a)).abs() <= 1e-12 * (1.0 + v.abs()),
+            "{src}: {v} vs {}",
+            closed(a)
+        );
+        let program = nested::load(src, &chad::internals::prim::Registry::builtin()).unwrap();
+        let entry = program.entry(program.defs.len() - 1);
+        let (_, g) = Vjp::new(&entry)
+            .unwrap()
+            .map_body(simplify)
+            .grad(&[Value::Real(a)])
+            .unwrap();
+        let h = 1e-6;
+        let fd = (closed(a + h) - closed(a - h)) / (2.0 * h);
+        let g = g[0].expect_real();
+        assert!(
+            (g - fd).abs() <= 1e-6 * (1.0 + fd.abs()),
+            "{src}: {g} vs {fd}"
+        );
+    }
 }
 
 /// Newton's method written once, for any function: the forms differentiate the function each

@@ -14,6 +14,7 @@
 //! `reverse`, `zip`, `slice`, `concat`, ..., the power `^`) become the core forms they stand
 //! for, so every later stage handles them with no case of its own.
 
+mod carry;
 mod custom;
 mod nested;
 mod sugar;
@@ -49,6 +50,8 @@ pub fn check_program_with<'a>(
         values: HashMap::new(),
         templates: HashMap::new(),
         placeholders: HashSet::new(),
+        def_params: HashSet::new(),
+        dynamic: carry::Dynamic::default(),
         unresolved: None,
         next_local: usize::MAX / 2,
         instances: 0,
@@ -137,6 +140,11 @@ pub fn check_program_with<'a>(
             c.push(v);
         }
         c.unresolved = None;
+        c.def_params = params
+            .iter()
+            .filter(|p| !p.ty.is_first_order())
+            .map(|p| p.id)
+            .collect();
         let check_body = |c: &mut Checker| match &d.ret {
             Some(t) => c.check(&d.body, &t.ty),
             None => c.infer(&d.body),
@@ -163,6 +171,7 @@ pub fn check_program_with<'a>(
             // (If this fails too, its error is the real one.)
             body = again;
         }
+        c.def_params.clear();
         for v in &params {
             c.pop(v);
         }
@@ -212,6 +221,7 @@ pub fn check_program_with<'a>(
         }
         defs.push(def);
     }
+    c.carry(&mut defs)?;
     Ok(Program { defs, templates })
 }
 
@@ -260,6 +270,11 @@ struct Checker<'r> {
     /// The function parameters of a template being checked for its type: a form over one of
     /// them is a placeholder.
     placeholders: HashSet<VarId>,
+    /// The function parameters of the definition being checked (its first check): a form
+    /// over one of them makes the definition a template.
+    def_params: HashSet<VarId>,
+    /// The forms over functions known only at run time, for `carry`.
+    dynamic: carry::Dynamic,
     /// The function variable without a known value that stopped the last form.
     unresolved: Option<VarId>,
     /// The order of the next local function in `values`.

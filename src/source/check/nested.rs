@@ -22,8 +22,10 @@
 //!   defunctionalisation). A template that passes its parameter on to another template is one
 //!   too. A `def rec` template is specialised with its function parameters fixed: its
 //!   recursive calls, which must pass them on unchanged, call the instance's fixpoint over the
-//!   other parameters ([`Instance`]). A lambda's or a `case` branch's function variable has
-//!   no term: a type error naming it.
+//!   other parameters ([`Instance`]);
+//! * any other function (a lambda's parameter, a pattern's or `case` branch's variable, an
+//!   element of a tuple or array, a loop's state) is known only at run time: the form becomes
+//!   a marker, and `check::carry` makes the values of its type carry their derivatives.
 
 use super::{Arg, Checker};
 use crate::error::{Error, Result, Span};
@@ -93,7 +95,7 @@ fn bound_and_used(t: &Term) -> (HashSet<VarId>, Vec<Var>) {
 }
 
 /// The free variables of a term, in order of first use.
-fn free_vars(t: &Term) -> Vec<Var> {
+pub(super) fn free_vars(t: &Term) -> Vec<Var> {
     let (bound, used) = bound_and_used(t);
     used.into_iter()
         .filter(|v| !bound.contains(&v.id))
@@ -158,30 +160,32 @@ impl Checker<'_> {
             )
             .with_span(span));
         };
-        // The entry: captured first-order variables, then the argument; the top-level
-        // definitions it uses bound in front.
-        let mut params = Vec::new();
-        let mut globals: BTreeMap<usize, (Var, Term)> = BTreeMap::new();
-        let mut pending = free_vars(&f);
-        while let Some(v) = pending.pop() {
-            if let Some((index, value)) = self.values.get(&v.id) {
-                if !globals.contains_key(index) {
-                    globals.insert(*index, (v.clone(), value.clone()));
-                    pending.extend(free_vars(value));
-                }
-            } else if v.ty.is_first_order() {
-                if !params.iter().any(|p: &Var| p.id == v.id) {
-                    params.push(v.clone());
-                }
-            } else if self.placeholders.contains(&v.id) {
-                // A template checked for its type only: the form's value is never used.
-                let ty = match form {
-                    Form::Grad => a.clone(),
-                    Form::Jvp => Type::prod(b.clone(), b.clone()),
-                    Form::Vjp => Type::prod(b.clone(), a.clone()),
+        let result_ty = match form {
+            Form::Grad => a.clone(),
+            Form::Jvp => Type::prod(b.clone(), b.clone()),
+            Form::Vjp => Type::prod(b.clone(), a.clone()),
+        };
+        let (entry, captured) = match self.resolve(name, &f, &a, span) {
+            Resolved::Entry(entry, captured) => (entry, captured),
+            // A template checked for its type only: the form's value is never used.
+            Resolved::Placeholder => {
+                return Ok(Term::new(
+                    TermKind::Var(Var::fresh("template", result_ty)),
+                    span,
+                ));
+            }
+            Resolved::Unknown(v) => {
+                // A function parameter of the definition being checked: the definition is a
+                // template (specialised per call).
+                let Some(v) = self
+                    .uses_def_param(&f)
+                    .or_else(|| self.def_params.contains(&v.id).then_some(v))
+                else {
+                    // A function known only at run time (or one that takes such a
+                    // function's derivative): its value carries its derivative
+                    // (`check::carry`).
+                    return Ok(self.dynamic.form(form, &f, x, extra, span));
                 };
-                return Ok(Term::new(TermKind::Var(Var::fresh("template", ty)), span));
-            } else {
                 self.unresolved = Some(v.id);
                 return Err(Error::type_error(
                     args[0].span(),
@@ -196,6 +200,54 @@ impl Checker<'_> {
                      (non-recursive) definition, or write it inside the differentiated lambda",
                 ));
             }
+        };
+        // The user's argument terms bound first, so that the elaborated derivative is a term
+        // of its own (`check::carry` leaves it as it is).
+        let mut lets = Vec::new();
+        let bound = |t: Term, what: &str, lets: &mut Vec<(Var, Term)>| -> Term {
+            if matches!(t.kind, TermKind::Var(_) | TermKind::Lit(_)) {
+                return t;
+            }
+            let v = Var::fresh(what, t.ty.clone());
+            lets.push((v.clone(), t));
+            Term::new(TermKind::Var(v), span)
+        };
+        let x = bound(x, "x", &mut lets);
+        let extra = extra.map(|e| bound(e, "d", &mut lets));
+        let mut args_t = captured;
+        args_t.push(x);
+        let elaborated = nested
+            .elaborate(form, &entry, &args_t, extra)
+            .map_err(|e| e.or_span(span))?;
+        self.dynamic.opaque(&elaborated);
+        Ok(lets.into_iter().rev().fold(elaborated, |body, (v, t)| {
+            Term::new(TermKind::Let(Pat::Var(v), t, body), span)
+        }))
+    }
+
+    /// The entry `E(c1, .., ck, x) = f x` of a function `f : a -> _`: its captured first-order
+    /// variables `c1 .. ck` (returned as terms, the form's first arguments) and the argument,
+    /// with the definitions and `let`-bound functions it uses bound by `let` in front; or why
+    /// there is none.
+    pub(super) fn resolve(&self, name: &str, f: &Term, a: &Type, span: Span) -> Resolved {
+        let mut params = Vec::new();
+        let mut globals: BTreeMap<usize, (Var, Term)> = BTreeMap::new();
+        let mut pending = free_vars(f);
+        while let Some(v) = pending.pop() {
+            if let Some((index, value)) = self.values.get(&v.id) {
+                if !globals.contains_key(index) {
+                    globals.insert(*index, (v.clone(), value.clone()));
+                    pending.extend(free_vars(value));
+                }
+            } else if v.ty.is_first_order() {
+                if !params.iter().any(|p: &Var| p.id == v.id) {
+                    params.push(v.clone());
+                }
+            } else if self.placeholders.contains(&v.id) {
+                return Resolved::Placeholder;
+            } else {
+                return Resolved::Unknown(v);
+            }
         }
         params.reverse();
         let xv = Var::fresh("x", a.clone());
@@ -206,21 +258,52 @@ impl Checker<'_> {
         for (_, (g, value)) in globals.into_iter().rev() {
             body = Term::new(TermKind::Let(Pat::Var(g), value, body), span);
         }
-        let mut args_t: Vec<Term> = params
+        let captured: Vec<Term> = params
             .iter()
             .map(|p| Term::new(TermKind::Var(p.clone()), span))
             .collect();
-        args_t.push(x);
         params.push(xv);
         let entry = Entry {
             name: name.into(),
             params,
             body,
         };
-        nested
-            .elaborate(form, &entry, &args_t, extra)
-            .map_err(|e| e.or_span(span))
+        Resolved::Entry(entry, captured)
     }
+}
+
+impl Checker<'_> {
+    /// A function parameter of the definition being checked that `f` uses (through the
+    /// known values of the functions it uses).
+    fn uses_def_param(&self, f: &Term) -> Option<Var> {
+        if self.def_params.is_empty() {
+            return None;
+        }
+        let mut seen = HashSet::new();
+        let mut pending = free_vars(f);
+        while let Some(v) = pending.pop() {
+            if !seen.insert(v.id) {
+                continue;
+            }
+            if self.def_params.contains(&v.id) {
+                return Some(v);
+            }
+            if let Some((_, value)) = self.values.get(&v.id) {
+                pending.extend(free_vars(value));
+            }
+        }
+        None
+    }
+}
+
+/// What [`Checker::resolve`] found.
+pub(super) enum Resolved {
+    /// The entry and the terms of its captured parameters.
+    Entry(Entry, Vec<Term>),
+    /// The function uses a placeholder (a template checked for its type).
+    Placeholder,
+    /// The function uses this function variable, whose value is not known.
+    Unknown(Var),
 }
 
 /// A definition that differentiates one of its function parameters inside: checked again at
@@ -292,9 +375,11 @@ impl<'a> Checker<'a> {
             let placeholder = Term::new(TermKind::Var(Var::fresh("template", ty)), span);
             return self.extra_args(placeholder, name, args, n, span);
         }
-        // A function argument using a function variable without a known value (a parameter
-        // of the definition being checked, say): the specialised body would stop at the same
-        // variable, so stop here, without specialising a chain of templates to learn it.
+        // A function argument using a function parameter of the definition being checked (its
+        // first check, which decides whether it is a template): the specialised body would
+        // stop at the same variable, so stop here, without specialising a chain of templates
+        // to learn it. (Other function variables without a known value are known at run
+        // time: the instance's forms over them are `check::carry`'s.)
         if self.active.iter().all(|a| *a.name != *name) {
             for (a, p) in terms.iter().zip(&t.params) {
                 if p.ty.is_first_order() {
@@ -302,7 +387,7 @@ impl<'a> Checker<'a> {
                 }
                 let unknown = free_vars(a)
                     .into_iter()
-                    .find(|v| !v.ty.is_first_order() && !self.values.contains_key(&v.id));
+                    .find(|v| self.def_params.contains(&v.id));
                 if let Some(v) = unknown {
                     self.unresolved = Some(v.id);
                     return Err(Error::type_error(

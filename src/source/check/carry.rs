@@ -1,0 +1,552 @@
+//! Derivatives of functions known only at run time (LANGUAGE.md, "Derivatives inside
+//! programs": `f` may be *any* expression of function type). `check::nested` differentiates a
+//! function whose code the checker knows (a definition, a `let`-bound function, a template's
+//! parameter specialised per call); a function taken from a lambda's parameter, a pattern, a
+//! tuple, an array or a loop's state is known only when the program runs
+//! (`map (\g -> grad g x) fs`). For those, function values carry their derivatives:
+//!
+//! * the checker elaborates such a form into a *marker* `m f x [d]` and records the function's
+//!   type `τ = A -> B` ([`Dynamic`]);
+//! * after the whole program is checked, [`Checker::carry`] changes the representation of
+//!   every value of a recorded type `τ` to `T(τ) = (τ, D)`, with `D` the function's reverse
+//!   derivative `A -> B -> (B, A)` (what `grad` and `vjp` need), its forward one `A -> A -> (B,
+//!   B)` (`jvp`), or the pair of both, as the program's forms need; every other type maps
+//!   structurally (`T(Array τ) = Array T(τ)`, ...);
+//! * a lambda of type `τ` in a value position (stored, passed, returned) becomes the pair of
+//!   itself and its derivatives, elaborated once by the same [`Differentiate`] as a form over
+//!   it would be (its captured first-order variables are inputs of the derivative code, so an
+//!   enclosing derivative still sees them); a lambda in function position (`map`'s argument,
+//!   applied at once) stays a plain function;
+//! * an application of a value of type `T(τ)` applies its first component, and the marker
+//!   applies the derivative: `grad f x = snd (rev f x 1.0)`, `vjp f x ct = rev f x ct`, `jvp f
+//!   x dx = fwd f x dx`;
+//! * definitions (and the recursive functions of `def rec` instances) stay plain curried
+//!   functions whose parameter and result types are mapped; where one is used as a value of a
+//!   type that changed (`map2 h xs ys` needs no change, `[f, g]` does), it is eta-expanded and
+//!   paired with the derivatives of `\x -> h .. x`.
+//!
+//! The derivative code of a form the checker could resolve (`check::nested`) is left as it is
+//! (it is closed but for first-order inputs), and so are derivatives built here. Programs
+//! without such forms are not touched. The limit: a function whose derivative is carried must
+//! have code the checker knows (`check::nested`'s rules) for everything it uses; a lambda of a
+//! carried type that applies another run-time function (`\y -> g y * y` with `g` a lambda's
+//! parameter) in a value position is a type error naming that function.
+
+use super::nested::free_vars;
+use super::{Checker, Differentiate, Form};
+use crate::deep::deep;
+use crate::error::{Error, Result, Span};
+use crate::source::term::{Def, Entry, Lit, Node, Pat, Term, TermKind as K, Var, VarId};
+use crate::types::Type;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// Which derivatives the values of a carried function type hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Needs {
+    /// Reverse (`grad`, `vjp`).
+    rev: bool,
+    /// Forward (`jvp`).
+    fwd: bool,
+}
+
+/// The forms over functions known only at run time, recorded while checking.
+#[derive(Default)]
+pub(super) struct Dynamic {
+    /// The marker variables, with their form.
+    pub(super) markers: HashMap<VarId, Form>,
+    /// The carried function types and what their values hold.
+    types: Vec<(Type, Needs)>,
+    /// Derivative code already elaborated (left as it is), kept alive so that the addresses
+    /// stay theirs.
+    opaque: Vec<Term>,
+    opaque_at: HashSet<*const Node>,
+}
+
+impl Dynamic {
+    /// `m f x [d]`: the form over `f`, a function known only at run time.
+    pub(super) fn form(
+        &mut self,
+        form: Form,
+        f: &Term,
+        x: Term,
+        extra: Option<Term>,
+        span: Span,
+    ) -> Term {
+        let (a, b) = f.ty.as_fun().expect("a function");
+        let ty = match form {
+            Form::Grad => Type::fun(a.clone(), a.clone()),
+            Form::Jvp => Type::curried(&[a.clone(), a.clone()], Type::prod(b.clone(), b.clone())),
+            Form::Vjp => Type::curried(&[a.clone(), b.clone()], Type::prod(b.clone(), a.clone())),
+        };
+        let name = match form {
+            Form::Grad => "grad",
+            Form::Jvp => "jvp",
+            Form::Vjp => "vjp",
+        };
+        let m = Var::fresh(name, Type::fun(f.ty.clone(), ty));
+        self.markers.insert(m.id, form);
+        let needs = match self.types.iter_mut().find(|(t, _)| *t == f.ty) {
+            Some((_, n)) => n,
+            None => {
+                self.types.push((f.ty.clone(), Needs::default()));
+                &mut self.types.last_mut().expect("just pushed").1
+            }
+        };
+        match form {
+            Form::Jvp => needs.fwd = true,
+            _ => needs.rev = true,
+        }
+        let mk = |k| Term::new(k, span);
+        let mut t = mk(K::App(mk(K::App(mk(K::Var(m)), f.clone())), x));
+        if let Some(d) = extra {
+            t = mk(K::App(t, d));
+        }
+        t
+    }
+
+    /// Marks elaborated derivative code, which [`Checker::carry`] leaves as it is.
+    pub(super) fn opaque(&mut self, t: &Term) {
+        self.opaque_at.insert(&**t as *const Node);
+        self.opaque.push(t.clone());
+    }
+
+    fn needs(&self, t: &Type) -> Option<Needs> {
+        self.types.iter().find(|(u, _)| u == t).map(|(_, n)| *n)
+    }
+
+    /// `T(t)`: the representation of values of type `t`.
+    fn ty(&self, t: &Type) -> Type {
+        if self.types.is_empty() {
+            return t.clone();
+        }
+        deep(|| match t {
+            Type::Real | Type::Int | Type::Bool | Type::Unit => t.clone(),
+            Type::Fun(p) => match self.needs(t) {
+                Some(n) => Type::prod(t.clone(), derivatives_ty(&p.0, &p.1, n)),
+                None => Type::fun(self.ty(&p.0), self.ty(&p.1)),
+            },
+            Type::Prod(p) => Type::prod(self.ty(&p.0), self.ty(&p.1)),
+            Type::Sum(p) => Type::sum(self.ty(&p.0), self.ty(&p.1)),
+            Type::Array(a) => Type::array(self.ty(a)),
+        })
+    }
+}
+
+/// The type of the derivatives a value of the carried type `a -> b` holds.
+fn derivatives_ty(a: &Type, b: &Type, n: Needs) -> Type {
+    let rev = Type::curried(&[a.clone(), b.clone()], Type::prod(b.clone(), a.clone()));
+    let fwd = Type::curried(&[a.clone(), a.clone()], Type::prod(b.clone(), b.clone()));
+    match (n.rev, n.fwd) {
+        (true, true) => Type::prod(rev, fwd),
+        (false, true) => fwd,
+        _ => rev,
+    }
+}
+
+impl Checker<'_> {
+    /// Changes the representation of the carried function types in every definition (see the
+    /// module doc); nothing when the program has no form over a run-time function.
+    pub(super) fn carry(&mut self, defs: &mut [Def]) -> Result<()> {
+        if self.dynamic.markers.is_empty() {
+            return Ok(());
+        }
+        let Some(nested) = self.nested else {
+            return Ok(());
+        };
+        let mut c = Carry {
+            c: self,
+            nested,
+            plain: HashMap::new(),
+            def_values: HashMap::new(),
+            memo: HashMap::new(),
+            locals: HashSet::new(),
+        };
+        for d in defs.iter() {
+            if d.custom.is_some() {
+                continue;
+            }
+            let params: Vec<Type> = d.params.iter().map(|p| c.ty(&p.ty)).collect();
+            c.plain
+                .insert(d.var.id, Type::curried(&params, c.ty(&d.ret)));
+        }
+        for d in defs.iter_mut() {
+            if d.custom.is_some() {
+                continue;
+            }
+            let body = c.term(&d.body)?;
+            d.params = d.params.iter().map(|p| c.var(p)).collect();
+            d.ret = body.ty.clone();
+            d.var = Var {
+                ty: c.plain[&d.var.id].clone(),
+                ..d.var.clone()
+            };
+            d.body = body;
+            c.def_values.insert(d.var.id, d.value());
+        }
+        Ok(())
+    }
+}
+
+struct Carry<'c, 'r> {
+    c: &'c mut Checker<'r>,
+    nested: &'r dyn Differentiate,
+    /// Variables bound to plain curried functions (definitions, recursive functions), with
+    /// their new types.
+    plain: HashMap<VarId, Type>,
+    /// The rewritten definitions' values, by variable.
+    def_values: HashMap<VarId, Term>,
+    /// The rewritten right-hand sides of `let`s binding a variable (by the address of the
+    /// checked one, which the checker's values share), and those variables.
+    memo: HashMap<*const Node, Term>,
+    locals: HashSet<VarId>,
+}
+
+fn mk(k: K, span: Span) -> Term {
+    Term::new(k, span)
+}
+
+impl Carry<'_, '_> {
+    fn ty(&self, t: &Type) -> Type {
+        self.c.dynamic.ty(t)
+    }
+
+    fn var(&self, v: &Var) -> Var {
+        Var {
+            ty: self.ty(&v.ty),
+            ..v.clone()
+        }
+    }
+
+    fn pat(&self, p: &Pat) -> Pat {
+        deep(|| match p {
+            Pat::Var(v) => Pat::Var(self.var(v)),
+            Pat::Wild(t) => Pat::Wild(self.ty(t)),
+            Pat::Pair(a, b) => Pat::Pair(Box::new(self.pat(a)), Box::new(self.pat(b))),
+        })
+    }
+
+    /// `t` in the new representation, of type `T(t.ty)`.
+    fn term(&mut self, t: &Term) -> Result<Term> {
+        let r = self.raw(t)?;
+        let want = self.ty(&t.ty);
+        if r.ty == want {
+            Ok(r)
+        } else {
+            self.carried(t, r)
+        }
+    }
+
+    /// `t` in function position: a plain function where that is cheaper (a lambda, a
+    /// definition), else the function of its pair.
+    fn fun(&mut self, t: &Term) -> Result<Term> {
+        if let K::Lam(y, b) = &t.kind {
+            let b = self.term(b)?;
+            return Ok(mk(K::Lam(self.var(y), b), t.span));
+        }
+        let r = self.raw(t)?;
+        if self.c.dynamic.needs(&t.ty).is_some() && r.ty == self.ty(&t.ty) {
+            Ok(mk(K::Fst(r), t.span))
+        } else {
+            Ok(r)
+        }
+    }
+
+    /// `t` rewritten; of type `T(t.ty)`, or a plain curried function's type for the uses of
+    /// definitions and recursive functions (which [`Carry::term`] pairs with derivatives where
+    /// a value is needed).
+    fn raw(&mut self, t: &Term) -> Result<Term> {
+        if self.c.dynamic.opaque_at.contains(&(&**t as *const Node)) {
+            return Ok(t.clone());
+        }
+        deep(|| {
+            let sp = t.span;
+            Ok(match &t.kind {
+                K::Var(v) => match self.plain.get(&v.id) {
+                    Some(ty) => mk(
+                        K::Var(Var {
+                            ty: ty.clone(),
+                            ..v.clone()
+                        }),
+                        sp,
+                    ),
+                    None => mk(K::Var(self.var(v)), sp),
+                },
+                K::Lit(_) => t.clone(),
+                K::Lam(y, b) => {
+                    let lam = mk(K::Lam(self.var(y), self.term(b)?), sp);
+                    if self.c.dynamic.needs(&t.ty).is_some() {
+                        self.pair(lam)?
+                    } else {
+                        lam
+                    }
+                }
+                K::App(..) => {
+                    if let Some(r) = self.marker(t)? {
+                        return Ok(r);
+                    }
+                    let K::App(f, a) = &t.kind else {
+                        unreachable!()
+                    };
+                    let f = self.fun(f)?;
+                    mk(K::App(f, self.term(a)?), sp)
+                }
+                K::Let(p, e, b) => {
+                    let e2 = self.raw(e)?;
+                    if let Pat::Var(v) = p {
+                        self.memo.insert(&**e as *const Node, e2.clone());
+                        self.locals.insert(v.id);
+                    }
+                    match p {
+                        // A plain function (a `def rec` instance's fixpoint, a partial
+                        // application of a definition) stays one.
+                        Pat::Var(v) if e2.ty != self.ty(&e.ty) => {
+                            self.plain.insert(v.id, e2.ty.clone());
+                            let v2 = Var {
+                                ty: e2.ty.clone(),
+                                ..v.clone()
+                            };
+                            mk(K::Let(Pat::Var(v2), e2, self.term(b)?), sp)
+                        }
+                        _ => {
+                            let e2 = if e2.ty == self.ty(&e.ty) {
+                                e2
+                            } else {
+                                self.carried(e, e2)?
+                            };
+                            mk(K::Let(self.pat(p), e2, self.term(b)?), sp)
+                        }
+                    }
+                }
+                K::Pair(a, b) => mk(K::Pair(self.term(a)?, self.term(b)?), sp),
+                K::Fst(e) => mk(K::Fst(self.term(e)?), sp),
+                K::Snd(e) => mk(K::Snd(self.term(e)?), sp),
+                K::If(c, a, b) => mk(K::If(self.term(c)?, self.term(a)?, self.term(b)?), sp),
+                K::Inl(e, r) => mk(K::Inl(self.term(e)?, self.ty(r)), sp),
+                K::Inr(l, e) => mk(K::Inr(self.ty(l), self.term(e)?), sp),
+                K::Case(e, p, a, q, b) => mk(
+                    K::Case(
+                        self.term(e)?,
+                        self.pat(p),
+                        self.term(a)?,
+                        self.pat(q),
+                        self.term(b)?,
+                    ),
+                    sp,
+                ),
+                K::Prim(p, args) => {
+                    let args = args.iter().map(|a| self.term(a)).collect::<Result<_>>()?;
+                    mk(K::Prim(p.clone(), args), sp)
+                }
+                K::Array(ty, xs) => {
+                    let xs = xs.iter().map(|a| self.term(a)).collect::<Result<_>>()?;
+                    mk(K::Array(self.ty(ty), xs), sp)
+                }
+                K::Map(f, xs) => mk(K::Map(self.fun(f)?, self.term(xs)?), sp),
+                K::Map2(f, xs, ys) => mk(K::Map2(self.fun(f)?, self.term(xs)?, self.term(ys)?), sp),
+                K::Build(n, f) => mk(K::Build(self.term(n)?, self.fun(f)?), sp),
+                K::Index(xs, i) => mk(K::Index(self.term(xs)?, self.term(i)?), sp),
+                K::Length(xs) => mk(K::Length(self.term(xs)?), sp),
+                K::Replicate(n, x) => mk(K::Replicate(self.term(n)?, self.term(x)?), sp),
+                K::Loop(f, x, tape) => mk(K::Loop(self.fun(f)?, self.term(x)?, *tape), sp),
+                K::Fix(f) => {
+                    // The recursive function stays a plain function over its mapped types.
+                    let (g, x, body) = crate::source::term::fix_parts(f);
+                    let (a, b) = g.ty.as_fun().expect("fix of a function");
+                    let gty = Type::fun(self.ty(a), self.ty(b));
+                    self.plain.insert(g.id, gty.clone());
+                    let g2 = Var { ty: gty, ..g };
+                    let body = self.term(&body)?;
+                    let inner = mk(K::Lam(self.var(&x), body), sp);
+                    mk(K::Fix(mk(K::Lam(g2, inner), sp)), sp)
+                }
+            })
+        })
+    }
+
+    /// A form over a run-time function (`Dynamic::form`'s marker), applied to its argument
+    /// (and tangent or cotangent): the derivative its value carries, applied.
+    fn marker(&mut self, t: &Term) -> Result<Option<Term>> {
+        let mut args = Vec::new();
+        let mut head = t;
+        while let K::App(f, a) = &head.kind {
+            args.push(a);
+            head = f;
+        }
+        let K::Var(m) = &head.kind else {
+            return Ok(None);
+        };
+        let Some(&form) = self.c.dynamic.markers.get(&m.id) else {
+            return Ok(None);
+        };
+        args.reverse();
+        let sp = t.span;
+        let f = args[0];
+        let n = self
+            .c
+            .dynamic
+            .needs(&f.ty)
+            .expect("a marker's function type is carried");
+        let pair = self.term(f)?;
+        let d = mk(K::Snd(pair), sp);
+        let d = match (n.rev && n.fwd, form) {
+            (false, _) => d,
+            (true, Form::Jvp) => mk(K::Snd(d), sp),
+            (true, _) => mk(K::Fst(d), sp),
+        };
+        let x = self.term(args[1])?;
+        Ok(Some(match form {
+            Form::Grad => {
+                let one = Term::lit(Lit::Real(1.0));
+                mk(K::Snd(mk(K::App(mk(K::App(d, x), sp), one), sp)), sp)
+            }
+            Form::Jvp | Form::Vjp => {
+                let e = self.term(args[2])?;
+                mk(K::App(mk(K::App(d, x), sp), e), sp)
+            }
+        }))
+    }
+
+    /// `(plain, derivatives of plain)`: a function value of a carried type, from its
+    /// rewritten code `plain` (a plain function). The derivatives differentiate the rewritten
+    /// code, so a function that itself takes derivatives of run-time functions can be
+    /// differentiated too.
+    fn pair(&mut self, plain: Term) -> Result<Term> {
+        let sp = plain.span;
+        let (a, b) = plain.ty.as_fun().expect("a carried function");
+        let (a, b) = (a.clone(), b.clone());
+        let n = self.c.dynamic.needs(&plain.ty).expect("a carried type");
+        let (entry, captured) = self.entry(&plain, &a)?;
+        let one = |form: Form, dty: &Type| -> Result<Term> {
+            let x = Var::fresh("x", a.clone());
+            let d = Var::fresh(if form == Form::Jvp { "dx" } else { "ct" }, dty.clone());
+            let mut args = captured.clone();
+            args.push(Term::var(&x));
+            let body = self
+                .nested
+                .elaborate(form, &entry, &args, Some(Term::var(&d)))
+                .map_err(|e| e.or_span(sp))?;
+            Ok(mk(K::Lam(x, mk(K::Lam(d, body), sp)), sp))
+        };
+        let derivatives = match (n.rev, n.fwd) {
+            (true, true) => {
+                let r = one(Form::Vjp, &b)?;
+                let f = one(Form::Jvp, &a)?;
+                mk(K::Pair(r, f), sp)
+            }
+            (false, true) => one(Form::Jvp, &a)?,
+            _ => one(Form::Vjp, &b)?,
+        };
+        Ok(mk(K::Pair(plain, derivatives), sp))
+    }
+
+    /// The entry `E(c1, .., ck, x) = f x` of a rewritten function (as `check::nested`'s
+    /// `resolve` builds for checked ones): its captured first-order variables, then the
+    /// argument, with the (rewritten) definitions and `let`-bound values it uses in front.
+    fn entry(&mut self, f: &Term, a: &Type) -> Result<(Entry, Vec<Term>)> {
+        let sp = f.span;
+        let mut params: Vec<Var> = Vec::new();
+        let mut globals: BTreeMap<usize, (Var, Term)> = BTreeMap::new();
+        let mut pending = free_vars(f);
+        while let Some(v) = pending.pop() {
+            let known = self.c.values.get(&v.id).map(|(i, t)| (*i, t.clone()));
+            let value = match known {
+                _ if v.ty.is_first_order() => {
+                    if !params.iter().any(|p| p.id == v.id) {
+                        params.push(v.clone());
+                    }
+                    continue;
+                }
+                Some((index, _)) if globals.contains_key(&index) => continue,
+                Some((index, value)) => match self.def_values.get(&v.id) {
+                    Some(d) => Some((index, d.clone())),
+                    None if self.plain.contains_key(&v.id) && !self.locals.contains(&v.id) => None,
+                    None => {
+                        let key = &*value as *const Node;
+                        let new = match self.memo.get(&key) {
+                            Some(t) => t.clone(),
+                            None => self.raw(&value)?,
+                        };
+                        Some((index, new))
+                    }
+                },
+                None => None,
+            };
+            match value {
+                Some((index, value)) if value.ty == v.ty => {
+                    pending.extend(free_vars(&value));
+                    globals.insert(index, (v, value));
+                }
+                _ => {
+                    return Err(Error::type_error(
+                        sp,
+                        format!(
+                            "this function of type `{}` may be differentiated at run time \
+                             (this program differentiates functions of that type taken from \
+                             lambdas' parameters, patterns, tuples or arrays), but it uses \
+                             `{}`, which holds a function known only at run time, so its \
+                             derivative cannot be built",
+                            f.ty, v.name
+                        ),
+                    )
+                    .with_note(
+                        "pass such functions to definitions' parameters, or bind them with \
+                         `let`, so that their code is known where they are differentiated",
+                    ));
+                }
+            }
+        }
+        params.reverse();
+        let xv = Var::fresh("x", a.clone());
+        let mut body = mk(K::App(f.clone(), Term::var(&xv)), sp);
+        for (_, (g, value)) in globals.into_iter().rev() {
+            body = mk(K::Let(Pat::Var(g), value, body), sp);
+        }
+        let captured: Vec<Term> = params.iter().map(Term::var).collect();
+        params.push(xv);
+        let entry = Entry {
+            name: "grad".into(),
+            params,
+            body,
+        };
+        Ok((entry, captured))
+    }
+
+    /// `orig` (whose rewritten code `plain` is a plain curried function, a use of a definition
+    /// or recursive function) as a value of type `T(orig.ty)`: eta-expanded over the
+    /// parameters before the carried function type, and paired there.
+    fn carried(&mut self, orig: &Term, plain: Term) -> Result<Term> {
+        let sp = orig.span;
+        if self.c.dynamic.needs(&orig.ty).is_some() {
+            let (a, _) = orig.ty.as_fun().expect("a function");
+            let p = Var::fresh("y", self.ty(a));
+            let plain_lam = mk(K::Lam(p.clone(), mk(K::App(plain, Term::var(&p)), sp)), sp);
+            return self.pair(plain_lam);
+        }
+        match orig.ty.as_fun() {
+            Some((a, _)) if a.is_first_order() => {
+                let y = Var::fresh("y", a.clone());
+                let applied = mk(K::App(orig.clone(), Term::var(&y)), sp);
+                let inner = mk(K::App(plain, Term::var(&y)), sp);
+                let body = if inner.ty == self.ty(&applied.ty) {
+                    inner
+                } else {
+                    self.carried(&applied, inner)?
+                };
+                Ok(mk(K::Lam(y, body), sp))
+            }
+            _ => Err(Error::type_error(
+                sp,
+                format!(
+                    "this function (of type `{}`) is used as a value where the program \
+                     differentiates functions at run time, and its parameter of type `{}` \
+                     is not first-order, which that does not support",
+                    orig.ty,
+                    orig.ty
+                        .as_fun()
+                        .map(|p| p.0.to_string())
+                        .unwrap_or_default()
+                ),
+            )),
+        }
+    }
+}
