@@ -563,3 +563,141 @@ fn source_programs_agree_with_tagged_dual_numbers() {
         }
     }
 }
+
+/// `e : ty` reduced to a `Real` in source text (sums of leaves), with fresh names from `n`.
+fn reduce_text(ty: &Type, e: &str, n: &mut usize) -> String {
+    match ty {
+        Type::Real => format!("({e})"),
+        Type::Array(_) => format!("sum ({e})"),
+        Type::Prod(p) => {
+            *n += 1;
+            let (u, v) = (format!("u{n}"), format!("v{n}"));
+            format!(
+                "(let ({u}, {v}) = {e} in {} + {})",
+                reduce_text(&p.0, &u, n),
+                reduce_text(&p.1, &v, n)
+            )
+        }
+        other => panic!("reduce_text at {other}"),
+    }
+}
+
+/// Functions known only at run time (`check::carry`) on random programs: two or three random
+/// functions (over captured inputs) in an array, each differentiated by the same form through
+/// `map`'s lambda parameter, against the same forms written over each function in place (the
+/// checker's static route: values and CHAD's gradient of the whole program agree), and
+/// against the tagged-dual oracle (value and gradient).
+#[test]
+fn run_time_functions_agree_with_static_ones_and_tagged_dual_numbers() {
+    use chad::internals::source::print::term_to_string;
+    let n = common::cases(40);
+    let mut r = common::runner(n);
+    let (mut compared, mut gradients) = (0, 0);
+    for _ in 0..n {
+        let c = cfg(sample(0..2usize, &mut r) == 1);
+        let mut caps = Vec::new();
+        let mut inputs = Vec::new();
+        for k in 0..sample(0..3usize, &mut r) {
+            let ty = sample(random::input_type(&c), &mut r);
+            inputs.push(sample(random::value(&ty), &mut r));
+            caps.push(Var::fresh(format!("c{k}"), ty));
+        }
+        let a = [
+            Type::Real,
+            Type::array(Type::Real),
+            Type::prod(Type::Real, Type::Real),
+        ][sample(0..3usize, &mut r)]
+        .clone();
+        let x = Var::fresh("x", a.clone());
+        inputs.push(sample(random::value(&a), &mut r));
+        let form = form_of(sample(0..3usize, &mut r));
+        let b = if form == Form::Grad || sample(0..2usize, &mut r) == 0 {
+            Type::Real
+        } else {
+            Type::prod(Type::Real, Type::Real)
+        };
+        let y = Var::fresh("y", a.clone());
+        let mut ctx = caps.clone();
+        ctx.push(y.clone());
+        let lams: Vec<String> = (0..sample(2..4usize, &mut r))
+            .map(|_| {
+                let body = sample(random::term(c.clone(), ctx.clone(), b.clone()), &mut r);
+                term_to_string(&mk(K::Lam(y.clone(), body)), 100)
+            })
+            .collect();
+        let mut xctx = caps.clone();
+        xctx.push(x.clone());
+        let extra = match form {
+            Form::Grad => String::new(),
+            Form::Jvp => "x".into(),
+            Form::Vjp => format!(
+                "({})",
+                term_to_string(&sample(random::term(c.clone(), xctx, b.clone()), &mut r), 100)
+            ),
+        };
+        let result = match form {
+            Form::Grad => a.clone(),
+            Form::Jvp => Type::prod(b.clone(), b.clone()),
+            Form::Vjp => Type::prod(b.clone(), a.clone()),
+        };
+        let name = ["grad", "jvp", "vjp"][form as usize];
+        let mut fresh = 0;
+        let mut applied = |f: &str| reduce_text(&result, &format!("{name} ({f}) x {extra}"), &mut fresh);
+        let params: String = caps
+            .iter()
+            .chain([&x])
+            .map(|v| format!("({} : {}) ", v.name, v.ty))
+            .collect();
+        let dynamic = format!(
+            "def main {params}: Real =\n  let fs = [{}] in\n  sum (map (\\(g : {}) -> {}) fs)",
+            lams.join(", "),
+            Type::fun(a.clone(), b.clone()),
+            applied("g")
+        );
+        let stat = format!(
+            "def main {params}: Real =\n  {}",
+            lams.iter().map(|l| applied(l)).collect::<Vec<_>>().join(" + ")
+        );
+        let reg = Registry::builtin();
+        let load = |src: &str| {
+            let p = nested::load(src, &reg).unwrap_or_else(|e| panic!("{}\n{src}", e.render(None)));
+            p.entry(p.defs.len() - 1)
+        };
+        let (de, se) = (load(&dynamic), load(&stat));
+        let eval = chad::internals::eval::eval_entry;
+        let (dv, sv) = match (eval(&de, &inputs), eval(&se, &inputs)) {
+            (Ok(d), Ok(s)) => (d.expect_real(), s.expect_real()),
+            (Err(d), Err(s)) => {
+                assert_eq!(d.message(), s.message(), "{dynamic}");
+                continue;
+            }
+            (d, s) => panic!("one route failed: run time {d:?}, static {s:?}\n{dynamic}"),
+        };
+        if !dv.is_finite() || !sv.is_finite() {
+            continue;
+        }
+        assert!(close(dv, sv, 1e-12), "run time {dv}, static {sv}\n{dynamic}");
+        let (tp, forms) = tagged_eval::load(&dynamic, &reg).unwrap();
+        let te = tp.entry(tp.defs.len() - 1);
+        let (tv, tg) = tagged_eval::grad_entry(&forms, &te, &inputs)
+            .unwrap_or_else(|e| panic!("tagged: {e:?}\n{dynamic}"));
+        assert!(close(dv, tv, 1e-9), "run time {dv}, tagged {tv}\n{dynamic}");
+        compared += 1;
+        let grad = |e: &Entry| -> Vec<f64> {
+            let (_, g) = Vjp::new(e).unwrap().map_body(simplify).grad(&inputs).unwrap();
+            g.iter().flat_map(fd::leaves).collect()
+        };
+        let (dg, sg) = (grad(&de), grad(&se));
+        if dg.iter().chain(&sg).chain(&tg).any(|g| !g.is_finite()) {
+            continue;
+        }
+        for ((d, s), t) in dg.iter().zip(&sg).zip(&tg) {
+            assert!(close(*d, *s, 1e-9), "gradients: run time {dg:?}, static {sg:?}\n{dynamic}");
+            assert!(close(*d, *t, 1e-7), "gradients: run time {dg:?}, tagged {tg:?}\n{dynamic}");
+        }
+        gradients += 1;
+    }
+    eprintln!("compared {compared}, gradients {gradients} of {n}");
+    assert!(compared * 3 >= n as usize * 2, "compared {compared} of {n}");
+    assert!(gradients * 10 >= compared * 8, "gradients {gradients} of {compared}");
+}

@@ -251,6 +251,29 @@ impl Carry<'_, '_> {
         }
     }
 
+    /// `t : A -> B -> C` in the function position of `map2`: a plain function of two
+    /// arguments.
+    fn fun2(&mut self, t: &Term) -> Result<Term> {
+        let sp = t.span;
+        if let K::Lam(a, b) = &t.kind {
+            let b = self.fun(b)?;
+            return Ok(mk(K::Lam(self.var(a), b), sp));
+        }
+        let f = self.fun(t)?;
+        let (a, inner) = t.ty.as_fun().expect("map2 of a function");
+        if self.c.dynamic.needs(inner).is_none() {
+            return Ok(f);
+        }
+        let v = Var::fresh("a", self.ty(a));
+        let applied = mk(K::App(f, Term::var(&v)), sp);
+        let applied = if applied.ty == self.ty(inner) {
+            mk(K::Fst(applied), sp)
+        } else {
+            applied
+        };
+        Ok(mk(K::Lam(v, applied), sp))
+    }
+
     /// `t` rewritten; of type `T(t.ty)`, or a plain curried function's type for the uses of
     /// definitions and recursive functions (which [`Carry::term`] pairs with derivatives where
     /// a value is needed).
@@ -342,7 +365,9 @@ impl Carry<'_, '_> {
                     mk(K::Array(self.ty(ty), xs), sp)
                 }
                 K::Map(f, xs) => mk(K::Map(self.fun(f)?, self.term(xs)?), sp),
-                K::Map2(f, xs, ys) => mk(K::Map2(self.fun(f)?, self.term(xs)?, self.term(ys)?), sp),
+                K::Map2(f, xs, ys) => {
+                    mk(K::Map2(self.fun2(f)?, self.term(xs)?, self.term(ys)?), sp)
+                }
                 K::Build(n, f) => mk(K::Build(self.term(n)?, self.fun(f)?), sp),
                 K::Index(xs, i) => mk(K::Index(self.term(xs)?, self.term(i)?), sp),
                 K::Length(xs) => mk(K::Length(self.term(xs)?), sp),
