@@ -619,10 +619,17 @@ fn run_time_functions_agree_with_static_ones_and_tagged_dual_numbers() {
         let y = Var::fresh("y", a.clone());
         let mut ctx = caps.clone();
         ctx.push(y.clone());
+        // (The taped loop `scan` desugars to is a core form without surface syntax of its
+        // own: drawn again.)
+        let printable = |t: &Term| Some(term_to_string(t, 100)).filter(|s| !s.contains("loopTape"));
         let lams: Vec<String> = (0..sample(2..4usize, &mut r))
             .map(|_| {
-                let body = sample(random::term(c.clone(), ctx.clone(), b.clone()), &mut r);
-                term_to_string(&mk(K::Lam(y.clone(), body)), 100)
+                loop {
+                    let body = sample(random::term(c.clone(), ctx.clone(), b.clone()), &mut r);
+                    if let Some(s) = printable(&mk(K::Lam(y.clone(), body))) {
+                        break s;
+                    }
+                }
             })
             .collect();
         let mut xctx = caps.clone();
@@ -630,10 +637,12 @@ fn run_time_functions_agree_with_static_ones_and_tagged_dual_numbers() {
         let extra = match form {
             Form::Grad => String::new(),
             Form::Jvp => "x".into(),
-            Form::Vjp => format!(
-                "({})",
-                term_to_string(&sample(random::term(c.clone(), xctx, b.clone()), &mut r), 100)
-            ),
+            Form::Vjp => loop {
+                let ct = sample(random::term(c.clone(), xctx.clone(), b.clone()), &mut r);
+                if let Some(s) = printable(&ct) {
+                    break format!("({s})");
+                }
+            },
         };
         let result = match form {
             Form::Grad => a.clone(),
@@ -642,7 +651,8 @@ fn run_time_functions_agree_with_static_ones_and_tagged_dual_numbers() {
         };
         let name = ["grad", "jvp", "vjp"][form as usize];
         let mut fresh = 0;
-        let mut applied = |f: &str| reduce_text(&result, &format!("{name} ({f}) x {extra}"), &mut fresh);
+        let mut applied =
+            |f: &str| reduce_text(&result, &format!("{name} ({f}) x {extra}"), &mut fresh);
         let params: String = caps
             .iter()
             .chain([&x])
@@ -656,7 +666,10 @@ fn run_time_functions_agree_with_static_ones_and_tagged_dual_numbers() {
         );
         let stat = format!(
             "def main {params}: Real =\n  {}",
-            lams.iter().map(|l| applied(l)).collect::<Vec<_>>().join(" + ")
+            lams.iter()
+                .map(|l| applied(l))
+                .collect::<Vec<_>>()
+                .join(" + ")
         );
         let reg = Registry::builtin();
         let load = |src: &str| {
@@ -676,15 +689,32 @@ fn run_time_functions_agree_with_static_ones_and_tagged_dual_numbers() {
         if !dv.is_finite() || !sv.is_finite() {
             continue;
         }
-        assert!(close(dv, sv, 1e-12), "run time {dv}, static {sv}\n{dynamic}");
+        assert!(
+            close(dv, sv, 1e-12),
+            "run time {dv}, static {sv}\n{dynamic}"
+        );
         let (tp, forms) = tagged_eval::load(&dynamic, &reg).unwrap();
         let te = tp.entry(tp.defs.len() - 1);
-        let (tv, tg) = tagged_eval::grad_entry(&forms, &te, &inputs)
-            .unwrap_or_else(|e| panic!("tagged: {e:?}\n{dynamic}"));
+        let (tv, tg) = match tagged_eval::grad_entry(&forms, &te, &inputs) {
+            Ok(r) => r,
+            // An error in code whose value is unused may vanish on CHAD's route, never appear
+            // (README, "Runtime errors"): the tagged route runs a form's function in full.
+            Err(e) if e.kind() == chad::internals::error::ErrorKind::Runtime => continue,
+            Err(e) => panic!("tagged: {e:?}\n{dynamic}"),
+        };
+        if !tv.is_finite() {
+            // A non-finite cotangent times a zero derivative: NaN with dual numbers, a strong
+            // zero in CHAD's code (as `nested_ad_agrees_..` skips).
+            continue;
+        }
         assert!(close(dv, tv, 1e-9), "run time {dv}, tagged {tv}\n{dynamic}");
         compared += 1;
         let grad = |e: &Entry| -> Vec<f64> {
-            let (_, g) = Vjp::new(e).unwrap().map_body(simplify).grad(&inputs).unwrap();
+            let (_, g) = Vjp::new(e)
+                .unwrap()
+                .map_body(simplify)
+                .grad(&inputs)
+                .unwrap();
             g.iter().flat_map(fd::leaves).collect()
         };
         let (dg, sg) = (grad(&de), grad(&se));
@@ -692,12 +722,21 @@ fn run_time_functions_agree_with_static_ones_and_tagged_dual_numbers() {
             continue;
         }
         for ((d, s), t) in dg.iter().zip(&sg).zip(&tg) {
-            assert!(close(*d, *s, 1e-9), "gradients: run time {dg:?}, static {sg:?}\n{dynamic}");
-            assert!(close(*d, *t, 1e-7), "gradients: run time {dg:?}, tagged {tg:?}\n{dynamic}");
+            assert!(
+                close(*d, *s, 1e-9),
+                "gradients: run time {dg:?}, static {sg:?}\n{dynamic}"
+            );
+            assert!(
+                close(*d, *t, 1e-7),
+                "gradients: run time {dg:?}, tagged {tg:?}\n{dynamic}"
+            );
         }
         gradients += 1;
     }
     eprintln!("compared {compared}, gradients {gradients} of {n}");
     assert!(compared * 3 >= n as usize * 2, "compared {compared} of {n}");
-    assert!(gradients * 10 >= compared * 8, "gradients {gradients} of {compared}");
+    assert!(
+        gradients * 10 >= compared * 8,
+        "gradients {gradients} of {compared}"
+    );
 }
