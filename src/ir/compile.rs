@@ -93,6 +93,7 @@ impl Module {
         crate::ir::opt::hoist_invariants(&mut program);
         crate::ir::opt::lone_adds(&mut program);
         crate::ir::opt::unzip_arrays(&mut program);
+        crate::ir::opt::first_adds(&mut program);
         Ok(Module { program, defs })
     }
 }
@@ -338,6 +339,7 @@ impl HvpCode {
         let hvp = super::dual::Dual::new(&mut m.program, &jvps).hvp(vjp, dxt)?;
         crate::ir::opt::unzip_arrays(&mut m.program);
         crate::ir::opt::hoist_invariants(&mut m.program);
+        crate::ir::opt::first_adds(&mut m.program);
         Ok(HvpCode {
             program: m.program,
             def,

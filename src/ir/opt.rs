@@ -32,7 +32,8 @@
 //!   `c * a` with a literal zero factor is `0.0` (scaling is strong-zero: exactly 0 whatever
 //!   the other factor, infinities and NaN included), `1.0 * a` and `a * 1.0` are `a`, `a + 0.0` is `a` (a
 //!   real `-0.0` stays `-0.0`, where the addition would give `+0.0`, as in
-//!   [`lone_adds`]), and `p += 0.0`, `p += 0.0 * v` for a real `v` go. Nothing removed can fail.
+//!   [`lone_adds`]), `p += 0.0`, `p += 0.0 * v` for a real `v` go, and `mut a = 0.0 * v` starts
+//!   at `0.0`. Nothing removed can fail.
 //! * [`lone_adds`]: `mut a = zero τ; ..; a += [c *] y; ..; let v = take a` (or `get a`), where
 //!   `a` has no other use at any depth and the `+=` and the read are statements of the block
 //!   that declares it, becomes `..; ..; let v = [c *] y`. Linear code materialises a linear
@@ -42,6 +43,15 @@
 //!   type (arrays pad, lists concatenate), so the value is `y`'s, except that a real `-0.0`
 //!   stays `-0.0` (as the engine's structural zero plus `y` is `y`). Nothing can fail, and
 //!   `y` and `c`, used at the `+=`, are bound at the later read.
+//! * [`first_adds`]: `mut a = zero τ; ..; a += [c *] y` for `τ` a real or a tuple of reals,
+//!   where no statement between mentions `a` and the `+=` (to the whole of `a`) is a
+//!   statement of the block that declares it, becomes `..; mut a = [c *] y`: the
+//!   accumulation starts with its first term rather than adding it to zero. Linear code
+//!   declares an accumulator per cotangent it sums (`acc += a * v; acc += b * w`), so the
+//!   first term cost an addition of `0.0`, which the Rust compiler must keep (`0.0 + -0.0`
+//!   is `+0.0`). `zero + y = y`, except for a real `-0.0`, which stays `-0.0` (as in
+//!   [`lone_adds`] and the engine's structural zeros). Nothing moves that can fail, and `a`
+//!   is unread until its first addition.
 //! * [`unzip_arrays`] (run last on every compiled module, and on the Hessian-vector product's
 //!   program after the dual-number transformation, whose arrays of reals are arrays of pairs
 //!   `[(f64, f64)]`): keeps arrays of tuples apart where that costs nothing, by three
@@ -380,6 +390,82 @@ fn lone_block(b: &mut Block, uses: &FxHashMap<u32, u32>) {
     })
 }
 
+/// Starts accumulators of reals with their first addition (module doc).
+pub fn first_adds(p: &mut Program) {
+    let types = &p.types;
+    for f in &mut p.funcs {
+        first_block(&mut f.body, types);
+    }
+}
+
+/// A real, or a tuple of reals and units (the accumulators whose start is a plain copy).
+fn reals(types: &super::Types, t: Ty) -> bool {
+    deep(|| match types.kind(t) {
+        super::TyKind::F64 | super::TyKind::Unit => true,
+        super::TyKind::Tuple(ts) => ts.iter().all(|&t| reals(types, t)),
+        _ => false,
+    })
+}
+
+fn first_block(b: &mut Block, types: &super::Types) {
+    deep(|| {
+        for s in &mut b.stmts {
+            for_each_stmt_block_mut(s, &mut |b| first_block(b, types));
+        }
+        // One sweep: each zero-initialised accumulator of reals waits for the first statement
+        // that mentions it (at any depth); if that is a `+=` to the whole of it at this level,
+        // the pair becomes one declaration there.
+        let mut waiting: FxHashMap<u32, usize> = FxHashMap::default();
+        let mut starts: Vec<(usize, usize)> = Vec::new();
+        let mut mentioned = FxHashMap::default();
+        for (k, s) in b.stmts.iter().enumerate() {
+            if !waiting.is_empty() {
+                mentioned.clear();
+                count_stmt_muts(s, &mut mentioned);
+                for m in mentioned.keys() {
+                    let Some(d) = waiting.remove(m) else { continue };
+                    if let Stmt::AddTo { place, .. } = s
+                        && place.path.is_empty()
+                        && place.root.0.id == *m
+                    {
+                        starts.push((d, k));
+                    }
+                }
+            }
+            if let Stmt::Mut(m, e) = s
+                && is_zero(e)
+                && reals(types, m.0.ty)
+            {
+                waiting.insert(m.0.id, k);
+            }
+        }
+        if starts.is_empty() {
+            return;
+        }
+        let mut gone = FxHashSet::default();
+        for (d, k) in starts {
+            let Stmt::Mut(m, _) = &b.stmts[d] else {
+                unreachable!("indexed as a declaration")
+            };
+            let m = m.clone();
+            let Stmt::AddTo { value, scale, .. } = &b.stmts[k] else {
+                unreachable!("indexed as an add")
+            };
+            let e = match scale {
+                None => Expr::Atom(value.clone()),
+                Some(c) => Expr::Scale(c.clone(), value.clone()),
+            };
+            b.stmts[k] = Stmt::Mut(m, e);
+            gone.insert(d);
+        }
+        let mut k = 0;
+        b.stmts.retain(|_| {
+            k += 1;
+            !gone.contains(&(k - 1))
+        });
+    })
+}
+
 /// `zero τ`, or the real `0.0` (not `-0.0`).
 fn is_zero(e: &Expr) -> bool {
     match e {
@@ -392,6 +478,15 @@ fn is_zero(e: &Expr) -> bool {
 /// Counts the occurrences of every mutable variable (declaration, `set`, places, reads), at
 /// any depth.
 fn count_muts(b: &Block, uses: &mut FxHashMap<u32, u32>) {
+    deep(|| {
+        for s in &b.stmts {
+            count_stmt_muts(s, uses);
+        }
+    })
+}
+
+/// [`count_muts`] of one statement.
+fn count_stmt_muts(s: &Stmt, uses: &mut FxHashMap<u32, u32>) {
     fn one(m: &MutVar, uses: &mut FxHashMap<u32, u32>) {
         *uses.entry(m.0.id).or_insert(0) += 1;
     }
@@ -401,21 +496,17 @@ fn count_muts(b: &Block, uses: &mut FxHashMap<u32, u32>) {
         }
         for_each_block(e, &mut |b| count_muts(b, uses));
     }
-    deep(|| {
-        for s in &b.stmts {
-            match s {
-                Stmt::Let(_, e) | Stmt::Do(e) => expr(e, uses),
-                Stmt::Mut(m, e) => {
-                    one(m, uses);
-                    expr(e, uses);
-                }
-                Stmt::Set(m, _) => one(m, uses),
-                Stmt::AddTo { place, .. } | Stmt::Grow(place, _) => one(&place.root, uses),
-                Stmt::For(_, _, body) | Stmt::Loop(body) => count_muts(body, uses),
-                Stmt::Break | Stmt::Check(..) => {}
-            }
+    match s {
+        Stmt::Let(_, e) | Stmt::Do(e) => expr(e, uses),
+        Stmt::Mut(m, e) => {
+            one(m, uses);
+            expr(e, uses);
         }
-    })
+        Stmt::Set(m, _) => one(m, uses),
+        Stmt::AddTo { place, .. } | Stmt::Grow(place, _) => one(&place.root, uses),
+        Stmt::For(_, _, body) | Stmt::Loop(body) => count_muts(body, uses),
+        Stmt::Break | Stmt::Check(..) => {}
+    }
 }
 
 /// Removes the `let`s of a function whose variable is never used and whose expression cannot
@@ -506,6 +597,14 @@ fn fold_block(b: &mut Block, sub: &mut FxHashMap<u32, Atom>) {
                     if let Some(a) = to {
                         sub.insert(x.id, a);
                         continue;
+                    }
+                }
+                // An accumulator started with its first term ([`first_adds`]).
+                Stmt::Mut(m, e @ Expr::Scale(..)) if m.0.ty == Ty::F64 => {
+                    if let Expr::Scale(c, a) = e
+                        && (lit_zero(c) || lit_zero(a))
+                    {
+                        *e = Expr::Atom(Atom::F64(0.0));
                     }
                 }
                 Stmt::AddTo { value, scale, .. } => {
