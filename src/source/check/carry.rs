@@ -32,7 +32,7 @@
 //! carried type that applies another run-time function (`\y -> g y * y` with `g` a lambda's
 //! parameter) in a value position is a type error naming that function.
 
-use super::nested::free_vars;
+use super::nested::{entry_of, free_vars};
 use super::{Checker, Differentiate, Form};
 use crate::deep::deep;
 use crate::error::{Error, Result, Span};
@@ -521,19 +521,7 @@ impl Carry<'_, '_> {
             }
         }
         params.reverse();
-        let xv = Var::fresh("x", a.clone());
-        let mut body = mk(K::App(f.clone(), Term::var(&xv)), sp);
-        for (_, (g, value)) in globals.into_iter().rev() {
-            body = mk(K::Let(Pat::Var(g), value, body), sp);
-        }
-        let captured: Vec<Term> = params.iter().map(Term::var).collect();
-        params.push(xv);
-        let entry = Entry {
-            name: "grad".into(),
-            params,
-            body,
-        };
-        Ok((entry, captured))
+        Ok(entry_of("grad", f, a, params, globals, sp))
     }
 
     /// `orig` (whose rewritten code `plain` is a plain curried function, a use of a definition

@@ -250,26 +250,41 @@ impl Checker<'_> {
             }
         }
         params.reverse();
-        let xv = Var::fresh("x", a.clone());
-        let mut body = Term::new(
-            TermKind::App(f.clone(), Term::new(TermKind::Var(xv.clone()), span)),
-            span,
-        );
-        for (_, (g, value)) in globals.into_iter().rev() {
-            body = Term::new(TermKind::Let(Pat::Var(g), value, body), span);
-        }
-        let captured: Vec<Term> = params
-            .iter()
-            .map(|p| Term::new(TermKind::Var(p.clone()), span))
-            .collect();
-        params.push(xv);
-        let entry = Entry {
-            name: name.into(),
-            params,
-            body,
-        };
+        let (entry, captured) = entry_of(name, f, a, params, globals, span);
         Resolved::Entry(entry, captured)
     }
+}
+
+/// The entry `E(c1, .., ck, x) = f x` from the variables `f` captures (in order of first
+/// use) and the functions it uses (by their order, bound by `let` in front), and the terms
+/// of its captured parameters.
+pub(super) fn entry_of(
+    name: &str,
+    f: &Term,
+    a: &Type,
+    mut params: Vec<Var>,
+    globals: BTreeMap<usize, (Var, Term)>,
+    span: Span,
+) -> (Entry, Vec<Term>) {
+    let xv = Var::fresh("x", a.clone());
+    let mut body = Term::new(
+        TermKind::App(f.clone(), Term::new(TermKind::Var(xv.clone()), span)),
+        span,
+    );
+    for (_, (g, value)) in globals.into_iter().rev() {
+        body = Term::new(TermKind::Let(Pat::Var(g), value, body), span);
+    }
+    let captured: Vec<Term> = params
+        .iter()
+        .map(|p| Term::new(TermKind::Var(p.clone()), span))
+        .collect();
+    params.push(xv);
+    let entry = Entry {
+        name: name.into(),
+        params,
+        body,
+    };
+    (entry, captured)
 }
 
 impl Checker<'_> {
