@@ -558,7 +558,7 @@ fn nested_forms_are_checked() {
 #[test]
 fn functions_known_only_at_run_time_are_differentiated() {
     type Closed = fn(f64) -> f64;
-    let cases: [(&str, f64, Closed); 7] = [
+    let cases: [(&str, f64, Closed); 8] = [
         (
             "def sq (y : Real) : Real = y * y * y\n\
              def scale (a : Real) (y : Real) : Real = a * sin y\n\
@@ -626,6 +626,24 @@ fn functions_known_only_at_run_time_are_differentiated() {
                fst t + snd t * 10.0 + fst c * 100.0 + snd c * 1000.0) fs)",
             0.9,
             |x| 202.0 * x + 10.0 + 1000.0 * x * x,
+        ),
+        (
+            // A `def rec` template specialised to a run-time function (its recursive wrapper
+            // is only ever applied, so it stays a plain function).
+            "def rec nt (g : Real -> Real) (n : Int) (x : Real) : Real = \
+               if n <= 0 then x else nt g (n - 1) (x - g x / grad g x)\n\
+             def main (x : Real) : Real = \
+             let fs = [\\(y : Real) -> y * y - 2.0, \\(y : Real) -> y * y * y - x] in \
+             sum (map (\\(g : Real -> Real) -> nt g 3 x) fs)",
+            1.3,
+            |x| {
+                let (mut a, mut b) = (x, x);
+                for _ in 0..3 {
+                    a -= (a * a - 2.0) / (2.0 * a);
+                    b -= (b * b * b - x) / (3.0 * b * b);
+                }
+                a + b
+            },
         ),
     ];
     for (src, a, closed) in cases {

@@ -160,7 +160,14 @@ impl Checker<'_> {
             def_values: HashMap::new(),
             memo: HashMap::new(),
             locals: HashSet::new(),
+            spines: HashMap::new(),
         };
+        for d in defs.iter() {
+            spines(&d.body, &mut c.spines);
+        }
+        for (_, v) in c.c.values.values() {
+            spines(v, &mut c.spines);
+        }
         for d in defs.iter() {
             if d.custom.is_some() {
                 continue;
@@ -199,6 +206,32 @@ struct Carry<'c, 'r> {
     /// checked one, which the checker's values share), and those variables.
     memo: HashMap<*const Node, Term>,
     locals: HashSet<VarId>,
+    /// For each variable, the fewest arguments it is applied to at any occurrence (0 where it
+    /// occurs as a value), over all definitions ([`spines`]).
+    spines: HashMap<VarId, usize>,
+}
+
+/// The fewest arguments each variable of `t` is applied to at any occurrence (0 where it
+/// occurs other than as the head of an application).
+fn spines(t: &Term, out: &mut HashMap<VarId, usize>) {
+    let mut stack = vec![t];
+    while let Some(t) = stack.pop() {
+        let mut head = t;
+        let mut n = 0;
+        while let K::App(f, a) = &head.kind {
+            stack.push(a);
+            head = f;
+            n += 1;
+        }
+        if let K::Var(v) = &head.kind {
+            let k = out.entry(v.id).or_insert(n);
+            *k = (*k).min(n);
+        } else if n > 0 {
+            stack.push(head);
+        } else {
+            stack.extend(t.children());
+        }
+    }
 }
 
 fn mk(k: K, span: Span) -> Term {
@@ -236,12 +269,74 @@ impl Carry<'_, '_> {
         }
     }
 
+    /// `let p = e in b`, the body rewritten by `body`. A variable bound to a plain function
+    /// (a `def rec` instance's fixpoint, a partial application of a definition) stays one.
+    fn let_in(
+        &mut self,
+        p: &Pat,
+        e: &Term,
+        b: &Term,
+        sp: Span,
+        body: impl FnOnce(&mut Self, &Term) -> Result<Term>,
+    ) -> Result<Term> {
+        // A lambda bound to a variable that is only ever applied (to at least `k` arguments)
+        // stays a plain function over them.
+        let only_applied = match (p, &e.kind) {
+            (Pat::Var(v), K::Lam(..)) => self.spines.get(&v.id).copied().filter(|&k| k > 0),
+            _ => None,
+        };
+        let e2 = match only_applied {
+            Some(k) => self.applied(e, k)?,
+            None => self.raw(e)?,
+        };
+        if let Pat::Var(v) = p {
+            self.memo.insert(&**e as *const Node, e2.clone());
+            self.locals.insert(v.id);
+        }
+        Ok(match p {
+            Pat::Var(v) if e2.ty != self.ty(&e.ty) => {
+                self.plain.insert(v.id, e2.ty.clone());
+                let v2 = Var {
+                    ty: e2.ty.clone(),
+                    ..v.clone()
+                };
+                mk(K::Let(Pat::Var(v2), e2, body(self, b)?), sp)
+            }
+            _ => {
+                let e2 = if e2.ty == self.ty(&e.ty) {
+                    e2
+                } else {
+                    self.carried(e, e2)?
+                };
+                mk(K::Let(self.pat(p), e2, body(self, b)?), sp)
+            }
+        })
+    }
+
+    /// `t`, to be applied to `k >= 1` arguments at once: a lambda (under `let`s) stays a
+    /// plain function, over as many parameters as are given (a `def rec` instance's curried
+    /// wrapper, `(\x y -> ..) a b`); otherwise as in [`Carry::fun`].
+    fn applied(&mut self, t: &Term, k: usize) -> Result<Term> {
+        let sp = t.span;
+        match &t.kind {
+            K::Lam(y, b) => {
+                let b = if k > 1 {
+                    self.applied(b, k - 1)?
+                } else {
+                    self.term(b)?
+                };
+                Ok(mk(K::Lam(self.var(y), b), sp))
+            }
+            K::Let(p, e, b) => self.let_in(p, e, b, sp, |c, b| c.applied(b, k)),
+            _ => self.fun(t),
+        }
+    }
+
     /// `t` in function position: a plain function where that is cheaper (a lambda, a
     /// definition), else the function of its pair.
     fn fun(&mut self, t: &Term) -> Result<Term> {
-        if let K::Lam(y, b) = &t.kind {
-            let b = self.term(b)?;
-            return Ok(mk(K::Lam(self.var(y), b), t.span));
+        if let K::Lam(..) | K::Let(..) = &t.kind {
+            return self.applied(t, 1);
         }
         let r = self.raw(t)?;
         if self.c.dynamic.needs(&t.ty).is_some() && r.ty == self.ty(&t.ty) {
@@ -255,9 +350,8 @@ impl Carry<'_, '_> {
     /// arguments.
     fn fun2(&mut self, t: &Term) -> Result<Term> {
         let sp = t.span;
-        if let K::Lam(a, b) = &t.kind {
-            let b = self.fun(b)?;
-            return Ok(mk(K::Lam(self.var(a), b), sp));
+        if let K::Lam(..) | K::Let(..) = &t.kind {
+            return self.applied(t, 2);
         }
         let f = self.fun(t)?;
         let (a, inner) = t.ty.as_fun().expect("map2 of a function");
@@ -307,39 +401,30 @@ impl Carry<'_, '_> {
                     if let Some(r) = self.marker(t)? {
                         return Ok(r);
                     }
-                    let K::App(f, a) = &t.kind else {
-                        unreachable!()
-                    };
-                    let f = self.fun(f)?;
-                    mk(K::App(f, self.term(a)?), sp)
-                }
-                K::Let(p, e, b) => {
-                    let e2 = self.raw(e)?;
-                    if let Pat::Var(v) = p {
-                        self.memo.insert(&**e as *const Node, e2.clone());
-                        self.locals.insert(v.id);
+                    // The spine `h a1 .. an`: `h` applied to all its arguments at once, a
+                    // partial application's pair opened before the next argument.
+                    let mut args = Vec::new();
+                    let mut head = t;
+                    while let K::App(f, a) = &head.kind {
+                        args.push(a);
+                        head = f;
                     }
-                    match p {
-                        // A plain function (a `def rec` instance's fixpoint, a partial
-                        // application of a definition) stays one.
-                        Pat::Var(v) if e2.ty != self.ty(&e.ty) => {
-                            self.plain.insert(v.id, e2.ty.clone());
-                            let v2 = Var {
-                                ty: e2.ty.clone(),
-                                ..v.clone()
-                            };
-                            mk(K::Let(Pat::Var(v2), e2, self.term(b)?), sp)
-                        }
-                        _ => {
-                            let e2 = if e2.ty == self.ty(&e.ty) {
-                                e2
-                            } else {
-                                self.carried(e, e2)?
-                            };
-                            mk(K::Let(self.pat(p), e2, self.term(b)?), sp)
+                    args.reverse();
+                    let mut cur = self.applied(head, args.len())?;
+                    let mut ty = head.ty.clone();
+                    for (i, a) in args.iter().enumerate() {
+                        cur = mk(K::App(cur, self.term(a)?), sp);
+                        ty = ty.as_fun().expect("applied to an argument").1.clone();
+                        if i + 1 < args.len()
+                            && self.c.dynamic.needs(&ty).is_some()
+                            && cur.ty == self.ty(&ty)
+                        {
+                            cur = mk(K::Fst(cur), sp);
                         }
                     }
+                    cur
                 }
+                K::Let(p, e, b) => self.let_in(p, e, b, sp, |c, b| c.term(b))?,
                 K::Pair(a, b) => mk(K::Pair(self.term(a)?, self.term(b)?), sp),
                 K::Fst(e) => mk(K::Fst(self.term(e)?), sp),
                 K::Snd(e) => mk(K::Snd(self.term(e)?), sp),
