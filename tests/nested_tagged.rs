@@ -466,7 +466,7 @@ fn agree(n: u32, loops: bool) -> Counts {
 /// Through the checker: the same source text loaded by both routes.
 #[test]
 fn source_programs_agree_with_tagged_dual_numbers() {
-    let cases: [(&str, &[f64]); 10] = [
+    let cases: [(&str, &[f64]); 6] = [
         (
             "def main (a : Real) : Real = grad (\\x -> x * grad (\\y -> x + y) 1.0) a",
             &[2.0],
@@ -492,42 +492,7 @@ fn source_programs_agree_with_tagged_dual_numbers() {
              sum (map (\\t -> grad (\\y -> sin (y * t) * sum xs) t) xs)",
             &[0.5, -1.0, 2.0],
         ),
-        // Functions known only at run time (`check::carry`): from an array through a lambda's
-        // parameter, with `jvp`, `vjp` and `grad` over the same type; from a pattern, a `case`
-        // branch and a loop's state; a definition, its partial application and a template among
-        // them; one such derivative differentiated again from outside.
-        (
-            "def sq (y : Real) : Real = y * y * y\n\
-             def scale (a : Real) (y : Real) : Real = a * sin y\n\
-             def main (x : Real) : Real = \
-             let fs = [sq, scale x, \\(y : Real) -> x * exp y] in \
-             let js = map (\\(g : Real -> Real) -> snd (jvp g x x)) fs in \
-             let vs = map (\\(g : Real -> Real) -> snd (vjp g (2.0 * x) 0.5)) fs in \
-             sum js * sum vs + sum (map (\\(g : Real -> Real) -> grad g x) fs)",
-            &[0.7],
-        ),
-        (
-            "def main (a : Real) : Real = \
-             let (g, h) = (\\(y : Real) -> a * y * y, \\(y : Real) -> sin (a + y)) in \
-             let s : (Real -> Real) + (Real, Real -> Real) = if a > 1.0 then inl g else inr (a, h) in \
-             case s of inl f -> grad f a | inr p -> fst p * grad (snd p) a",
-            &[0.8],
-        ),
-        (
-            "def main (a : Real) : Real = \
-             let p = iterate 3 (\\(q : (Real -> Real, Real -> Real)) -> (snd q, fst q)) \
-                       (\\(y : Real) -> a * y * y * y, \\(y : Real) -> cos (a * y)) in \
-             grad (fst p) a + grad (snd p) (2.0 * a)",
-            &[1.3],
-        ),
-        (
-            "def newton (g : Real -> Real) (x : Real) : Real = x - g x / grad g x\n\
-             def main (a : Real) : Real = \
-             let d = \\(f : Real -> Real) -> grad f a in \
-             d (\\(y : Real) -> newton (\\(z : Real) -> z * z - y) y) + \
-             grad (\\(z : Real) -> d (\\(y : Real) -> z * y * sin y)) a",
-            &[1.1],
-        ),
+        // A `build` of closures over an input array, known only at run time (`check::carry`).
         (
             "def main (xs : Array Real) : Real = \
              let fs = build (length xs) (\\i -> \\(y : (Real, Real)) -> xs ! i * fst y * snd y) in \
@@ -535,7 +500,13 @@ fn source_programs_agree_with_tagged_dual_numbers() {
             &[0.5, -1.0, 2.0],
         ),
     ];
-    for (src, args) in cases {
+    // And the programs over functions known only at run time (`check::carry`, which both
+    // routes share; `tests/nested.rs` checks them against closed forms).
+    let run_time = common::run_time_functions();
+    let run_time = run_time
+        .iter()
+        .map(|(src, a, _)| (*src, std::slice::from_ref(a)));
+    for (src, args) in cases.into_iter().chain(run_time) {
         let reg = Registry::builtin();
         let cp = nested::load(src, &reg).unwrap_or_else(|e| panic!("{}", e.render(None)));
         let ce = cp.entry(cp.defs.len() - 1);

@@ -290,3 +290,92 @@ pub fn close_reals(a: &[f64], b: &[f64], tol: f64) -> bool {
             (x.is_nan() && y.is_nan()) || (x - y).abs() <= tol * (1.0 + x.abs().max(y.abs()))
         })
 }
+
+/// A `case` over a sum holding functions (both branches are run: `a > 1` and not).
+const CASE: &str = "def main (a : Real) : Real = \
+     let (g, h) = (\\(y : Real) -> a * y * y, \\(y : Real) -> sin (a + y)) in \
+     let s : (Real -> Real) + (Real, Real -> Real) = \
+       if a > 1.0 then inl g else inr (a, h) in \
+     case s of inl f -> grad f a | inr p -> fst p * grad (snd p) a";
+
+/// A program, a point, and the closed form of the program's value there.
+pub type ClosedCase = (&'static str, f64, fn(f64) -> f64);
+
+/// Programs differentiating functions known only at run time (`check::carry`; a lambda's
+/// parameter, a pattern, a `case` branch, a loop's state, an array's element), each with a
+/// point and the closed form of its value there: `tests/nested.rs` checks them against the
+/// closed forms and central differences, `tests/nested_tagged.rs` against the tagged oracle.
+pub fn run_time_functions() -> Vec<ClosedCase> {
+    vec![
+        (
+            "def sq (y : Real) : Real = y * y * y\n\
+             def scale (a : Real) (y : Real) : Real = a * sin y\n\
+             def main (x : Real) : Real = \
+             let fs = [sq, scale x, \\(y : Real) -> x * exp y] in \
+             let js = map (\\(g : Real -> Real) -> snd (jvp g x x)) fs in \
+             let vs = map (\\(g : Real -> Real) -> snd (vjp g (2.0 * x) 0.5)) fs in \
+             sum js * sum vs + sum (map (\\(g : Real -> Real) -> grad g x) fs)",
+            0.7,
+            |x| {
+                let js = 3.0 * x * x * x + x * x.cos() * x + x * x.exp() * x;
+                let y = 2.0 * x;
+                let vs = 0.5 * (3.0 * y * y + x * y.cos() + x * y.exp());
+                js * vs + 3.0 * x * x + x * x.cos() + x * x.exp()
+            },
+        ),
+        (CASE, 0.8, |a| a * (2.0 * a).cos()),
+        (CASE, 1.5, |a| 2.0 * a * a),
+        (
+            "def main (a : Real) : Real = \
+             let p = iterate 3 (\\(q : (Real -> Real, Real -> Real)) -> (snd q, fst q)) \
+                       (\\(y : Real) -> a * y * y * y, \\(y : Real) -> cos (a * y)) in \
+             grad (fst p) a + grad (snd p) (2.0 * a)",
+            1.3,
+            |a| -a * (a * a).sin() + 12.0 * a * a * a,
+        ),
+        (
+            "def newton (g : Real -> Real) (x : Real) : Real = x - g x / grad g x\n\
+             def main (a : Real) : Real = \
+             let d = \\(f : Real -> Real) -> grad f a in \
+             d (\\(y : Real) -> newton (\\(z : Real) -> z * z - y) y) + \
+             grad (\\(z : Real) -> d (\\(y : Real) -> z * y * sin y)) a",
+            1.1,
+            |a| 0.5 + a.sin() + a * a.cos(),
+        ),
+        (
+            "def main (x : Real) : Real = \
+             let fs = build 3 (\\i -> \\(y : (Real, Real)) -> toReal i * x * fst y * snd y) in \
+             sum (map (\\(f : (Real, Real) -> Real) -> snd (grad f (x, x * x))) fs)",
+            0.6,
+            |x| 3.0 * x * x,
+        ),
+        (
+            "def main (x : Real) : Real = \
+             let fs = [\\(y : (Real, Real)) -> (fst y * snd y * x, fst y)] in \
+             sum (map (\\(g : (Real, Real) -> (Real, Real)) -> \
+               let t = snd (jvp g (x, 2.0) (1.0, 0.0)) in \
+               let c = snd (vjp g (x, 2.0) (1.0, 0.0)) in \
+               fst t + snd t * 10.0 + fst c * 100.0 + snd c * 1000.0) fs)",
+            0.9,
+            |x| 202.0 * x + 10.0 + 1000.0 * x * x,
+        ),
+        (
+            // A `def rec` template specialised to a run-time function (its recursive wrapper
+            // is only ever applied, so it stays a plain function).
+            "def rec nt (g : Real -> Real) (n : Int) (x : Real) : Real = \
+               if n <= 0 then x else nt g (n - 1) (x - g x / grad g x)\n\
+             def main (x : Real) : Real = \
+             let fs = [\\(y : Real) -> y * y - 2.0, \\(y : Real) -> y * y * y - x] in \
+             sum (map (\\(g : Real -> Real) -> nt g 3 x) fs)",
+            1.3,
+            |x| {
+                let (mut a, mut b) = (x, x);
+                for _ in 0..3 {
+                    a -= (a * a - 2.0) / (2.0 * a);
+                    b -= (b * b * b - x) / (3.0 * b * b);
+                }
+                a + b
+            },
+        ),
+    ]
+}
