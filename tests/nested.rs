@@ -478,14 +478,15 @@ fn nested_forms_are_checked() {
     assert!(err("def main : Real = grad (\\(x : Real) -> (x, x)) 1.0").contains("Real"));
     assert!(err("def main : Int = grad (\\(i : Int) -> 1.0) 1").contains("`Int`"));
     // A function known only at run time (a lambda's parameter) is differentiated through the
-    // derivatives its value carries (`check::carry`, tests below), but a function value built
-    // from another such function, as `\y -> h y * y` from `h`, has no code to differentiate.
+    // derivatives its value carries (`check::carry`, tests below), and so is a function value
+    // that applies one (`\y -> h y * y`), but not one that differentiates one: `h`'s value
+    // carries its first derivative only.
     assert!(
         err(
             "def k (x : Real) : Real = let d = \\(f : Real -> Real) -> grad f x in \
-             let c = \\(h : Real -> Real) -> d (\\(y : Real) -> h y * y) in c sin"
+             let c = \\(h : Real -> Real) -> d (\\(y : Real) -> grad h y * y) in c sin"
         )
-        .contains("known only at run time")
+        .contains("known only at run time, other than by applying it")
     );
     // A recursive definition is specialised with its function parameters fixed: its
     // recursive calls must pass them on unchanged.

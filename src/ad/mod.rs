@@ -707,9 +707,20 @@ pub(crate) fn split_image(v: Value) -> Result<(Value, LinFun)> {
 }
 
 pub(crate) fn first_order_entry(entry: &Entry, what: &str) -> Result<()> {
+    entry_with_inputs(entry, what, false)
+}
+
+/// As [`first_order_entry`], but a parameter may also be a function between first-order types
+/// when `functions` is set (the run-time functions a nested form's entry uses: `ad::nested`).
+fn entry_with_inputs(entry: &Entry, what: &str, functions: bool) -> Result<()> {
     check_supported(&entry.body)?;
     for p in &entry.params {
-        if !p.ty.is_first_order() {
+        let function = functions
+            && p
+                .ty
+                .as_fun()
+                .is_some_and(|(a, b)| a.is_first_order() && b.is_first_order());
+        if !p.ty.is_first_order() && !function {
             return Err(Error::new(
                 ErrorKind::Unsupported,
                 format!(
@@ -743,7 +754,17 @@ impl Jvp {
     /// Compiles the entry point and applies forward CHAD. Fails on unsupported constructs,
     /// primitives without derivatives, and higher-order inputs or results.
     pub fn new(entry: &Entry) -> Result<Jvp> {
-        first_order_entry(entry, "forward mode")?;
+        Jvp::with_inputs(entry, false)
+    }
+
+    /// [`Jvp::new`], where a parameter may also be a function between first-order types (its
+    /// primal `F1(A -> B)` given by the caller: `ad::nested`'s run-time functions).
+    pub(crate) fn with_function_inputs(entry: &Entry) -> Result<Jvp> {
+        Jvp::with_inputs(entry, true)
+    }
+
+    fn with_inputs(entry: &Entry, functions: bool) -> Result<Jvp> {
+        entry_with_inputs(entry, "forward mode", functions)?;
         let mor = forward::transform(&ccc::compile_entry(entry))?;
         Ok(Jvp {
             entry: entry.clone(),
@@ -907,7 +928,17 @@ impl Vjp {
     /// Compiles the entry point and applies reverse CHAD. Fails on unsupported constructs,
     /// primitives without derivatives, and higher-order inputs or results.
     pub fn new(entry: &Entry) -> Result<Vjp> {
-        first_order_entry(entry, "reverse mode")?;
+        Vjp::with_inputs(entry, false)
+    }
+
+    /// [`Vjp::new`], where a parameter may also be a function between first-order types (its
+    /// primal `R1(A -> B)` given by the caller: `ad::nested`'s run-time functions).
+    pub(crate) fn with_function_inputs(entry: &Entry) -> Result<Vjp> {
+        Vjp::with_inputs(entry, true)
+    }
+
+    fn with_inputs(entry: &Entry, functions: bool) -> Result<Vjp> {
+        entry_with_inputs(entry, "reverse mode", functions)?;
         let mor = reverse::transform(&ccc::compile_entry(entry))?;
         Ok(Vjp {
             entry: entry.clone(),

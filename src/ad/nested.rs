@@ -154,11 +154,22 @@ fn tangent(ty: &Type) -> R<Type> {
         .ok_or_else(|| format!("`{ty}` has no tangents"))
 }
 
-fn fresh_params(entry: &Entry) -> Vec<Var> {
+/// Fresh parameters for a derivative entry of `entry`: a first-order parameter as it is, a
+/// function parameter `A -> B` as the concrete form of its primal under the transformation
+/// (`d1`: `R1` or `F1`, a function returning the value and the derivative at a point), which
+/// the caller builds from the function's own derivatives ([`Elaborator`]).
+fn fresh_params(entry: &Entry, d1: fn(&Type) -> crate::target::types::Ty) -> R<Vec<Var>> {
     entry
         .params
         .iter()
-        .map(|p| Var::fresh(p.name.clone(), p.ty.clone()))
+        .map(|p| {
+            let ty = if p.ty.is_first_order() {
+                p.ty.clone()
+            } else {
+                concrete::cty(&d1(&p.ty))?
+            };
+            Ok(Var::fresh(p.name.clone(), ty))
+        })
         .collect()
 }
 
@@ -171,10 +182,10 @@ fn fresh_params(entry: &Entry) -> Vec<Var> {
 /// ordinary program, which can be differentiated again.
 pub fn vjp_entry(entry: &Entry) -> Result<Entry> {
     let opt = crate::optimize::optimize(entry);
-    let vjp = Vjp::new(&opt)?.map_body(simplify);
+    let vjp = Vjp::with_function_inputs(&opt)?.map_body(simplify);
     let mor = vjp.mor();
     let f = concretize::term(&mor.to_term()).map_err(fail)?;
-    let params = fresh_params(entry);
+    let params = fresh_params(entry, super::reverse::primal).map_err(fail)?;
     let ct = Var::fresh("ct", tangent(&entry.body.ty).map_err(fail)?);
     let body = (|| -> R<Term> {
         let ps: Vec<Term> = params.iter().map(Term::var).collect();
@@ -186,7 +197,12 @@ pub fn vjp_entry(entry: &Entry) -> Result<Entry> {
             bind("d", d, |d| {
                 let comps = components(d, params.len())?;
                 let mut gs = Vec::new();
-                for (p, c) in params.iter().zip(comps) {
+                for ((p, q), c) in params.iter().zip(&entry.params).zip(comps) {
+                    if !q.ty.is_first_order() {
+                        // A function input's cotangent (a copower) is not returned.
+                        gs.push(Term::lit(Lit::Unit));
+                        continue;
+                    }
                     let l = super::reverse::cotangent(&p.ty);
                     gs.push(densify(&p.ty, &l, Term::var(p), c)?);
                 }
@@ -209,22 +225,32 @@ pub fn vjp_entry(entry: &Entry) -> Result<Entry> {
 /// [`vjp_entry`]), forward CHAD, simplified, concretised.
 pub fn jvp_entry(entry: &Entry) -> Result<Entry> {
     let opt = crate::optimize::optimize(entry);
-    let jvp = Jvp::new(&opt)?.map_body(simplify);
+    let jvp = Jvp::with_function_inputs(&opt)?.map_body(simplify);
     let f = concretize::term(&jvp.mor().to_term()).map_err(fail)?;
-    let params = fresh_params(entry);
+    let params = fresh_params(entry, super::forward::primal).map_err(fail)?;
+    // One tangent per first-order parameter; a function input's tangent is zero.
     let tans = entry
         .params
         .iter()
+        .filter(|p| p.ty.is_first_order())
         .map(|p| Ok(Var::fresh(format!("d{}", p.name), tangent(&p.ty)?)))
         .collect::<R<Vec<_>>>()
         .map_err(fail)?;
     let body = (|| -> R<Term> {
         let ps: Vec<Term> = params.iter().map(Term::var).collect();
         let r = mk(S::App(f, context(&ps)?))?;
-        let ts = params
+        let mut given = tans.iter();
+        let ts = entry
+            .params
             .iter()
-            .zip(&tans)
-            .map(|(p, t)| undense(&p.ty, &super::forward::tangent(&p.ty), Term::var(t)))
+            .map(|p| {
+                let l = super::forward::tangent(&p.ty);
+                if p.ty.is_first_order() {
+                    undense(&p.ty, &l, Term::var(given.next().expect("counted")))
+                } else {
+                    concrete::zero(&l)
+                }
+            })
             .collect::<R<Vec<_>>>()?;
         bind("r", r, |r| {
             let d = mk(S::App(mk(S::Snd(r.clone()))?, context(&ts)?))?;
@@ -646,6 +672,15 @@ impl crate::source::check::Differentiate for Elaborator {
     ) -> Result<Term> {
         use crate::source::check::Form;
         let n = entry.params.len();
+        let reverse = form != Form::Jvp;
+        // A function input given as `(f, (rev, fwd))`: its primal under the transformation.
+        let mut vals = Vec::with_capacity(n + 1);
+        for (p, a) in entry.params.iter().zip(args) {
+            vals.push(match p.ty.as_fun() {
+                Some((x, y)) => function_input(reverse, x, y, a.clone()).map_err(fail)?,
+                None => a.clone(),
+            });
+        }
         {
             match form {
                 Form::Grad | Form::Vjp => {
@@ -654,7 +689,6 @@ impl crate::source::check::Differentiate for Elaborator {
                         Some(ct) => ct,
                         None => Term::lit(Lit::Real(1.0)),
                     };
-                    let mut vals: Vec<Term> = args.to_vec();
                     vals.push(ct);
                     let body = bind("r", d.body.clone(), |r| {
                         let mut g = mk(S::Snd(r.clone()))?;
@@ -672,10 +706,12 @@ impl crate::source::check::Differentiate for Elaborator {
                 }
                 Form::Jvp => {
                     let d = jvp_entry(entry)?;
-                    let mut vals: Vec<Term> = args.to_vec();
-                    // Zero tangents for the captured variables, the given one for the argument.
+                    // Zero tangents for the captured first-order variables, the given one for
+                    // the argument (a function input has none: [`jvp_entry`]).
                     for (p, a) in entry.params.iter().zip(args).take(n - 1) {
-                        vals.push(zero_like(&p.ty, a.clone()).map_err(fail)?);
+                        if p.ty.is_first_order() {
+                            vals.push(zero_like(&p.ty, a.clone()).map_err(fail)?);
+                        }
                     }
                     vals.push(extra.ok_or_else(|| fail("jvp needs a tangent".into()))?);
                     bind_params(&d.params, vals, d.body.clone())
@@ -683,6 +719,57 @@ impl crate::source::check::Differentiate for Elaborator {
             }
         }
     }
+}
+
+/// The primal of a function input `f : a -> b` under reverse (`R1(a -> b) = a -> b × (R2 b ⊸
+/// R2 a)`) or forward CHAD (`F1(a -> b) = a -> b × (F2 a ⊸ F2 b)`), concretised, from `g =
+/// (f, (rev, fwd))`: `f` and the derivatives its value carries (`rev : a -> b -> (b, a)`,
+/// `fwd : a -> a -> (b, b)` on dense (co)tangents, the one not carried `()`):
+///
+/// ```text
+/// reverse:  \x -> let y = f x in (y, \c -> undense (snd (rev x (densify y c))))
+/// forward:  \x -> (f x, \t -> undense (snd (fwd x (densify x t))))
+/// ```
+///
+/// so the derivative code of a function that calls `f` calls `f`'s own derivative where CHAD
+/// applies the linear part of `f`'s primal (`source::check::carry`).
+fn function_input(reverse: bool, a: &Type, b: &Type, g: Term) -> R<Term> {
+    bind("g", g, |g| {
+        let f = mk(S::Fst(g.clone()))?;
+        let ds = mk(S::Snd(g))?;
+        let d = mk(if reverse { S::Fst(ds) } else { S::Snd(ds) })?;
+        if d.ty == Type::Unit {
+            return Err(format!(
+                "a function of type `{a} -> {b}` was differentiated inside another one, but \
+                 its value carries no {} derivative",
+                if reverse { "reverse" } else { "forward" }
+            ));
+        }
+        bind("f", f, |f| {
+            bind("d", d, |d| {
+                concrete::lam("x", a.clone(), |x| {
+                    let y = mk(S::App(f, x.clone()))?;
+                    bind("y", y, |y| {
+                        let (l_in, l_out) = if reverse {
+                            (super::reverse::cotangent(b), super::reverse::cotangent(a))
+                        } else {
+                            (super::forward::tangent(a), super::forward::tangent(b))
+                        };
+                        let linear = concrete::lam("c", concrete::ty(&l_in)?, |c| {
+                            let dense = if reverse {
+                                densify(b, &l_in, y.clone(), c)?
+                            } else {
+                                densify(a, &l_in, x.clone(), c)?
+                            };
+                            let r = mk(S::App(mk(S::App(d, x))?, dense))?;
+                            undense(if reverse { a } else { b }, &l_out, mk(S::Snd(r))?)
+                        })?;
+                        mk(S::Pair(y, linear))
+                    })
+                })
+            })
+        })
+    })
 }
 
 /// `let p1 = v1 in ... let pn = vn in body`.

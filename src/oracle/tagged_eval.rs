@@ -120,7 +120,20 @@ impl Differentiate for Recorder {
             Form::Jvp => Type::prod(b.clone(), b),
             Form::Vjp => Type::prod(b, a),
         };
-        let mut items: Vec<Term> = args.to_vec();
+        // A function known only at run time is given as `(f, derivatives)`: the oracle
+        // differentiates through `f` itself.
+        let mut items: Vec<Term> = entry
+            .params
+            .iter()
+            .zip(args)
+            .map(|(p, a)| {
+                if p.ty.is_first_order() {
+                    a.clone()
+                } else {
+                    Term::new(TermKind::Fst(a.clone()), a.span)
+                }
+            })
+            .collect();
         items.extend(extra);
         let arg = items
             .into_iter()

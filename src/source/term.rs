@@ -411,6 +411,38 @@ impl Term {
         }
     }
 
+    /// The same node with each immediate subterm replaced by `f` of it (called in
+    /// [`Term::children`]'s order); binders, literals and annotations kept. `f` must preserve
+    /// types where the node's typing rule needs it (it is an internal invariant: panics
+    /// otherwise, as [`Term::new`]).
+    pub fn map_children(&self, mut f: impl FnMut(&Term) -> Term) -> Term {
+        use TermKind::*;
+        let kind = match &self.kind {
+            Var(_) | Lit(_) => return self.clone(),
+            Lam(x, b) => Lam(x.clone(), f(b)),
+            App(a, b) => App(f(a), f(b)),
+            Let(p, a, b) => Let(p.clone(), f(a), f(b)),
+            Pair(a, b) => Pair(f(a), f(b)),
+            Fst(a) => Fst(f(a)),
+            Snd(a) => Snd(f(a)),
+            If(a, b, c) => If(f(a), f(b), f(c)),
+            Inl(a, t) => Inl(f(a), t.clone()),
+            Inr(t, a) => Inr(t.clone(), f(a)),
+            Case(a, p, b, q, c) => Case(f(a), p.clone(), f(b), q.clone(), f(c)),
+            Prim(p, args) => Prim(p.clone(), args.iter().map(&mut f).collect()),
+            Array(t, xs) => Array(t.clone(), xs.iter().map(&mut f).collect()),
+            Map(a, b) => Map(f(a), f(b)),
+            Map2(a, b, c) => Map2(f(a), f(b), f(c)),
+            Build(a, b) => Build(f(a), f(b)),
+            Index(a, b) => Index(f(a), f(b)),
+            Length(a) => Length(f(a)),
+            Replicate(a, b) => Replicate(f(a), f(b)),
+            Loop(a, b, tape) => Loop(f(a), f(b), *tape),
+            Fix(a) => Fix(f(a)),
+        };
+        Term::new(kind, self.span)
+    }
+
     /// Number of nodes (iteratively, so any depth is fine).
     pub fn size(&self) -> usize {
         let mut n = 0;

@@ -377,5 +377,55 @@ pub fn run_time_functions() -> Vec<ClosedCase> {
                 a + b
             },
         ),
+        // Run-time functions calling run-time functions (`check::carry`: the derivative of
+        // the outer one goes through the derivatives the inner one carries).
+        (
+            "def main (x : Real) : Real = \
+             let fs = [sin, \\(y : Real) -> x * y * y] in \
+             let gs = map (\\(g : Real -> Real) -> \\(y : Real) -> y * g y) fs in \
+             sum (map (\\(h : Real -> Real) -> grad h x) gs)",
+            0.7,
+            |x| x.sin() + x * x.cos() + 3.0 * x * x * x,
+        ),
+        (
+            // Through a closure's parameter, into a `let`-bound function.
+            "def main (x : Real) : Real = \
+             let d = \\(f : Real -> Real) -> grad f x in \
+             let c = \\(h : Real -> Real) -> d (\\(y : Real) -> h y * y) in c sin",
+            0.9,
+            |x| x.sin() + x * x.cos(),
+        ),
+        (
+            // A loop's state calling the previous state.
+            "def main (a : Real) : Real = \
+             let f = iterate 2 (\\(g : Real -> Real) -> \\(y : Real) -> a * y * g y) \
+                       (\\(y : Real) -> sin y) in \
+             grad f a",
+            0.7,
+            |a| 2.0 * a * a * a * a.sin() + a * a * a * a * a.cos(),
+        ),
+        (
+            // Pairs, forward and reverse together.
+            "def main (x : Real) : Real = \
+             let fs = [\\(y : (Real, Real)) -> (fst y * snd y * x, fst y)] in \
+             let hs = map (\\(g : (Real, Real) -> (Real, Real)) -> \\(y : (Real, Real)) -> \
+               let z = g y in (snd z, fst z * fst y)) fs in \
+             sum (map (\\(h : (Real, Real) -> (Real, Real)) -> \
+               let t = snd (jvp h (x, 2.0) (1.0, 0.0)) in \
+               let c = snd (vjp h (x, 2.0) (0.0, 1.0)) in \
+               fst t + snd t * 10.0 + fst c * 100.0 + snd c * 1000.0) hs)",
+            0.7,
+            |x| 1.0 + 440.0 * x * x + 1000.0 * x * x * x,
+        ),
+        (
+            // Arrays.
+            "def main (x : Real) : Real = \
+             let fs = [\\(v : Array Real) -> sum v * x] in \
+             let hs = map (\\(g : Array Real -> Real) -> \\(v : Array Real) -> \
+               g (map (\\(e : Real) -> e * e) v) * v ! 0) fs in \
+             sum (map (\\(h : Array Real -> Real) -> sum (grad h [x, 1.0, 2.0])) hs)",
+            0.7,
+            |x| 3.0 * x * x * x + 5.0 * x + 6.0 * x * x,
+        ),
     ]
 }

@@ -32,7 +32,7 @@
 //! carried type that applies another run-time function (`\y -> g y * y` with `g` a lambda's
 //! parameter) in a value position is a type error naming that function.
 
-use super::nested::{entry_of, free_vars};
+use super::nested::{entry_of, free_vars, self_tangent};
 use super::{Checker, Differentiate, Form};
 use crate::deep::deep;
 use crate::error::{Error, Result, Span};
@@ -85,17 +85,17 @@ impl Dynamic {
         };
         let m = Var::fresh(name, Type::fun(f.ty.clone(), ty));
         self.markers.insert(m.id, form);
-        let needs = match self.types.iter_mut().find(|(t, _)| *t == f.ty) {
-            Some((_, n)) => n,
-            None => {
-                self.types.push((f.ty.clone(), Needs::default()));
-                &mut self.types.last_mut().expect("just pushed").1
-            }
+        let needs = match form {
+            Form::Jvp => Needs {
+                rev: false,
+                fwd: true,
+            },
+            _ => Needs {
+                rev: true,
+                fwd: false,
+            },
         };
-        match form {
-            Form::Jvp => needs.fwd = true,
-            _ => needs.rev = true,
-        }
+        self.add_needs(&f.ty, needs);
         let mk = |k| Term::new(k, span);
         let mut t = mk(K::App(mk(K::App(mk(K::Var(m)), f.clone())), x));
         if let Some(d) = extra {
@@ -108,6 +108,23 @@ impl Dynamic {
     pub(super) fn opaque(&mut self, t: &Term) {
         self.opaque_at.insert(&**t as *const Node);
         self.opaque.push(t.clone());
+    }
+
+    /// Adds `n` to what the values of `t` carry (making `t` carried); whether that changed
+    /// anything.
+    fn add_needs(&mut self, t: &Type, n: Needs) -> bool {
+        match self.types.iter_mut().find(|(u, _)| u == t) {
+            Some((_, m)) => {
+                let old = *m;
+                m.rev |= n.rev;
+                m.fwd |= n.fwd;
+                *m != old
+            }
+            None => {
+                self.types.push((t.clone(), n));
+                true
+            }
+        }
     }
 
     fn needs(&self, t: &Type) -> Option<Needs> {
@@ -153,6 +170,7 @@ impl Checker<'_> {
         let Some(nested) = self.nested else {
             return Ok(());
         };
+        self.propagate_needs(defs);
         let mut c = Carry {
             c: self,
             nested,
@@ -194,6 +212,41 @@ impl Checker<'_> {
     }
 }
 
+impl Checker<'_> {
+    /// A function of a carried type whose code calls a function known only at run time (`g`
+    /// in `\y -> k * y * g y`, `g` a lambda's parameter or a loop's state) is differentiated
+    /// through `g`'s own derivative ([`Carry::entry`]): `g`'s type must carry the same
+    /// derivatives. To a fixpoint, over every lambda of a carried type and the functions
+    /// between `Real`s, tuples and arrays it uses that are not known code (a definition, a
+    /// `let`-bound lambda).
+    fn propagate_needs(&mut self, defs: &[Def]) {
+        loop {
+            let mut changed = false;
+            for d in defs.iter().filter(|d| d.custom.is_none()) {
+                let mut stack = vec![&d.body];
+                while let Some(t) = stack.pop() {
+                    stack.extend(t.children());
+                    let K::Lam(..) = &t.kind else { continue };
+                    let Some(n) = self.dynamic.needs(&t.ty) else {
+                        continue;
+                    };
+                    for v in free_vars(t) {
+                        let Some((a, b)) = v.ty.as_fun() else { continue };
+                        let known = matches!(self.values.get(&v.id), Some((_, e)) if matches!(e.kind, K::Lam(..)));
+                        if known || !self_tangent(a) || !self_tangent(b) {
+                            continue;
+                        }
+                        changed |= self.dynamic.add_needs(&v.ty, n);
+                    }
+                }
+            }
+            if !changed {
+                return;
+            }
+        }
+    }
+}
+
 struct Carry<'c, 'r> {
     c: &'c mut Checker<'r>,
     nested: &'r dyn Differentiate,
@@ -232,6 +285,28 @@ fn spines(t: &Term, out: &mut HashMap<VarId, usize>) {
             stack.extend(t.children());
         }
     }
+}
+
+/// `t` with every `fst g` replaced by `p` (the function of a run-time function's pair `g`), or
+/// `None` where `g` occurs otherwise.
+fn applied_only(t: &Term, g: &Var, p: &Var) -> Option<Term> {
+    deep(|| match &t.kind {
+        K::Fst(e) if matches!(&e.kind, K::Var(v) if v.id == g.id) => {
+            Some(mk(K::Var(p.clone()), t.span))
+        }
+        K::Var(v) if v.id == g.id => None,
+        _ => {
+            let mut ok = true;
+            let r = t.map_children(|c| match applied_only(c, g, p) {
+                Some(c) => c,
+                None => {
+                    ok = false;
+                    c.clone()
+                }
+            });
+            ok.then_some(r)
+        }
+    })
 }
 
 fn mk(k: K, span: Span) -> Term {
@@ -550,12 +625,20 @@ impl Carry<'_, '_> {
     }
 
     /// The entry `E(c1, .., ck, x) = f x` of a rewritten function (as `check::nested`'s
-    /// `resolve` builds for checked ones): its captured first-order variables, then the
-    /// argument, with the (rewritten) definitions and `let`-bound values it uses in front.
+    /// `resolve` builds for checked ones): its captured first-order variables and the
+    /// functions known only at run time it calls, then the argument, with the (rewritten)
+    /// definitions and `let`-bound functions it uses in front. The terms for the captured
+    /// parameters are returned beside it: a first-order variable itself; for a run-time
+    /// function `g` (a value of a carried type `(τ, D)`, which the code uses as `fst g`), a
+    /// parameter `g' : τ` for the code's `fst g`, given as `(fst g, (rev, fwd))` (the
+    /// derivatives `g` carries, `()` where it carries none), the form
+    /// [`super::Differentiate`] differentiates through.
     fn entry(&mut self, f: &Term, a: &Type) -> Result<(Entry, Vec<Term>)> {
         let sp = f.span;
         let mut params: Vec<Var> = Vec::new();
         let mut globals: BTreeMap<usize, (Var, Term)> = BTreeMap::new();
+        // Run-time functions: the pair variable, its parameter and the term given for it.
+        let mut runtime: Vec<(Var, Var, Term)> = Vec::new();
         let mut pending = free_vars(f);
         while let Some(v) = pending.pop() {
             let known = self.c.values.get(&v.id).map(|(i, t)| (*i, t.clone()));
@@ -582,31 +665,79 @@ impl Carry<'_, '_> {
                 None => None,
             };
             match value {
-                Some((index, value)) if value.ty == v.ty => {
+                // A lambda paired with its derivatives, or a definition: its code.
+                Some((index, value))
+                    if value.ty == v.ty
+                        && (self.runtime_function(&v.ty).is_none()
+                            || matches!(value.kind, K::Pair(..))) =>
+                {
                     pending.extend(free_vars(&value));
                     globals.insert(index, (v, value));
                 }
-                _ => {
-                    return Err(Error::type_error(
-                        sp,
-                        format!(
-                            "this function of type `{}` may be differentiated at run time \
-                             (this program differentiates functions of that type taken from \
-                             lambdas' parameters, patterns, tuples or arrays), but it uses \
-                             `{}`, which holds a function known only at run time, so its \
-                             derivative cannot be built",
-                            f.ty, v.name
-                        ),
-                    )
-                    .with_note(
-                        "pass such functions to definitions' parameters, or bind them with \
-                         `let`, so that their code is known where they are differentiated",
-                    ));
-                }
+                _ => match self.runtime_function(&v.ty) {
+                    Some(arg) if !runtime.iter().any(|(g, _, _)| g.id == v.id) => {
+                        let (tau, _) = v.ty.as_prod().expect("a carried pair");
+                        let p = Var::fresh(v.name.clone(), tau.clone());
+                        params.push(p.clone());
+                        runtime.push((v.clone(), p, arg(Term::var(&v))));
+                    }
+                    Some(_) => {}
+                    None => return Err(self.opaque_use(f, &v)),
+                },
             }
         }
         params.reverse();
-        Ok(entry_of("grad", f, a, params, globals, sp))
+        let (mut entry, mut captured) = entry_of("grad", f, a, params.clone(), globals, sp);
+        for (g, p, arg) in runtime {
+            entry.body = match applied_only(&entry.body, &g, &p) {
+                Some(b) => b,
+                None => return Err(self.opaque_use(f, &g)),
+            };
+            let k = params.iter().position(|q| q.id == p.id).expect("a parameter");
+            captured[k] = arg;
+        }
+        Ok((entry, captured))
+    }
+
+    /// For a carried pair type `T(τ) = (τ, D)`, how to give a value `g` of it to
+    /// [`super::Differentiate`]: `(fst g, (rev, fwd))`.
+    fn runtime_function(&self, t: &Type) -> Option<impl Fn(Term) -> Term + use<>> {
+        let (tau, _) = t.as_prod()?;
+        let n = self.c.dynamic.needs(tau)?;
+        if self.ty(tau) != *t {
+            return None;
+        }
+        Some(move |g: Term| {
+            let sp = g.span;
+            let ds = mk(K::Snd(g.clone()), sp);
+            let unit = || Term::lit(Lit::Unit);
+            let (rev, fwd) = match (n.rev, n.fwd) {
+                (true, true) => (mk(K::Fst(ds.clone()), sp), mk(K::Snd(ds), sp)),
+                (true, false) => (ds, unit()),
+                (false, _) => (unit(), ds),
+            };
+            mk(K::Pair(mk(K::Fst(g), sp), mk(K::Pair(rev, fwd), sp)), sp)
+        })
+    }
+
+    /// Why the derivative of `f` (of a carried type) cannot be built: it uses `v`, a function
+    /// known only at run time, other than by applying it.
+    fn opaque_use(&self, f: &Term, v: &Var) -> Error {
+        Error::type_error(
+            f.span,
+            format!(
+                "this function of type `{}` may be differentiated at run time (this program \
+                 differentiates functions of that type taken from lambdas' parameters, \
+                 patterns, tuples or arrays), but it uses `{}`, which holds a function known \
+                 only at run time, other than by applying it (it differentiates it, stores it \
+                 or passes it on), so its derivative cannot be built",
+                f.ty, v.name
+            ),
+        )
+        .with_note(
+            "pass such functions to definitions' parameters, or bind them with `let`, so that \
+             their code is known where they are differentiated",
+        )
     }
 
     /// `orig` (whose rewritten code `plain` is a plain curried function, a use of a definition

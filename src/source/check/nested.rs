@@ -49,6 +49,12 @@ pub enum Form {
 /// Differentiates a function given as an entry (captured variables, then the argument) and
 /// returns the core term of the form's result, given the terms for the entry's parameters
 /// (`args`) and the form's third argument (`dx` or `ct`), if any.
+///
+/// A parameter is first-order (a captured variable, the argument), or, in the entries
+/// `check::carry` builds, a function `A -> B` between first-order types known only at run
+/// time: its term is then `(f, (rev, fwd))`, `f : A -> B` and the derivatives its value
+/// carries (`rev : A -> B -> (B, A)`, `fwd : A -> A -> (B, B)`, on dense (co)tangents; `()`
+/// for one it does not carry), through which the derivative of the entry goes.
 pub trait Differentiate {
     /// The elaborated form.
     fn elaborate(
@@ -61,7 +67,7 @@ pub trait Differentiate {
 }
 
 /// Types whose tangents are themselves: `Real`, tuples and arrays of them.
-fn self_tangent(t: &Type) -> bool {
+pub(super) fn self_tangent(t: &Type) -> bool {
     crate::deep::deep(|| match t {
         Type::Real => true,
         Type::Prod(p) => self_tangent(&p.0) && self_tangent(&p.1),
