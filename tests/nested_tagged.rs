@@ -616,7 +616,10 @@ fn run_time_functions_agree_with_static_ones_and_tagged_dual_numbers() {
                 if printable(&w).is_some() {
                     break move |g: Term| {
                         let call = mk(K::App(g, mk(K::Var(y.clone()))));
-                        mk(K::Lam(y.clone(), mk(K::Let(Pat::Var(z.clone()), call, w.clone()))))
+                        mk(K::Lam(
+                            y.clone(),
+                            mk(K::Let(Pat::Var(z.clone()), call, w.clone())),
+                        ))
                     };
                 }
             }

@@ -716,8 +716,7 @@ fn entry_with_inputs(entry: &Entry, what: &str, functions: bool) -> Result<()> {
     check_supported(&entry.body)?;
     for p in &entry.params {
         let function = functions
-            && p
-                .ty
+            && p.ty
                 .as_fun()
                 .is_some_and(|(a, b)| a.is_first_order() && b.is_first_order());
         if !p.ty.is_first_order() && !function {

@@ -27,10 +27,16 @@
 //!
 //! The derivative code of a form the checker could resolve (`check::nested`) is left as it is
 //! (it is closed but for first-order inputs), and so are derivatives built here. Programs
-//! without such forms are not touched. The limit: a function whose derivative is carried must
-//! have code the checker knows (`check::nested`'s rules) for everything it uses; a lambda of a
-//! carried type that applies another run-time function (`\y -> g y * y` with `g` a lambda's
-//! parameter) in a value position is a type error naming that function.
+//! without such forms are not touched.
+//!
+//! A lambda of a carried type may call another run-time function `g` (`\y -> g y * y` with `g`
+//! a lambda's parameter or a loop's state): its derivative goes through the derivatives `g`
+//! carries, `g` being a function-typed input of the derivative code ([`Carry::entry`],
+//! `ad::nested::function_input`), so `g`'s type carries what the caller's does
+//! ([`Checker::propagate_needs`]). The limit: everything else such a lambda uses must have code
+//! the checker knows (`check::nested`'s rules); one that differentiates a run-time function
+//! (which would need its second derivative) or passes one on as a value is a type error naming
+//! it.
 
 use super::nested::{entry_of, free_vars, self_tangent};
 use super::{Checker, Differentiate, Form};
@@ -231,7 +237,9 @@ impl Checker<'_> {
                         continue;
                     };
                     for v in free_vars(t) {
-                        let Some((a, b)) = v.ty.as_fun() else { continue };
+                        let Some((a, b)) = v.ty.as_fun() else {
+                            continue;
+                        };
                         let known = matches!(self.values.get(&v.id), Some((_, e)) if matches!(e.kind, K::Lam(..)));
                         if known || !self_tangent(a) || !self_tangent(b) {
                             continue;
@@ -693,7 +701,10 @@ impl Carry<'_, '_> {
                 Some(b) => b,
                 None => return Err(self.opaque_use(f, &g)),
             };
-            let k = params.iter().position(|q| q.id == p.id).expect("a parameter");
+            let k = params
+                .iter()
+                .position(|q| q.id == p.id)
+                .expect("a parameter");
             captured[k] = arg;
         }
         Ok((entry, captured))
