@@ -409,7 +409,10 @@ impl Hvp {
         };
         let jvp = match backend.hvp(&w)? {
             Some(f) => f,
-            None => backend.forward(&grad)?,
+            // Optimised as every command's pipeline does (the concretised gradient applies
+            // a lambda to its context and a returned closure to its cotangent: inlined here,
+            // so forward CHAD meets no function values).
+            None => backend.forward(&crate::optimize::optimize(&grad))?,
         };
         Ok(Hvp {
             entry: entry.clone(),
