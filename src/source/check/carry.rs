@@ -746,8 +746,11 @@ impl Carry<'_, '_> {
             ),
         )
         .with_note(
-            "pass such functions to definitions' parameters, or bind them with `let`, so that \
-             their code is known where they are differentiated",
+            "a function known only at run time carries its first derivatives only, and is \
+             differentiated through where it is applied; to differentiate it again, or to \
+             pass it on, use code known where it is differentiated: a definition applied to \
+             a known function (`d2 tanh x`, not `map (\\f -> d2 f x) fs`), or a function \
+             bound by `let`",
         )
     }
 
