@@ -362,13 +362,7 @@ impl Printer {
                 (d, 0)
             }
             K::App(..) => {
-                let mut args = Vec::new();
-                let mut cur = t;
-                while let K::App(f, a) = &cur.kind {
-                    args.push(a);
-                    cur = f;
-                }
-                args.reverse();
+                let (cur, args) = t.spine();
                 let head = self.term(cur, 8);
                 self.app(head, &args)
             }

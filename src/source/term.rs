@@ -443,6 +443,19 @@ impl Term {
         Term::new(kind, self.span)
     }
 
+    /// The spine of an application `h a1 .. an`: the head `h` (not an application) and the
+    /// arguments in order (none for a term that is not an application).
+    pub fn spine(&self) -> (&Term, Vec<&Term>) {
+        let mut args = Vec::new();
+        let mut head = self;
+        while let TermKind::App(f, a) = &head.kind {
+            args.push(a);
+            head = f;
+        }
+        args.reverse();
+        (head, args)
+    }
+
     /// Number of nodes (iteratively, so any depth is fine).
     pub fn size(&self) -> usize {
         let mut n = 0;

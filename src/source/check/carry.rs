@@ -277,13 +277,9 @@ struct Carry<'c, 'r> {
 fn spines(t: &Term, out: &mut HashMap<VarId, usize>) {
     let mut stack = vec![t];
     while let Some(t) = stack.pop() {
-        let mut head = t;
-        let mut n = 0;
-        while let K::App(f, a) = &head.kind {
-            stack.push(a);
-            head = f;
-            n += 1;
-        }
+        let (head, args) = t.spine();
+        let n = args.len();
+        stack.extend(args);
         if let K::Var(v) = &head.kind {
             let k = out.entry(v.id).or_insert(n);
             *k = (*k).min(n);
@@ -486,13 +482,7 @@ impl Carry<'_, '_> {
                     }
                     // The spine `h a1 .. an`: `h` applied to all its arguments at once, a
                     // partial application's pair opened before the next argument.
-                    let mut args = Vec::new();
-                    let mut head = t;
-                    while let K::App(f, a) = &head.kind {
-                        args.push(a);
-                        head = f;
-                    }
-                    args.reverse();
+                    let (head, args) = t.spine();
                     let mut cur = self.applied(head, args.len())?;
                     let mut ty = head.ty.clone();
                     for (i, a) in args.iter().enumerate() {
@@ -559,19 +549,13 @@ impl Carry<'_, '_> {
     /// A form over a run-time function (`Dynamic::form`'s marker), applied to its argument
     /// (and tangent or cotangent): the derivative its value carries, applied.
     fn marker(&mut self, t: &Term) -> Result<Option<Term>> {
-        let mut args = Vec::new();
-        let mut head = t;
-        while let K::App(f, a) = &head.kind {
-            args.push(a);
-            head = f;
-        }
+        let (head, args) = t.spine();
         let K::Var(m) = &head.kind else {
             return Ok(None);
         };
         let Some(&form) = self.c.dynamic.markers.get(&m.id) else {
             return Ok(None);
         };
-        args.reverse();
         let sp = t.span;
         let f = args[0];
         let n = self
