@@ -479,13 +479,23 @@ fn nested_forms_are_checked() {
     assert!(err("def main : Int = grad (\\(i : Int) -> 1.0) 1").contains("`Int`"));
     // A function known only at run time (a lambda's parameter) is differentiated through the
     // derivatives its value carries (`check::carry`, tests below), and so is a function value
-    // that applies one (`\y -> h y * y`), but not one that differentiates one: `h`'s value
-    // carries its first derivative only.
+    // that applies one (`\y -> h y * y`) or differentiates one of another type, but not one
+    // that differentiates one of its own type: values of that type would have to carry one
+    // more order of derivatives than themselves.
     assert!(
         err(
             "def k (x : Real) : Real = let d = \\(f : Real -> Real) -> grad f x in \
              let c = \\(h : Real -> Real) -> d (\\(y : Real) -> grad h y * y) in c sin"
         )
+        .contains("derivatives of ever higher order")
+    );
+    // A run-time function passed on as a value by a function value is not an input CHAD can
+    // take.
+    assert!(
+        err("def k (x : Real) : Real = \
+             let fs = [\\(y : Real) -> x * y] in \
+             let hs = map (\\(g : Real -> Real) -> \\(y : Real) -> ([g, g] ! 0) y) fs in \
+             sum (map (\\(h : Real -> Real) -> grad h x) hs)")
         .contains("known only at run time, other than by applying it")
     );
     // A recursive definition is specialised with its function parameters fixed: its

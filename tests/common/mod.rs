@@ -427,5 +427,67 @@ pub fn run_time_functions() -> Vec<ClosedCase> {
             0.7,
             |x| 3.0 * x * x * x + 5.0 * x + 6.0 * x * x,
         ),
+        // Derivatives of derivatives of run-time functions: a form over a lambda written in
+        // place differentiates it there, through the derivatives of the run-time function's
+        // derivative, which its values then carry too (`check::carry`).
+        (
+            "def main (x : Real) : Real = \
+             sum (map (\\(f : Real -> Real) -> grad (\\(y : Real) -> grad f y) x) [tanh, sigmoid])",
+            0.7,
+            |x| {
+                let (t, s) = (x.tanh(), 1.0 / (1.0 + (-x).exp()));
+                -2.0 * t * (1.0 - t * t) + s * (1.0 - s) * (1.0 - 2.0 * s)
+            },
+        ),
+        (
+            // Third derivatives.
+            "def main (x : Real) : Real = \
+             sum (map (\\(f : Real -> Real) -> \
+               grad (\\(z : Real) -> grad (\\(y : Real) -> grad f y) z) x) [tanh, sin])",
+            0.7,
+            |x| {
+                let t = x.tanh();
+                -2.0 * (1.0 - t * t) * (1.0 - 3.0 * t * t) - x.cos()
+            },
+        ),
+        (
+            // Forward over reverse, with a captured variable.
+            "def main (x : Real) : Real = \
+             sum (map (\\(f : Real -> Real) -> snd (jvp (\\(y : Real) -> grad f y) x 1.0)) \
+               [\\(y : Real) -> x * y * y * y, cos])",
+            0.7,
+            |x| 6.0 * x * x - x.cos(),
+        ),
+        (
+            // Reverse over reverse on pairs.
+            "def main (x : Real) : Real = \
+             sum (map (\\(g : (Real, Real) -> Real) -> \
+               let c = snd (vjp (\\(y : (Real, Real)) -> grad g y) (x, 2.0) (1.0, 0.0)) in \
+               fst c + 10.0 * snd c) [\\(p : (Real, Real)) -> fst p * fst p * snd p * x])",
+            0.9,
+            |x| 4.0 * x + 20.0 * x * x,
+        ),
+        (
+            // A function value that differentiates a run-time function of another type.
+            "def main (x : Real) : Real = \
+             let gs = [\\(p : (Real, Real)) -> fst p * snd p * snd p] in \
+             let hs = map (\\(g : (Real, Real) -> Real) -> \\(y : Real) -> \
+               let (a, b) = grad g (y, 2.0 * y) in a + b) gs in \
+             sum (map (\\(h : Real -> Real) -> grad h x) hs)",
+            0.7,
+            |x| 16.0 * x,
+        ),
+        (
+            // `map2` over a function computed under a `let` (a loop's result) whose partial
+            // applications are of a carried type: they are opened (this was an ill-typed term
+            // and a panic, found by the random test).
+            "def main (x : Real) : Real = \
+             let fs = [\\(y : Real) -> x * y * y] in \
+             let d = sum (map (\\(g : Real -> Real) -> grad g x) fs) in \
+             d + sum (map2 (let k = x in iterate 1 (\\(h : Real -> Real -> Real) -> h) \
+               (\\(a : Real) (y : Real) -> k * a * y)) [1.0, 2.0] [3.0, 4.0])",
+            0.7,
+            |x| 2.0 * x * x + 11.0 * x,
+        ),
     ]
 }

@@ -9,17 +9,22 @@
 //!   type `τ = A -> B` ([`Dynamic`]);
 //! * after the whole program is checked, [`Checker::carry`] changes the representation of
 //!   every value of a recorded type `τ` to `T(τ) = (τ, D)`, with `D` the function's reverse
-//!   derivative `A -> B -> (B, A)` (what `grad` and `vjp` need), its forward one `A -> A -> (B,
-//!   B)` (`jvp`), or the pair of both, as the program's forms need; every other type maps
-//!   structurally (`T(Array τ) = Array T(τ)`, ...);
+//!   derivative `(A, B) -> (B, A)` (what `grad` and `vjp` need), its forward one `(A, A) ->
+//!   (B, B)` (`jvp`), or the pair of both, as the program's forms need; a derivative is itself
+//!   a value of a function type, so where the program differentiates it again its type is
+//!   carried too (`T` applies to it); every other type maps structurally (`T(Array τ) = Array
+//!   T(τ)`, ...);
 //! * a lambda of type `τ` in a value position (stored, passed, returned) becomes the pair of
 //!   itself and its derivatives, elaborated once by the same [`Differentiate`] as a form over
 //!   it would be (its captured first-order variables are inputs of the derivative code, so an
 //!   enclosing derivative still sees them); a lambda in function position (`map`'s argument,
 //!   applied at once) stays a plain function;
 //! * an application of a value of type `T(τ)` applies its first component, and the marker
-//!   applies the derivative: `grad f x = snd (rev f x 1.0)`, `vjp f x ct = rev f x ct`, `jvp f
-//!   x dx = fwd f x dx`;
+//!   applies the derivative: `grad f x = snd (rev (x, 1.0))`, `vjp f x ct = rev (x, ct)`,
+//!   `jvp f x dx = fwd (x, dx)`;
+//! * a form over a lambda written in place that uses a run-time function (`grad (\y -> grad
+//!   f y) x`, `grad (\y -> f y * y) x`) differentiates the lambda there ([`Carry::in_place`]):
+//!   the lambda is not a value, so its type carries nothing;
 //! * definitions (and the recursive functions of `def rec` instances) stay plain curried
 //!   functions whose parameter and result types are mapped; where one is used as a value of a
 //!   type that changed (`map2 h xs ys` needs no change, `[f, g]` does), it is eta-expanded and
@@ -29,14 +34,19 @@
 //! (it is closed but for first-order inputs), and so are derivatives built here. Programs
 //! without such forms are not touched.
 //!
-//! A lambda of a carried type may call another run-time function `g` (`\y -> g y * y` with `g`
-//! a lambda's parameter or a loop's state): its derivative goes through the derivatives `g`
-//! carries, `g` being a function-typed input of the derivative code ([`Carry::entry`],
-//! `ad::nested::function_input`), so `g`'s type carries what the caller's does
-//! ([`Checker::propagate_needs`]). The limit: everything else such a lambda uses must have code
-//! the checker knows (`check::nested`'s rules); one that differentiates a run-time function
-//! (which would need its second derivative) or passes one on as a value is a type error naming
-//! it.
+//! Code that is differentiated here (a lambda paired with its derivatives, a lambda
+//! differentiated in place, a derivative differentiated again) may apply run-time functions
+//! (`\y -> g y * y` with `g` a lambda's parameter or a loop's state) and the derivatives they
+//! carry (`\y -> grad g y`): each such function is a function-typed input of the derivative
+//! code ([`Carry::entry`], `ad::nested::function_input`), differentiated through the
+//! derivatives *its* value carries. So its type must carry what the derivative needs: the
+//! rewrite finds that as it goes, records it, and starts again with the larger
+//! representation ([`Checker::carry`]), to a fixpoint. Each round adds a derivative to some
+//! type; a function value that differentiates a run-time function of its own type (`\y ->
+//! grad g y` stored where `g` came from) would need derivatives of ever higher order and is a
+//! type error after a few rounds. The other limit: everything else such code uses must have
+//! code the checker knows (`check::nested`'s rules); a run-time function stored or passed on
+//! as a value there is a type error naming it.
 
 use super::nested::{entry_of, free_vars, self_tangent};
 use super::{Checker, Differentiate, Form};
@@ -66,6 +76,11 @@ pub(super) struct Dynamic {
     /// stay theirs.
     opaque: Vec<Term>,
     opaque_at: HashSet<*const Node>,
+    /// What a rewrite found that types must carry beyond what they do, and where first
+    /// ([`Checker::carry`] then adds it and starts again: the types stay fixed during one
+    /// rewrite).
+    grown: Option<Span>,
+    pending: Vec<(Type, Needs)>,
 }
 
 impl Dynamic {
@@ -91,7 +106,10 @@ impl Dynamic {
         };
         let m = Var::fresh(name, Type::fun(f.ty.clone(), ty));
         self.markers.insert(m.id, form);
+        // A lambda written at the form is differentiated where it stands
+        // ([`Carry::marker`]): its type need not carry anything.
         let needs = match form {
+            _ if matches!(f.kind, K::Lam(..)) => Needs::default(),
             Form::Jvp => Needs {
                 rev: false,
                 fwd: true,
@@ -101,7 +119,9 @@ impl Dynamic {
                 fwd: false,
             },
         };
-        self.add_needs(&f.ty, needs);
+        if needs != Needs::default() {
+            self.add_needs(&f.ty, needs);
+        }
         let mk = |k| Term::new(k, span);
         let mut t = mk(K::App(mk(K::App(mk(K::Var(m)), f.clone())), x));
         if let Some(d) = extra {
@@ -133,6 +153,15 @@ impl Dynamic {
         }
     }
 
+    /// Records that `t` must carry `n` (for the next rewrite) unless it does.
+    fn demand(&mut self, t: &Type, n: Needs, span: Span) {
+        let has = self.needs(t).unwrap_or_default();
+        if (n.rev && !has.rev) || (n.fwd && !has.fwd) {
+            self.pending.push((t.clone(), n));
+            self.grown.get_or_insert(span);
+        }
+    }
+
     fn needs(&self, t: &Type) -> Option<Needs> {
         self.types.iter().find(|(u, _)| u == t).map(|(_, n)| *n)
     }
@@ -145,7 +174,7 @@ impl Dynamic {
         deep(|| match t {
             Type::Real | Type::Int | Type::Bool | Type::Unit => t.clone(),
             Type::Fun(p) => match self.needs(t) {
-                Some(n) => Type::prod(t.clone(), derivatives_ty(&p.0, &p.1, n)),
+                Some(n) => Type::prod(t.clone(), self.ty(&derivatives_ty(&p.0, &p.1, n))),
                 None => Type::fun(self.ty(&p.0), self.ty(&p.1)),
             },
             Type::Prod(p) => Type::prod(self.ty(&p.0), self.ty(&p.1)),
@@ -155,10 +184,12 @@ impl Dynamic {
     }
 }
 
-/// The type of the derivatives a value of the carried type `a -> b` holds.
+/// The type of the derivatives a value of the carried type `a -> b` holds (before mapping:
+/// a derivative's own type may be carried in turn, [`Dynamic::ty`]): the reverse one `(a, b)
+/// -> (b, a)`, the forward one `(a, a) -> (b, b)`, uncurried so that they are functions
+/// between first-order types, which can be differentiated again as run-time functions.
 fn derivatives_ty(a: &Type, b: &Type, n: Needs) -> Type {
-    let rev = Type::curried(&[a.clone(), b.clone()], Type::prod(b.clone(), a.clone()));
-    let fwd = Type::curried(&[a.clone(), a.clone()], Type::prod(b.clone(), b.clone()));
+    let (rev, fwd) = derivative_fns(a, b);
     match (n.rev, n.fwd) {
         (true, true) => Type::prod(rev, fwd),
         (false, true) => fwd,
@@ -166,7 +197,24 @@ fn derivatives_ty(a: &Type, b: &Type, n: Needs) -> Type {
     }
 }
 
-impl Checker<'_> {
+/// How many times [`Checker::carry`] starts again with larger representations.
+const MAX_ROUNDS: usize = 5;
+
+/// The reverse and forward derivative types of `a -> b` (see [`derivatives_ty`]).
+fn derivative_fns(a: &Type, b: &Type) -> (Type, Type) {
+    (
+        Type::fun(
+            Type::prod(a.clone(), b.clone()),
+            Type::prod(b.clone(), a.clone()),
+        ),
+        Type::fun(
+            Type::prod(a.clone(), a.clone()),
+            Type::prod(b.clone(), b.clone()),
+        ),
+    )
+}
+
+impl<'r> Checker<'r> {
     /// Changes the representation of the carried function types in every definition (see the
     /// module doc); nothing when the program has no form over a run-time function.
     pub(super) fn carry(&mut self, defs: &mut [Def]) -> Result<()> {
@@ -176,7 +224,41 @@ impl Checker<'_> {
         let Some(nested) = self.nested else {
             return Ok(());
         };
-        self.propagate_needs(defs);
+        // A rewrite may find that a type must carry more (a derivative differentiated again:
+        // [`Carry::entry`]); then it starts again with the larger representation. Each round
+        // adds to what some type carries; a program whose functions need derivatives of ever
+        // higher order (a function value that differentiates run-time functions of its own
+        // type) does not settle.
+        let original: Vec<Def> = defs.to_vec();
+        for _ in 0..MAX_ROUNDS {
+            self.dynamic.grown = None;
+            let r = self.carry_once(defs, nested);
+            if self.dynamic.grown.is_none() {
+                return r;
+            }
+            for (t, n) in std::mem::take(&mut self.dynamic.pending) {
+                self.dynamic.add_needs(&t, n);
+            }
+            defs.clone_from_slice(&original);
+        }
+        let span = self.dynamic.grown.unwrap_or(defs[0].body.span);
+        Err(Error::type_error(
+            span,
+            "this function is differentiated at run time (the program differentiates \
+             functions of its type taken from lambdas' parameters, patterns, tuples or \
+             arrays), and its derivative differentiates a function known only at run time \
+             again: values of one type would have to carry derivatives of ever higher order"
+                .to_string(),
+        )
+        .with_note(
+            "a function value carries derivatives to a fixed order per type; a function \
+             value that differentiates a run-time function of its own type would need one \
+             more order than itself. Differentiate it where it is written instead (`grad (\\y \
+             -> grad f y) x`), or use a definition applied to a known function",
+        ))
+    }
+
+    fn carry_once(&mut self, defs: &mut [Def], nested: &'r dyn Differentiate) -> Result<()> {
         let mut c = Carry {
             c: self,
             nested,
@@ -218,43 +300,6 @@ impl Checker<'_> {
     }
 }
 
-impl Checker<'_> {
-    /// A function of a carried type whose code calls a function known only at run time (`g`
-    /// in `\y -> k * y * g y`, `g` a lambda's parameter or a loop's state) is differentiated
-    /// through `g`'s own derivative ([`Carry::entry`]): `g`'s type must carry the same
-    /// derivatives. To a fixpoint, over every lambda of a carried type and the functions
-    /// between `Real`s, tuples and arrays it uses that are not known code (a definition, a
-    /// `let`-bound lambda).
-    fn propagate_needs(&mut self, defs: &[Def]) {
-        loop {
-            let mut changed = false;
-            for d in defs.iter().filter(|d| d.custom.is_none()) {
-                let mut stack = vec![&d.body];
-                while let Some(t) = stack.pop() {
-                    stack.extend(t.children());
-                    let K::Lam(..) = &t.kind else { continue };
-                    let Some(n) = self.dynamic.needs(&t.ty) else {
-                        continue;
-                    };
-                    for v in free_vars(t) {
-                        let Some((a, b)) = v.ty.as_fun() else {
-                            continue;
-                        };
-                        let known = matches!(self.values.get(&v.id), Some((_, e)) if matches!(e.kind, K::Lam(..)));
-                        if known || !self_tangent(a) || !self_tangent(b) {
-                            continue;
-                        }
-                        changed |= self.dynamic.add_needs(&v.ty, n);
-                    }
-                }
-            }
-            if !changed {
-                return;
-            }
-        }
-    }
-}
-
 struct Carry<'c, 'r> {
     c: &'c mut Checker<'r>,
     nested: &'r dyn Differentiate,
@@ -291,25 +336,60 @@ fn spines(t: &Term, out: &mut HashMap<VarId, usize>) {
     }
 }
 
-/// `t` with every `fst g` replaced by `p` (the function of a run-time function's pair `g`), or
+/// A projection out of a run-time function's value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Fst,
+    Snd,
+}
+
+/// A function held by a run-time function's value `g` ([`Carry::leaves`]).
+struct Leaf {
+    /// Where: `g` projected along it.
+    path: Vec<Step>,
+    /// Its (plain) type.
+    ty: Type,
+    /// Where the derivatives its value carries are, and which (none for a function whose
+    /// type carries nothing).
+    derivatives: Option<(Vec<Step>, Needs)>,
+}
+
+/// `t` with every projection of `g` along a leaf's path replaced by the leaf's parameter, or
 /// `None` where `g` occurs otherwise.
-fn applied_only(t: &Term, g: &Var, p: &Var) -> Option<Term> {
-    deep(|| match &t.kind {
-        K::Fst(e) if matches!(&e.kind, K::Var(v) if v.id == g.id) => {
-            Some(mk(K::Var(p.clone()), t.span))
+fn replace_leaves(t: &Term, g: &Var, leaves: &[(&[Step], &Var)]) -> Option<Term> {
+    // The projections from `t` down to a variable, outermost last.
+    let mut path = Vec::new();
+    let mut cur = t;
+    loop {
+        match &cur.kind {
+            K::Fst(e) => {
+                path.push(Step::Fst);
+                cur = e;
+            }
+            K::Snd(e) => {
+                path.push(Step::Snd);
+                cur = e;
+            }
+            _ => break,
         }
-        K::Var(v) if v.id == g.id => None,
-        _ => {
-            let mut ok = true;
-            let r = t.map_children(|c| match applied_only(c, g, p) {
-                Some(c) => c,
-                None => {
-                    ok = false;
-                    c.clone()
-                }
-            });
-            ok.then_some(r)
+    }
+    if let K::Var(v) = &cur.kind {
+        if v.id == g.id {
+            path.reverse();
+            let (_, p) = leaves.iter().find(|(l, _)| *l == &path[..])?;
+            return Some(mk(K::Var((*p).clone()), t.span));
         }
+    }
+    deep(|| {
+        let mut ok = true;
+        let r = t.map_children(|c| match replace_leaves(c, g, leaves) {
+            Some(c) => c,
+            None => {
+                ok = false;
+                c.clone()
+            }
+        });
+        ok.then_some(r)
     })
 }
 
@@ -429,12 +509,17 @@ impl Carry<'_, '_> {
     /// arguments.
     fn fun2(&mut self, t: &Term) -> Result<Term> {
         let sp = t.span;
-        if let K::Lam(..) | K::Let(..) = &t.kind {
-            return self.applied(t, 2);
-        }
-        let f = self.fun(t)?;
+        let f = if let K::Lam(..) | K::Let(..) = &t.kind {
+            self.applied(t, 2)?
+        } else {
+            self.fun(t)?
+        };
         let (a, inner) = t.ty.as_fun().expect("map2 of a function");
-        if self.c.dynamic.needs(inner).is_none() {
+        // A plain function of two arguments already (a lambda of two parameters), or one whose
+        // partial applications are not carried values; else (a function computed under a
+        // `let`, a loop's result) the pair its partial application returns is opened.
+        let (_, inner2) = f.ty.as_fun().expect("map2 of a function");
+        if self.c.dynamic.needs(inner).is_none() || *inner2 != self.ty(inner) {
             return Ok(f);
         }
         let v = Var::fresh("a", self.ty(a));
@@ -547,7 +632,11 @@ impl Carry<'_, '_> {
     }
 
     /// A form over a run-time function (`Dynamic::form`'s marker), applied to its argument
-    /// (and tangent or cotangent): the derivative its value carries, applied.
+    /// (and tangent or cotangent): the derivative its value carries, applied (`grad f x =
+    /// snd (rev (x, 1.0))`, `vjp f x ct = rev (x, ct)`, `jvp f x dx = fwd (x, dx)`). A form over
+    /// a lambda written in place (`grad (\y -> grad f y) x`, which became a marker because the
+    /// lambda uses a run-time function) differentiates the lambda where it stands
+    /// ([`Carry::in_place`]).
     fn marker(&mut self, t: &Term) -> Result<Option<Term>> {
         let (head, args) = t.spine();
         let K::Var(m) = &head.kind else {
@@ -558,79 +647,147 @@ impl Carry<'_, '_> {
         };
         let sp = t.span;
         let f = args[0];
+        if let K::Lam(..) = &f.kind {
+            return self.in_place(form, f, &args[1..], sp).map(Some);
+        }
+        let (a, b) = f.ty.as_fun().expect("a marker's function");
         let n = self
             .c
             .dynamic
             .needs(&f.ty)
             .expect("a marker's function type is carried");
+        let (rev_ty, fwd_ty) = derivative_fns(a, b);
         let pair = self.term(f)?;
         let d = mk(K::Snd(pair), sp);
-        let d = match (n.rev && n.fwd, form) {
-            (false, _) => d,
-            (true, Form::Jvp) => mk(K::Snd(d), sp),
-            (true, _) => mk(K::Fst(d), sp),
+        let (d, dty) = match (n.rev && n.fwd, form) {
+            (false, Form::Jvp) => (d, fwd_ty),
+            (false, _) => (d, rev_ty),
+            (true, Form::Jvp) => (mk(K::Snd(d), sp), fwd_ty),
+            (true, _) => (mk(K::Fst(d), sp), rev_ty),
         };
+        let d = self.function_of(d, &dty);
         let x = self.term(args[1])?;
         Ok(Some(match form {
             Form::Grad => {
                 let one = Term::lit(Lit::Real(1.0));
-                mk(K::Snd(mk(K::App(mk(K::App(d, x), sp), one), sp)), sp)
+                mk(K::Snd(mk(K::App(d, mk(K::Pair(x, one), sp)), sp)), sp)
             }
             Form::Jvp | Form::Vjp => {
                 let e = self.term(args[2])?;
-                mk(K::App(mk(K::App(d, x), sp), e), sp)
+                mk(K::App(d, mk(K::Pair(x, e), sp)), sp)
             }
         }))
+    }
+
+    /// The function of `v`, a value of type `T(ty)` for a function type `ty`: `fst v` where
+    /// `ty` is carried, else `v`.
+    fn function_of(&self, v: Term, ty: &Type) -> Term {
+        if self.c.dynamic.needs(ty).is_some() {
+            let sp = v.span;
+            mk(K::Fst(v), sp)
+        } else {
+            v
+        }
+    }
+
+    /// A form over the lambda `f` written in place, applied to `rest` (its argument, and
+    /// tangent or cotangent): `f`'s rewritten code differentiated there, the run-time
+    /// functions it uses (and the derivatives of them it applies) being inputs of the
+    /// derivative code ([`Carry::entry`]).
+    fn in_place(&mut self, form: Form, f: &Term, rest: &[&Term], sp: Span) -> Result<Term> {
+        let (a, _) = f.ty.as_fun().expect("a lambda");
+        let plain = self.applied(f, 1)?;
+        let kind = Needs {
+            rev: form != Form::Jvp,
+            fwd: form == Form::Jvp,
+        };
+        let (entry, mut args) = self.entry(&plain, a, kind)?;
+        let mut lets = Vec::new();
+        for (k, r) in rest.iter().enumerate() {
+            let v = Var::fresh(if k == 0 { "x" } else { "d" }, self.ty(&r.ty));
+            lets.push((v.clone(), self.term(r)?));
+            args.push(Term::var(&v));
+        }
+        let extra = (rest.len() > 1).then(|| args.pop().expect("the third argument"));
+        let body = self
+            .nested
+            .elaborate(form, &entry, &args, extra)
+            .map_err(|e| e.or_span(sp))?;
+        Ok(lets
+            .into_iter()
+            .rev()
+            .fold(body, |body, (v, t)| mk(K::Let(Pat::Var(v), t, body), sp)))
     }
 
     /// `(plain, derivatives of plain)`: a function value of a carried type, from its
     /// rewritten code `plain` (a plain function). The derivatives differentiate the rewritten
     /// code, so a function that itself takes derivatives of run-time functions can be
-    /// differentiated too.
+    /// differentiated too; each is a function of a pair (`(x, ct)`, `(x, dx)`), itself
+    /// paired with its own derivatives where the program differentiates it again.
     fn pair(&mut self, plain: Term) -> Result<Term> {
         let sp = plain.span;
         let (a, b) = plain.ty.as_fun().expect("a carried function");
         let (a, b) = (a.clone(), b.clone());
         let n = self.c.dynamic.needs(&plain.ty).expect("a carried type");
-        let (entry, captured) = self.entry(&plain, &a)?;
-        let one = |form: Form, dty: &Type| -> Result<Term> {
+        let (entry, captured) = self.entry(&plain, &a, n)?;
+        let (rev_ty, fwd_ty) = derivative_fns(&a, &b);
+        let one = |c: &mut Self, form: Form, dty: &Type, fty: &Type| -> Result<Term> {
+            let p = Var::fresh("p", Type::prod(a.clone(), dty.clone()));
             let x = Var::fresh("x", a.clone());
             let d = Var::fresh(if form == Form::Jvp { "dx" } else { "ct" }, dty.clone());
             let mut args = captured.clone();
             args.push(Term::var(&x));
-            let body = self
+            let body = c
                 .nested
                 .elaborate(form, &entry, &args, Some(Term::var(&d)))
                 .map_err(|e| e.or_span(sp))?;
-            Ok(mk(K::Lam(x, mk(K::Lam(d, body), sp)), sp))
+            let pv = || Term::var(&p);
+            let body = mk(
+                K::Let(
+                    Pat::Var(x.clone()),
+                    mk(K::Fst(pv()), sp),
+                    mk(K::Let(Pat::Var(d.clone()), mk(K::Snd(pv()), sp), body), sp),
+                ),
+                sp,
+            );
+            let lam = mk(K::Lam(p.clone(), body), sp);
+            debug_assert_eq!(&lam.ty, fty);
+            if c.c.dynamic.needs(fty).is_some() {
+                c.pair(lam)
+            } else {
+                Ok(lam)
+            }
         };
         let derivatives = match (n.rev, n.fwd) {
             (true, true) => {
-                let r = one(Form::Vjp, &b)?;
-                let f = one(Form::Jvp, &a)?;
+                let r = one(self, Form::Vjp, &b, &rev_ty)?;
+                let f = one(self, Form::Jvp, &a, &fwd_ty)?;
                 mk(K::Pair(r, f), sp)
             }
-            (false, true) => one(Form::Jvp, &a)?,
-            _ => one(Form::Vjp, &b)?,
+            (false, true) => one(self, Form::Jvp, &a, &fwd_ty)?,
+            _ => one(self, Form::Vjp, &b, &rev_ty)?,
         };
         Ok(mk(K::Pair(plain, derivatives), sp))
     }
 
     /// The entry `E(c1, .., ck, x) = f x` of a rewritten function (as `check::nested`'s
-    /// `resolve` builds for checked ones): its captured first-order variables and the
-    /// functions known only at run time it calls, then the argument, with the (rewritten)
-    /// definitions and `let`-bound functions it uses in front. The terms for the captured
-    /// parameters are returned beside it: a first-order variable itself; for a run-time
-    /// function `g` (a value of a carried type `(τ, D)`, which the code uses as `fst g`), a
-    /// parameter `g' : τ` for the code's `fst g`, given as `(fst g, (rev, fwd))` (the
-    /// derivatives `g` carries, `()` where it carries none), the form
-    /// [`super::Differentiate`] differentiates through.
-    fn entry(&mut self, f: &Term, a: &Type) -> Result<(Entry, Vec<Term>)> {
+    /// `resolve` builds for checked ones), to be differentiated as `kind` says: its captured
+    /// first-order variables and the functions known only at run time it calls, then the
+    /// argument, with the (rewritten) definitions and `let`-bound functions it uses in front.
+    /// The terms for the captured parameters are returned beside it: a first-order variable
+    /// itself; for a run-time function `g` (a value of a carried type `(τ, D)`), one
+    /// parameter per function the code applies of it (`fst g : τ`, or a derivative `D`
+    /// holds, [`Carry::leaves`]), given as `(h, (rev, fwd))`, `h` that function and the
+    /// derivatives its value carries (curried; `()` where it carries none), the form
+    /// [`super::Differentiate`] differentiates through. Each such function's type must carry
+    /// `kind`: where it does not yet, it is added and the rewrite starts again
+    /// ([`Checker::carry`]).
+    fn entry(&mut self, f: &Term, a: &Type, kind: Needs) -> Result<(Entry, Vec<Term>)> {
         let sp = f.span;
         let mut params: Vec<Var> = Vec::new();
         let mut globals: BTreeMap<usize, (Var, Term)> = BTreeMap::new();
-        // Run-time functions: the pair variable, its parameter and the term given for it.
-        let mut runtime: Vec<(Var, Var, Term)> = Vec::new();
+        // Run-time functions: the pair variable and its leaves, each with its parameter.
+        let mut runtime: Vec<(Var, Vec<(Leaf, Var)>)> = Vec::new();
         let mut pending = free_vars(f);
         while let Some(v) = pending.pop() {
             let known = self.c.values.get(&v.id).map(|(i, t)| (*i, t.clone()));
@@ -660,59 +817,158 @@ impl Carry<'_, '_> {
                 // A lambda paired with its derivatives, or a definition: its code.
                 Some((index, value))
                     if value.ty == v.ty
-                        && (self.runtime_function(&v.ty).is_none()
+                        && (self.carried_function(&v.ty).is_none()
                             || matches!(value.kind, K::Pair(..))) =>
                 {
                     pending.extend(free_vars(&value));
                     globals.insert(index, (v, value));
                 }
-                _ => match self.runtime_function(&v.ty) {
-                    Some(arg) if !runtime.iter().any(|(g, _, _)| g.id == v.id) => {
-                        let (tau, _) = v.ty.as_prod().expect("a carried pair");
-                        let p = Var::fresh(v.name.clone(), tau.clone());
-                        params.push(p.clone());
-                        runtime.push((v.clone(), p, arg(Term::var(&v))));
+                _ => match self.carried_function(&v.ty) {
+                    Some(tau) if !runtime.iter().any(|(g, _)| g.id == v.id) => {
+                        let mut leaves = Vec::new();
+                        self.leaves(&tau, Vec::new(), &mut leaves);
+                        let leaves = leaves
+                            .into_iter()
+                            .map(|l| {
+                                let p = Var::fresh(v.name.clone(), l.ty.clone());
+                                (l, p)
+                            })
+                            .collect();
+                        runtime.push((v.clone(), leaves));
                     }
                     Some(_) => {}
-                    None => return Err(self.opaque_use(f, &v)),
+                    None => {
+                        // A function known only at run time whose type carries nothing yet
+                        // (`g` in `\y -> g y * y`): it must carry what this derivative
+                        // needs, from the next rewrite on.
+                        if let Some((a, b)) = v.ty.as_fun() {
+                            if self_tangent(a) && self_tangent(b) {
+                                self.c.dynamic.demand(&v.ty, kind, sp);
+                            }
+                        }
+                        return Err(self.opaque_use(f, &v));
+                    }
                 },
             }
         }
         params.reverse();
-        let (mut entry, mut captured) = entry_of("grad", f, a, params.clone(), globals, sp);
-        for (g, p, arg) in runtime {
-            entry.body = match applied_only(&entry.body, &g, &p) {
+        let first_order = params.len();
+        let (mut entry, mut captured) = entry_of("grad", f, a, params, globals, sp);
+        let x = entry.params.pop().expect("the argument");
+        captured.truncate(first_order);
+        for (g, leaves) in runtime {
+            let by_path: Vec<(&[Step], &Var)> =
+                leaves.iter().map(|(l, p)| (&l.path[..], p)).collect();
+            entry.body = match replace_leaves(&entry.body, &g, &by_path) {
                 Some(b) => b,
                 None => return Err(self.opaque_use(f, &g)),
             };
-            let k = params
-                .iter()
-                .position(|q| q.id == p.id)
-                .expect("a parameter");
-            captured[k] = arg;
+            let used = free_vars(&entry.body);
+            for (leaf, p) in leaves {
+                if !used.iter().any(|u| u.id == p.id) {
+                    continue;
+                }
+                self.c.dynamic.demand(&leaf.ty, kind, sp);
+                captured.push(self.leaf_input(&g, &leaf));
+                entry.params.push(p);
+            }
         }
+        entry.params.push(x);
         Ok((entry, captured))
     }
 
-    /// For a carried pair type `T(τ) = (τ, D)`, how to give a value `g` of it to
-    /// [`super::Differentiate`]: `(fst g, (rev, fwd))`.
-    fn runtime_function(&self, t: &Type) -> Option<impl Fn(Term) -> Term + use<>> {
+    /// For a carried pair type `T(τ) = (τ, D)`, `τ`.
+    fn carried_function(&self, t: &Type) -> Option<Type> {
         let (tau, _) = t.as_prod()?;
-        let n = self.c.dynamic.needs(tau)?;
-        if self.ty(tau) != *t {
-            return None;
+        self.c.dynamic.needs(tau)?;
+        (self.ty(tau) == *t).then(|| tau.clone())
+    }
+
+    /// The functions a value of type `T(τ)` holds, at `path` inside the run-time function's
+    /// value: `τ` itself (at `path ++ [fst]` where `τ` is carried, `path` where not), and
+    /// those of each derivative it carries.
+    fn leaves(&self, tau: &Type, path: Vec<Step>, out: &mut Vec<Leaf>) {
+        let Some(n) = self.c.dynamic.needs(tau) else {
+            out.push(Leaf {
+                path,
+                ty: tau.clone(),
+                derivatives: None,
+            });
+            return;
+        };
+        let at = |step: Step| {
+            let mut p = path.clone();
+            p.push(step);
+            p
+        };
+        out.push(Leaf {
+            path: at(Step::Fst),
+            ty: tau.clone(),
+            derivatives: Some((at(Step::Snd), n)),
+        });
+        let (a, b) = tau.as_fun().expect("a carried function");
+        let (rev, fwd) = derivative_fns(a, b);
+        let d = at(Step::Snd);
+        let with = |step: Step| {
+            let mut p = d.clone();
+            p.push(step);
+            p
+        };
+        match (n.rev, n.fwd) {
+            (true, true) => {
+                self.leaves(&rev, with(Step::Fst), out);
+                self.leaves(&fwd, with(Step::Snd), out);
+            }
+            (false, true) => self.leaves(&fwd, d, out),
+            _ => self.leaves(&rev, d, out),
         }
-        Some(move |g: Term| {
-            let sp = g.span;
-            let ds = mk(K::Snd(g.clone()), sp);
-            let unit = || Term::lit(Lit::Unit);
-            let (rev, fwd) = match (n.rev, n.fwd) {
-                (true, true) => (mk(K::Fst(ds.clone()), sp), mk(K::Snd(ds), sp)),
-                (true, false) => (ds, unit()),
-                (false, _) => (unit(), ds),
-            };
-            mk(K::Pair(mk(K::Fst(g), sp), mk(K::Pair(rev, fwd), sp)), sp)
-        })
+    }
+
+    /// The term given for a leaf of the run-time function `g`: `(h, (rev, fwd))`, `h` the
+    /// leaf's function and `rev`, `fwd` the curried derivatives its value carries (`()`
+    /// where none).
+    fn leaf_input(&self, g: &Var, leaf: &Leaf) -> Term {
+        let sp = Span::default();
+        let at = |path: &[Step]| {
+            path.iter().fold(Term::var(g), |t, s| match s {
+                Step::Fst => mk(K::Fst(t), sp),
+                Step::Snd => mk(K::Snd(t), sp),
+            })
+        };
+        let unit = || Term::lit(Lit::Unit);
+        let (rev, fwd) = match &leaf.derivatives {
+            None => (unit(), unit()),
+            Some((d, n)) => {
+                let (a, b) = leaf.ty.as_fun().expect("a function");
+                let (rev_ty, fwd_ty) = derivative_fns(a, b);
+                let curried = |path: Vec<Step>, ty: &Type| {
+                    let fun = self.function_of(at(&path), ty);
+                    let (pa, _) = ty.as_fun().expect("a derivative");
+                    let (x_ty, d_ty) = pa.as_prod().expect("a pair argument");
+                    let x = Var::fresh("x", x_ty.clone());
+                    let c = Var::fresh("c", d_ty.clone());
+                    let app = mk(
+                        K::App(fun, mk(K::Pair(Term::var(&x), Term::var(&c)), sp)),
+                        sp,
+                    );
+                    mk(K::Lam(x, mk(K::Lam(c, app), sp)), sp)
+                };
+                let with = |step: Step| {
+                    let mut p = d.clone();
+                    p.push(step);
+                    p
+                };
+                match (n.rev, n.fwd) {
+                    (true, true) => (
+                        curried(with(Step::Fst), &rev_ty),
+                        curried(with(Step::Snd), &fwd_ty),
+                    ),
+                    (true, false) => (curried(d.clone(), &rev_ty), unit()),
+                    (false, _) => (unit(), curried(d.clone(), &fwd_ty)),
+                }
+            }
+        };
+        mk(K::Pair(at(&leaf.path), mk(K::Pair(rev, fwd), sp)), sp)
     }
 
     /// Why the derivative of `f` (of a carried type) cannot be built: it uses `v`, a function
@@ -724,17 +980,16 @@ impl Carry<'_, '_> {
                 "this function of type `{}` may be differentiated at run time (this program \
                  differentiates functions of that type taken from lambdas' parameters, \
                  patterns, tuples or arrays), but it uses `{}`, which holds a function known \
-                 only at run time, other than by applying it (it differentiates it, stores it \
-                 or passes it on), so its derivative cannot be built",
+                 only at run time, other than by applying it or a derivative it carries (it \
+                 stores it or passes it on), so its derivative cannot be built",
                 f.ty, v.name
             ),
         )
         .with_note(
-            "a function known only at run time carries its first derivatives only, and is \
-             differentiated through where it is applied; to differentiate it again, or to \
-             pass it on, use code known where it is differentiated: a definition applied to \
-             a known function (`d2 tanh x`, not `map (\\f -> d2 f x) fs`), or a function \
-             bound by `let`",
+            "a function known only at run time is differentiated through where it, or a \
+             derivative it carries, is applied; to pass it on, use code known where it is \
+             differentiated: a definition applied to a known function (`d2 tanh x`), or a \
+             function bound by `let`",
         )
     }
 
