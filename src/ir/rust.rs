@@ -2150,9 +2150,9 @@ impl<'a> Emitter<'a> {
         // The loop index plus a constant: the index variable's offset.
         let mut offset: FxHashMap<u32, i64> = FxHashMap::default();
         offset.insert(i.id, 0);
-        // Per array, in order of first read: the array, its reads' index variables, and the
-        // largest offset.
-        let mut reads: Vec<(super::Var, Vec<u32>, i64)> = Vec::new();
+        // Per array, in order of first read: the array, its reads' index variables, the
+        // largest offset, and whether a read pads (else all are in range by construction).
+        let mut reads: Vec<(super::Var, Vec<u32>, i64, bool)> = Vec::new();
         for s in &body.stmts {
             let Stmt::Let(x, e) = s else { continue };
             match e {
@@ -2175,8 +2175,24 @@ impl<'a> Emitter<'a> {
                         Some(r) => {
                             r.1.push(j.id);
                             r.2 = r.2.max(k);
+                            r.3 = true;
                         }
-                        None => reads.push((a.clone(), vec![j.id], k)),
+                        None => reads.push((a.clone(), vec![j.id], k, true)),
+                    }
+                }
+                // A read at the loop index that the lowering proved in range (`n` is at most
+                // the array's length by construction): the array sliced to `n` once, so that
+                // the compiler sees every index below the slice's length.
+                Expr::Index(Atom::Var(a), Atom::Var(j), site)
+                    if j.id == i.id
+                        && Some(*site) == self.internal_site()
+                        && matches!(self.types().kind(a.ty), TyKind::Array(e) if *e == Ty::F64)
+                        && !inner.contains(&a.id)
+                        && !self.padded.contains_key(&(a.id, j.id)) =>
+                {
+                    match reads.iter_mut().find(|r| r.0.id == a.id) {
+                        Some(r) => r.1.push(j.id),
+                        None => reads.push((a.clone(), vec![j.id], 0, false)),
                     }
                 }
                 _ => {}
@@ -2184,7 +2200,7 @@ impl<'a> Emitter<'a> {
             inner.insert(x.id);
         }
         let (mut decls, mut added) = (String::new(), Vec::new());
-        for (a, js, k) in reads {
+        for (a, js, k, pads) in reads {
             self.next_slice += 1;
             let name = format!("z{}_{}", self.next_slice, var_name(&a));
             let n = match k {
@@ -2192,11 +2208,15 @@ impl<'a> Emitter<'a> {
                 k => format!("{}.saturating_add({k})", self.read(n)),
             };
             Self::indent(&mut decls, depth);
-            let _ = writeln!(
-                decls,
-                "let {name} = pad_f64(&{}, {n}); let {name}: &[f64] = &{name}[..{n}.max(0) as usize];",
-                self.read(&Atom::Var(a.clone()))
-            );
+            let xs = self.read(&Atom::Var(a.clone()));
+            let _ = if pads {
+                writeln!(
+                    decls,
+                    "let {name} = pad_f64(&{xs}, {n}); let {name}: &[f64] = &{name}[..{n}.max(0) as usize];",
+                )
+            } else {
+                writeln!(decls, "let {name}: &[f64] = &{xs}[..{n}.max(0) as usize];")
+            };
             for j in js {
                 self.padded.insert((a.id, j), name.clone());
                 added.push((a.id, j));
@@ -2474,6 +2494,18 @@ impl<'a> Emitter<'a> {
             Expr::Array(_, xs) => {
                 let x: Vec<String> = xs.iter().map(|a| self.own(a)).collect();
                 format!("Arr::new(vec![{}])", x.join(", "))
+            }
+            // (Only reads in range by construction: a checked read past the array's end must
+            // fail, not read the padding.)
+            Expr::Index(Atom::Var(a), Atom::Var(i), site)
+                if Some(*site) == self.internal_site()
+                    && self.padded.contains_key(&(a.id, i.id)) =>
+            {
+                format!(
+                    "{}[{} as usize]",
+                    self.padded[&(a.id, i.id)],
+                    self.decl_name(i)
+                )
             }
             Expr::Index(a, i, site) => {
                 let t = ty.expect("an element's type");
