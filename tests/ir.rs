@@ -617,6 +617,91 @@ def both (xs : Array Real) : Real =
     assert!(ran >= 18, "only {ran} gradients ran");
 }
 
+/// The Rust backend's loop versioning on invariant scale factors (`Emitter::for_loop` and
+/// `Emitter::invariant_scales` in `ir/rust.rs`): a reverse loop that scales by the output
+/// cotangent (the same in every iteration) is emitted twice, the copy without zero tests
+/// taken only when the factor is finite and nonzero. It fires on both programs, and the
+/// gradients are the interpreter's bit for bit for cotangents that are ordinary, negative,
+/// `±0`, `∞` and NaN, and for inputs holding `∞` and NaN (where the strong zero of a zero
+/// cotangent must win).
+#[test]
+fn versioned_loops_agree_bit_for_bit() {
+    let src = "\
+def squares (xs : Array Real) : Real = sum (build (length xs) (\\(i : Int) -> xs ! i * xs ! i))
+
+def scaled (xs : Array Real) (y : Real) : Real = sum (map (\\(x : Real) -> x * y + sin x) xs)
+";
+    let prog =
+        chad::internals::source::load(src, &chad::internals::prim::Registry::builtin()).unwrap();
+    let entries: Vec<_> = (0..prog.defs.len()).map(|k| prog.entry(k)).collect();
+    let parts = chad::internals::ir::compile::Parts {
+        jvp: false,
+        vjp: true,
+        required: false,
+    };
+    let module = chad::internals::ir::compile::Module::new(&entries, parts).unwrap();
+    chad::internals::ir::check::check(&module.program).unwrap();
+    let info = chad::internals::ir::rust::SourceInfo { source: None };
+    let text = chad::internals::ir::rust::module(&module.program, &[], &info).unwrap();
+    for name in ["squares", "scaled"] {
+        let f = &text[text
+            .find(&format!("fn f_{name}_vjp"))
+            .expect("a vjp function")..];
+        let f = &f[..f[1..].find("\nfn ").map_or(f.len(), |k| k + 1)];
+        assert!(
+            f.contains(" != 0.0 && ") && f.contains(".is_finite() {"),
+            "no versioned loop in {name}:\n{f}"
+        );
+    }
+    assert!(
+        chad::internals::native::available(),
+        "the native backend needs rustc"
+    );
+    let native = chad::internals::native::Native::module(module, None, false)
+        .unwrap_or_else(|e| panic!("{}", e.render(None)));
+    let prog = &native.program;
+    let mut ran = 0;
+    for n in [0usize, 1, 3, 17] {
+        let plain: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin() * 1.5).collect();
+        let mut odd = plain.clone();
+        if n > 2 {
+            odd[1] = f64::INFINITY;
+            odd[2] = f64::NAN;
+        }
+        for xs in [plain, odd] {
+            for ct in [1.0, -2.5, 0.0, -0.0, f64::INFINITY, f64::NAN] {
+                for (k, inputs) in [
+                    (0, vec![Value::reals(xs.clone())]),
+                    (1, vec![Value::reals(xs.clone()), Value::Real(0.75)]),
+                ] {
+                    let d = &native.defs[k];
+                    let f = d.vjp.expect("a vjp");
+                    let ct = Value::Real(ct);
+                    let interp = d.context(&inputs).and_then(|x| {
+                        let c = d.cotangent(&ct)?;
+                        chad::internals::ir::interp::run(prog, f, vec![x, c])
+                            .map(|r| d.vjp_result(&inputs, &r))
+                    });
+                    let nat = native.vjp_def(k, &inputs, &ct);
+                    ran += usize::from(nat.is_ok());
+                    same_result("native vjp", &nat, &interp, |a, b| {
+                        let (a, b) = (format!("{a:?}"), format!("{b:?}"));
+                        if a == b {
+                            Ok(())
+                        } else {
+                            Err(format!("{a} against {b}"))
+                        }
+                    })
+                    .unwrap_or_else(|e| {
+                        panic!("{} at {xs:?}, cotangent {ct:?}: {e}", d.entry.name)
+                    });
+                }
+            }
+        }
+    }
+    assert!(ran >= 90, "only {ran} gradients ran");
+}
+
 /// The Rust backend's speculative sums (`Emitter::speculable` in `ir/rust.rs`): a `sum` whose
 /// body scales (co)tangents with strong zeros runs first with plain products and only if the
 /// sum is NaN again with the strong zeros. It fires on Rosenbrock's and `sqrt`'s forward

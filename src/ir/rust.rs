@@ -28,6 +28,7 @@
 //! environment (co)tangents of compiled closures are deeply nested tuples, and written out in
 //! every signature and `let` they made modules of tens of megabytes for rustc to parse.
 
+use super::for_each_block;
 use super::{
     Arm, Atom, Block, Check, EnumDef, Expr, Func, MutVar, Op, Place, Program, SiteId, Step, Stmt,
     Ty, TyKind, same_atom, same_step,
@@ -673,6 +674,12 @@ struct Emitter<'a> {
     /// Emitting the speculative copy of a `sum` body ([`Emitter::speculable`]): scalings
     /// are plain products.
     plain_smul: bool,
+    /// Real variables that the loop copy being emitted may take as finite and nonzero (its
+    /// guard tested them: [`Emitter::for_loop`]'s versioning on invariant scale factors).
+    assumed: FxHashSet<u32>,
+    /// Emitting inside a versioned loop: inner loops are not versioned again (at most two
+    /// copies of any statement).
+    versioned: bool,
 }
 
 /// How a `+=` into a windowed accumulator ([`Emitter::window`]) is emitted: to the local
@@ -751,6 +758,8 @@ impl<'a> Emitter<'a> {
             windows: FxHashMap::default(),
             window_loads: FxHashMap::default(),
             plain_smul: false,
+            assumed: FxHashSet::default(),
+            versioned: false,
         };
         e.find_recursive();
         e.find_no_debug();
@@ -1278,6 +1287,12 @@ impl<'a> Emitter<'a> {
         (v.is_finite() && v != 0.0).then_some(v)
     }
 
+    /// Whether a real operand is a known finite nonzero constant, or a variable the loop copy
+    /// being emitted tested to be finite and nonzero ([`Emitter::assumed`]).
+    fn nonzero(&self, a: &Atom) -> bool {
+        self.known(a).is_some() || matches!(a, Atom::Var(x) if self.assumed.contains(&x.id))
+    }
+
     /// `c * x` with a strong zero (0 where either factor is 0, even against ∞ or NaN), as
     /// Rust. With a factor known to be a finite nonzero constant `k` the zero test is
     /// unneeded: `x * k + 0.0` is exactly `smul(x, k)` (`+ 0.0` turns the `-0.0` of `0 · k`
@@ -1285,13 +1300,13 @@ impl<'a> Emitter<'a> {
     /// it lets the compiler schedule and vectorise the loop around it; with two such factors,
     /// the product itself.
     fn smul(&self, c: &Atom, x: &Atom) -> String {
-        match (self.known(c), self.known(x)) {
+        match (self.nonzero(c), self.nonzero(x)) {
             // Both nonzero: the plain product (folded by rustc).
-            (Some(_), Some(_)) => format!("{} * {}", self.read(c), self.read(x)),
-            (Some(_), None) => format!("{} * {} + 0.0", self.read(x), self.read(c)),
-            (None, Some(_)) => format!("{} * {} + 0.0", self.read(c), self.read(x)),
-            (None, None) if self.plain_smul => format!("{} * {}", self.read(c), self.read(x)),
-            (None, None) => format!("smul({}, {})", self.read(c), self.read(x)),
+            (true, true) => format!("{} * {}", self.read(c), self.read(x)),
+            (true, false) => format!("{} * {} + 0.0", self.read(x), self.read(c)),
+            (false, true) => format!("{} * {} + 0.0", self.read(c), self.read(x)),
+            (false, false) if self.plain_smul => format!("{} * {}", self.read(c), self.read(x)),
+            (false, false) => format!("smul({}, {})", self.read(c), self.read(x)),
         }
     }
 
@@ -1816,7 +1831,14 @@ impl<'a> Emitter<'a> {
             .collect();
         // With carried elements, the loop goes in `if n > 0 { .. }`: one level deeper.
         let carried = windows.iter().any(|(_, w)| w.hi > w.lo);
-        let d = depth + usize::from(carried);
+        // Versioning on invariant scale factors: a second copy of the loop, taken when they
+        // are all finite and nonzero, in which their scalings need no zero test.
+        let factors = if self.versioned {
+            Vec::new()
+        } else {
+            self.invariant_scales(body)
+        };
+        let d = depth + usize::from(carried) + usize::from(!factors.is_empty());
         let (mut before, mut head, mut tail, mut after) =
             (String::new(), String::new(), String::new(), String::new());
         let (mut redirected, mut loads_at) = (Vec::new(), Vec::new());
@@ -1876,12 +1898,29 @@ impl<'a> Emitter<'a> {
                 self.windows.insert(s, add);
             }
         }
-        let mut b = String::from("{\n");
-        b.push_str(&head);
-        let r = self.stmts(&body.stmts, d + 1, &mut b);
-        b.push_str(&tail);
-        Self::indent(&mut b, d);
-        b.push('}');
+        let emit_body = |e: &mut Self| {
+            let mut b = String::from("{\n");
+            b.push_str(&head);
+            let r = e.stmts(&body.stmts, d + 1, &mut b);
+            b.push_str(&tail);
+            Self::indent(&mut b, d);
+            b.push('}');
+            r.map(|()| b)
+        };
+        let was_versioned = self.versioned;
+        let fast = if factors.is_empty() {
+            None
+        } else {
+            self.versioned = true;
+            self.assumed.extend(factors.iter().map(|x| x.id));
+            let fast = emit_body(self);
+            for x in &factors {
+                self.assumed.remove(&x.id);
+            }
+            Some(fast)
+        };
+        let r = emit_body(self);
+        self.versioned = was_versioned;
         self.unpad(added);
         for _ in 0..pushed {
             self.slices.pop();
@@ -1892,21 +1931,126 @@ impl<'a> Emitter<'a> {
         for s in loads_at {
             self.window_loads.remove(&s);
         }
-        r?;
+        let b = r?;
         if carried {
             // The carried elements are read, and written back, only if the loop runs.
             Self::indent(out, depth);
             let _ = writeln!(out, "if {nname} > 0 {{");
         }
         out.push_str(&before);
-        Self::indent(out, d);
-        let _ = writeln!(out, "for {iname} in 0..{nname} {b}");
+        match fast {
+            None => {
+                Self::indent(out, d);
+                let _ = writeln!(out, "for {iname} in 0..{nname} {b}");
+            }
+            Some(fast) => {
+                let fast = fast?;
+                let test = factors
+                    .iter()
+                    .map(|x| {
+                        let x = var_name(x);
+                        format!("{x} != 0.0 && {x}.is_finite()")
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" && ");
+                Self::indent(out, d - 1);
+                let _ = writeln!(out, "if {test} {{");
+                Self::indent(out, d);
+                let _ = writeln!(out, "for {iname} in 0..{nname} {fast}");
+                Self::indent(out, d - 1);
+                out.push_str("} else {\n");
+                Self::indent(out, d);
+                let _ = writeln!(out, "for {iname} in 0..{nname} {b}");
+                Self::indent(out, d - 1);
+                out.push_str("}\n");
+            }
+        }
         out.push_str(&after);
         if carried {
             Self::indent(out, depth);
             out.push_str("}\n");
         }
         Ok(())
+    }
+
+    /// The real factors of a loop body's strong-zero scalings (at any depth, in the
+    /// function being emitted) that are variables bound outside the body, so the same in
+    /// every iteration, where neither factor of the scaling is already known to be nonzero:
+    /// [`Emitter::for_loop`] versions the loop on them (a copy for all of them finite and
+    /// nonzero, where `smul(x, c)` is exactly `x * c + 0.0`, and the loop as it was for the
+    /// other case). None for a body of more than [`VERSION_LIMIT`] statements (the copy
+    /// doubles its code).
+    fn invariant_scales(&self, body: &Block) -> Vec<super::Var> {
+        fn scan(
+            b: &Block,
+            binds: &mut FxHashSet<u32>,
+            pairs: &mut Vec<(Atom, Atom)>,
+            count: &mut usize,
+            real: &dyn Fn(&Place) -> bool,
+        ) {
+            for s in &b.stmts {
+                *count += 1;
+                match s {
+                    Stmt::Let(x, e) | Stmt::Mut(MutVar(x), e) => {
+                        binds.insert(x.id);
+                        if let Expr::Scale(c, a) = e {
+                            if a.ty() == Ty::F64 {
+                                pairs.push((c.clone(), a.clone()));
+                            }
+                        }
+                        match e {
+                            Expr::Build(_, i, _, _) | Expr::Sum(_, i, _) => {
+                                binds.insert(i.id);
+                            }
+                            Expr::Iterate(_, x, ..) => {
+                                binds.insert(x.id);
+                            }
+                            Expr::Match(_, arms) => {
+                                binds.extend(
+                                    arms.iter().filter_map(|a| a.bind.as_ref().map(|x| x.id)),
+                                );
+                            }
+                            _ => {}
+                        }
+                        for_each_block(e, &mut |b| scan(b, binds, pairs, count, real));
+                    }
+                    Stmt::Do(e) => for_each_block(e, &mut |b| scan(b, binds, pairs, count, real)),
+                    Stmt::AddTo {
+                        place,
+                        value,
+                        scale: Some(c),
+                    } if real(place) => pairs.push((c.clone(), value.clone())),
+                    Stmt::For(i, _, body) => {
+                        binds.insert(i.id);
+                        scan(body, binds, pairs, count, real);
+                    }
+                    Stmt::Loop(body) => scan(body, binds, pairs, count, real),
+                    _ => {}
+                }
+            }
+        }
+        let (mut binds, mut pairs, mut count) = (FxHashSet::default(), Vec::new(), 0);
+        let real = |p: &Place| matches!(self.types().kind(self.place_ty(p)), TyKind::F64);
+        deep(|| scan(body, &mut binds, &mut pairs, &mut count, &real));
+        if count > VERSION_LIMIT {
+            return Vec::new();
+        }
+        let mut factors: Vec<super::Var> = Vec::new();
+        let invariant = |a: &Atom| match a {
+            Atom::Var(x) if x.ty == Ty::F64 && !binds.contains(&x.id) => Some(x.clone()),
+            _ => None,
+        };
+        for (c, x) in &pairs {
+            if self.nonzero(c) || self.nonzero(x) {
+                continue;
+            }
+            if let Some(v) = invariant(c).or_else(|| invariant(x)) {
+                if !factors.iter().any(|f| f.id == v.id) {
+                    factors.push(v);
+                }
+            }
+        }
+        factors
     }
 
     /// Register promotion of a sliding window: when every access of the loop body to the
@@ -2044,8 +2188,7 @@ impl<'a> Emitter<'a> {
                 Stmt::Let(x, e) | Stmt::Mut(MutVar(x), e) => {
                     let linear = match e {
                         Expr::Scale(c, a) if a.ty() == Ty::F64 => {
-                            scalings +=
-                                usize::from(self.known(c).is_none() && self.known(a).is_none());
+                            scalings += usize::from(!self.nonzero(c) && !self.nonzero(a));
                             true
                         }
                         Expr::Atom(_) | Expr::Add(..) => x.ty == Ty::F64,
@@ -2101,8 +2244,7 @@ impl<'a> Emitter<'a> {
                         return false;
                     }
                     if let Some(c) = scale {
-                        scalings +=
-                            usize::from(self.known(c).is_none() && self.known(value).is_none());
+                        scalings += usize::from(!self.nonzero(c) && !self.nonzero(value));
                     }
                     if scale.is_some()
                         || t(value, &tainted)
@@ -3231,6 +3373,10 @@ impl<'a> Emitter<'a> {
 /// Whether a loop body (of `build` or `sum`) may run on several threads: it touches no
 /// mutable variable declared outside it (its own accumulators are private to an iteration).
 /// Everything else it reads is immutable and `Sync` (numbers, tuples, `Arr`, enums, borrows).
+/// The most statements (at any depth) of a loop body that [`Emitter::for_loop`] emits twice
+/// when it versions the loop on invariant scale factors.
+const VERSION_LIMIT: usize = 200;
+
 fn parallel_ok(b: &Block) -> bool {
     fn block(b: &Block, own: &mut FxHashSet<u32>) -> bool {
         deep(|| {
