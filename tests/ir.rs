@@ -623,13 +623,22 @@ def both (xs : Array Real) : Real =
 /// taken only when the factor is finite and nonzero. It fires on both programs, and the
 /// gradients are the interpreter's bit for bit for cotangents that are ordinary, negative,
 /// `±0`, `∞` and NaN, and for inputs holding `∞` and NaN (where the strong zero of a zero
-/// cotangent must win).
+/// cotangent must win). The same programs check store-or-accumulate
+/// (`Emitter::fresh_fills`): a gradient array that one loop fills element by element is
+/// allocated zeroed and stored into, with `-0.0` cotangents stored as the addition gives them;
+/// and a local array that is only read is a `Vec` (`centred`).
 #[test]
 fn versioned_loops_agree_bit_for_bit() {
     let src = "\
 def squares (xs : Array Real) : Real = sum (build (length xs) (\\(i : Int) -> xs ! i * xs ! i))
 
 def scaled (xs : Array Real) (y : Real) : Real = sum (map (\\(x : Real) -> x * y + sin x) xs)
+
+def shift (xs : Array Real) : Array Real = map (\\(x : Real) -> x + 1.0) xs
+
+def centred (xs : Array Real) : Real =
+  let c = build (length xs) (\\(i : Int) -> xs ! i - 1.0) in
+  sum (build (length xs) (\\(i : Int) -> c ! i * c ! (length xs - 1 - i)))
 ";
     let prog =
         chad::internals::source::load(src, &chad::internals::prim::Registry::builtin()).unwrap();
@@ -653,6 +662,21 @@ def scaled (xs : Array Real) (y : Real) : Real = sum (map (\\(x : Real) -> x * y
             "no versioned loop in {name}:\n{f}"
         );
     }
+    // An array built and only read is a plain `Vec` (no shared handle).
+    let f = &text[text.find("fn f_centred(").expect("a primal")..];
+    let f = &f[..f[1..].find("\nfn ").map_or(f.len(), |k| k + 1)];
+    assert!(f.contains(": Vec<f64> = {"), "no local Vec in centred:\n{f}");
+    // The gradients' arrays are allocated zeroed and stored into, not added to.
+    for name in ["squares", "shift"] {
+        let f = &text[text
+            .find(&format!("fn f_{name}_vjp"))
+            .expect("a vjp function")..];
+        let f = &f[..f[1..].find("\nfn ").map_or(f.len(), |k| k + 1)];
+        assert!(
+            f.contains("= vec![0.0; ") && f.contains("as usize] = ") && !f.contains("as usize] +="),
+            "no store into a fresh accumulator in {name}:\n{f}"
+        );
+    }
     assert!(
         chad::internals::native::available(),
         "the native backend needs rustc"
@@ -673,6 +697,7 @@ def scaled (xs : Array Real) (y : Real) : Real = sum (map (\\(x : Real) -> x * y
                 for (k, inputs) in [
                     (0, vec![Value::reals(xs.clone())]),
                     (1, vec![Value::reals(xs.clone()), Value::Real(0.75)]),
+                    (3, vec![Value::reals(xs.clone())]),
                 ] {
                     let d = &native.defs[k];
                     let f = d.vjp.expect("a vjp");
@@ -699,7 +724,24 @@ def scaled (xs : Array Real) (y : Real) : Real = sum (map (\\(x : Real) -> x * y
             }
         }
     }
-    assert!(ran >= 90, "only {ran} gradients ran");
+    assert!(ran >= 130, "only {ran} gradients ran");
+    // Stores of `-0.0` cotangents: the addition to a zero gives `0.0`.
+    for n in [0usize, 1, 4] {
+        let xs: Vec<f64> = (0..n).map(|i| i as f64 - 1.5).collect();
+        let ct: Vec<f64> = (0..n)
+            .map(|i| if i % 2 == 0 { -0.0 } else { 2.5 })
+            .collect();
+        let (inputs, ct) = (vec![Value::reals(xs)], Value::reals(ct));
+        let d = &native.defs[2];
+        let interp = d.context(&inputs).and_then(|x| {
+            let c = d.cotangent(&ct)?;
+            chad::internals::ir::interp::run(prog, d.vjp.expect("a vjp"), vec![x, c])
+                .map(|r| d.vjp_result(&inputs, &r))
+        });
+        let nat = native.vjp_def(2, &inputs, &ct);
+        let (a, b) = (format!("{nat:?}"), format!("{interp:?}"));
+        assert_eq!(a, b, "shift at n = {n}");
+    }
 }
 
 /// The Rust backend's speculative sums (`Emitter::speculable` in `ir/rust.rs`): a `sum` whose

@@ -680,6 +680,12 @@ struct Emitter<'a> {
     /// Emitting inside a versioned loop: inner loops are not versioned again (at most two
     /// copies of any statement).
     versioned: bool,
+    /// `+=` statements that are the first and only addition to their element of a fresh
+    /// accumulator ([`Emitter::fresh_fills`]): emitted as stores.
+    stores: FxHashSet<*const Stmt>,
+    /// The `build` being emitted is bound to a variable that is only read (never moved):
+    /// its result stays a `Vec` ([`Stmt::Let`] in [`Emitter::stmt`]).
+    local_vec: bool,
 }
 
 /// How a `+=` into a windowed accumulator ([`Emitter::window`]) is emitted: to the local
@@ -760,6 +766,8 @@ impl<'a> Emitter<'a> {
             plain_smul: false,
             assumed: FxHashSet::default(),
             versioned: false,
+            stores: FxHashSet::default(),
+            local_vec: false,
         };
         e.find_recursive();
         e.find_no_debug();
@@ -1733,8 +1741,29 @@ impl<'a> Emitter<'a> {
 
     /// Emits a sequence of statements (each `for` loop sees the ones before it).
     fn stmts(&mut self, stmts: &[Stmt], depth: usize, out: &mut String) -> Result<()> {
+        let (fresh, deferred) = self.fresh_fills(stmts);
         for (k, s) in stmts.iter().enumerate() {
             match s {
+                Stmt::Mut(m, _) if deferred.contains(&k) => {
+                    // Initialised by its growth below (nothing reads it before).
+                    Self::indent(out, depth);
+                    let _ = writeln!(
+                        out,
+                        "let mut {}: {};",
+                        self.decl_name(&m.0),
+                        self.var_ty(&m.0)
+                    );
+                }
+                Stmt::Grow(p, n) if fresh.contains(&k) => {
+                    // Grown from empty: allocated zeroed (`calloc`), not filled.
+                    Self::indent(out, depth);
+                    let _ = writeln!(
+                        out,
+                        "{} = vec![0.0; {}.max(0) as usize];",
+                        self.place(p),
+                        self.read(n)
+                    );
+                }
                 Stmt::For(i, n, body) => self.for_loop(i, n, body, &stmts[..k], depth, out)?,
                 _ => self.stmt(s, depth, out)?,
             }
@@ -1747,6 +1776,83 @@ impl<'a> Emitter<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Store or accumulate: the real arrays of an accumulator declared zero in this block
+    /// (`mut m = zero`) and grown (`grow m.f n`, a path of fields) before anything else
+    /// touches it are empty when grown, so the growth allocates zeros (returned: the `grow`
+    /// statements' positions). If the next statement touching `m` is a loop `for i in 0..n`
+    /// over the same `n` whose body touches `m` once, by a `m.f[i] += v` among its top-level
+    /// statements, that `+=` runs exactly once per element, on a zero: it is emitted as the
+    /// store `m.f[i] = v + 0.0` (`0 + v` is `v` but for `-0.0`, which `+ 0.0` maps to
+    /// `0.0` as the addition does), recorded in [`Emitter::stores`]. The loop no longer
+    /// reads the array. A whole variable grown this way with its store found is declared
+    /// without a value and initialised by the growth (the second set: the `mut`s'
+    /// positions), so that no zero is assigned and dropped unread.
+    fn fresh_fills(&mut self, stmts: &[Stmt]) -> (FxHashSet<usize>, FxHashSet<usize>) {
+        let (mut grows, mut deferred) = (FxHashSet::default(), FxHashSet::default());
+        let touches = |ss: &[Stmt], root: u32| {
+            let touched = std::cell::Cell::new(false);
+            walk_places(
+                &Block::unit(ss.to_vec()),
+                &mut |q| touched.set(touched.get() || q.root.0.id == root),
+                &mut |r| touched.set(touched.get() || r.0.id == root),
+            );
+            touched.get()
+        };
+        for (k, s) in stmts.iter().enumerate() {
+            let Stmt::Grow(p, n) = s else { continue };
+            let root = p.root.0.id;
+            let real =
+                matches!(self.types().kind(self.place_ty(p)), TyKind::Array(e) if *e == Ty::F64);
+            if !real || !p.path.iter().all(|st| matches!(st, Step::Field(_))) {
+                continue;
+            }
+            let declared = stmts[..k]
+                .iter()
+                .rposition(|s| matches!(s, Stmt::Mut(m, Expr::Zero(_)) if m.0.id == root));
+            let h = match declared {
+                Some(h) if !touches(&stmts[h + 1..k], root) => h,
+                _ => continue,
+            };
+            if !p.path.is_empty() {
+                grows.insert(k);
+            }
+            let next = (k + 1..stmts.len()).find(|&j| touches(&stmts[j..=j], root));
+            let Some(Stmt::For(i, m, body)) = next.map(|j| &stmts[j]) else {
+                continue;
+            };
+            if !same_atom(m, n) {
+                continue;
+            }
+            let count = std::cell::Cell::new(0);
+            walk_places(
+                body,
+                &mut |q| count.set(count.get() + usize::from(q.root.0.id == root)),
+                &mut |r| count.set(count.get() + 2 * usize::from(r.0.id == root)),
+            );
+            let count = count.get();
+            let at_i = |q: &Place| {
+                q.root.0.id == root
+                    && q.path.len() == p.path.len() + 1
+                    && q.path.iter().zip(&p.path).all(|(a, b)| same_step(a, b))
+                    && matches!(q.path.last(), Some(Step::Elem(Atom::Var(x))) if x.id == i.id)
+            };
+            if count == 1 {
+                if let Some(add) = body
+                    .stmts
+                    .iter()
+                    .find(|s| matches!(s, Stmt::AddTo { place, .. } if at_i(place)))
+                {
+                    self.stores.insert(add as *const Stmt);
+                    if p.path.is_empty() {
+                        grows.insert(k);
+                        deferred.insert(h);
+                    }
+                }
+            }
+        }
+        (grows, deferred)
     }
 
     /// `for i in 0..n { body }`. Each accumulator array that the statements before grew to
@@ -2452,6 +2558,30 @@ impl<'a> Emitter<'a> {
                             self.vref(x.ty)
                         );
                     }
+                    // An array built here and only read (indexed, measured, sliced): a
+                    // plain `Vec`, without the shared handle's second allocation.
+                    None if matches!(e, Expr::Build(..)) && u.owned == 0 && !self.is_acc(x) => {
+                        self.local_vec = true;
+                        let e = self.expr(e, depth, Some(x.ty));
+                        self.local_vec = false;
+                        let elem = self.vt(self.types().elem(x.ty));
+                        let _ = write!(line, "let {}: Vec<{elem}> = {};", self.decl_name(x), e?);
+                    }
+                    // A real accumulator array taken and then only read: it stays the
+                    // `Vec` (no freeze into a shared handle).
+                    None if matches!(e, Expr::Take(m) if self.is_acc(&m.0))
+                        && u.owned == 0
+                        && !self.is_acc(x)
+                        && matches!(self.types().kind(x.ty), TyKind::Array(t) if *t == Ty::F64) =>
+                    {
+                        let Expr::Take(m) = e else { unreachable!() };
+                        let _ = write!(
+                            line,
+                            "let {}: Vec<f64> = {};",
+                            self.decl_name(x),
+                            self.get(m, true)
+                        );
+                    }
                     None => {
                         let acc = self.is_acc(x);
                         let e = self.bound_expr(e, x.ty, acc, depth)?;
@@ -2517,7 +2647,18 @@ impl<'a> Emitter<'a> {
             } => {
                 let t = self.place_ty(place);
                 let p = self.place(place);
-                if let (TyKind::F64, Some(c)) = (self.types().kind(t), scale) {
+                if self.stores.contains(&(s as *const Stmt)) {
+                    // The element's only addition, to a zero ([`Emitter::fresh_fills`]).
+                    let v = match scale {
+                        Some(c) => self.smul(c, value),
+                        None => self.read(value),
+                    };
+                    line = if v.ends_with(" + 0.0") {
+                        format!("{p} = {v};")
+                    } else {
+                        format!("{p} = {v} + 0.0;")
+                    };
+                } else if let (TyKind::F64, Some(c)) = (self.types().kind(t), scale) {
                     line = format!("{p} += {};", self.smul(c, value));
                 } else {
                     let v = self.read(value);
@@ -2678,20 +2819,29 @@ impl<'a> Emitter<'a> {
             }
             Expr::Len(a) => format!("{}.len() as i64", self.read(a)),
             Expr::Build(n, i, b, site) if parallel_ok(b) => {
+                // A `Vec` for a local array that is only read, else the shared handle.
+                let local = std::mem::take(&mut self.local_vec);
                 let (pads, added) = self.pad_reads(i, n, b, depth + 1);
                 let n = self.read(n);
                 let body = self.block_expr(b, depth + 1);
                 self.unpad(added);
                 let body = body?;
                 let ind = "    ".repeat(depth);
+                let (open, close) = if local { ("", "") } else { ("Arr::new(", ")") };
                 format!(
-                    "{{\n{ind}    let n = check_len(\"build\", {n}, {})?;\n{pads}{ind}    Arr::new(par_build(n, {}, |{}: i64| Ok({body}))?)\n{ind}}}",
+                    "{{\n{ind}    let n = check_len(\"build\", {n}, {})?;\n{pads}{ind}    {open}par_build(n, {}, |{}: i64| Ok({body}))?{close}\n{ind}}}",
                     site.0,
                     cost(b),
                     self.decl_name(i)
                 )
             }
             Expr::Build(n, i, b, site) => {
+                // A `Vec` for a local array that is only read, else the shared handle.
+                let wrap = if std::mem::take(&mut self.local_vec) {
+                    "v"
+                } else {
+                    "Arr::new(v)"
+                };
                 let (pads, added) = self.pad_reads(i, n, b, depth + 1);
                 let n = self.read(n);
                 let body = self.block_expr(b, depth + 1);
@@ -2699,7 +2849,7 @@ impl<'a> Emitter<'a> {
                 let body = body?;
                 let ind = "    ".repeat(depth);
                 format!(
-                    "{{\n{ind}    let n = check_len(\"build\", {n}, {})?;\n{pads}{ind}    let mut v = Vec::with_capacity(n);\n{ind}    for {} in 0..n as i64 {{\n{ind}        v.push({body});\n{ind}    }}\n{ind}    Arr::new(v)\n{ind}}}",
+                    "{{\n{ind}    let n = check_len(\"build\", {n}, {})?;\n{pads}{ind}    let mut v = Vec::with_capacity(n);\n{ind}    for {} in 0..n as i64 {{\n{ind}        v.push({body});\n{ind}    }}\n{ind}    {wrap}\n{ind}}}",
                     site.0,
                     self.decl_name(i)
                 )
