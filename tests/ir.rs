@@ -665,7 +665,10 @@ def centred (xs : Array Real) : Real =
     // An array built and only read is a plain `Vec` (no shared handle).
     let f = &text[text.find("fn f_centred(").expect("a primal")..];
     let f = &f[..f[1..].find("\nfn ").map_or(f.len(), |k| k + 1)];
-    assert!(f.contains(": Vec<f64> = {"), "no local Vec in centred:\n{f}");
+    assert!(
+        f.contains(": Vec<f64> = {"),
+        "no local Vec in centred:\n{f}"
+    );
     // The gradients' arrays are allocated zeroed and stored into, not added to.
     for name in ["squares", "shift"] {
         let f = &text[text
