@@ -1793,8 +1793,8 @@ impl<'a> Emitter<'a> {
         let (mut grows, mut deferred) = (FxHashSet::default(), FxHashSet::default());
         let touches = |ss: &[Stmt], root: u32| {
             let touched = std::cell::Cell::new(false);
-            walk_places(
-                &Block::unit(ss.to_vec()),
+            walk_stmts_places(
+                ss,
                 &mut |q| touched.set(touched.get() || q.root.0.id == root),
                 &mut |r| touched.set(touched.get() || r.0.id == root),
             );
@@ -1874,8 +1874,7 @@ impl<'a> Emitter<'a> {
             if let Stmt::Grow(p, m) = s {
                 // Not read (taken) since.
                 let mut untouched = true;
-                let rest = Block::unit(before[k + 1..].to_vec());
-                walk_places(&rest, &mut |_| {}, &mut |r| {
+                walk_stmts_places(&before[k + 1..], &mut |_| {}, &mut |r| {
                     untouched &= r.0.id != p.root.0.id
                 });
                 if untouched {
@@ -3618,8 +3617,13 @@ fn breaks(b: &Block) -> bool {
 }
 
 fn walk_places(b: &Block, place: &mut dyn FnMut(&Place), read: &mut dyn FnMut(&MutVar)) {
+    walk_stmts_places(&b.stmts, place, read)
+}
+
+/// [`walk_places`] over a run of statements (no block built around them).
+fn walk_stmts_places(stmts: &[Stmt], place: &mut dyn FnMut(&Place), read: &mut dyn FnMut(&MutVar)) {
     deep(|| {
-        for s in &b.stmts {
+        for s in stmts {
             match s {
                 Stmt::AddTo { place: p, .. } | Stmt::Grow(p, _) => place(p),
                 Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => walk_expr_places(e, place, read),
