@@ -525,6 +525,71 @@ fn loop_invariant_lets_move_before_the_loop() {
     assert_eq!((y.expect_real(), dy.expect_real()), (0.0, 0.0));
 }
 
+/// A source program's IR module (checked), with forward and/or reverse code, and the Rust the
+/// backend writes for it.
+fn emitted(src: &str, jvp: bool, vjp: bool) -> (chad::internals::ir::compile::Module, String) {
+    let prog =
+        chad::internals::source::load(src, &chad::internals::prim::Registry::builtin()).unwrap();
+    let entries: Vec<_> = (0..prog.defs.len()).map(|k| prog.entry(k)).collect();
+    let parts = chad::internals::ir::compile::Parts {
+        jvp,
+        vjp,
+        required: false,
+    };
+    let module = chad::internals::ir::compile::Module::new(&entries, parts).unwrap();
+    chad::internals::ir::check::check(&module.program).unwrap();
+    let info = chad::internals::ir::rust::SourceInfo { source: None };
+    let text = chad::internals::ir::rust::module(&module.program, &[], &info).unwrap();
+    (module, text)
+}
+
+/// The emitted Rust function `fn f_{name}` (`name` with its suffix: `rosen_vjp`), up to the
+/// next function.
+fn emitted_fn<'a>(text: &'a str, name: &str) -> &'a str {
+    let f = &text[text
+        .find(&format!("fn f_{name}("))
+        .unwrap_or_else(|| panic!("no function f_{name}"))..];
+    &f[..f[1..].find("\nfn ").map_or(f.len(), |k| k + 1)]
+}
+
+/// The module built natively (rustc must be there).
+fn built(module: chad::internals::ir::compile::Module) -> chad::internals::native::Native {
+    assert!(
+        chad::internals::native::available(),
+        "the native backend needs rustc"
+    );
+    chad::internals::native::Native::module(module, None, false)
+        .unwrap_or_else(|e| panic!("{}", e.render(None)))
+}
+
+/// Definition `k`'s native VJP against the IR interpreter's, bit for bit (`{:?}` prints the
+/// shortest representation that reads back exactly), or the same error. Returns whether the
+/// native one ran.
+fn vjp_bit_for_bit(
+    native: &chad::internals::native::Native,
+    k: usize,
+    inputs: &[Value],
+    ct: &Value,
+) -> Result<bool, String> {
+    let d = &native.defs[k];
+    let f = d.vjp.expect("a vjp");
+    let interp = d.context(inputs).and_then(|x| {
+        let c = d.cotangent(ct)?;
+        chad::internals::ir::interp::run(&native.program, f, vec![x, c])
+            .map(|r| d.vjp_result(inputs, &r))
+    });
+    let nat = native.vjp_def(k, inputs, ct);
+    same_result("native vjp", &nat, &interp, |a, b| {
+        let (a, b) = (format!("{a:?}"), format!("{b:?}"));
+        if a == b {
+            Ok(())
+        } else {
+            Err(format!("{a} against {b}"))
+        }
+    })?;
+    Ok(nat.is_ok())
+}
+
 /// The Rust backend's sliding windows (`Emitter::window` in `ir/rust.rs`): in reverse code of
 /// a stencil, `acc[i + k] += ..` for a few constant `k` at the top level of a loop over `i`
 /// keeps the elements `i + lo ..= i + hi` in locals, storing the oldest at the end of each
@@ -551,37 +616,17 @@ def mixed (xs : Array Real) (ys : Array Real) : Real =
 def both (xs : Array Real) : Real =
   sum (map (\\(x : Real) -> sin x) xs) + sum (build (length xs - 1) (\\(i : Int) -> xs ! i * xs ! (i + 1)))
 ";
-    let prog =
-        chad::internals::source::load(src, &chad::internals::prim::Registry::builtin()).unwrap();
-    let entries: Vec<_> = (0..prog.defs.len()).map(|k| prog.entry(k)).collect();
-    let parts = chad::internals::ir::compile::Parts {
-        jvp: false,
-        vjp: true,
-        required: false,
-    };
-    let module = chad::internals::ir::compile::Module::new(&entries, parts).unwrap();
-    chad::internals::ir::check::check(&module.program).unwrap();
-    let info = chad::internals::ir::rust::SourceInfo { source: None };
-    let text = chad::internals::ir::rust::module(&module.program, &[], &info).unwrap();
+    let (module, text) = emitted(src, false, true);
     for (name, newest) in [
         ("rosen", "_w1: f64 = "),
         ("gap", "_w2: f64 = "),
         ("mixed", "_w2: f64 = "),
         ("both", "_w1: f64 = "),
     ] {
-        let f = &text[text
-            .find(&format!("fn f_{name}_vjp"))
-            .expect("a vjp function")..];
-        let f = &f[..f[1..].find("\nfn ").map_or(f.len(), |k| k + 1)];
+        let f = emitted_fn(&text, &format!("{name}_vjp"));
         assert!(f.contains(newest), "no sliding window in {name}:\n{f}");
     }
-    assert!(
-        chad::internals::native::available(),
-        "the native backend needs rustc"
-    );
-    let native = chad::internals::native::Native::module(module, None, false)
-        .unwrap_or_else(|e| panic!("{}", e.render(None)));
-    let prog = &native.program;
+    let native = built(module);
     let xs = |n: usize| -> Vec<f64> { (0..n).map(|i| (i as f64 * 0.37).sin() * 1.5).collect() };
     let mut ran = 0;
     for n in [0usize, 1, 2, 3, 4, 5, 8, 37] {
@@ -592,26 +637,9 @@ def both (xs : Array Real) : Real =
             cases.push((2, vec![Value::reals(xs(n)), Value::reals(ys)]));
         }
         for (k, inputs) in cases {
-            let d = &native.defs[k];
-            let f = d.vjp.expect("a vjp");
-            let ct = Value::Real(1.0);
-            let interp = d.context(&inputs).and_then(|x| {
-                let c = d.cotangent(&ct)?;
-                chad::internals::ir::interp::run(prog, f, vec![x, c])
-                    .map(|r| d.vjp_result(&inputs, &r))
-            });
-            let nat = native.vjp_def(k, &inputs, &ct);
-            ran += usize::from(nat.is_ok());
-            // Bit for bit: `{:?}` prints the shortest representation that reads back exactly.
-            same_result("native vjp", &nat, &interp, |a, b| {
-                let (a, b) = (format!("{a:?}"), format!("{b:?}"));
-                if a == b {
-                    Ok(())
-                } else {
-                    Err(format!("{a} against {b}"))
-                }
-            })
-            .unwrap_or_else(|e| panic!("{} at n = {n}: {e}", d.entry.name));
+            let ok = vjp_bit_for_bit(&native, k, &inputs, &Value::Real(1.0))
+                .unwrap_or_else(|e| panic!("{} at n = {n}: {e}", native.defs[k].entry.name));
+            ran += usize::from(ok);
         }
     }
     assert!(ran >= 18, "only {ran} gradients ran");
@@ -640,53 +668,29 @@ def centred (xs : Array Real) : Real =
   let c = build (length xs) (\\(i : Int) -> xs ! i - 1.0) in
   sum (build (length xs) (\\(i : Int) -> c ! i * c ! (length xs - 1 - i)))
 ";
-    let prog =
-        chad::internals::source::load(src, &chad::internals::prim::Registry::builtin()).unwrap();
-    let entries: Vec<_> = (0..prog.defs.len()).map(|k| prog.entry(k)).collect();
-    let parts = chad::internals::ir::compile::Parts {
-        jvp: false,
-        vjp: true,
-        required: false,
-    };
-    let module = chad::internals::ir::compile::Module::new(&entries, parts).unwrap();
-    chad::internals::ir::check::check(&module.program).unwrap();
-    let info = chad::internals::ir::rust::SourceInfo { source: None };
-    let text = chad::internals::ir::rust::module(&module.program, &[], &info).unwrap();
+    let (module, text) = emitted(src, false, true);
     for name in ["squares", "scaled"] {
-        let f = &text[text
-            .find(&format!("fn f_{name}_vjp"))
-            .expect("a vjp function")..];
-        let f = &f[..f[1..].find("\nfn ").map_or(f.len(), |k| k + 1)];
+        let f = emitted_fn(&text, &format!("{name}_vjp"));
         assert!(
             f.contains(" != 0.0 && ") && f.contains(".is_finite() {"),
             "no versioned loop in {name}:\n{f}"
         );
     }
     // An array built and only read is a plain `Vec` (no shared handle).
-    let f = &text[text.find("fn f_centred(").expect("a primal")..];
-    let f = &f[..f[1..].find("\nfn ").map_or(f.len(), |k| k + 1)];
+    let f = emitted_fn(&text, "centred");
     assert!(
         f.contains(": Vec<f64> = {"),
         "no local Vec in centred:\n{f}"
     );
     // The gradients' arrays are allocated zeroed and stored into, not added to.
     for name in ["squares", "shift"] {
-        let f = &text[text
-            .find(&format!("fn f_{name}_vjp"))
-            .expect("a vjp function")..];
-        let f = &f[..f[1..].find("\nfn ").map_or(f.len(), |k| k + 1)];
+        let f = emitted_fn(&text, &format!("{name}_vjp"));
         assert!(
             f.contains("= vec![0.0; ") && f.contains("as usize] = ") && !f.contains("as usize] +="),
             "no store into a fresh accumulator in {name}:\n{f}"
         );
     }
-    assert!(
-        chad::internals::native::available(),
-        "the native backend needs rustc"
-    );
-    let native = chad::internals::native::Native::module(module, None, false)
-        .unwrap_or_else(|e| panic!("{}", e.render(None)));
-    let prog = &native.program;
+    let native = built(module);
     let mut ran = 0;
     for n in [0usize, 1, 3, 17] {
         let plain: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin() * 1.5).collect();
@@ -702,27 +706,13 @@ def centred (xs : Array Real) : Real =
                     (1, vec![Value::reals(xs.clone()), Value::Real(0.75)]),
                     (3, vec![Value::reals(xs.clone())]),
                 ] {
-                    let d = &native.defs[k];
-                    let f = d.vjp.expect("a vjp");
-                    let ct = Value::Real(ct);
-                    let interp = d.context(&inputs).and_then(|x| {
-                        let c = d.cotangent(&ct)?;
-                        chad::internals::ir::interp::run(prog, f, vec![x, c])
-                            .map(|r| d.vjp_result(&inputs, &r))
-                    });
-                    let nat = native.vjp_def(k, &inputs, &ct);
-                    ran += usize::from(nat.is_ok());
-                    same_result("native vjp", &nat, &interp, |a, b| {
-                        let (a, b) = (format!("{a:?}"), format!("{b:?}"));
-                        if a == b {
-                            Ok(())
-                        } else {
-                            Err(format!("{a} against {b}"))
-                        }
-                    })
-                    .unwrap_or_else(|e| {
-                        panic!("{} at {xs:?}, cotangent {ct:?}: {e}", d.entry.name)
-                    });
+                    let ok = vjp_bit_for_bit(&native, k, &inputs, &Value::Real(ct)).unwrap_or_else(
+                        |e| {
+                            let name = &native.defs[k].entry.name;
+                            panic!("{name} at {xs:?}, cotangent {ct:?}: {e}")
+                        },
+                    );
+                    ran += usize::from(ok);
                 }
             }
         }
@@ -734,16 +724,8 @@ def centred (xs : Array Real) : Real =
         let ct: Vec<f64> = (0..n)
             .map(|i| if i % 2 == 0 { -0.0 } else { 2.5 })
             .collect();
-        let (inputs, ct) = (vec![Value::reals(xs)], Value::reals(ct));
-        let d = &native.defs[2];
-        let interp = d.context(&inputs).and_then(|x| {
-            let c = d.cotangent(&ct)?;
-            chad::internals::ir::interp::run(prog, d.vjp.expect("a vjp"), vec![x, c])
-                .map(|r| d.vjp_result(&inputs, &r))
-        });
-        let nat = native.vjp_def(2, &inputs, &ct);
-        let (a, b) = (format!("{nat:?}"), format!("{interp:?}"));
-        assert_eq!(a, b, "shift at n = {n}");
+        vjp_bit_for_bit(&native, 2, &[Value::reals(xs)], &Value::reals(ct))
+            .unwrap_or_else(|e| panic!("shift at n = {n}: {e}"));
     }
 }
 
@@ -765,34 +747,15 @@ def rosen (xs : Array Real) : Real =
 def roots (xs : Array Real) : Real =
   sum (build (length xs) (\\(i : Int) -> 3.0 * sqrt (xs ! i) + xs ! i))
 ";
-    let prog =
-        chad::internals::source::load(src, &chad::internals::prim::Registry::builtin()).unwrap();
-    let entries: Vec<_> = (0..prog.defs.len()).map(|k| prog.entry(k)).collect();
-    let parts = chad::internals::ir::compile::Parts {
-        jvp: true,
-        vjp: false,
-        required: false,
-    };
-    let module = chad::internals::ir::compile::Module::new(&entries, parts).unwrap();
-    chad::internals::ir::check::check(&module.program).unwrap();
-    let info = chad::internals::ir::rust::SourceInfo { source: None };
-    let text = chad::internals::ir::rust::module(&module.program, &[], &info).unwrap();
+    let (module, text) = emitted(src, true, false);
     for name in ["rosen", "roots"] {
-        let f = &text[text
-            .find(&format!("fn f_{name}_jvp"))
-            .expect("a jvp function")..];
-        let f = &f[..f[1..].find("\nfn ").map_or(f.len(), |k| k + 1)];
+        let f = emitted_fn(&text, &format!("{name}_jvp"));
         assert!(
             f.contains("if s.is_nan()"),
             "no speculative sum in {name}:\n{f}"
         );
     }
-    assert!(
-        chad::internals::native::available(),
-        "the native backend needs rustc"
-    );
-    let native = chad::internals::native::Native::module(module, None, false)
-        .unwrap_or_else(|e| panic!("{}", e.render(None)));
+    let native = built(module);
     let prog = &native.program;
     let mut cases: Vec<(usize, Vec<f64>, Vec<f64>)> = Vec::new();
     for n in [1usize, 2, 3, 9, 40] {
