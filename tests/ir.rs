@@ -729,6 +729,77 @@ def centred (xs : Array Real) : Real =
     }
 }
 
+/// Reads and one-hot checks proved in range (`ir::bounds`): in reverse code of a triangular
+/// loop (`for j in 0..i` inside `for i in 0..len xs`), the reads of `xs` at either index and
+/// the one-hots at them need no test, and the emitted code has none; a read past the end
+/// (`xs ! (i + 1)`) keeps its test. The gradients are the interpreter's bit for bit, and where
+/// an array is too short (`q` one short of the triangle, every `offby`) the error is the same.
+#[test]
+fn proved_bounds_agree_bit_for_bit() {
+    let src = "\
+def tri (q : Array Real) (v : Array Real) : Real =
+  let d = length v in
+  sum (build d (\\(r : Int) ->
+    let s = sum (build r (\\(c : Int) -> q ! (d + c * (2 * d - c - 1) / 2 + r - c - 1) * v ! c)) in
+    (q ! r * v ! r + s) * (q ! r * v ! r + s)))
+
+def pairs (xs : Array Real) : Real =
+  sum (build (length xs) (\\(i : Int) -> sum (build i (\\(j : Int) -> xs ! i * xs ! j))))
+
+def offby (xs : Array Real) : Real = sum (build (length xs) (\\(i : Int) -> xs ! i * xs ! (i + 1)))
+";
+    let (module, text) = emitted(src, false, true);
+    let tests = |f: &str| {
+        (
+            f.matches("ErrorKind::OneHot").count(),
+            f.matches("at(&").count() + f.matches("at_ref(&").count(),
+        )
+    };
+    let pairs = emitted_fn(&text, "pairs_vjp");
+    assert_eq!(tests(pairs), (0, 0), "tests left in pairs_vjp:\n{pairs}");
+    // Of tri's six one-hots, those at the loop indices go; the triangular index keeps its.
+    let tri = emitted_fn(&text, "tri_vjp");
+    assert!(
+        tests(tri).0 <= 4 && tests(tri).1 <= 7,
+        "tests left in tri_vjp:\n{tri}"
+    );
+    let offby = emitted_fn(&text, "offby_vjp");
+    assert!(
+        tests(offby).1 >= 1,
+        "a read past the end lost its test:\n{offby}"
+    );
+    let native = built(module);
+    let xs = |n: usize| -> Vec<f64> {
+        (0..n)
+            .map(|i| (i as f64 * 0.37).sin() * 1.5 - 0.2)
+            .collect()
+    };
+    let (mut ran, mut failed) = (0, 0);
+    for n in [0usize, 1, 2, 3, 5, 8] {
+        let tri = n + n * n.saturating_sub(1) / 2;
+        let mut cases = vec![
+            (0, vec![Value::reals(xs(tri)), Value::reals(xs(n))]),
+            (1, vec![Value::reals(xs(n))]),
+            (2, vec![Value::reals(xs(n))]),
+        ];
+        if tri > 0 {
+            cases.push((0, vec![Value::reals(xs(tri - 1)), Value::reals(xs(n))]));
+        }
+        for (k, inputs) in cases {
+            for ct in [1.0, -0.5] {
+                let ok = vjp_bit_for_bit(&native, k, &inputs, &Value::Real(ct))
+                    .unwrap_or_else(|e| panic!("{} at n = {n}: {e}", native.defs[k].entry.name));
+                ran += usize::from(ok);
+                failed += usize::from(!ok);
+            }
+        }
+    }
+    assert!(
+        ran >= 24 && failed >= 10,
+        "{ran} gradients ran, {failed} failed"
+    );
+}
+
 /// The Rust backend's speculative sums (`Emitter::speculable` in `ir/rust.rs`): a `sum` whose
 /// body scales (co)tangents with strong zeros runs first with plain products and only if the
 /// sum is NaN again with the strong zeros. It fires on Rosenbrock's and `sqrt`'s forward

@@ -94,6 +94,9 @@ impl Module {
         crate::ir::opt::lone_adds(&mut program);
         crate::ir::opt::unzip_arrays(&mut program);
         crate::ir::opt::first_adds(&mut program);
+        // Again: `hoist_invariants` and `unzip_arrays` make more grows loop-invariant.
+        crate::ir::opt::hoist_grows(&mut program);
+        crate::ir::bounds::prove(&mut program);
         Ok(Module { program, defs })
     }
 }
@@ -340,6 +343,8 @@ impl HvpCode {
         crate::ir::opt::unzip_arrays(&mut m.program);
         crate::ir::opt::hoist_invariants(&mut m.program);
         crate::ir::opt::first_adds(&mut m.program);
+        crate::ir::opt::hoist_grows(&mut m.program);
+        crate::ir::bounds::prove(&mut m.program);
         Ok(HvpCode {
             program: m.program,
             def,

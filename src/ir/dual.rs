@@ -47,7 +47,7 @@ use super::{
     Arm, Atom, Block, Check, Expr, Func, FuncId, MutVar, Op, Place, Program, SiteId, Step, Stmt,
     Ty, TyKind, Var,
 };
-use crate::error::{Error, ErrorKind, Result, Span};
+use crate::error::{Error, ErrorKind, Result};
 use std::collections::{HashMap, HashSet};
 
 /// The forward derivatives of primitives available to [`Dual`]: `name ↦ p_jvp`, a function
@@ -119,14 +119,7 @@ fn unsupported(what: String) -> Error {
 impl<'a> Dual<'a> {
     /// A transformation of `p`, with the primitives' derivatives `prims` (functions of `p`).
     pub fn new(p: &'a mut Program, prims: &'a PrimJvps) -> Dual<'a> {
-        let site = match p.internal_site {
-            Some(s) => s,
-            None => {
-                let s = p.site(Span::default());
-                p.internal_site = Some(s);
-                s
-            }
-        };
+        let site = p.internal();
         Dual {
             p,
             tys: HashMap::new(),

@@ -51,6 +51,7 @@
 //! Types are interned ([`Types`]): a [`Ty`] is a small index, so types of any depth compare and
 //! hash in O(1).
 
+pub mod bounds;
 pub mod check;
 pub mod compile;
 pub mod dual;
@@ -734,6 +735,19 @@ impl Program {
     pub fn site(&mut self, span: Span) -> SiteId {
         self.sites.push(Site { span });
         SiteId(self.sites.len() as u32 - 1)
+    }
+
+    /// The site of operations that cannot fail ([`Program::internal_site`]), made on first
+    /// use.
+    pub fn internal(&mut self) -> SiteId {
+        match self.internal_site {
+            Some(s) => s,
+            None => {
+                let s = self.site(Span::default());
+                self.internal_site = Some(s);
+                s
+            }
+        }
     }
 
     /// The function named `name`.

@@ -555,14 +555,7 @@ impl Lowering {
     }
 
     fn internal_site(&mut self) -> SiteId {
-        match self.prog.internal_site {
-            Some(s) => s,
-            None => {
-                let s = self.prog.site(Span::default());
-                self.prog.internal_site = Some(s);
-                s
-            }
-        }
+        self.prog.internal()
     }
 
     fn mut_(&mut self, name: &str, t: Ty, init: Expr) -> MutVar {

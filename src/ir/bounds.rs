@@ -1,0 +1,513 @@
+//! Index bounds: an IR pass (run last on every compiled module) that proves reads in range
+//! and runtime checks true from the order facts the program itself establishes, so that
+//! backends read without a test and drop the check.
+//!
+//! # Facts
+//!
+//! Facts are inequalities `a < b` and `a ≤ b` (an equality is both `≤`) between *keys*:
+//! integer variables, integer constants, and `len xs` of an array variable. They come from
+//!
+//! ```text
+//! for i in 0..n { B }, build n (i -> B), sum n (i -> B)   0 ≤ i,  i < n          inside B
+//! let x = len xs                                          x = len xs, 0 ≤ x
+//! let ys = build n (..), let ys = replicate n _           len ys = n
+//! let x = y,  let x = k (a constant)                      x = y (and len x = len y), x = k
+//! let x = y + k (iadd, prim iadd / isub of a constant)    y < x for k > 0 (x < y for k < 0)
+//! let x = max(a, b)                                       a ≤ x, b ≤ x
+//! check onehot(i, n)                                      0 ≤ i, i < n           after it
+//! check same_len(a, b)                                    a = b                  after it
+//! check len(n)                                            0 ≤ n, n ≤ 2^28        after it
+//! ```
+//!
+//! Each holds exactly where it is used: a loop's facts in its body, a check's after it in
+//! its block (every later statement runs only if the check passed), a `let`'s after it (the
+//! IR is in SSA form, checked: a variable has one definition, so `x = len xs` is a property
+//! of `x`). Blocks are walked in order with the facts in scope on a stack.
+//!
+//! # What is proved
+//!
+//! `a < b` holds when a chain of facts leads from `a` to `b` with at least one strict step
+//! (`a ≤ b`: any chain), where a constant steps to any larger constant. A bounded search
+//! ([`SEARCH`] keys), so a proof may be missed but never made up.
+//!
+//! ```text
+//! let x = xs[i] @s          ⟶  let x = xs[i] @internal   if 0 ≤ i and i < len xs (an array)
+//! check onehot(i, n)        ⟶  (removed)                  if 0 ≤ i and i < n
+//! check same_len(a, b)      ⟶  (removed)                  if a = b
+//! ```
+//!
+//! A read at the internal site is one that cannot fail ([`super::Program::internal_site`]):
+//! the Rust backend indexes without `at`'s test, and a read at a loop's own index lets it
+//! slice the array to the loop's length before the loop. So that this stays true, a read at
+//! a loop index `i` is proved from the facts in scope at the loop (and `i`'s own two) only,
+//! not from facts its body establishes: then `n ≤ len xs` when the loop starts. `check len`
+//! is never removed (the evaluators ask the memory budget there).
+//!
+//! Reverse-mode code is where this pays: a one-hot at a loop index lowers to `check
+//! onehot(i, n); grow acc n; acc[i] += v`, and a read of the primal at the index of a
+//! triangular loop (`for c in 0..r` inside `for r in 0..len q`) is in range through `c < r <
+//! len q`. Nothing changes meaning: a removed check could not fail, a read marked internal
+//! could not fail.
+
+use super::{Atom, Block, Check, Expr, Op, Program, SiteId, Stmt, TyKind, Var};
+use crate::deep::deep;
+use crate::value::MAX_ARRAY_LEN;
+use rustc_hash::{FxHashMap, FxHashSet};
+
+/// The most keys one proof visits.
+const SEARCH: usize = 256;
+
+/// Proves reads in range and checks true in every function of `p` (module doc).
+pub fn prove(p: &mut Program) {
+    let internal = p.internal();
+    let mut funcs = std::mem::take(&mut p.funcs);
+    for f in &mut funcs {
+        let mut pr = Prover {
+            p,
+            facts: Facts::default(),
+            loops: FxHashMap::default(),
+            internal,
+        };
+        pr.block(&mut f.body);
+    }
+    p.funcs = funcs;
+}
+
+/// What facts relate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Key {
+    /// An integer variable.
+    Var(u32),
+    /// The length of an array variable.
+    Len(u32),
+    /// An integer.
+    Const(i64),
+}
+
+fn key(a: &Atom) -> Option<Key> {
+    match a {
+        Atom::Var(x) => Some(Key::Var(x.id)),
+        Atom::I64(k) => Some(Key::Const(*k)),
+        _ => None,
+    }
+}
+
+/// The facts in scope, as a stack of edges `a < b` / `a ≤ b` (strict flag), indexed by `a`.
+#[derive(Default)]
+struct Facts {
+    edges: Vec<(Key, Key, bool)>,
+    from: FxHashMap<Key, Vec<usize>>,
+    /// The edges that start at a constant.
+    consts: Vec<usize>,
+}
+
+impl Facts {
+    fn push(&mut self, a: Key, b: Key, strict: bool) {
+        let k = self.edges.len();
+        self.edges.push((a, b, strict));
+        self.from.entry(a).or_default().push(k);
+        if matches!(a, Key::Const(_)) {
+            self.consts.push(k);
+        }
+    }
+
+    fn le(&mut self, a: Key, b: Key) {
+        self.push(a, b, false);
+    }
+
+    fn lt(&mut self, a: Key, b: Key) {
+        self.push(a, b, true);
+    }
+
+    fn eq(&mut self, a: Key, b: Key) {
+        self.le(a, b);
+        self.le(b, a);
+    }
+
+    fn mark(&self) -> usize {
+        self.edges.len()
+    }
+
+    /// Forgets the facts pushed since `mark`.
+    fn reset(&mut self, mark: usize) {
+        while self.edges.len() > mark {
+            let (a, _, _) = self.edges.pop().expect("an edge above the mark");
+            if let Some(v) = self.from.get_mut(&a) {
+                v.pop();
+            }
+            if matches!(a, Key::Const(_)) {
+                self.consts.pop();
+            }
+        }
+    }
+
+    /// Whether `a < b` (`strict`) or `a ≤ b` follows from the first `limit` facts.
+    fn holds(&self, a: Key, b: Key, strict: bool, limit: usize) -> bool {
+        let mut seen: FxHashSet<(Key, bool)> = FxHashSet::default();
+        let mut todo = vec![(a, false)];
+        while let Some((k, s)) = todo.pop() {
+            if !seen.insert((k, s)) {
+                continue;
+            }
+            if seen.len() > SEARCH {
+                return false;
+            }
+            let done = s || !strict;
+            match (k, b) {
+                _ if k == b && done => return true,
+                (Key::Const(c), Key::Const(d)) if c < d || (c == d && done) => return true,
+                _ => {}
+            }
+            for &e in self.from.get(&k).into_iter().flatten() {
+                if e < limit {
+                    let (_, to, st) = self.edges[e];
+                    todo.push((to, s || st));
+                }
+            }
+            // A constant is below every larger constant a fact starts at.
+            if let Key::Const(c) = k {
+                for &e in &self.consts {
+                    match self.edges[e].0 {
+                        Key::Const(d) if e < limit && c <= d && d != c => {
+                            todo.push((Key::Const(d), s || c < d))
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        false
+    }
+}
+
+struct Prover<'a> {
+    p: &'a Program,
+    facts: Facts,
+    /// A loop index ↦ the facts in scope at its loop, its own included.
+    loops: FxHashMap<u32, usize>,
+    internal: SiteId,
+}
+
+impl Prover<'_> {
+    fn block(&mut self, b: &mut Block) {
+        deep(|| {
+            let mark = self.facts.mark();
+            let stmts = std::mem::take(&mut b.stmts);
+            let mut out = Vec::with_capacity(stmts.len());
+            for mut s in stmts {
+                match &mut s {
+                    Stmt::Let(x, e) => {
+                        self.expr(e);
+                        self.learn(x, e);
+                    }
+                    Stmt::Mut(_, e) | Stmt::Do(e) => self.expr(e),
+                    Stmt::For(i, n, body) => self.loop_body(i, n, body),
+                    Stmt::Loop(body) => self.block(body),
+                    Stmt::Check(c, _) => {
+                        if self.proved(c) {
+                            continue;
+                        }
+                        self.assume(c);
+                    }
+                    Stmt::Set(..) | Stmt::AddTo { .. } | Stmt::Grow(..) | Stmt::Break => {}
+                }
+                out.push(s);
+            }
+            b.stmts = out;
+            self.facts.reset(mark);
+        })
+    }
+
+    fn loop_body(&mut self, i: &Var, n: &Atom, body: &mut Block) {
+        let mark = self.facts.mark();
+        self.facts.le(Key::Const(0), Key::Var(i.id));
+        if let Some(n) = key(n) {
+            self.facts.lt(Key::Var(i.id), n);
+        }
+        self.loops.insert(i.id, self.facts.mark());
+        self.block(body);
+        self.facts.reset(mark);
+    }
+
+    fn expr(&mut self, e: &mut Expr) {
+        match e {
+            Expr::Build(n, i, b, _) | Expr::Sum(n, i, b) => self.loop_body(i, n, b),
+            Expr::Iterate(_, _, b, _, _) => self.block(b),
+            Expr::If(_, a, b) => {
+                self.block(a);
+                self.block(b);
+            }
+            Expr::Match(_, arms) => arms.iter_mut().for_each(|a| self.block(&mut a.body)),
+            Expr::Index(Atom::Var(xs), i, site)
+                if *site != self.internal
+                    && matches!(self.p.types.kind(xs.ty), TyKind::Array(_)) =>
+            {
+                if let Some(k) = key(i) {
+                    let limit = match i {
+                        Atom::Var(v) => self.loops.get(&v.id).copied(),
+                        _ => None,
+                    }
+                    .unwrap_or(self.facts.mark());
+                    if self.facts.holds(Key::Const(0), k, false, limit)
+                        && self.facts.holds(k, Key::Len(xs.id), true, limit)
+                    {
+                        *site = self.internal;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The facts `let x = e` establishes.
+    fn learn(&mut self, x: &Var, e: &Expr) {
+        let (x, f) = (Key::Var(x.id), &mut self.facts);
+        match e {
+            Expr::Len(Atom::Var(xs)) => {
+                f.eq(x, Key::Len(xs.id));
+                f.le(Key::Const(0), x);
+            }
+            Expr::Build(n, ..) | Expr::Replicate(n, ..) => {
+                if let (Key::Var(x), Some(n)) = (x, key(n)) {
+                    f.eq(Key::Len(x), n);
+                }
+            }
+            Expr::Atom(Atom::Var(y)) => {
+                f.eq(x, Key::Var(y.id));
+                if let Key::Var(x) = x {
+                    f.eq(Key::Len(x), Key::Len(y.id));
+                }
+            }
+            Expr::Atom(Atom::I64(k)) => f.eq(x, Key::Const(*k)),
+            Expr::Op(Op::IAdd, xs) => added(f, x, xs),
+            Expr::Prim(p, xs, _) if p.name() == "iadd" => added(f, x, xs),
+            Expr::Prim(p, xs, _) if p.name() == "isub" => {
+                if let [a, Atom::I64(k)] = xs.as_slice() {
+                    if let Some(y) = key(a) {
+                        shifted(f, x, y, -k.signum());
+                    }
+                }
+            }
+            Expr::Op(Op::IMax, xs) => {
+                for a in xs.iter().filter_map(key) {
+                    f.le(a, x);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether a check is proved to pass.
+    fn proved(&self, c: &Check) -> bool {
+        let all = self.facts.mark();
+        match c {
+            Check::OneHot(i, n) => match (key(i), key(n)) {
+                (Some(i), Some(n)) => {
+                    self.facts.holds(Key::Const(0), i, false, all)
+                        && self.facts.holds(i, n, true, all)
+                }
+                _ => false,
+            },
+            Check::SameLen(_, a, b) => match (key(a), key(b)) {
+                (Some(a), Some(b)) => {
+                    self.facts.holds(a, b, false, all) && self.facts.holds(b, a, false, all)
+                }
+                _ => false,
+            },
+            Check::Len(..) => false,
+        }
+    }
+
+    /// The facts a check that passed establishes.
+    fn assume(&mut self, c: &Check) {
+        let f = &mut self.facts;
+        match c {
+            Check::OneHot(i, n) => {
+                if let Some(i) = key(i) {
+                    f.le(Key::Const(0), i);
+                    if let Some(n) = key(n) {
+                        f.lt(i, n);
+                    }
+                }
+            }
+            Check::SameLen(_, a, b) => {
+                if let (Some(a), Some(b)) = (key(a), key(b)) {
+                    f.eq(a, b);
+                }
+            }
+            Check::Len(_, n) => {
+                if let Some(n) = key(n) {
+                    f.le(Key::Const(0), n);
+                    f.le(n, Key::Const(MAX_ARRAY_LEN));
+                }
+            }
+        }
+    }
+}
+
+/// `x = a + k` or `x = k + a` for a constant `k` (a checked addition, past which it did not
+/// overflow, or one of the lowering's, which cannot).
+fn added(f: &mut Facts, x: Key, xs: &[Atom]) {
+    if let [a, Atom::I64(k)] | [Atom::I64(k), a] = xs {
+        if let Some(y) = key(a) {
+            shifted(f, x, y, k.signum());
+        }
+    }
+}
+
+/// `x = y + d` for a `d` of sign `sign`.
+fn shifted(f: &mut Facts, x: Key, y: Key, sign: i64) {
+    match sign {
+        1 => f.lt(y, x),
+        -1 => f.lt(x, y),
+        _ => f.eq(x, y),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Span;
+    use crate::ir::{Func, Ty};
+
+    /// The printed function of parameters `ys, zs : [f64]` and `n : i64` whose statements
+    /// `make` gives (with the error site `@0`), after the pass; the internal site is `@1`.
+    fn proved(make: impl FnOnce(&mut Program, [&Var; 3], SiteId) -> Vec<Stmt>) -> String {
+        let mut p = Program::default();
+        let arr = p.types.intern(TyKind::Array(Ty::F64));
+        let (ys, zs, n) = (p.var("ys", arr), p.var("zs", arr), p.var("n", Ty::I64));
+        let s = p.site(Span::default());
+        let stmts = make(&mut p, [&ys, &zs, &n], s);
+        p.funcs.push(Func {
+            name: "f".into(),
+            params: vec![ys, zs, n],
+            ret: Ty::UNIT,
+            body: Block::unit(stmts),
+            accumulates: false,
+            rec: None,
+        });
+        prove(&mut p);
+        assert_eq!(p.internal_site, Some(SiteId(1)));
+        p.to_string()
+    }
+
+    fn v(x: &Var) -> Atom {
+        Atom::Var(x.clone())
+    }
+
+    fn read(p: &mut Program, xs: &Var, i: &Atom, s: SiteId) -> Stmt {
+        Stmt::Let(p.var("x", Ty::F64), Expr::Index(v(xs), i.clone(), s))
+    }
+
+    fn len(p: &mut Program, xs: &Var) -> (Var, Stmt) {
+        let m = p.var("m", Ty::I64);
+        (m.clone(), Stmt::Let(m, Expr::Len(v(xs))))
+    }
+
+    fn for_(i: &Var, n: Atom, stmts: Vec<Stmt>) -> Stmt {
+        Stmt::For(i.clone(), n, Block::unit(stmts))
+    }
+
+    fn onehot(i: Atom, n: Atom, s: SiteId) -> Stmt {
+        Stmt::Check(Check::OneHot(i, n), s)
+    }
+
+    #[test]
+    fn a_loop_over_the_length_reads_in_range() {
+        let text = proved(|p, [ys, _, _], s| {
+            let (m, lm) = len(p, ys);
+            let i = p.var("i", Ty::I64);
+            let body = vec![read(p, ys, &v(&i), s), onehot(v(&i), v(&m), s)];
+            vec![lm, for_(&i, v(&m), body)]
+        });
+        assert!(text.contains("ys_0[i_4] @1"), "{text}");
+        assert!(!text.contains("onehot"), "{text}");
+    }
+
+    #[test]
+    fn a_triangular_loop_reads_in_range() {
+        let text = proved(|p, [ys, _, _], s| {
+            let (m, lm) = len(p, ys);
+            let (r, c) = (p.var("r", Ty::I64), p.var("c", Ty::I64));
+            let inner = vec![read(p, ys, &v(&c), s), onehot(v(&c), v(&m), s)];
+            vec![lm, for_(&r, v(&m), vec![for_(&c, v(&r), inner)])]
+        });
+        assert!(text.contains("ys_0[c_5] @1"), "{text}");
+        assert!(!text.contains("onehot"), "{text}");
+    }
+
+    #[test]
+    fn a_loop_index_is_proved_from_the_facts_at_its_loop_only() {
+        // In the body, after the check, `i < len ys` holds, but the loop's bound `n` is not
+        // known to be at most `len ys`: the read at `i` itself stays checked (the Rust
+        // backend would slice `ys` to `n` before the loop), a copy of `i` is in range.
+        let text = proved(|p, [ys, _, n], s| {
+            let (m, lm) = len(p, ys);
+            let (i, j) = (p.var("i", Ty::I64), p.var("j", Ty::I64));
+            let body = vec![
+                onehot(v(&i), v(&m), s),
+                read(p, ys, &v(&i), s),
+                Stmt::Let(j.clone(), Expr::Atom(v(&i))),
+                read(p, ys, &v(&j), s),
+            ];
+            vec![lm, for_(&i, v(n), body)]
+        });
+        assert!(text.contains("onehot(i_4, m_3) @0"), "{text}");
+        assert!(text.contains("ys_0[i_4] @0"), "{text}");
+        assert!(text.contains("ys_0[j_5] @1"), "{text}");
+    }
+
+    #[test]
+    fn what_does_not_follow_is_not_proved() {
+        let text = proved(|p, [ys, zs, n], s| {
+            let (m, lm) = len(p, ys);
+            let (i, up, down) = (
+                p.var("i", Ty::I64),
+                p.var("up", Ty::I64),
+                p.var("down", Ty::I64),
+            );
+            let body = vec![
+                // i + 1 ≤ len ys only; i - 1 may be negative; zs has another length.
+                Stmt::Let(up.clone(), Expr::Op(Op::IAdd, vec![v(&i), Atom::I64(1)])),
+                read(p, ys, &v(&up), s),
+                Stmt::Let(down.clone(), Expr::Op(Op::IAdd, vec![v(&i), Atom::I64(-1)])),
+                read(p, ys, &v(&down), s),
+                read(p, zs, &v(&i), s),
+            ];
+            // A check inside a branch says nothing after the branch.
+            let branch = Stmt::Do(Expr::If(
+                Atom::Bool(true),
+                Block::unit(vec![onehot(v(n), v(&m), s)]),
+                Block::unit(vec![]),
+            ));
+            // The length itself is one past the end.
+            let end = read(p, ys, &v(&m), s);
+            vec![
+                lm,
+                for_(&i, v(&m), body),
+                branch,
+                read(p, ys, &v(n), s),
+                end,
+            ]
+        });
+        assert!(!text.contains("@1"), "{text}");
+    }
+
+    #[test]
+    fn equal_lengths_need_one_check() {
+        let text = proved(|p, [ys, zs, _], s| {
+            let (m, lm) = len(p, ys);
+            let (k, lk) = len(p, zs);
+            let i = p.var("i", Ty::I64);
+            vec![
+                lm,
+                lk,
+                Stmt::Check(Check::SameLen("map2", v(&m), v(&k)), s),
+                Stmt::Check(Check::SameLen("map2", v(&k), v(&m)), s),
+                for_(&i, v(&m), vec![read(p, zs, &v(&i), s)]),
+            ]
+        });
+        assert_eq!(text.matches("check map2").count(), 1, "{text}");
+        assert!(text.contains("zs_1[i_5] @1"), "{text}");
+    }
+}
