@@ -28,7 +28,7 @@
 //!
 //! `a < b` holds when a chain of facts leads from `a` to `b` with at least one strict step
 //! (`a ≤ b`: any chain), where a constant steps to any larger constant. A bounded search
-//! ([`SEARCH`] keys), so a proof may be missed but never made up.
+//! (`SEARCH` keys), so a proof may be missed but never made up.
 //!
 //! ```text
 //! let x = xs[i] @s          ⟶  let x = xs[i] @internal   if 0 ≤ i and i < len xs (an array)
