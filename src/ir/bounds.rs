@@ -54,7 +54,7 @@ use crate::deep::deep;
 use crate::value::MAX_ARRAY_LEN;
 use rustc_hash::{FxHashMap, FxHashSet};
 
-/// The most keys one proof visits.
+/// The most keys one proof visits (and an eighth of the facts it may look at).
 const SEARCH: usize = 256;
 
 /// Proves reads in range and checks true in every function of `p` (module doc).
@@ -96,9 +96,9 @@ fn key(a: &Atom) -> Option<Key> {
 #[derive(Default)]
 struct Facts {
     edges: Vec<(Key, Key, bool)>,
+    /// The edges from a key, and into it.
     from: FxHashMap<Key, Vec<usize>>,
-    /// The edges that start at a constant.
-    consts: Vec<usize>,
+    into: FxHashMap<Key, Vec<usize>>,
 }
 
 impl Facts {
@@ -106,9 +106,7 @@ impl Facts {
         let k = self.edges.len();
         self.edges.push((a, b, strict));
         self.from.entry(a).or_default().push(k);
-        if matches!(a, Key::Const(_)) {
-            self.consts.push(k);
-        }
+        self.into.entry(b).or_default().push(k);
     }
 
     fn le(&mut self, a: Key, b: Key) {
@@ -131,20 +129,29 @@ impl Facts {
     /// Forgets the facts pushed since `mark`.
     fn reset(&mut self, mark: usize) {
         while self.edges.len() > mark {
-            let (a, _, _) = self.edges.pop().expect("an edge above the mark");
-            if let Some(v) = self.from.get_mut(&a) {
-                v.pop();
-            }
-            if matches!(a, Key::Const(_)) {
-                self.consts.pop();
+            let (a, b, _) = self.edges.pop().expect("an edge above the mark");
+            for (m, k) in [(&mut self.from, a), (&mut self.into, b)] {
+                if let Some(v) = m.get_mut(&k) {
+                    v.pop();
+                }
             }
         }
     }
 
-    /// Whether `a < b` (`strict`) or `a ≤ b` follows from the first `limit` facts.
+    /// Whether `a < b` (`strict`) or `a ≤ b` follows from the first `limit` facts. From a
+    /// constant (`0 ≤ i`) the search runs backwards from `b`, over the few facts that end
+    /// there (every nonnegative key's fact starts at 0); otherwise forwards from `a`. Either
+    /// way it stops after [`SEARCH`] keys or `8 · SEARCH` edges.
     fn holds(&self, a: Key, b: Key, strict: bool, limit: usize) -> bool {
+        let backward = matches!(a, Key::Const(_));
+        let (start, goal, adj) = if backward {
+            (b, a, &self.into)
+        } else {
+            (a, b, &self.from)
+        };
         let mut seen: FxHashSet<(Key, bool)> = FxHashSet::default();
-        let mut todo = vec![(a, false)];
+        let mut todo = vec![(start, false)];
+        let mut work = 0;
         while let Some((k, s)) = todo.pop() {
             if !seen.insert((k, s)) {
                 continue;
@@ -153,26 +160,21 @@ impl Facts {
                 return false;
             }
             let done = s || !strict;
-            match (k, b) {
-                _ if k == b && done => return true,
+            // The chain so far relates `lo` and `hi` (`lo < hi` if `s`, else `lo ≤ hi`).
+            let (lo, hi) = if backward { (goal, k) } else { (k, goal) };
+            match (lo, hi) {
+                _ if k == goal && done => return true,
                 (Key::Const(c), Key::Const(d)) if c < d || (c == d && done) => return true,
                 _ => {}
             }
-            for &e in self.from.get(&k).into_iter().flatten() {
-                if e < limit {
-                    let (_, to, st) = self.edges[e];
-                    todo.push((to, s || st));
+            for &e in adj.get(&k).into_iter().flatten() {
+                work += 1;
+                if work > 8 * SEARCH {
+                    return false;
                 }
-            }
-            // A constant is below every larger constant a fact starts at.
-            if let Key::Const(c) = k {
-                for &e in &self.consts {
-                    match self.edges[e].0 {
-                        Key::Const(d) if e < limit && c <= d && d != c => {
-                            todo.push((Key::Const(d), s || c < d))
-                        }
-                        _ => {}
-                    }
+                if e < limit {
+                    let (x, y, st) = self.edges[e];
+                    todo.push((if backward { x } else { y }, s || st));
                 }
             }
         }
