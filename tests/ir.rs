@@ -562,6 +562,17 @@ fn built(module: chad::internals::ir::compile::Module) -> chad::internals::nativ
         .unwrap_or_else(|e| panic!("{}", e.render(None)))
 }
 
+/// Two values equal bit for bit (`{:?}` prints the shortest representation that reads back
+/// exactly, and tells `-0.0` from `0.0`).
+fn same_bits<T: std::fmt::Debug>(a: &T, b: &T) -> Result<(), String> {
+    let (a, b) = (format!("{a:?}"), format!("{b:?}"));
+    if a == b {
+        Ok(())
+    } else {
+        Err(format!("{a} against {b}"))
+    }
+}
+
 /// Definition `k`'s native VJP against the IR interpreter's, bit for bit (`{:?}` prints the
 /// shortest representation that reads back exactly), or the same error. Returns whether the
 /// native one ran.
@@ -579,14 +590,7 @@ fn vjp_bit_for_bit(
             .map(|r| d.vjp_result(inputs, &r))
     });
     let nat = native.vjp_def(k, inputs, ct);
-    same_result("native vjp", &nat, &interp, |a, b| {
-        let (a, b) = (format!("{a:?}"), format!("{b:?}"));
-        if a == b {
-            Ok(())
-        } else {
-            Err(format!("{a} against {b}"))
-        }
-    })?;
+    same_result("native vjp", &nat, &interp, same_bits)?;
     Ok(nat.is_ok())
 }
 
@@ -855,15 +859,8 @@ def roots (xs : Array Real) : Real =
             chad::internals::ir::interp::run(prog, f, vec![x, dx]).map(|r| d.jvp_result(&r))
         });
         let nat = native.jvp_def(k, &args, &tangents);
-        same_result("native jvp", &nat, &interp, |a, b| {
-            let (a, b) = (format!("{a:?}"), format!("{b:?}"));
-            if a == b {
-                Ok(())
-            } else {
-                Err(format!("{a} against {b}"))
-            }
-        })
-        .unwrap_or_else(|e| panic!("{} at {xs:?}, {ts:?}: {e}", d.entry.name));
+        same_result("native jvp", &nat, &interp, same_bits)
+            .unwrap_or_else(|e| panic!("{} at {xs:?}, {ts:?}: {e}", d.entry.name));
         if let Ok((_, dy)) = &nat {
             assert!(!dy.expect_real().is_nan(), "{}: NaN tangent", d.entry.name);
         }
