@@ -139,9 +139,10 @@ pub struct Lowering {
     occ: linear::Occurrences,
     /// Linear variables that must be materialised (a sinking attempt failed).
     must_materialise: FxHashSet<VarId>,
-    sinks: Vec<linear::Sink>,
-    /// Materialisations in progress (ids; see `linear::Sink`).
-    barriers: Vec<u64>,
+    sinks: linear::Sinks,
+    /// Materialisations in progress (see `linear::Sink`): ids, and the sinks given a
+    /// destination inside each.
+    barriers: Vec<(u64, Vec<usize>)>,
     next_barrier: u64,
     /// Nodes inlined by static application so far, and the budget.
     inlined: usize,
@@ -221,7 +222,7 @@ impl Lowering {
             expansions: FxHashMap::default(),
             occ: linear::Occurrences::default(),
             must_materialise: FxHashSet::default(),
-            sinks: Vec::new(),
+            sinks: linear::Sinks::default(),
             barriers: Vec::new(),
             next_barrier: 0,
             inlined: 0,
