@@ -867,26 +867,14 @@ def roots (xs : Array Real) : Real =
     }
 }
 
-/// A long chain of linear `let`s (the reverse pass of a generated straight-line program, with
-/// cotangents used more than once): sinking attempts that fail are abandoned at once, which
-/// keeps the lowering linear (it lowered the rest of each failed attempt's scope first, 50 s
-/// for 3000 lets); and the gradient it produces still agrees with finite differences.
+/// A long chain of linear `let`s (the reverse pass of the bench's generated straight-line
+/// program, whose cotangents are used more than once): sinking attempts that fail are
+/// abandoned at once, which keeps the lowering linear (it lowered the rest of each failed
+/// attempt's scope first, 50 s for 3000 lets); and the gradient it produces still agrees with
+/// finite differences.
 #[test]
 fn a_long_straight_line_program_lowers_and_differentiates() {
-    let n = 1500;
-    let mut text = String::from("def chain (x : Real) (y : Real) : Real =\n");
-    text.push_str("  let v0 = x * 0.5 + y in\n  let v1 = sin v0 + 0.25 * v0 in\n");
-    for i in 2..n {
-        let (a, b) = (i - 1, i - 2);
-        let line = match i % 4 {
-            0 => format!("  let v{i} = cos v{a} * v{b} in\n"),
-            1 => format!("  let v{i} = tanh (v{a} * y) + 0.25 * v{b} in\n"),
-            2 => format!("  let v{i} = sin v{a} + 0.5 * v{b} * x in\n"),
-            _ => format!("  let v{i} = v{a} * v{b} * 0.25 + x in\n"),
-        };
-        text.push_str(&line);
-    }
-    text.push_str(&format!("  v{}\n", n - 1));
+    let text = chad::internals::bench::programs::straight_line(1500);
     let prog =
         chad::internals::source::load(&text, &chad::internals::prim::Registry::builtin()).unwrap();
     let entry = prog.entry(prog.defs.len() - 1);
