@@ -97,7 +97,7 @@ struct Attempt {
     abort: Option<usize>,
 }
 
-/// One logged change to a sink, undone by [`Sinks::undo`].
+/// One logged change to a sink, undone when an attempt fails (see [`Sinks::end`]).
 enum SinkUndo {
     /// It failed (it had not).
     Failed(usize),
