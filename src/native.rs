@@ -282,6 +282,7 @@ impl Native {
         let func = self.program.func(f);
         let mut bytes = Vec::new();
         for (x, a) in func.params.iter().zip(args) {
+            crate::ir::interp::check_lengths(&self.program.types, x.ty, a)?;
             encode(&self.program, x.ty, a, &mut bytes);
         }
         let prepare: PrepareFn = self.symbol("chad_prepare")?;

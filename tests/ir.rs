@@ -804,6 +804,91 @@ def offby (xs : Array Real) : Real = sum (build (length xs) (\\(i : Int) -> xs !
     );
 }
 
+/// Integer ranges (`ir/bounds.rs`, "Integer ranges"): index arithmetic on lengths and loop
+/// indices (a triangle in a flat array, a row-major matrix) is computed without overflow
+/// checks, in the primal and the gradient; arithmetic with an `Int` argument keeps its check,
+/// and where it overflows, native code fails with the interpreter's error at the same
+/// position. Values and gradients are the interpreter's bit for bit.
+#[test]
+fn proved_integer_ranges_agree_bit_for_bit() {
+    let src = "\
+def tri (q : Array Real) (v : Array Real) : Real =
+  let d = length v in
+  sum (build d (\\(r : Int) ->
+    sum (build r (\\(c : Int) -> q ! (d + c * (2 * d - c - 1) / 2 + r - c - 1) * v ! c))))
+
+def matvec (a : Array Real) (v : Array Real) : Real =
+  let n = length v in
+  sum (build (length a / n) (\\(r : Int) -> sum (build n (\\(c : Int) -> a ! (r * n + c) * v ! c))))
+
+def strided (xs : Array Real) (k : Int) : Real =
+  sum (build (length xs) (\\(i : Int) -> xs ! (i * k - i * k + i) * xs ! i))
+";
+    let (module, text) = emitted(src, false, true);
+    for f in ["tri", "tri_vjp", "matvec", "matvec_vjp"] {
+        // Only matvec's division by a length, which may be 0, keeps its test.
+        let body = emitted_fn(&text, f);
+        let want = usize::from(f.starts_with("matvec"));
+        assert_eq!(
+            body.matches("checked_").count(),
+            want,
+            "overflow checks in {f}:\n{body}"
+        );
+    }
+    for f in ["strided", "strided_vjp"] {
+        let body = emitted_fn(&text, f);
+        assert!(
+            body.contains("checked_mul"),
+            "the check of i * k is gone from {f}:\n{body}"
+        );
+    }
+    let native = built(module);
+    let xs = |n: usize| -> Value {
+        Value::reals(
+            (0..n)
+                .map(|i| (i as f64 * 0.37).sin() * 1.5 - 0.2)
+                .collect(),
+        )
+    };
+    let (mut ran, mut failed) = (0, 0);
+    for n in [0usize, 1, 2, 3, 5] {
+        let tri = n + n * n.saturating_sub(1) / 2;
+        let mut cases = vec![
+            (0, vec![xs(tri), xs(n)]),
+            (1, vec![xs(3 * n), xs(n)]),
+            (2, vec![xs(n), Value::Int(3)]),
+            // i * k overflows from i = 2 on.
+            (2, vec![xs(n), Value::Int(1 << 62)]),
+        ];
+        if tri > 0 {
+            cases.push((0, vec![xs(tri - 1), xs(n)]));
+        }
+        for (k, inputs) in cases {
+            let name = &native.defs[k].entry.name;
+            let d = &native.defs[k];
+            let interp = d.args(&inputs).and_then(|x| {
+                chad::internals::ir::interp::run(&native.program, d.primal, x)
+                    .map(|v| chad::internals::ir::interp::to_value(&d.entry.body.ty, &v))
+            });
+            same_result(
+                "native primal",
+                &native.eval_def(k, &inputs),
+                &interp,
+                same_bits,
+            )
+            .unwrap_or_else(|e| panic!("{name} at n = {n}: {e}"));
+            let ok = vjp_bit_for_bit(&native, k, &inputs, &Value::Real(1.0))
+                .unwrap_or_else(|e| panic!("{name} at n = {n}: {e}"));
+            ran += usize::from(ok);
+            failed += usize::from(!ok);
+        }
+    }
+    assert!(
+        ran >= 15 && failed >= 6,
+        "{ran} gradients ran, {failed} failed"
+    );
+}
+
 /// The Rust backend's speculative sums (`Emitter::speculable` in `ir/rust.rs`): a `sum` whose
 /// body scales (co)tangents with strong zeros runs first with plain products and only if the
 /// sum is NaN again with the strong zeros. It fires on Rosenbrock's and `sqrt`'s forward

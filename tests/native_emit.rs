@@ -196,6 +196,61 @@ fn main() {{
     }
 }
 
+/// The emitted functions refuse an argument array (or tangent, or cotangent array) longer
+/// than the longest array a program can make (`MAX_LEN`, 2^28 elements), naming the
+/// argument: the generated integer arithmetic on lengths is proved not to overflow from that
+/// bound (`ir/bounds.rs`). Arrays of `Unit` make long arguments that take no memory.
+#[test]
+fn arguments_longer_than_the_limit_are_refused() {
+    if !rustc_ok() {
+        return;
+    }
+    let dir = tmp("limit");
+    let model = dir.join("count.chad");
+    std::fs::write(
+        &model,
+        "def count (xs : Array Unit) (rows : Array (Array Unit)) (w : Real) : Real =\n  w * (toReal (length xs) + sum (map (\\(r : Array Unit) -> toReal (length r)) rows))\n",
+    )
+    .unwrap();
+    let out = chad::build::compile_to(&model, &dir, &Registry::builtin()).unwrap();
+    let main = format!(
+        r#"mod count {{ include!({path:?}); }}
+fn main() {{
+    let long = vec![(); (1 << 28) + 1];
+    let ok = vec![(); 1 << 28];
+    println!("{{:?}}", count::count(&ok, &[vec![(); 3]], 2.0).map_err(|e| e.to_string()));
+    println!("{{:?}}", count::count(&long, &[], 2.0).map_err(|e| e.to_string()));
+    println!("{{:?}}", count::count(&[], &[vec![], long.clone()], 2.0).map_err(|e| e.to_string()));
+    println!("{{:?}}", count::count_grad(&long, &[], 2.0).map(|g| g.0).map_err(|e| e.to_string()));
+}}
+"#,
+        path = out.display().to_string(),
+    );
+    std::fs::write(dir.join("main.rs"), main).unwrap();
+    let exe = dir.join("main");
+    let st = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+        .args(["--edition", "2021", "-D", "warnings", "-o"])
+        .arg(&exe)
+        .arg(dir.join("main.rs"))
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let run = Command::new(&exe).output().unwrap();
+    assert!(run.status.success());
+    let text = String::from_utf8(run.stdout).unwrap();
+    let want = "\
+Ok(536870918.0)
+Err(\"xs: length 268435457 exceeds the limit of 268435456 elements\")
+Err(\"rows: length 268435457 exceeds the limit of 268435456 elements\")
+Err(\"xs: length 268435457 exceeds the limit of 268435456 elements\")
+";
+    assert_eq!(text, want);
+}
+
 fn flatten(v: &Value, out: &mut Vec<f64>) {
     match v {
         Value::Real(x) => out.push(*x),

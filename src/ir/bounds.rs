@@ -43,7 +43,33 @@
 //! not from facts its body establishes: then `n ≤ len xs` when the loop starts. `check len`
 //! is never removed (the evaluators ask the memory budget there).
 //!
-//! Reverse-mode code is where this pays: a one-hot at a loop index lowers to `check
+//! # Integer ranges
+//!
+//! Beside the order facts, every integer variable has a range `[lo, hi]` (computed in
+//! `i128`, so that the range of a sum or product of two `i64` ranges is exact):
+//!
+//! ```text
+//! k (a constant)                  [k, k]
+//! len xs (an array)               [0, 2^28]     (every array's length; arguments are checked
+//!                                                on entry, `build`/`replicate` by check len)
+//! len xs (a list, a tape)         [0, 2^63 - 1]
+//! i of a loop over 0..n           [0, max(hi n - 1, 0)]                inside the body
+//! a + b, a - b, a · b, -a, a / b  the range of the operation on the operands' ranges
+//! max(a, b)                       [max(lo a, lo b), max(hi a, hi b)]
+//! argmax xs, argmin xs            [0, 2^28 - 1]
+//! check len(n)                    n ∩ [0, 2^28]                         after it
+//! check onehot(i, n)              i ∩ [0, max(hi n - 1, 0)]             after it
+//! check same_len(a, b)            a, b ∩ each other                    after it
+//! anything else                   [-2^63, 2^63 - 1]
+//! ```
+//!
+//! A checked integer primitive (`iadd`, `isub`, `imul`, `ineg`, `idiv`) whose range lies
+//! inside `i64` (and, for `idiv`, whose divisor's range excludes 0) cannot fail: its site
+//! becomes the internal one, and the Rust backend computes it without `checked_*`. Index
+//! arithmetic is where this pays (`d + c (2d - c - 1) / 2 + r - c - 1` for a triangular
+//! matrix in a flat array: every operand is a length or a loop index).
+//!
+//! Reverse-mode code is where the order facts pay: a one-hot at a loop index lowers to `check
 //! onehot(i, n); grow acc n; acc[i] += v`, and a read of the primal at the index of a
 //! triangular loop (`for c in 0..r` inside `for r in 0..len q`) is in range through `c < r <
 //! len q`. Nothing changes meaning: a removed check could not fail, a read marked internal
@@ -57,6 +83,42 @@ use rustc_hash::{FxHashMap, FxHashSet};
 /// The most keys one proof visits (and an eighth of the facts it may look at).
 const SEARCH: usize = 256;
 
+/// An integer range `[lo, hi]` (module doc, "Integer ranges").
+type Range = (i128, i128);
+
+/// The range of any `i64`.
+const FULL: Range = (i64::MIN as i128, i64::MAX as i128);
+
+/// The range of an array's length.
+const LENGTH: Range = (0, MAX_ARRAY_LEN as i128);
+
+/// Whether a range lies inside `i64`.
+fn fits(r: Range) -> bool {
+    FULL.0 <= r.0 && r.1 <= FULL.1
+}
+
+/// The range of a checked integer primitive's result on operands of the given ranges, if it
+/// cannot fail (module doc).
+fn int_prim(name: &str, xs: &[Range]) -> Option<Range> {
+    let corners = |f: &dyn Fn(i128, i128) -> i128, a: Range, b: Range| {
+        let c = [f(a.0, b.0), f(a.0, b.1), f(a.1, b.0), f(a.1, b.1)];
+        (
+            *c.iter().min().expect("4 corners"),
+            *c.iter().max().expect("4 corners"),
+        )
+    };
+    let r = match (name, xs) {
+        ("iadd", [a, b]) => (a.0 + b.0, a.1 + b.1),
+        ("isub", [a, b]) => (a.0 - b.1, a.1 - b.0),
+        ("imul", [a, b]) => corners(&|x, y| x * y, *a, *b),
+        ("ineg", [a]) => (-a.1, -a.0),
+        // Truncating division is monotone in each operand on either side of a divisor's 0.
+        ("idiv", [a, b]) if b.0 > 0 || b.1 < 0 => corners(&|x, y| x / y, *a, *b),
+        _ => return None,
+    };
+    fits(r).then_some(r)
+}
+
 /// Proves reads in range and checks true in every function of `p` (module doc).
 pub fn prove(p: &mut Program) {
     let internal = p.internal();
@@ -67,6 +129,8 @@ pub fn prove(p: &mut Program) {
             facts: Facts::default(),
             loops: FxHashMap::default(),
             internal,
+            ranges: FxHashMap::default(),
+            undo: Vec::new(),
         };
         pr.block(&mut f.body);
     }
@@ -188,12 +252,17 @@ struct Prover<'a> {
     /// A loop index ↦ the facts in scope at its loop, its own included.
     loops: FxHashMap<u32, usize>,
     internal: SiteId,
+    /// The integer variables' ranges where narrower than [`FULL`].
+    ranges: FxHashMap<u32, Range>,
+    /// The ranges narrowed in the blocks entered: the variable and its range before.
+    undo: Vec<(u32, Option<Range>)>,
 }
 
 impl Prover<'_> {
     fn block(&mut self, b: &mut Block) {
         deep(|| {
             let mark = self.facts.mark();
+            let ranges = self.undo.len();
             let stmts = std::mem::take(&mut b.stmts);
             let mut out = Vec::with_capacity(stmts.len());
             for mut s in stmts {
@@ -201,9 +270,10 @@ impl Prover<'_> {
                     Stmt::Let(x, e) => {
                         self.expr(e);
                         self.learn(x, e);
+                        self.range_of_let(x, e);
                     }
                     Stmt::Mut(_, e) | Stmt::Do(e) => self.expr(e),
-                    Stmt::For(i, n, body) => self.loop_body(i, n, body),
+                    Stmt::For(i, n, body) => self.loop_body(i, n, body, false),
                     Stmt::Loop(body) => self.block(body),
                     Stmt::Check(c, _) => {
                         if self.proved(c) {
@@ -217,23 +287,116 @@ impl Prover<'_> {
             }
             b.stmts = out;
             self.facts.reset(mark);
+            self.reset_ranges(ranges);
         })
     }
 
-    fn loop_body(&mut self, i: &Var, n: &Atom, body: &mut Block) {
+    /// A loop's body; `built`: the loop of a `build`, whose body runs only if `n` is a
+    /// valid length.
+    fn loop_body(&mut self, i: &Var, n: &Atom, body: &mut Block, built: bool) {
         let mark = self.facts.mark();
         self.facts.le(Key::Const(0), Key::Var(i.id));
         if let Some(n) = key(n) {
             self.facts.lt(Key::Var(i.id), n);
         }
         self.loops.insert(i.id, self.facts.mark());
+        let ranges = self.undo.len();
+        let below = self.below(n);
+        self.narrow(i.id, below);
+        if built {
+            self.narrow(i.id, (0, LENGTH.1 - 1));
+        }
         self.block(body);
         self.facts.reset(mark);
+        self.reset_ranges(ranges);
+    }
+
+    /// The range of an integer operand.
+    fn range(&self, a: &Atom) -> Range {
+        match a {
+            Atom::I64(k) => (*k as i128, *k as i128),
+            Atom::Var(x) => self.ranges.get(&x.id).copied().unwrap_or(FULL),
+            _ => FULL,
+        }
+    }
+
+    /// `[0, max(hi n - 1, 0)]`: an index below `n` (a loop's, a one-hot's).
+    fn below(&self, n: &Atom) -> Range {
+        (0, (self.range(n).1 - 1).max(0))
+    }
+
+    /// Narrows `x`'s range to its intersection with `r`, until the enclosing block ends.
+    fn narrow(&mut self, x: u32, r: Range) {
+        let old = self.ranges.get(&x).copied();
+        let now = old.unwrap_or(FULL);
+        let new = (now.0.max(r.0), now.1.min(r.1));
+        if new != now {
+            self.undo.push((x, old));
+            self.ranges.insert(x, new);
+        }
+    }
+
+    /// Forgets the narrowings made since `mark`.
+    fn reset_ranges(&mut self, mark: usize) {
+        while self.undo.len() > mark {
+            let (x, old) = self.undo.pop().expect("an entry above the mark");
+            match old {
+                Some(r) => self.ranges.insert(x, r),
+                None => self.ranges.remove(&x),
+            };
+        }
+    }
+
+    /// The range of `let x = e` (module doc), marking a checked integer primitive that
+    /// cannot fail internal.
+    fn range_of_let(&mut self, x: &Var, e: &mut Expr) {
+        if let Expr::Build(Atom::Var(n), ..) | Expr::Replicate(Atom::Var(n), ..) = e {
+            // Past a `build` or `replicate`, its length was valid.
+            self.narrow(n.id, LENGTH);
+        }
+        if !matches!(self.p.types.kind(x.ty), TyKind::I64) {
+            return;
+        }
+        let r = match e {
+            Expr::Atom(a) => self.range(a),
+            Expr::Len(Atom::Var(xs)) => match self.p.types.kind(xs.ty) {
+                TyKind::Array(_) => LENGTH,
+                _ => (0, FULL.1),
+            },
+            Expr::Op(Op::IAdd, xs) => {
+                let (a, b) = (self.range(&xs[0]), self.range(&xs[1]));
+                let r = (a.0 + b.0, a.1 + b.1);
+                if fits(r) { r } else { FULL }
+            }
+            Expr::Op(Op::IMax, xs) => {
+                let (a, b) = (self.range(&xs[0]), self.range(&xs[1]));
+                (a.0.max(b.0), a.1.max(b.1))
+            }
+            Expr::Prim(p, xs, site) => match p.name() {
+                "argmax" | "argmin" => (0, LENGTH.1 - 1),
+                name => {
+                    let rs: Vec<Range> = xs.iter().map(|a| self.range(a)).collect();
+                    match int_prim(name, &rs) {
+                        Some(r) => {
+                            *site = self.internal;
+                            r
+                        }
+                        None => FULL,
+                    }
+                }
+            },
+            _ => FULL,
+        };
+        if r != FULL {
+            // `x` is defined once (SSA): its range holds wherever it is in scope.
+            self.ranges.insert(x.id, r);
+        }
     }
 
     fn expr(&mut self, e: &mut Expr) {
         match e {
-            Expr::Build(n, i, b, _) | Expr::Sum(n, i, b) => self.loop_body(i, n, b),
+            Expr::Build(n, i, b, _) => self.loop_body(i, n, b, true),
+            Expr::Sum(n, i, b) => self.loop_body(i, n, b, false),
             Expr::Iterate(_, _, b, _, _) => self.block(b),
             Expr::If(_, a, b) => {
                 self.block(a);
@@ -322,6 +485,22 @@ impl Prover<'_> {
 
     /// The facts a check that passed establishes.
     fn assume(&mut self, c: &Check) {
+        match c {
+            Check::OneHot(Atom::Var(i), n) => {
+                let below = self.below(n);
+                self.narrow(i.id, below);
+            }
+            Check::SameLen(_, a, b) => {
+                let (ra, rb) = (self.range(a), self.range(b));
+                for (x, r) in [(a, rb), (b, ra)] {
+                    if let Atom::Var(x) = x {
+                        self.narrow(x.id, r);
+                    }
+                }
+            }
+            Check::Len(_, Atom::Var(n)) => self.narrow(n.id, LENGTH),
+            _ => {}
+        }
         let f = &mut self.facts;
         match c {
             Check::OneHot(i, n) => {
@@ -511,5 +690,118 @@ mod tests {
         });
         assert_eq!(text.matches("check map2").count(), 1, "{text}");
         assert!(text.contains("zs_1[i_5] @1"), "{text}");
+    }
+
+    #[test]
+    fn integer_primitives_have_the_ranges_of_their_operations() {
+        let r = |name: &str, xs: &[Range]| int_prim(name, xs);
+        assert_eq!(r("iadd", &[(0, 10), (-3, 5)]), Some((-3, 15)));
+        assert_eq!(r("isub", &[(0, 10), (3, 5)]), Some((-5, 7)));
+        assert_eq!(r("imul", &[(-2, 3), (-7, 5)]), Some((-21, 15)));
+        assert_eq!(r("ineg", &[(-2, 3)]), Some((-3, 2)));
+        assert_eq!(r("idiv", &[(-7, 9), (2, 4)]), Some((-3, 4)));
+        assert_eq!(r("idiv", &[(-7, 9), (-4, -2)]), Some((-4, 3)));
+        // A divisor that may be 0, a quotient that may overflow, operands that may overflow.
+        assert_eq!(r("idiv", &[(1, 9), (-1, 1)]), None);
+        assert_eq!(r("idiv", &[FULL, (-1, -1)]), None);
+        assert_eq!(r("imul", &[LENGTH, (0, 1 << 40)]), None);
+        assert_eq!(r("iadd", &[(0, FULL.1), (1, 1)]), None);
+        assert_eq!(r("isub", &[(FULL.0, 0), (1, 1)]), None);
+        assert_eq!(r("ineg", &[FULL]), None);
+        assert_eq!(r("irem", &[(0, 1), (1, 2)]), None);
+    }
+
+    #[test]
+    fn index_arithmetic_on_lengths_and_loop_indices_cannot_overflow() {
+        // For r < len ys, c < r: d + c (2d - c - 1) / 2 + r is proved, as is len · len;
+        // anything with the parameter n, a division by c (which may be 0) and a product of
+        // two triangle offsets (up to 2^114) stay checked.
+        let text = proved(|p, [ys, _, n], s| {
+            let reg = crate::prim::Registry::builtin();
+            let mut prim = |p: &mut Program, name: &str, xs: Vec<Atom>, out: &mut Vec<Stmt>| {
+                let x = p.var(name, Ty::I64);
+                let f = reg.get(name).expect("a builtin").clone();
+                out.push(Stmt::Let(x.clone(), Expr::Prim(f, xs, s)));
+                v(&x)
+            };
+            let (m, lm) = len(p, ys);
+            let (r, c) = (p.var("r", Ty::I64), p.var("c", Ty::I64));
+            let mut inner = Vec::new();
+            let two_d = prim(p, "imul", vec![Atom::I64(2), v(&m)], &mut inner);
+            let a = prim(p, "isub", vec![two_d, v(&c)], &mut inner);
+            let a = prim(p, "isub", vec![a, Atom::I64(1)], &mut inner);
+            let a = prim(p, "imul", vec![v(&c), a], &mut inner);
+            let off = prim(p, "idiv", vec![a, Atom::I64(2)], &mut inner);
+            let a = prim(p, "iadd", vec![v(&m), off.clone()], &mut inner);
+            prim(p, "iadd", vec![a, v(&r)], &mut inner);
+            prim(p, "imul", vec![v(&m), v(&m)], &mut inner);
+            prim(p, "ineg", vec![v(&c)], &mut inner);
+            let mut risky = Vec::new();
+            prim(p, "imul", vec![v(n), v(&c)], &mut risky);
+            prim(p, "idiv", vec![v(&m), v(&c)], &mut risky);
+            prim(p, "imul", vec![off.clone(), off], &mut risky);
+            inner.extend(risky);
+            vec![lm, for_(&r, v(&m), vec![for_(&c, v(&r), inner)])]
+        });
+        assert_eq!(text.matches("@1").count(), 9, "{text}");
+        assert_eq!(text.matches("@0").count(), 3, "{text}");
+        for risky in [
+            "imul(n_2, c_5) @0",
+            "idiv(m_3, c_5) @0",
+            "idiv_10, idiv_10) @0",
+        ] {
+            assert!(text.contains(risky), "{risky} in {text}");
+        }
+    }
+
+    #[test]
+    fn a_checked_length_bounds_what_follows_it_only() {
+        // n · n is safe after `check len(n)` (n ≤ 2^28), not before it, and not after a
+        // check in a branch; a loop index is below its bound.
+        let text = proved(|p, [_, _, n], s| {
+            let reg = crate::prim::Registry::builtin();
+            let imul = reg.get("imul").expect("imul").clone();
+            let sq = |p: &mut Program, a: &Var| {
+                Stmt::Let(
+                    p.var("sq", Ty::I64),
+                    Expr::Prim(imul.clone(), vec![v(a), v(a)], s),
+                )
+            };
+            let i = p.var("i", Ty::I64);
+            let before = sq(p, n);
+            let branch = Stmt::Do(Expr::If(
+                Atom::Bool(true),
+                Block::unit(vec![Stmt::Check(Check::Len("build", v(n)), s)]),
+                Block::unit(vec![]),
+            ));
+            let after_branch = sq(p, n);
+            let check = Stmt::Check(Check::Len("build", v(n)), s);
+            let after = sq(p, n);
+            let in_loop = sq(p, &i);
+            vec![
+                before,
+                branch,
+                after_branch,
+                check,
+                after,
+                for_(&i, v(n), vec![in_loop]),
+            ]
+        });
+        assert!(
+            text.contains("sq_4: i64 = prim imul(n_2, n_2) @0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sq_5: i64 = prim imul(n_2, n_2) @0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sq_6: i64 = prim imul(n_2, n_2) @1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sq_7: i64 = prim imul(i_3, i_3) @1"),
+            "{text}"
+        );
     }
 }

@@ -76,7 +76,44 @@ fn invariant(what: &str, found: &Val) -> ! {
 
 /// Runs function `f` of `p` on `args`.
 pub fn run(p: &Program, f: FuncId, args: Vec<Val>) -> Result<Val> {
+    for (x, a) in p.func(f).params.iter().zip(&args) {
+        check_lengths(&p.types, x.ty, a)?;
+    }
     Interp { p }.call(f, args)
+}
+
+/// Checks that every array in an argument `v` of type `t` has at most
+/// [`value::MAX_ARRAY_LEN`] elements, as every array a program makes has: the bound that
+/// [`super::bounds`] proves integer arithmetic on lengths and indices safe with.
+pub fn check_lengths(types: &Types, t: Ty, v: &Val) -> Result<()> {
+    lengths_within(types, t, v, value::MAX_ARRAY_LEN as usize)
+}
+
+fn lengths_within(types: &Types, t: Ty, v: &Val, limit: usize) -> Result<()> {
+    if !types.has_arrays(t) {
+        return Ok(());
+    }
+    deep(|| match (types.kind(t), v) {
+        (TyKind::Array(e), Val::Array(xs)) => {
+            if xs.len() > limit {
+                return Err(crate::error::Error::runtime(format!(
+                    "an argument's array has {} elements, over the limit of {limit} elements",
+                    xs.len(),
+                )));
+            }
+            xs.iter()
+                .try_for_each(|x| lengths_within(types, *e, x, limit))
+        }
+        (TyKind::Tuple(cs), Val::Tuple(xs)) => cs
+            .iter()
+            .zip(xs.iter())
+            .try_for_each(|(c, x)| lengths_within(types, *c, x, limit)),
+        (TyKind::Enum(e), Val::Enum(tag, x)) => {
+            let payload = types.enums()[*e as usize].variants[*tag as usize].1;
+            lengths_within(types, payload, x, limit)
+        }
+        _ => Ok(()),
+    })
 }
 
 struct Interp<'a> {
@@ -634,4 +671,33 @@ pub fn tangent_from_value(ty: &Type, t: &Value) -> Val {
         )),
         _ => panic!("internal error: tangent {t} at type {ty}"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argument_arrays_are_checked_against_the_limit_at_every_depth() {
+        let mut types = Types::default();
+        let row = types.array(Ty::F64);
+        let rows = types.array(row);
+        let pair = types.tuple(vec![Ty::F64, rows]);
+        let e = types.new_enum("E");
+        types.add_variant(e, "l", Ty::F64);
+        types.add_variant(e, "r", pair);
+        let reals = |n: usize| Val::Array(Rc::new(vec![Val::F64(1.0); n]));
+        let v = |r: Vec<Val>| {
+            Val::Enum(
+                1,
+                Rc::new(Val::Tuple(
+                    vec![Val::F64(0.0), Val::Array(Rc::new(r))].into(),
+                )),
+            )
+        };
+        assert!(lengths_within(&types, e, &v(vec![reals(3), reals(2)]), 3).is_ok());
+        assert!(lengths_within(&types, e, &v(vec![reals(4)]), 3).is_err());
+        assert!(lengths_within(&types, e, &v(vec![reals(1); 4]), 3).is_err());
+        assert!(lengths_within(&types, e, &Val::Enum(0, Rc::new(Val::F64(1.0))), 0).is_ok());
+    }
 }

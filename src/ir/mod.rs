@@ -235,6 +235,28 @@ impl Types {
         }
     }
 
+    /// Whether values of `t` contain arrays: the values whose arrays' lengths are checked on
+    /// entry (at most [`crate::value::MAX_ARRAY_LEN`] elements, which [`bounds`] relies on).
+    /// Lists (tapes) are internal and never arguments.
+    pub fn has_arrays(&self, t: Ty) -> bool {
+        fn go(ts: &Types, t: Ty, seen: &mut Vec<Ty>) -> bool {
+            if seen.contains(&t) {
+                return false;
+            }
+            seen.push(t);
+            match ts.kind(t) {
+                TyKind::Array(_) => true,
+                TyKind::Tuple(cs) => cs.iter().any(|c| go(ts, *c, seen)),
+                TyKind::Enum(e) => ts.enums[*e as usize]
+                    .variants
+                    .iter()
+                    .any(|(_, v)| go(ts, *v, seen)),
+                _ => false,
+            }
+        }
+        crate::deep::deep(|| go(self, t, &mut Vec::new()))
+    }
+
     /// The definition of an enum type.
     pub fn enum_def(&self, t: Ty) -> &EnumDef {
         &self.enums[self.enum_index(t) as usize]

@@ -254,8 +254,20 @@ impl std::fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// The longest array `build` and `replicate` make.
+/// The longest array `build` and `replicate` make, and the longest an argument may have.
 pub const MAX_LEN: i64 = 1 << 28;
+
+/// Checks an argument array's length (`what`: which argument) against [`MAX_LEN`]: the
+/// generated code's integer arithmetic on lengths and indices relies on it.
+#[allow(dead_code)]
+fn arg_len(what: &'static str, n: usize) -> Result<(), Error> {
+    if n as u64 <= MAX_LEN as u64 {
+        Ok(())
+    } else {
+        let len = i64::try_from(n).unwrap_or(i64::MAX);
+        Err(Error { site: usize::MAX, kind: ErrorKind::Length { op: what, len } })
+    }
+}
 
 #[allow(dead_code)]
 fn check_len(op: &'static str, len: i64, site: usize) -> Result<usize, Error> {
@@ -2370,7 +2382,11 @@ impl<'a> Emitter<'a> {
     fn cannot_fail(&self, s: &Stmt) -> bool {
         match s {
             Stmt::Let(_, e) | Stmt::Mut(_, e) => match e {
-                Expr::Index(_, _, site) => Some(*site) == self.internal_site(),
+                Expr::Index(_, _, site) | Expr::Prim(_, _, site)
+                    if Some(*site) == self.internal_site() =>
+                {
+                    true
+                }
                 Expr::IndexOr0(..) | Expr::Get(_) | Expr::Take(_) => true,
                 e => super::opt::infallible(e),
             },
@@ -3071,6 +3087,17 @@ impl<'a> Emitter<'a> {
                 x[0], x[1], x[0], x[1]
             )
         };
+        if Some(site) == self.internal_site() {
+            // Proved not to overflow (nor divide by 0) by `bounds` (its "Integer ranges").
+            match p.name() {
+                "iadd" => return Ok(format!("{}.wrapping_add({})", x[0], x[1])),
+                "isub" => return Ok(format!("{}.wrapping_sub({})", x[0], x[1])),
+                "imul" => return Ok(format!("{}.wrapping_mul({})", x[0], x[1])),
+                "idiv" => return Ok(format!("{} / {}", x[0], x[1])),
+                "ineg" => return Ok(format!("{}.wrapping_neg()", x[0])),
+                _ => {}
+            }
+        }
         Ok(match p.name() {
             "sin" | "cos" | "tan" | "exp" | "sqrt" | "tanh" | "abs" => {
                 format!("f64::{}({})", p.name(), x[0])
@@ -3218,6 +3245,7 @@ impl<'a> Emitter<'a> {
             let ty = super::lower::lookup_source_ty(self.types(), t)
                 .ok_or_else(|| internal("a parameter type"))?;
             let _ = writeln!(args, "    let a{}: {} = {conv};", k + 1, self.vt(ty));
+            args.push_str(&self.len_check(ty, &format!("a{}", k + 1), &pn[k]));
         }
         let names: Vec<String> = (1..=n).map(|k| format!("a{k}")).collect();
         let ctx = names
@@ -3245,6 +3273,9 @@ impl<'a> Emitter<'a> {
                 let d = self.tangent_arg(t, &tn[k])?;
                 dctx = format!("({dctx}, {d})");
             }
+            let dt = self.p.func(f).params[1].ty;
+            let dcheck = self.len_check(dt, "dctx", "tangent");
+            let dctx = format!("{{ let dctx = {dctx};\n{dcheck}    dctx }}");
             let tret = self.pub_tangent_out(&x.result);
             let tconv = self.tangent_result(&x.result, "dy", "y0")?;
             let _ = write!(
@@ -3260,6 +3291,9 @@ impl<'a> Emitter<'a> {
         if let Some(f) = x.vjp {
             let ct = self.pub_tangent_in(&x.result);
             let ct_conv = self.tangent_arg(&x.result, "ct")?;
+            let ct_ty = self.p.func(f).params[1].ty;
+            let ct_check = self.len_check(ct_ty, "ct", "cotangent");
+            let ct_conv = format!("{{ let ct = {ct_conv};\n{ct_check}    ct }}");
             let grads: Vec<String> = x.params.iter().map(|t| self.pub_tangent_out(t)).collect();
             let mut unpack = String::from("    let c0 = dctx;\n");
             for k in (0..n).rev() {
@@ -3298,6 +3332,66 @@ impl<'a> Emitter<'a> {
             }
         }
         Ok(out)
+    }
+
+    /// The statements checking the arrays in the IR value `x` of type `t` (the argument
+    /// `what`) against `MAX_LEN` (`arg_len`), or nothing when `t` has no arrays.
+    fn len_check(&mut self, t: Ty, x: &str, what: &str) -> String {
+        if !self.types().has_arrays(t) {
+            return String::new();
+        }
+        let f = self.len_checker(t);
+        format!("    {f}(&{x}, {what:?})?;\n")
+    }
+
+    /// The helper checking the arrays in a value of type `t` (which has arrays).
+    fn len_checker(&mut self, t: Ty) -> String {
+        let name = format!("arg_lens_{}", t.0);
+        if self.helpers.contains_key(&name) {
+            return name;
+        }
+        self.helpers.insert(name.clone(), String::new());
+        let mut body = String::new();
+        match self.types().kind(t).clone() {
+            TyKind::Array(e) => {
+                body.push_str("    arg_len(what, x.len())?;\n");
+                if self.types().has_arrays(e) {
+                    let f = self.len_checker(e);
+                    let _ = writeln!(
+                        body,
+                        "    for e in x.iter() {{\n        {f}(e, what)?;\n    }}"
+                    );
+                }
+            }
+            TyKind::Tuple(cs) => {
+                for (k, c) in cs.iter().enumerate() {
+                    if self.types().has_arrays(*c) {
+                        let f = self.len_checker(*c);
+                        let _ = writeln!(body, "    {f}(&x.{k}, what)?;");
+                    }
+                }
+            }
+            TyKind::Enum(_) => {
+                let def = self.types().enum_def(t).clone();
+                let _ = writeln!(body, "    match x {{");
+                for (tag, (_, payload)) in def.variants.iter().enumerate() {
+                    if self.types().has_arrays(*payload) {
+                        let f = self.len_checker(*payload);
+                        let _ = writeln!(body, "        {}::V{tag}(p) => {f}(p, what)?,", def.name);
+                    } else {
+                        let _ = writeln!(body, "        {}::V{tag}(_) => {{}}", def.name);
+                    }
+                }
+                body.push_str("    }\n");
+            }
+            _ => {}
+        }
+        let src = format!(
+            "\n#[allow(dead_code, clippy::all)]\nfn {name}(x: &{}, what: &'static str) -> Result<(), Error> {{\n{body}    Ok(())\n}}\n",
+            self.vt(t)
+        );
+        self.helpers.insert(name.clone(), src);
+        name
     }
 
     /// The Rust type a public function takes for a source type.
