@@ -718,7 +718,7 @@ mod tests {
         // two triangle offsets (up to 2^114) stay checked.
         let text = proved(|p, [ys, _, n], s| {
             let reg = crate::prim::Registry::builtin();
-            let mut prim = |p: &mut Program, name: &str, xs: Vec<Atom>, out: &mut Vec<Stmt>| {
+            let prim = |p: &mut Program, name: &str, xs: Vec<Atom>, out: &mut Vec<Stmt>| {
                 let x = p.var(name, Ty::I64);
                 let f = reg.get(name).expect("a builtin").clone();
                 out.push(Stmt::Let(x.clone(), Expr::Prim(f, xs, s)));
