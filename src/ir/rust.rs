@@ -671,6 +671,11 @@ struct Emitter<'a> {
     mutated: FxHashSet<u32>,
     /// Variables bound to a reference into another value (a field or element only read).
     borrowed: FxHashSet<u32>,
+    /// The `let`-bound projections of each variable: (variable, type).
+    projections: FxHashMap<u32, Vec<(u32, Ty)>>,
+    /// Tuples taken from an accumulator and only read through projections: kept in the
+    /// accumulator's spelling (`Vec`s), not frozen ([`Emitter::read_only_take`]).
+    views: FxHashSet<u32>,
     /// Accumulator slices hoisted out of the loops being emitted: the root, the path to the
     /// array, the loop index that selects an element, and the slice's name.
     slices: Vec<(u32, Vec<Step>, String)>,
@@ -733,6 +738,8 @@ struct Use {
     deeper: bool,
     /// Uses that consume the value (the others only read it: indexing, lengths, fields).
     owned: u32,
+    /// Uses as the tuple of a `let`-bound projection.
+    projs: u32,
 }
 
 fn var_name(x: &super::Var) -> String {
@@ -770,6 +777,8 @@ impl<'a> Emitter<'a> {
             consts: FxHashMap::default(),
             mutated: FxHashSet::default(),
             borrowed: FxHashSet::default(),
+            projections: FxHashMap::default(),
+            views: FxHashSet::default(),
             slices: Vec::new(),
             next_slice: 0,
             padded: FxHashMap::default(),
@@ -1289,6 +1298,8 @@ impl<'a> Emitter<'a> {
         self.accs.clear();
         self.mutated.clear();
         self.borrowed.clear();
+        self.projections.clear();
+        self.views.clear();
         for x in &f.params {
             self.uses.entry(x.id).or_default();
         }
@@ -1343,6 +1354,32 @@ impl<'a> Emitter<'a> {
         if let Some(v) = v.filter(|v| v.is_finite() && *v != 0.0) {
             self.consts.insert(x.id, v);
         }
+    }
+
+    /// Whether a value `x` of type `t`, taken from an accumulator, can stay in the
+    /// accumulator's spelling without a freeze: a tuple used only through `let`-bound
+    /// projections, whose tuple fields are the same, whose real-array fields are only read
+    /// (borrowed as slices, which a `Vec` gives as well as an `Arr`), and whose other fields
+    /// are spelled alike in both representations (scalars).
+    fn read_only_take(&self, x: u32, t: Ty) -> bool {
+        deep(|| {
+            let u = self.uses.get(&x).copied().unwrap_or_default();
+            match self.types().kind(t) {
+                _ if self.at(t) == self.vt(t) => true,
+                TyKind::Array(e) => *e == Ty::F64 && u.owned == 0,
+                TyKind::Tuple(_) => {
+                    u.owned == 0
+                        && u.count == u.projs
+                        && self
+                            .projections
+                            .get(&x)
+                            .into_iter()
+                            .flatten()
+                            .all(|(c, ct)| self.read_only_take(*c, *ct))
+                }
+                _ => false,
+            }
+        })
     }
 
     /// Whether the variable is in the accumulator representation.
@@ -1447,6 +1484,10 @@ impl<'a> Emitter<'a> {
             Stmt::Let(x, e) => {
                 self.walk_expr(e, depth);
                 self.def(x, depth);
+                if let Expr::Proj(Atom::Var(a), _) = e {
+                    self.uses.entry(a.id).or_default().projs += 1;
+                    self.projections.entry(a.id).or_default().push((x.id, x.ty));
+                }
             }
             Stmt::Mut(m, e) => {
                 self.walk_expr(e, depth);
@@ -2566,12 +2607,17 @@ impl<'a> Emitter<'a> {
                     // a slice).
                     Some(r) => {
                         self.borrowed.insert(x.id);
-                        let _ = write!(
-                            line,
-                            "let {}: {} = {r};",
-                            self.decl_name(x),
+                        // A tuple field of a view is one too, in the accumulator's spelling
+                        // (an array field's `&Vec<f64>` is the slice `vref` spells).
+                        let view = matches!(e, Expr::Proj(Atom::Var(a), _) if self.views.contains(&a.id))
+                            && matches!(self.types().kind(x.ty), TyKind::Tuple(_));
+                        let ty = if view {
+                            self.views.insert(x.id);
+                            format!("&{}", self.at(x.ty))
+                        } else {
                             self.vref(x.ty)
-                        );
+                        };
+                        let _ = write!(line, "let {}: {ty} = {r};", self.decl_name(x));
                     }
                     // An array built here and only read (indexed, measured, sliced): a
                     // plain `Vec`, without the shared handle's second allocation.
@@ -2581,6 +2627,23 @@ impl<'a> Emitter<'a> {
                         self.local_vec = false;
                         let elem = self.vt(self.types().elem(x.ty));
                         let _ = write!(line, "let {}: Vec<{elem}> = {};", self.decl_name(x), e?);
+                    }
+                    // A tuple of real arrays taken from an accumulator and only read through
+                    // its fields: it stays in the accumulator's spelling.
+                    None if matches!(e, Expr::Take(m) if self.is_acc(&m.0))
+                        && !self.is_acc(x)
+                        && matches!(self.types().kind(x.ty), TyKind::Tuple(_))
+                        && self.read_only_take(x.id, x.ty) =>
+                    {
+                        let Expr::Take(m) = e else { unreachable!() };
+                        self.views.insert(x.id);
+                        let _ = write!(
+                            line,
+                            "let {}: {} = {};",
+                            self.decl_name(x),
+                            self.at(x.ty),
+                            self.get(m, true)
+                        );
                     }
                     // A real accumulator array taken and then only read: it stays the
                     // `Vec` (no freeze into a shared handle).
