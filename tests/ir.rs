@@ -889,6 +889,59 @@ def strided (xs : Array Real) (k : Int) : Real =
     );
 }
 
+/// The Rust backend keeps a tuple of real arrays taken from an accumulator and only read
+/// through its fields in the accumulator's spelling (`Vec`s, `Emitter::read_only_take`)
+/// instead of freezing it into shared arrays: it fires in GMM's reverse sweep (the cotangent
+/// of `qtimesv`'s three arrays, per point and component), and the gradients are the
+/// interpreter's bit for bit, as is the error of a point of the wrong dimension.
+#[test]
+fn read_only_cotangent_tuples_are_not_frozen() {
+    let src = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gmm.chad"),
+    )
+    .unwrap();
+    let (module, text) = emitted(&src, false, true);
+    let vjp = emitted_fn(&text, "gmm_vjp");
+    assert!(
+        vjp.contains(": ((Vec<f64>, Vec<f64>,), Vec<f64>,) = acc_"),
+        "the cotangent tuple is frozen:\n{vjp}"
+    );
+    let native = built(module);
+    let k = native
+        .defs
+        .iter()
+        .position(|d| &*d.entry.name == "gmm")
+        .unwrap();
+    let mut seed = 0.25f64;
+    let mut next = || {
+        seed = (seed * 3.7 + 0.13).fract();
+        seed * 2.0 - 1.0
+    };
+    let mut reals = |n: usize| Value::reals((0..n).map(|_| next()).collect());
+    let mut matrix = |rows: usize, cols: usize| {
+        Value::Array(std::rc::Rc::new((0..rows).map(|_| reals(cols)).collect()))
+    };
+    let (d, kk, n) = (3, 2, 4);
+    let alphas = matrix(1, kk);
+    let Value::Array(alphas) = alphas else {
+        unreachable!()
+    };
+    let ok: Vec<Value> = vec![
+        alphas[0].clone(),
+        matrix(kk, d),
+        matrix(kk, d + d * (d - 1) / 2),
+        matrix(n, d),
+        Value::Real(1.0),
+        Value::Int(0),
+    ];
+    let mut bad = ok.clone();
+    bad[3] = matrix(n, d + 1);
+    for (inputs, runs) in [(ok, true), (bad, false)] {
+        let ran = vjp_bit_for_bit(&native, k, &inputs, &Value::Real(1.0)).unwrap();
+        assert_eq!(ran, runs);
+    }
+}
+
 /// The Rust backend's speculative sums (`Emitter::speculable` in `ir/rust.rs`): a `sum` whose
 /// body scales (co)tangents with strong zeros runs first with plain products and only if the
 /// sum is NaN again with the strong zeros. It fires on Rosenbrock's and `sqrt`'s forward
