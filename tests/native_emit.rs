@@ -100,6 +100,27 @@ fn emitted_modules_compile_without_warnings() {
     );
 }
 
+/// Builds `main` (a program that `include!`s an emitted module) in `dir` with `rustc -D
+/// warnings`, runs it, and returns what it printed.
+fn run_main(dir: &std::path::Path, main: &str) -> String {
+    std::fs::write(dir.join("main.rs"), main).unwrap();
+    let exe = dir.join("main");
+    let st = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+        .args(["--edition", "2021", "-D", "warnings", "-o"])
+        .arg(&exe)
+        .arg(dir.join("main.rs"))
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let run = Command::new(&exe).output().unwrap();
+    assert!(run.status.success());
+    String::from_utf8(run.stdout).unwrap()
+}
+
 /// The example crate's program through `chad::build::compile_to`, called from Rust.
 #[test]
 fn build_api_module_is_callable_and_agrees_with_the_library() {
@@ -140,22 +161,7 @@ fn main() {{
             .collect::<Vec<_>>()
             .join(", "),
     );
-    std::fs::write(dir.join("main.rs"), main).unwrap();
-    let exe = dir.join("main");
-    let st = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
-        .args(["--edition", "2021", "-D", "warnings", "-o"])
-        .arg(&exe)
-        .arg(dir.join("main.rs"))
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
-    let run = Command::new(&exe).output().unwrap();
-    assert!(run.status.success());
-    let text = String::from_utf8(run.stdout).unwrap();
+    let text = run_main(&dir, &main);
     let mut lines = text.lines();
     let mut got: Vec<f64> = Vec::new();
     for l in lines.by_ref().take(1 + 2 + 1 + 6 + 3 + 1 + 4) {
@@ -226,22 +232,7 @@ fn main() {{
 "#,
         path = out.display().to_string(),
     );
-    std::fs::write(dir.join("main.rs"), main).unwrap();
-    let exe = dir.join("main");
-    let st = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
-        .args(["--edition", "2021", "-D", "warnings", "-o"])
-        .arg(&exe)
-        .arg(dir.join("main.rs"))
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
-    let run = Command::new(&exe).output().unwrap();
-    assert!(run.status.success());
-    let text = String::from_utf8(run.stdout).unwrap();
+    let text = run_main(&dir, &main);
     let want = "\
 Ok(536870918.0)
 Err(\"xs: length 268435457 exceeds the limit of 268435456 elements\")

@@ -363,10 +363,10 @@ impl Prover<'_> {
                 TyKind::Array(_) => LENGTH,
                 _ => (0, FULL.1),
             },
+            // The lowering's own addition wraps rather than fails.
             Expr::Op(Op::IAdd, xs) => {
-                let (a, b) = (self.range(&xs[0]), self.range(&xs[1]));
-                let r = (a.0 + b.0, a.1 + b.1);
-                if fits(r) { r } else { FULL }
+                let rs = [self.range(&xs[0]), self.range(&xs[1])];
+                int_prim("iadd", &rs).unwrap_or(FULL)
             }
             Expr::Op(Op::IMax, xs) => {
                 let (a, b) = (self.range(&xs[0]), self.range(&xs[1]));
