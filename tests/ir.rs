@@ -1039,3 +1039,44 @@ fn a_long_straight_line_program_lowers_and_differentiates() {
         );
     }
 }
+
+/// Native sums follow the crate's one summation order (`value::sum_reals`: chunks of 4096,
+/// eight lanes, a fixed combination) bit for bit at every edge of a block of eight and of a
+/// chunk, for `sum` of an array, `dot`, and a summed `build` (the emitted `sum_by` loop), on
+/// terms spread over 18 orders of magnitude so that any other order rounds differently.
+#[test]
+fn native_sums_keep_the_fixed_order_at_block_and_chunk_edges() {
+    let src = "\
+def total (xs : Array Real) : Real = sum xs
+
+def dotted (xs : Array Real) (ys : Array Real) : Real = dot xs ys
+
+def squares (xs : Array Real) : Real = sum (build (length xs) (\\(i : Int) -> xs ! i * xs ! i))
+";
+    let (module, _) = emitted(src, false, false);
+    let native = built(module);
+    let term = |i: usize| (i as f64 * 0.37).sin() * 10f64.powi((i % 7) as i32 * 3 - 9);
+    for n in [
+        0usize, 1, 7, 8, 9, 15, 16, 4095, 4096, 4097, 4103, 4104, 8191, 8192, 8193, 12295,
+    ] {
+        let xs: Vec<f64> = (0..n).map(term).collect();
+        let ys: Vec<f64> = (0..n).map(|i| term(i + 3)).collect();
+        let want = [
+            chad::internals::value::sum_reals(xs.iter().copied()),
+            chad::internals::value::sum_reals(xs.iter().zip(&ys).map(|(x, y)| x * y)),
+            chad::internals::value::sum_reals(xs.iter().map(|x| x * x)),
+        ];
+        let inputs = [
+            vec![Value::reals(xs.clone())],
+            vec![Value::reals(xs.clone()), Value::reals(ys.clone())],
+            vec![Value::reals(xs.clone())],
+        ];
+        for (k, (args, want)) in inputs.iter().zip(want).enumerate() {
+            let got = native
+                .eval_def(k, args)
+                .unwrap_or_else(|e| panic!("{}", e.render(None)));
+            same_bits(&got, &Value::Real(want))
+                .unwrap_or_else(|e| panic!("{} at n = {n}: {e}", native.defs[k].entry.name));
+        }
+    }
+}
