@@ -1080,3 +1080,57 @@ def squares (xs : Array Real) : Real = sum (build (length xs) (\\(i : Int) -> xs
         }
     }
 }
+
+/// Buffer reuse (`Emitter::loop_pools`): the reverse sweep's per-row accumulators of a map
+/// over ragged rows take their buffer from the previous row's, and the gradients stay the
+/// interpreter's bit for bit while the rows grow, shrink to nothing and grow again (a
+/// reused buffer that kept its old elements, or kept its old length, shows here).
+#[test]
+fn loop_local_accumulators_reuse_their_buffer() {
+    let src = "\
+def g (xs : Array (Array Real)) : Real =
+  sum (map (\\x -> let c = map (\\a -> a * a - 1.0) x in sum (map (\\y -> y * y) c) * sum c) xs)
+
+def h (xs : Array (Array Real)) : Real =
+  sum (map (\\x -> let c = map (\\a -> a * a - 1.0) x in c ! 0 * c ! (length c - 1)) xs)
+";
+    let (module, text) = emitted(src, false, true);
+    // g's accumulators are filled by stores, h's by two one-hot additions.
+    for f in ["g_vjp", "h_vjp"] {
+        let body = emitted_fn(&text, f);
+        assert!(
+            body.contains("pooled("),
+            "no reused accumulator in {f}:\n{body}"
+        );
+    }
+    let native = built(module);
+    let row = |n: usize, s: f64| -> Value {
+        Value::reals((0..n).map(|i| (i as f64 * 0.7 + s).sin() * 2.0).collect())
+    };
+    let rows = |lens: &[usize]| -> Value {
+        Value::array(
+            &chad::internals::types::Type::array(chad::internals::types::Type::Real),
+            lens.iter()
+                .enumerate()
+                .map(|(k, &n)| row(n, k as f64))
+                .collect(),
+        )
+    };
+    for lens in [
+        &[3usize, 0, 5, 1, 4][..],
+        &[6, 2, 2, 7],
+        &[4, 1, 3, 3, 8, 2],
+        &[0, 0, 3],
+        &[1],
+        &[],
+    ] {
+        for ct in [1.0, -0.5, 0.0, f64::NAN] {
+            // h indexes every row at 0: its rows are not empty.
+            for k in [0, 1].into_iter().filter(|&k| k == 0 || !lens.contains(&0)) {
+                let ran = vjp_bit_for_bit(&native, k, &[rows(lens)], &Value::Real(ct))
+                    .unwrap_or_else(|e| panic!("def {k}, rows {lens:?}, cotangent {ct}: {e}"));
+                assert!(ran, "def {k}, rows {lens:?}: the native VJP failed");
+            }
+        }
+    }
+}

@@ -316,6 +316,17 @@ fn pad_f64(xs: &[f64], n: i64) -> std::borrow::Cow<'_, [f64]> {
     }
 }
 
+/// `n` zeros in `pool`'s buffer, which is left empty: an accumulator array local to a loop
+/// iteration reuses the previous iteration's allocation (`Emitter::loop_pools`).
+#[allow(dead_code)]
+#[inline]
+fn pooled(pool: &mut Vec<f64>, n: i64) -> Vec<f64> {
+    let mut v = std::mem::take(pool);
+    v.clear();
+    v.resize(n.max(0) as usize, 0.0);
+    v
+}
+
 /// `c * x` with a strong zero: exactly 0 where either factor is 0.
 #[allow(dead_code)]
 #[inline(always)]
@@ -703,6 +714,9 @@ struct Emitter<'a> {
     /// The `build` being emitted is bound to a variable that is only read (never moved):
     /// its result stays a `Vec` ([`Stmt::Let`] in [`Emitter::stmt`]).
     local_vec: bool,
+    /// Accumulator arrays local to a loop iteration whose buffer is reused from one
+    /// iteration to the next ([`Emitter::loop_pools`]): the `mut`'s id and the pool's name.
+    pools: FxHashMap<u32, String>,
 }
 
 /// How a `+=` into a windowed accumulator ([`Emitter::window`]) is emitted: to the local
@@ -789,6 +803,7 @@ impl<'a> Emitter<'a> {
             versioned: false,
             stores: FxHashSet::default(),
             local_vec: false,
+            pools: FxHashMap::default(),
         };
         e.find_recursive();
         e.find_no_debug();
@@ -1382,6 +1397,57 @@ impl<'a> Emitter<'a> {
         })
     }
 
+    /// Whether `let x = e` takes a real accumulator array that is then only read: `x`
+    /// stays the `Vec` (no freeze into a shared handle).
+    fn vec_take(&self, x: &super::Var, e: &Expr) -> bool {
+        let u = self.uses.get(&x.id).copied().unwrap_or_default();
+        matches!(e, Expr::Take(m) if self.is_acc(&m.0))
+            && u.owned == 0
+            && !self.is_acc(x)
+            && matches!(self.types().kind(x.ty), TyKind::Array(t) if *t == Ty::F64)
+    }
+
+    /// Buffer reuse: the real accumulator arrays local to one iteration of a loop whose
+    /// `body` declares them zero (`mut m = zero`, at its top level), later takes them into a
+    /// variable that is only read ([`Emitter::vec_take`], also at the top level), and does
+    /// not touch them after that. Each iteration's array dies with the iteration, so its
+    /// buffer can serve the next one: the loop keeps a pool vector, the `mut` starts as the
+    /// pool's buffer cleared (zeros as it grows, as from empty), and the taken variable is
+    /// moved back into the pool at the end of the iteration. Returned: the `mut`s and the
+    /// taken variables.
+    fn loop_pools(&self, body: &Block) -> Vec<(super::Var, super::Var)> {
+        let mut out = Vec::new();
+        for (h, s) in body.stmts.iter().enumerate() {
+            let Stmt::Mut(m, Expr::Zero(_)) = s else {
+                continue;
+            };
+            if !self.is_acc(&m.0)
+                || !matches!(self.types().kind(m.0.ty), TyKind::Array(t) if *t == Ty::F64)
+            {
+                continue;
+            }
+            let take = body.stmts[h + 1..]
+                .iter()
+                .position(|s| matches!(s, Stmt::Let(_, Expr::Take(t)) if t.0.id == m.0.id));
+            let Some(t) = take.map(|t| h + 1 + t) else {
+                continue;
+            };
+            let Stmt::Let(x, e) = &body.stmts[t] else {
+                continue;
+            };
+            let touched = std::cell::Cell::new(false);
+            walk_stmts_places(
+                &body.stmts[t + 1..],
+                &mut |q| touched.set(touched.get() || q.root.0.id == m.0.id),
+                &mut |r| touched.set(touched.get() || r.0.id == m.0.id),
+            );
+            if !touched.get() && self.vec_take(x, e) {
+                out.push((m.0.clone(), x.clone()));
+            }
+        }
+        out
+    }
+
     /// Whether the variable is in the accumulator representation.
     fn is_acc(&self, x: &super::Var) -> bool {
         self.reps.contains(&x.id)
@@ -1808,14 +1874,23 @@ impl<'a> Emitter<'a> {
                     );
                 }
                 Stmt::Grow(p, n) if fresh.contains(&k) => {
-                    // Grown from empty: allocated zeroed (`calloc`), not filled.
+                    // Grown from empty: allocated zeroed (`calloc`), not filled; a pooled
+                    // array zeroed in its pool's buffer.
                     Self::indent(out, depth);
-                    let _ = writeln!(
-                        out,
-                        "{} = vec![0.0; {}.max(0) as usize];",
-                        self.place(p),
-                        self.read(n)
-                    );
+                    let _ = match self.pools.get(&p.root.0.id).filter(|_| p.path.is_empty()) {
+                        Some(pool) => writeln!(
+                            out,
+                            "{} = pooled(&mut {pool}, {});",
+                            self.place(p),
+                            self.read(n)
+                        ),
+                        None => writeln!(
+                            out,
+                            "{} = vec![0.0; {}.max(0) as usize];",
+                            self.place(p),
+                            self.read(n)
+                        ),
+                    };
                 }
                 Stmt::For(i, n, body) => self.for_loop(i, n, body, &stmts[..k], depth, out)?,
                 _ => self.stmt(s, depth, out)?,
@@ -1999,6 +2074,19 @@ impl<'a> Emitter<'a> {
         let d = depth + usize::from(carried) + usize::from(!factors.is_empty());
         let (mut before, mut head, mut tail, mut after) =
             (String::new(), String::new(), String::new(), String::new());
+        // Buffers reused across iterations: declared before the loop, refilled at the end of
+        // each iteration.
+        let pools = self.loop_pools(body);
+        let mut refill = String::new();
+        for (m, x) in &pools {
+            self.next_slice += 1;
+            let pool = format!("pool{}_{}", self.next_slice, var_name(m));
+            Self::indent(&mut before, d);
+            let _ = writeln!(before, "let mut {pool}: Vec<f64> = Vec::new();");
+            Self::indent(&mut refill, d + 1);
+            let _ = writeln!(refill, "{pool} = {};", self.decl_name(x));
+            self.pools.insert(m.id, pool);
+        }
         let (mut redirected, mut loads_at) = (Vec::new(), Vec::new());
         for (name, w) in windows {
             let local = |r: i64| format!("{name}_w{r}");
@@ -2060,6 +2148,7 @@ impl<'a> Emitter<'a> {
             let mut b = String::from("{\n");
             b.push_str(&head);
             let r = e.stmts(&body.stmts, d + 1, &mut b);
+            b.push_str(&refill);
             b.push_str(&tail);
             Self::indent(&mut b, d);
             b.push('}');
@@ -2079,6 +2168,9 @@ impl<'a> Emitter<'a> {
         };
         let r = emit_body(self);
         self.versioned = was_versioned;
+        for (m, _) in &pools {
+            self.pools.remove(&m.id);
+        }
         self.unpad(added);
         for _ in 0..pushed {
             self.slices.pop();
@@ -2647,11 +2739,7 @@ impl<'a> Emitter<'a> {
                     }
                     // A real accumulator array taken and then only read: it stays the
                     // `Vec` (no freeze into a shared handle).
-                    None if matches!(e, Expr::Take(m) if self.is_acc(&m.0))
-                        && u.owned == 0
-                        && !self.is_acc(x)
-                        && matches!(self.types().kind(x.ty), TyKind::Array(t) if *t == Ty::F64) =>
-                    {
+                    None if self.vec_take(x, e) => {
                         let Expr::Take(m) = e else { unreachable!() };
                         let _ = write!(
                             line,
@@ -2692,6 +2780,11 @@ impl<'a> Emitter<'a> {
                         self.convert_rep(m.0.ty, v, false, true)
                     }
                     _ => self.bound_expr(e, m.0.ty, rep, depth)?,
+                };
+                // A pooled array starts as the pool's buffer, cleared.
+                let init = match self.pools.get(&m.0.id) {
+                    Some(pool) => format!("pooled(&mut {pool}, 0)"),
+                    None => init,
                 };
                 let _ = write!(line, "{kw} {name}: {} = {init};", self.var_ty(&m.0));
             }
