@@ -756,6 +756,17 @@ struct Use {
     projs: u32,
 }
 
+/// Whether the statements mention the mutable variable `root` (a place in it, or a read).
+fn touches(ss: &[Stmt], root: u32) -> bool {
+    let touched = std::cell::Cell::new(false);
+    walk_stmts_places(
+        ss,
+        &mut |q| touched.set(touched.get() || q.root.0.id == root),
+        &mut |r| touched.set(touched.get() || r.0.id == root),
+    );
+    touched.get()
+}
+
 fn var_name(x: &super::Var) -> String {
     let mut s: String = x
         .name
@@ -1435,13 +1446,7 @@ impl<'a> Emitter<'a> {
             let Stmt::Let(x, e) = &body.stmts[t] else {
                 continue;
             };
-            let touched = std::cell::Cell::new(false);
-            walk_stmts_places(
-                &body.stmts[t + 1..],
-                &mut |q| touched.set(touched.get() || q.root.0.id == m.0.id),
-                &mut |r| touched.set(touched.get() || r.0.id == m.0.id),
-            );
-            if !touched.get() && self.vec_take(x, e) {
+            if !touches(&body.stmts[t + 1..], m.0.id) && self.vec_take(x, e) {
                 out.push((m.0.clone(), x.clone()));
             }
         }
@@ -1919,15 +1924,6 @@ impl<'a> Emitter<'a> {
     /// positions), so that no zero is assigned and dropped unread.
     fn fresh_fills(&mut self, stmts: &[Stmt]) -> (FxHashSet<usize>, FxHashSet<usize>) {
         let (mut grows, mut deferred) = (FxHashSet::default(), FxHashSet::default());
-        let touches = |ss: &[Stmt], root: u32| {
-            let touched = std::cell::Cell::new(false);
-            walk_stmts_places(
-                ss,
-                &mut |q| touched.set(touched.get() || q.root.0.id == root),
-                &mut |r| touched.set(touched.get() || r.0.id == root),
-            );
-            touched.get()
-        };
         for (k, s) in stmts.iter().enumerate() {
             let Stmt::Grow(p, n) = s else { continue };
             let root = p.root.0.id;
