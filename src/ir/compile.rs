@@ -97,6 +97,8 @@ impl Module {
         // Again: `hoist_invariants` and `unzip_arrays` make more grows loop-invariant.
         crate::ir::opt::hoist_grows(&mut program);
         crate::ir::bounds::prove(&mut program);
+        // Last: rustc's time grows faster than linearly in the size of one function.
+        crate::ir::split::split_long_functions(&mut program);
         Ok(Module { program, defs })
     }
 }

@@ -61,6 +61,7 @@ pub mod opt;
 pub mod print;
 pub mod reps;
 pub mod rust;
+pub mod split;
 
 use crate::error::Span;
 use crate::prim::Prim;
@@ -973,4 +974,79 @@ impl Program {
         }
         out
     }
+}
+
+/// Calls `f` on every variable of a block at any depth, binders and uses, immutable ones and
+/// those inside [`MutVar`]s (declarations, `set`, places, `get`, `take`), in order: the one
+/// traversal for renaming variables.
+pub fn for_each_var_mut(b: &mut Block, f: &mut dyn FnMut(&mut Var)) {
+    fn atom(a: &mut Atom, f: &mut dyn FnMut(&mut Var)) {
+        if let Atom::Var(x) = a {
+            f(x);
+        }
+    }
+    fn place(p: &mut Place, f: &mut dyn FnMut(&mut Var)) {
+        f(&mut p.root.0);
+        for st in &mut p.path {
+            if let Step::Elem(i) = st {
+                atom(i, f);
+            }
+        }
+    }
+    fn expr(e: &mut Expr, f: &mut dyn FnMut(&mut Var)) {
+        for_each_operand_mut(e, &mut |a| atom(a, f));
+        match e {
+            Expr::Build(_, i, ..) | Expr::Sum(_, i, _) | Expr::Iterate(_, i, ..) => f(i),
+            Expr::Match(_, arms) => arms
+                .iter_mut()
+                .filter_map(|a| a.bind.as_mut())
+                .for_each(&mut *f),
+            Expr::Get(m) | Expr::Take(m) => f(&mut m.0),
+            _ => {}
+        }
+        for_each_block_mut(e, &mut |b| for_each_var_mut(b, f));
+    }
+    crate::deep::deep(|| {
+        for s in &mut b.stmts {
+            match s {
+                Stmt::Let(x, e) => {
+                    f(x);
+                    expr(e, f);
+                }
+                Stmt::Mut(m, e) => {
+                    f(&mut m.0);
+                    expr(e, f);
+                }
+                Stmt::Do(e) => expr(e, f),
+                Stmt::Set(m, a) => {
+                    f(&mut m.0);
+                    atom(a, f);
+                }
+                Stmt::AddTo {
+                    place: p,
+                    value,
+                    scale,
+                } => {
+                    place(p, f);
+                    atom(value, f);
+                    if let Some(c) = scale {
+                        atom(c, f);
+                    }
+                }
+                Stmt::Grow(p, n) => {
+                    place(p, f);
+                    atom(n, f);
+                }
+                Stmt::For(i, n, body) => {
+                    f(i);
+                    atom(n, f);
+                    for_each_var_mut(body, f);
+                }
+                Stmt::Loop(body) => for_each_var_mut(body, f),
+                Stmt::Check(..) => for_each_stmt_operand_mut(s, &mut |a| atom(a, f)),
+                Stmt::Break => {}
+            }
+        }
+        atom(&mut b.result, f);
+    })
 }
