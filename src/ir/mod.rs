@@ -976,32 +976,54 @@ impl Program {
     }
 }
 
+/// How a variable occurs ([`for_each_var_mut`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Occurrence {
+    /// It is bound here (a `let`, `mut`, loop index, match payload, `iterate` state).
+    pub binds: bool,
+    /// It is a mutable variable (a [`MutVar`]'s).
+    pub mutable: bool,
+}
+
 /// Calls `f` on every variable of a block at any depth, binders and uses, immutable ones and
-/// those inside [`MutVar`]s (declarations, `set`, places, `get`, `take`), in order: the one
-/// traversal for renaming variables.
-pub fn for_each_var_mut(b: &mut Block, f: &mut dyn FnMut(&mut Var)) {
-    fn atom(a: &mut Atom, f: &mut dyn FnMut(&mut Var)) {
+/// those inside [`MutVar`]s (declarations, `set`, places, `get`, `take`), in order, with how
+/// it occurs: the one traversal for finding and renaming variables.
+pub fn for_each_var_mut(b: &mut Block, f: &mut dyn FnMut(&mut Var, Occurrence)) {
+    const USE: Occurrence = Occurrence {
+        binds: false,
+        mutable: false,
+    };
+    const BIND: Occurrence = Occurrence {
+        binds: true,
+        mutable: false,
+    };
+    const MUT: Occurrence = Occurrence {
+        binds: false,
+        mutable: true,
+    };
+    fn atom(a: &mut Atom, f: &mut dyn FnMut(&mut Var, Occurrence)) {
         if let Atom::Var(x) = a {
-            f(x);
+            f(x, USE);
         }
     }
-    fn place(p: &mut Place, f: &mut dyn FnMut(&mut Var)) {
-        f(&mut p.root.0);
+    fn place(p: &mut Place, f: &mut dyn FnMut(&mut Var, Occurrence)) {
+        f(&mut p.root.0, MUT);
         for st in &mut p.path {
             if let Step::Elem(i) = st {
                 atom(i, f);
             }
         }
     }
-    fn expr(e: &mut Expr, f: &mut dyn FnMut(&mut Var)) {
+    fn expr(e: &mut Expr, f: &mut dyn FnMut(&mut Var, Occurrence)) {
         for_each_operand_mut(e, &mut |a| atom(a, f));
         match e {
-            Expr::Build(_, i, ..) | Expr::Sum(_, i, _) | Expr::Iterate(_, i, ..) => f(i),
-            Expr::Match(_, arms) => arms
-                .iter_mut()
-                .filter_map(|a| a.bind.as_mut())
-                .for_each(&mut *f),
-            Expr::Get(m) | Expr::Take(m) => f(&mut m.0),
+            Expr::Build(_, i, ..) | Expr::Sum(_, i, _) | Expr::Iterate(_, i, ..) => f(i, BIND),
+            Expr::Match(_, arms) => {
+                for x in arms.iter_mut().filter_map(|a| a.bind.as_mut()) {
+                    f(x, BIND);
+                }
+            }
+            Expr::Get(m) | Expr::Take(m) => f(&mut m.0, MUT),
             _ => {}
         }
         for_each_block_mut(e, &mut |b| for_each_var_mut(b, f));
@@ -1010,16 +1032,22 @@ pub fn for_each_var_mut(b: &mut Block, f: &mut dyn FnMut(&mut Var)) {
         for s in &mut b.stmts {
             match s {
                 Stmt::Let(x, e) => {
-                    f(x);
+                    f(x, BIND);
                     expr(e, f);
                 }
                 Stmt::Mut(m, e) => {
-                    f(&mut m.0);
+                    f(
+                        &mut m.0,
+                        Occurrence {
+                            binds: true,
+                            mutable: true,
+                        },
+                    );
                     expr(e, f);
                 }
                 Stmt::Do(e) => expr(e, f),
                 Stmt::Set(m, a) => {
-                    f(&mut m.0);
+                    f(&mut m.0, MUT);
                     atom(a, f);
                 }
                 Stmt::AddTo {
@@ -1038,7 +1066,7 @@ pub fn for_each_var_mut(b: &mut Block, f: &mut dyn FnMut(&mut Var)) {
                     atom(n, f);
                 }
                 Stmt::For(i, n, body) => {
-                    f(i);
+                    f(i, BIND);
                     atom(n, f);
                     for_each_var_mut(body, f);
                 }

@@ -5,62 +5,81 @@
 //! its JVP, its VJP with a tape of `O(n)` values), and rustc's optimiser spends time
 //! quadratic in the size of one function or basic block on them (instruction scheduling of a
 //! basic block, MIR destination propagation; note 07 §8): 10³ lets compiled in 13 s, 3·10³
-//! in 113 s, 10⁴ not within 15 minutes. [`split_long_functions`] cuts every function whose
-//! body has more than [`MAX_BODY`] statements (counted at every depth) into *parts* of about
-//! [`PART`] statements, each its own function, so that every function the backend sees is
-//! small and the total compile time grows linearly.
+//! in 113 s, 10⁴ not within 15 minutes. Nested AD makes such blocks too: the apply function
+//! of one closure of saddle's `rr` is a `match` with one arm of 60 000 statements.
+//! [`split_long_functions`] cuts every block with more than [`MAX_BODY`] statements (counted
+//! at every depth) into *parts* of about [`PART`] statements, each its own function, so that
+//! every function the backend sees is small and the total compile time grows linearly.
 //!
 //! # The rule
 //!
-//! Only the top level of a function body is cut, between statements; a part is a run of
-//! consecutive top-level statements `S` and becomes a function `f_partK`, the function's body
-//! keeping its last run (the tail) and its result. For each part, in order:
+//! Blocks are split innermost first (a long arm inside a long function is split before the
+//! function's body is measured), and only between the statements of the block itself: a part
+//! is a run of consecutive statements `S` of the block and becomes a function `f_partK` called
+//! where `S` was; the block keeps what is not outlined (the statements after the last part,
+//! and the *pinned* ones below) and its result. For each part:
 //!
-//! * its *inputs* are the variables `S` mentions (at any depth) that are defined outside it:
-//!   the function's parameters and the outputs of earlier parts (no other variable defined
-//!   before `S` is still in scope in the function: every statement before it moved into an
-//!   earlier part). They are passed as one tuple (or as the one value, or nothing);
-//! * a `mut` variable among the inputs is passed by value: the function takes it (`let a =
-//!   take m`, its last read there), the part starts with `mut m = a`;
-//! * its *outputs* are the variables bound at `S`'s top level and the `mut`s it was passed
-//!   or declares that a later statement or the result mentions (liveness by a backward pass,
-//!   computed once). A `mut` output is read at the part's end by `take` and declared again
-//!   in the function, `mut m' = t.k`, under a fresh identity `m'` that every later mention
-//!   of `m` is renamed to (a variable is defined once per function); an immutable output
-//!   keeps its identity (`let x = t.k`): it was defined in the part, a different function.
+//! * its *inputs* are the variables `S` mentions (at any depth) that it does not bind: the
+//!   block's earlier variables and the enclosing ones. They are passed as one tuple (or as the
+//!   one value, or nothing);
+//! * a `mut` variable among the inputs is passed by value: the block takes it (`let a = take
+//!   m`, its last read before the call), the part starts with `mut m = a`, and if a later
+//!   statement of the block mentions `m`, the part returns it (`take m` at its end) and the
+//!   block sets it again (`set m = t.k`);
+//! * its other *outputs* are the variables bound at `S`'s top level that a later statement or
+//!   the block's result mentions (`let x = t.k`, `mut m = t.k` for a `mut` declared in `S`).
+//!
+//! A `mut` declared outside the block is never passed: a statement that mentions one is
+//! *pinned* (it stays in the block, between parts), since what the enclosing code does with it
+//! after the block is not visible here. So is a statement that may `break` out of a `loop`
+//! around it (the `loop` is not in the part). And a run is only cut where every `mut` it passes holds
+//! a value: a `take` leaves a `mut` without one until a `set` (reverse code applies a linear
+//! function to an accumulator as `let a = take acc; let y = call acc_apply(f, v, a); set acc =
+//! y`), so no part begins where a `mut` it mentions may have been taken, or ends where one
+//! mentioned later may have been (a `take` inside a branch or a loop counts as one that
+//! happened).
 //!
 //! The statements run in the same order with the same values, so every value and every
 //! runtime error is the same: a call of a function that is not recursive takes no step of
-//! the step budget and no level of the recursion depth limit, and a `take` followed by `mut`
-//! of the same value is a move. `take` is the last read of the variable: after the call only
-//! the fresh `m'` is read. What is left of a cut `mut` is its representation in the Rust
-//! backend: an array accumulator passed between parts is converted to a value and back
-//! (O(1) per array, an allocation), once per part and never inside a loop, since only the top
-//! level is cut.
+//! the step budget and no level of the recursion depth limit, and `take` followed by `mut`
+//! (or `set`) of the same value is a move. Variables keep their identities: an input or
+//! output is bound in both the block and the part, which are different functions. What is
+//! left of a passed `mut` is its representation in the Rust backend: an array accumulator
+//! passed to a part is converted to a value and back (O(1) per array, an allocation) per call.
 
-use super::{Atom, Block, Expr, Func, FuncId, MutVar, Program, Stmt, Var, for_each_var_mut};
+use super::{Atom, Block, Expr, Func, FuncId, MutVar, Occurrence, Program, Stmt, Var, for_each_var_mut};
 use crate::deep::deep;
 use rustc_hash::{FxHashMap, FxHashSet};
 
-/// A function whose body has more statements than this (at every depth) is split.
+/// A block with more statements than this (at every depth) is split.
 pub const MAX_BODY: usize = 1500;
 
 /// The statements (at every depth) a part gets before it is cut.
 pub const PART: usize = 500;
 
-/// Splits every function of `p` whose body is longer than [`MAX_BODY`] statements into parts
-/// of about [`PART`] statements (see the module doc).
+/// Splits every block of `p` longer than [`MAX_BODY`] statements into parts of about
+/// [`PART`] statements (see the module doc).
 pub fn split_long_functions(p: &mut Program) {
     split_functions(p, MAX_BODY, PART);
 }
 
-/// [`split_long_functions`] with the bounds given: functions whose body has more than
-/// `max_body` statements, parts of about `part`.
+/// [`split_long_functions`] with the bounds given: blocks with more than `max_body`
+/// statements, parts of about `part`.
 pub fn split_functions(p: &mut Program, max_body: usize, part: usize) {
     let n = p.funcs.len();
     for k in 0..n {
         if weight(&p.funcs[k].body) > max_body {
-            split_func(p, k, part.max(1));
+            let mut body = std::mem::replace(&mut p.funcs[k].body, Block::unit(Vec::new()));
+            let name = p.funcs[k].name.clone();
+            let mut s = Splitter {
+                p,
+                name,
+                made: 0,
+                max_body,
+                part: part.max(1),
+            };
+            s.block(&mut body);
+            p.funcs[k].body = body;
         }
     }
 }
@@ -83,11 +102,9 @@ fn stmt_weight(s: &Stmt) -> usize {
 }
 
 /// Updates `open`, the `mut`s that may not hold a value after the statements so far, by
-/// statement `s`: a `take` leaves a `mut` without a value until a `set` or `mut` gives it one
-/// (`take acc; let y = call acc_apply(f, v, a); set acc = y` is how reverse code applies a
-/// linear function to an accumulator). A `take` at the top level of `s` opens its `mut`; a
-/// `set` or `mut` closes it; a `take` anywhere inside `s`'s blocks (a branch, a loop) opens
-/// it too, as it may have run, and nothing inside a block closes one.
+/// statement `s`: a `take` at the top level of `s` opens its `mut`, a `set` or `mut` closes
+/// it, and a `take` anywhere inside `s`'s blocks (a branch, a loop) opens it too, as it may
+/// have run; nothing inside a block closes one.
 fn unsettled(s: &Stmt, open: &mut FxHashSet<u32>) {
     let nested = |e: &Expr, open: &mut FxHashSet<u32>| {
         super::for_each_block(e, &mut |b| {
@@ -120,128 +137,205 @@ fn unsettled(s: &Stmt, open: &mut FxHashSet<u32>) {
     }
 }
 
+/// Whether `s` may leave a `loop` around it: it is a `break`, or has one outside any `loop`
+/// of its own.
+fn breaks_out(s: &Stmt) -> bool {
+    let block = |b: &Block| deep(|| b.stmts.iter().any(breaks_out));
+    match s {
+        Stmt::Break => true,
+        Stmt::Loop(_) => false,
+        Stmt::For(_, _, b) => block(b),
+        Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => {
+            let mut any = false;
+            super::for_each_block(e, &mut |b| any |= block(b));
+            any
+        }
+        _ => false,
+    }
+}
+
 /// Calls `f` on every variable of a statement (at every depth, binders included).
-fn vars_of(s: &mut Stmt, f: &mut dyn FnMut(&mut Var)) {
+fn vars_of(s: &mut Stmt, f: &mut dyn FnMut(&mut Var, Occurrence)) {
     let mut b = Block::unit(vec![std::mem::replace(s, Stmt::Break)]);
     for_each_var_mut(&mut b, f);
     *s = b.stmts.pop().expect("the statement just wrapped");
 }
 
-fn split_func(p: &mut Program, k: usize, part: usize) {
-    let mut stmts = std::mem::take(&mut p.funcs[k].body.stmts);
-    let mut result = p.funcs[k].body.result.clone();
-    let params = p.funcs[k].params.clone();
-    let name = p.funcs[k].name.clone();
+struct Splitter<'a> {
+    p: &'a mut Program,
+    /// The function being split: parts are named after it.
+    name: String,
+    /// Parts made so far.
+    made: usize,
+    max_body: usize,
+    part: usize,
+}
 
-    // The cuts: a part ends at the first cut point once it has `part` statements, and a
-    // tail of at least one statement stays in the function. A cut point is one where every
-    // `mut` mentioned later holds a value (see `unsettled`).
-    let mut last: FxHashMap<u32, usize> = FxHashMap::default();
-    for (i, s) in stmts.iter_mut().enumerate() {
-        vars_of(s, &mut |x| {
-            last.insert(x.id, i);
-        });
-    }
-    let mut cuts = Vec::new();
-    let mut run = 0;
-    let mut open: FxHashSet<u32> = FxHashSet::default();
-    for (i, s) in stmts.iter().enumerate() {
-        unsettled(s, &mut open);
-        run += stmt_weight(s);
-        if run >= part && i + 1 < stmts.len() && open.iter().all(|m| last[m] <= i) {
-            cuts.push(i + 1);
-            run = 0;
-        }
-    }
-    if cuts.is_empty() {
-        p.funcs[k].body.stmts = stmts;
-        return;
-    }
-
-    // Liveness at each cut: the variables mentioned from there on (original identities).
-    let mut live_after: Vec<FxHashSet<u32>> = vec![FxHashSet::default(); cuts.len()];
-    let mut live = FxHashSet::default();
-    if let Atom::Var(x) = &result {
-        live.insert(x.id);
-    }
-    let mut c = cuts.len();
-    for i in (0..stmts.len()).rev() {
-        vars_of(&mut stmts[i], &mut |x| {
-            live.insert(x.id);
-        });
-        if c > 0 && i == cuts[c - 1] {
-            live_after[c - 1] = live.clone();
-            c -= 1;
-        }
-    }
-
-    // What the function has in scope between parts: identity -> (variable, mutable).
-    let mut scope: FxHashMap<u32, (Var, bool)> =
-        params.iter().map(|x| (x.id, (x.clone(), false))).collect();
-    // The `mut`s declared again in the function: original identity -> current variable,
-    // and back.
-    let mut renamed: FxHashMap<u32, Var> = FxHashMap::default();
-    let mut original: FxHashMap<u32, u32> = FxHashMap::default();
-    let mut body: Vec<Stmt> = Vec::new();
-    let mut rest = stmts.into_iter();
-    let mut start = 0;
-    for (n, (&end, after)) in cuts.iter().zip(&live_after).enumerate() {
-        let mut seg: Vec<Stmt> = rest.by_ref().take(end - start).collect();
-        start = end;
-        // Mentions of `mut`s the function declared again, and the inputs in order of first
-        // mention.
-        let mut inputs: Vec<(Var, bool)> = Vec::new();
-        let mut seen = FxHashSet::default();
-        for s in &mut seg {
-            vars_of(s, &mut |x| {
-                if let Some(v) = renamed.get(&x.id) {
-                    *x = v.clone();
+impl Splitter<'_> {
+    /// Splits the long blocks inside `b`, then `b` itself.
+    fn block(&mut self, b: &mut Block) {
+        deep(|| {
+            for s in &mut b.stmts {
+                if stmt_weight(s) > self.max_body {
+                    super::for_each_stmt_block_mut(s, &mut |inner| {
+                        if weight(inner) > self.max_body {
+                            self.block(inner);
+                        }
+                    });
                 }
-                if let Some((v, m)) = scope.get(&x.id)
-                    && seen.insert(x.id)
-                {
-                    inputs.push((v.clone(), *m));
+            }
+            if weight(b) > self.max_body {
+                self.cut(b);
+            }
+        })
+    }
+
+    /// Outlines runs of `b`'s statements (the module doc's rule).
+    fn cut(&mut self, b: &mut Block) {
+        let mut stmts = std::mem::take(&mut b.stmts);
+        // The `mut`s declared in the block (at any depth); a statement that mentions another
+        // is pinned. The last statement that mentions each variable.
+        let mut own_muts: FxHashSet<u32> = FxHashSet::default();
+        let mut last: FxHashMap<u32, usize> = FxHashMap::default();
+        for (i, s) in stmts.iter_mut().enumerate() {
+            vars_of(s, &mut |x, o| {
+                if o.binds && o.mutable {
+                    own_muts.insert(x.id);
+                }
+                last.insert(x.id, i);
+            });
+        }
+        if let Atom::Var(x) = &b.result {
+            last.insert(x.id, usize::MAX);
+        }
+        let mut pinned: Vec<bool> = stmts.iter().map(breaks_out).collect();
+        for (i, s) in stmts.iter_mut().enumerate() {
+            vars_of(s, &mut |x, o| {
+                if o.mutable && !own_muts.contains(&x.id) {
+                    pinned[i] = true;
                 }
             });
         }
-        let is_live = |id: u32| after.contains(original.get(&id).unwrap_or(&id));
+        // Runs: `[start, end)` and the `mut`s that may have been taken at `start`, each ending
+        // once it has `part` statements (where every `mut` mentioned later holds a value) or,
+        // with half that, before a pinned statement.
+        let mut runs: Vec<(usize, usize, FxHashSet<u32>)> = Vec::new();
+        let mut open: FxHashSet<u32> = FxHashSet::default();
+        let mut open_at_start = FxHashSet::default();
+        let (mut start, mut run) = (0, 0);
+        let settled = |open: &FxHashSet<u32>, end: usize| {
+            open.iter().all(|m| last.get(m).is_none_or(|&l| l < end))
+        };
+        for (i, s) in stmts.iter().enumerate() {
+            if pinned[i] {
+                if run * 2 >= self.part && settled(&open, i) {
+                    runs.push((start, i, std::mem::take(&mut open_at_start)));
+                }
+                unsettled(s, &mut open);
+                (start, run) = (i + 1, 0);
+                open_at_start = open.clone();
+                continue;
+            }
+            unsettled(s, &mut open);
+            run += stmt_weight(s);
+            if run >= self.part && i + 1 < stmts.len() && settled(&open, i + 1) {
+                runs.push((start, i + 1, std::mem::take(&mut open_at_start)));
+                (start, run) = (i + 1, 0);
+                open_at_start = open.clone();
+            }
+        }
+        let mut out = Vec::with_capacity(stmts.len());
+        let mut rest = stmts.into_iter().enumerate().peekable();
+        for (a, e, open_at_start) in runs {
+            while rest.peek().is_some_and(|(i, _)| *i < a) {
+                out.push(rest.next().expect("peeked").1);
+            }
+            let seg: Vec<Stmt> = rest.by_ref().take(e - a).map(|(_, s)| s).collect();
+            let live = |id: u32| last.get(&id).is_some_and(|&l| l >= e);
+            self.outline(seg, &live, &open_at_start, &mut out);
+        }
+        out.extend(rest.map(|(_, s)| s));
+        b.stmts = out;
+    }
 
-        // The part's statements: its inputs unpacked, the `mut`s declared, the run.
-        let mut part_stmts = Vec::new();
-        let mut args = Vec::new();
+    /// Makes the run `seg` a part and pushes its call onto `out`, `live` saying which
+    /// variables the block mentions after the run; or pushes the run itself when a `mut` it
+    /// passes may have been taken before it (`open_at_start`).
+    fn outline(
+        &mut self,
+        mut seg: Vec<Stmt>,
+        live: &dyn Fn(u32) -> bool,
+        open_at_start: &FxHashSet<u32>,
+        out: &mut Vec<Stmt>,
+    ) {
+        // What the run binds, and the inputs: what else it mentions, in order of first mention.
+        let mut bound = FxHashSet::default();
+        for s in &mut seg {
+            vars_of(s, &mut |x, o| {
+                if o.binds {
+                    bound.insert(x.id);
+                }
+            });
+        }
+        let mut inputs: Vec<(Var, bool)> = Vec::new();
+        let mut seen = FxHashSet::default();
+        for s in &mut seg {
+            vars_of(s, &mut |x, o| {
+                if !o.binds && !bound.contains(&x.id) && seen.insert(x.id) {
+                    inputs.push((x.clone(), o.mutable));
+                }
+            });
+        }
+        if inputs
+            .iter()
+            .any(|(x, mutable)| *mutable && open_at_start.contains(&x.id))
+        {
+            out.extend(seg);
+            return;
+        }
+        let p = &mut *self.p;
+
+        // The part: its inputs unpacked, the `mut`s passed declared, the run, the outputs.
         let in_ty = p.types.tuple(inputs.iter().map(|(x, _)| x.ty).collect());
         let inp = p.var("inp", in_ty);
-        let mut outputs: Vec<(Var, bool)> = Vec::new();
+        let mut body = Vec::new();
+        let mut args = Vec::new();
+        // Each output and how the block binds it: `let`, `mut` or `set`.
+        #[derive(Clone, Copy, PartialEq)]
+        enum Bind {
+            Let,
+            Mut,
+            Set,
+        }
+        let mut outputs: Vec<(Var, Bind)> = Vec::new();
         for (j, (x, mutable)) in inputs.iter().enumerate() {
-            let value = if *mutable {
-                // The function hands the `mut` over: its last read there.
+            if *mutable {
+                // The block hands the `mut` over: its last read before the call.
                 let a = p.var(&x.name, x.ty);
-                body.push(Stmt::Let(a.clone(), Expr::Take(MutVar(x.clone()))));
-                scope.remove(&x.id);
-                a
+                out.push(Stmt::Let(a.clone(), Expr::Take(MutVar(x.clone()))));
+                args.push(Atom::Var(a));
             } else {
-                x.clone()
-            };
-            args.push(Atom::Var(value.clone()));
+                args.push(Atom::Var(x.clone()));
+            }
             let unpacked = if *mutable {
                 p.var(&x.name, x.ty)
             } else {
                 x.clone()
             };
             if inputs.len() > 1 {
-                part_stmts.push(Stmt::Let(
+                body.push(Stmt::Let(
                     unpacked.clone(),
                     Expr::Proj(Atom::Var(inp.clone()), j as u32),
                 ));
             }
             if *mutable {
                 let from = if inputs.len() > 1 { &unpacked } else { &inp };
-                part_stmts.push(Stmt::Mut(
+                body.push(Stmt::Mut(
                     MutVar(x.clone()),
                     Expr::Atom(Atom::Var(from.clone())),
                 ));
-                if is_live(x.id) {
-                    outputs.push((x.clone(), true));
+                if live(x.id) {
+                    outputs.push((x.clone(), Bind::Set));
                 }
             }
         }
@@ -252,98 +346,77 @@ fn split_func(p: &mut Program, k: usize, part: usize) {
         };
         for s in &seg {
             match s {
-                Stmt::Let(x, _) if is_live(x.id) => outputs.push((x.clone(), false)),
-                Stmt::Mut(m, _) if is_live(m.0.id) => outputs.push((m.0.clone(), true)),
+                Stmt::Let(x, _) if live(x.id) => outputs.push((x.clone(), Bind::Let)),
+                Stmt::Mut(m, _) if live(m.0.id) => outputs.push((m.0.clone(), Bind::Mut)),
                 _ => {}
             }
         }
-        part_stmts.extend(seg);
-        let mut out_atoms = Vec::new();
-        for (x, mutable) in &outputs {
-            if *mutable {
-                let v = p.var(&x.name, x.ty);
-                part_stmts.push(Stmt::Let(v.clone(), Expr::Take(MutVar(x.clone()))));
-                out_atoms.push(Atom::Var(v));
+        body.extend(seg);
+        let mut results = Vec::new();
+        for (x, bind) in &outputs {
+            if *bind == Bind::Let {
+                results.push(Atom::Var(x.clone()));
             } else {
-                out_atoms.push(Atom::Var(x.clone()));
+                let v = p.var(&x.name, x.ty);
+                body.push(Stmt::Let(v.clone(), Expr::Take(MutVar(x.clone()))));
+                results.push(Atom::Var(v));
             }
         }
         let out_ty = p.types.tuple(outputs.iter().map(|(x, _)| x.ty).collect());
-        let part_result = match out_atoms.len() {
+        let result = match results.len() {
             0 => Atom::Unit,
-            1 => out_atoms.pop().expect("one output"),
+            1 => results.pop().expect("one output"),
             _ => {
                 let t = p.var("out", out_ty);
-                part_stmts.push(Stmt::Let(t.clone(), Expr::Tuple(out_atoms)));
+                body.push(Stmt::Let(t.clone(), Expr::Tuple(results)));
                 Atom::Var(t)
             }
         };
-        let mut part_name = format!("{name}_part{}", n + 1);
-        while p.find(&part_name).is_some() {
-            part_name.push('_');
+        self.made += 1;
+        let mut name = format!("{}_part{}", self.name, self.made);
+        while p.find(&name).is_some() {
+            name.push('_');
         }
         p.funcs.push(Func {
-            name: part_name,
+            name,
             params: param.into_iter().collect(),
             ret: out_ty,
             body: Block {
-                stmts: part_stmts,
-                result: part_result,
+                stmts: body,
+                result,
             },
             accumulates: false,
             rec: None,
         });
         let id = FuncId(p.funcs.len() as u32 - 1);
 
-        // The call, and the outputs bound in the function.
-        let arg = match args.len() {
-            0 | 1 => args,
-            _ => {
-                let a = p.var("args", in_ty);
-                body.push(Stmt::Let(a.clone(), Expr::Tuple(args)));
-                vec![Atom::Var(a)]
-            }
+        // The call, and the outputs bound in the block.
+        let arg = if args.len() > 1 {
+            let a = p.var("args", in_ty);
+            out.push(Stmt::Let(a.clone(), Expr::Tuple(args)));
+            vec![Atom::Var(a)]
+        } else {
+            args
         };
         let t = p.var("part", out_ty);
-        body.push(Stmt::Let(t.clone(), Expr::Call(id, arg)));
-        for (j, (x, mutable)) in outputs.iter().enumerate() {
+        out.push(Stmt::Let(t.clone(), Expr::Call(id, arg)));
+        for (j, (x, bind)) in outputs.iter().enumerate() {
             let value = if outputs.len() > 1 {
                 Expr::Proj(Atom::Var(t.clone()), j as u32)
             } else {
                 Expr::Atom(Atom::Var(t.clone()))
             };
-            if *mutable {
-                let fresh = p.var(&x.name, x.ty);
-                let orig = *original.get(&x.id).unwrap_or(&x.id);
-                renamed.insert(orig, fresh.clone());
-                original.insert(fresh.id, orig);
-                scope.insert(fresh.id, (fresh.clone(), true));
-                body.push(Stmt::Mut(MutVar(fresh), value));
-            } else {
-                scope.insert(x.id, (x.clone(), false));
-                body.push(Stmt::Let(x.clone(), value));
+            match bind {
+                Bind::Let => out.push(Stmt::Let(x.clone(), value)),
+                Bind::Mut => out.push(Stmt::Mut(MutVar(x.clone()), value)),
+                Bind::Set => {
+                    let v = p.var(&x.name, x.ty);
+                    out.push(Stmt::Let(v.clone(), value));
+                    out.push(Stmt::Set(MutVar(x.clone()), Atom::Var(v)));
+                }
             }
         }
     }
-    // The tail stays, with the renamed `mut`s.
-    for mut s in rest {
-        vars_of(&mut s, &mut |x| {
-            if let Some(v) = renamed.get(&x.id) {
-                *x = v.clone();
-            }
-        });
-        body.push(s);
-    }
-    if let Atom::Var(x) = &mut result
-        && let Some(v) = renamed.get(&x.id)
-    {
-        *x = v.clone();
-    }
-    let f = &mut p.funcs[k];
-    f.body = Block {
-        stmts: body,
-        result,
-    };
 }
 
 #[cfg(test)]
@@ -465,6 +538,79 @@ mod tests {
         assert!(cut.funcs.len() >= 4, "{cut}");
         for c in [false, true] {
             assert_eq!(value(&cut, c).to_bits(), value(&whole, c).to_bits());
+        }
+    }
+
+    /// A long branch is split inside: `mut acc = 0.0; let r = if c { <fillers, every tenth
+    /// adding to acc> } else { 0.0 }; get acc + r`. The additions to the `mut` declared outside
+    /// the branch stay in it (pinned), between parts.
+    #[test]
+    fn long_branches_are_split_around_outer_muts() {
+        let mut p = Program::default();
+        let (x, c) = (p.var("x", Ty::F64), p.var("c", Ty::BOOL));
+        let acc = p.mut_var("acc", Ty::F64);
+        let mut branch = Vec::new();
+        let mut total = Atom::F64(0.0);
+        for k in 0..200 {
+            let y = p.var("y", Ty::F64);
+            branch.push(Stmt::Let(
+                y.clone(),
+                Expr::Op(Op::FAdd, vec![Atom::Var(x.clone()), Atom::F64(k as f64)]),
+            ));
+            if k % 10 == 0 {
+                branch.push(Stmt::AddTo {
+                    place: crate::ir::Place::of(&acc),
+                    value: Atom::Var(y.clone()),
+                    scale: None,
+                });
+            }
+            let s = p.var("s", Ty::F64);
+            branch.push(Stmt::Let(s.clone(), Expr::Op(Op::FAdd, vec![total, Atom::Var(y)])));
+            total = Atom::Var(s);
+        }
+        let (r, g, sum) = (p.var("r", Ty::F64), p.var("g", Ty::F64), p.var("t", Ty::F64));
+        let stmts = vec![
+            Stmt::Mut(acc.clone(), Expr::Atom(Atom::F64(0.0))),
+            Stmt::Let(
+                r.clone(),
+                Expr::If(
+                    Atom::Var(c.clone()),
+                    Block {
+                        stmts: branch,
+                        result: total,
+                    },
+                    Block {
+                        stmts: Vec::new(),
+                        result: Atom::F64(0.0),
+                    },
+                ),
+            ),
+            Stmt::Let(g.clone(), Expr::Get(acc)),
+            Stmt::Let(sum.clone(), Expr::Op(Op::FAdd, vec![Atom::Var(g), Atom::Var(r)])),
+        ];
+        p.funcs.push(Func {
+            name: "f".into(),
+            params: vec![x, c],
+            ret: Ty::F64,
+            body: Block {
+                stmts,
+                result: Atom::Var(sum),
+            },
+            accumulates: false,
+            rec: None,
+        });
+        let whole = p.clone();
+        split_functions(&mut p, 50, 20);
+        crate::ir::check::check(&p).unwrap_or_else(|e| panic!("{e}\n{p}"));
+        assert!(p.funcs.len() >= 10, "{p}");
+        for f in &p.funcs[1..] {
+            assert!(
+                !f.body.stmts.iter().any(|s| matches!(s, Stmt::AddTo { .. })),
+                "{p}"
+            );
+        }
+        for c in [false, true] {
+            assert_eq!(value(&p, c).to_bits(), value(&whole, c).to_bits());
         }
     }
 }
