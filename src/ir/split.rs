@@ -47,7 +47,9 @@
 //! left of a passed `mut` is its representation in the Rust backend: an array accumulator
 //! passed to a part is converted to a value and back (O(1) per array, an allocation) per call.
 
-use super::{Atom, Block, Expr, Func, FuncId, MutVar, Occurrence, Program, Stmt, Var, for_each_var_mut};
+use super::{
+    Atom, Block, Expr, Func, FuncId, MutVar, Occurrence, Program, Stmt, Var, for_each_var_mut,
+};
 use crate::deep::deep;
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -172,22 +174,47 @@ struct Splitter<'a> {
 }
 
 impl Splitter<'_> {
-    /// Splits the long blocks inside `b`, then `b` itself.
+    /// Splits the long blocks inside `b`, then `b` itself. A branch (of an `if` or `match`)
+    /// still as long as a part afterwards becomes a part as a whole: nested AD makes trees of
+    /// branches each shorter than a part but long together.
     fn block(&mut self, b: &mut Block) {
         deep(|| {
             for s in &mut b.stmts {
-                if stmt_weight(s) > self.max_body {
-                    super::for_each_stmt_block_mut(s, &mut |inner| {
-                        if weight(inner) > self.max_body {
-                            self.block(inner);
-                        }
-                    });
+                if stmt_weight(s) <= self.part {
+                    continue;
                 }
+                let branches = matches!(
+                    s,
+                    Stmt::Let(_, Expr::If(..) | Expr::Match(..))
+                        | Stmt::Mut(_, Expr::If(..) | Expr::Match(..))
+                        | Stmt::Do(Expr::If(..) | Expr::Match(..))
+                );
+                super::for_each_stmt_block_mut(s, &mut |inner| {
+                    self.block(inner);
+                    if branches && weight(inner) >= self.part {
+                        self.whole(inner);
+                    }
+                });
             }
             if weight(b) > self.max_body {
                 self.cut(b);
             }
         })
+    }
+
+    /// Makes all of branch `b` a part, unless a statement of it is pinned.
+    fn whole(&mut self, b: &mut Block) {
+        if b.stmts.iter().any(breaks_out) {
+            return;
+        }
+        let stmts = std::mem::take(&mut b.stmts);
+        let result = match &b.result {
+            Atom::Var(x) => Some(x.id),
+            _ => None,
+        };
+        let mut out = Vec::new();
+        self.outline(stmts, &|id| Some(id) == result, None, &mut out);
+        b.stmts = out;
     }
 
     /// Outlines runs of `b`'s statements (the module doc's rule).
@@ -252,20 +279,21 @@ impl Splitter<'_> {
             }
             let seg: Vec<Stmt> = rest.by_ref().take(e - a).map(|(_, s)| s).collect();
             let live = |id: u32| last.get(&id).is_some_and(|&l| l >= e);
-            self.outline(seg, &live, &open_at_start, &mut out);
+            self.outline(seg, &live, Some(&open_at_start), &mut out);
         }
         out.extend(rest.map(|(_, s)| s));
         b.stmts = out;
     }
 
     /// Makes the run `seg` a part and pushes its call onto `out`, `live` saying which
-    /// variables the block mentions after the run; or pushes the run itself when a `mut` it
-    /// passes may have been taken before it (`open_at_start`).
+    /// variables the block mentions after the run; or pushes the run itself when it would
+    /// pass a `mut` that may have been taken before it (`open_at_start`; with `None`, any
+    /// `mut`).
     fn outline(
         &mut self,
         mut seg: Vec<Stmt>,
         live: &dyn Fn(u32) -> bool,
-        open_at_start: &FxHashSet<u32>,
+        open_at_start: Option<&FxHashSet<u32>>,
         out: &mut Vec<Stmt>,
     ) {
         // What the run binds, and the inputs: what else it mentions, in order of first mention.
@@ -288,7 +316,7 @@ impl Splitter<'_> {
         }
         if inputs
             .iter()
-            .any(|(x, mutable)| *mutable && open_at_start.contains(&x.id))
+            .any(|(x, mutable)| *mutable && open_at_start.is_none_or(|o| o.contains(&x.id)))
         {
             out.extend(seg);
             return;
@@ -565,10 +593,17 @@ mod tests {
                 });
             }
             let s = p.var("s", Ty::F64);
-            branch.push(Stmt::Let(s.clone(), Expr::Op(Op::FAdd, vec![total, Atom::Var(y)])));
+            branch.push(Stmt::Let(
+                s.clone(),
+                Expr::Op(Op::FAdd, vec![total, Atom::Var(y)]),
+            ));
             total = Atom::Var(s);
         }
-        let (r, g, sum) = (p.var("r", Ty::F64), p.var("g", Ty::F64), p.var("t", Ty::F64));
+        let (r, g, sum) = (
+            p.var("r", Ty::F64),
+            p.var("g", Ty::F64),
+            p.var("t", Ty::F64),
+        );
         let stmts = vec![
             Stmt::Mut(acc.clone(), Expr::Atom(Atom::F64(0.0))),
             Stmt::Let(
@@ -586,7 +621,10 @@ mod tests {
                 ),
             ),
             Stmt::Let(g.clone(), Expr::Get(acc)),
-            Stmt::Let(sum.clone(), Expr::Op(Op::FAdd, vec![Atom::Var(g), Atom::Var(r)])),
+            Stmt::Let(
+                sum.clone(),
+                Expr::Op(Op::FAdd, vec![Atom::Var(g), Atom::Var(r)]),
+            ),
         ];
         p.funcs.push(Func {
             name: "f".into(),
@@ -609,6 +647,48 @@ mod tests {
                 "{p}"
             );
         }
+        for c in [false, true] {
+            assert_eq!(value(&p, c).to_bits(), value(&whole, c).to_bits());
+        }
+    }
+
+    /// A `break` never moves into a part: `loop { if c { <fillers>; break } else { break } }`
+    /// split with parts of 4 keeps each `break` in its loop.
+    #[test]
+    fn breaks_stay_in_their_loop() {
+        let mut p = Program::default();
+        let (x, c) = (p.var("x", Ty::F64), p.var("c", Ty::BOOL));
+        let mut branch = Vec::new();
+        let mut total = Atom::Var(x.clone());
+        for k in 0..10 {
+            let y = p.var("y", Ty::F64);
+            branch.push(Stmt::Let(
+                y.clone(),
+                Expr::Op(Op::FAdd, vec![total, Atom::F64(k as f64)]),
+            ));
+            total = Atom::Var(y);
+        }
+        branch.push(Stmt::Break);
+        let body = vec![Stmt::Loop(Block::unit(vec![Stmt::Do(Expr::If(
+            Atom::Var(c.clone()),
+            Block::unit(branch),
+            Block::unit(vec![Stmt::Break]),
+        ))]))];
+        p.funcs.push(Func {
+            name: "f".into(),
+            params: vec![x.clone(), c],
+            ret: Ty::F64,
+            body: Block {
+                stmts: body,
+                result: Atom::Var(x),
+            },
+            accumulates: false,
+            rec: None,
+        });
+        let whole = p.clone();
+        split_functions(&mut p, 0, 4);
+        crate::ir::check::check(&p).unwrap_or_else(|e| panic!("{e}\n{p}"));
+        assert!(p.funcs.len() >= 2, "{p}");
         for c in [false, true] {
             assert_eq!(value(&p, c).to_bits(), value(&whole, c).to_bits());
         }
