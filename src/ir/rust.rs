@@ -684,6 +684,8 @@ struct Emitter<'a> {
     borrowed: FxHashSet<u32>,
     /// The `let`-bound projections of each variable: (variable, type).
     projections: FxHashMap<u32, Vec<(u32, Ty)>>,
+    /// How many `let`-bound projections take each field of each variable.
+    proj_fields: FxHashMap<(u32, u32), u32>,
     /// Tuples taken from an accumulator and only read through projections: kept in the
     /// accumulator's spelling (`Vec`s), not frozen ([`Emitter::read_only_take`]).
     views: FxHashSet<u32>,
@@ -803,6 +805,7 @@ impl<'a> Emitter<'a> {
             mutated: FxHashSet::default(),
             borrowed: FxHashSet::default(),
             projections: FxHashMap::default(),
+            proj_fields: FxHashMap::default(),
             views: FxHashSet::default(),
             slices: Vec::new(),
             next_slice: 0,
@@ -1325,6 +1328,7 @@ impl<'a> Emitter<'a> {
         self.mutated.clear();
         self.borrowed.clear();
         self.projections.clear();
+        self.proj_fields.clear();
         self.views.clear();
         for x in &f.params {
             self.uses.entry(x.id).or_default();
@@ -1555,9 +1559,10 @@ impl<'a> Emitter<'a> {
             Stmt::Let(x, e) => {
                 self.walk_expr(e, depth);
                 self.def(x, depth);
-                if let Expr::Proj(Atom::Var(a), _) = e {
+                if let Expr::Proj(Atom::Var(a), k) = e {
                     self.uses.entry(a.id).or_default().projs += 1;
                     self.projections.entry(a.id).or_default().push((x.id, x.ty));
+                    *self.proj_fields.entry((a.id, *k)).or_default() += 1;
                 }
             }
             Stmt::Mut(m, e) => {
@@ -1665,6 +1670,17 @@ impl<'a> Emitter<'a> {
     fn movable(&self, x: &super::Var) -> bool {
         let u = self.uses.get(&x.id).copied().unwrap_or_default();
         u.count == 1 && !u.deeper && !self.borrowed.contains(&x.id)
+    }
+
+    /// Whether field `k` of tuple `x` can be moved out: `x` is only used by `let`-bound
+    /// projections, none in a deeper loop, and this is the one of field `k` (a tuple passed
+    /// between the parts of a long function, `ir::split`, is unpacked this way).
+    fn moves_field(&self, x: &super::Var, k: u32) -> bool {
+        let u = self.uses.get(&x.id).copied().unwrap_or_default();
+        u.count == u.projs
+            && !u.deeper
+            && !self.borrowed.contains(&x.id)
+            && self.proj_fields.get(&(x.id, k)) == Some(&1)
     }
 
     /// An operand where a value is consumed: moved if this is the variable's only use (not
@@ -2923,7 +2939,7 @@ impl<'a> Emitter<'a> {
                 let movable = match a {
                     // The analysis checked that each such field is moved out once.
                     Atom::Var(x) if self.is_acc(x) && super::reps::sensitive(self.p, t) => true,
-                    Atom::Var(x) => self.movable(x),
+                    Atom::Var(x) => self.movable(x) || self.moves_field(x, *k),
                     _ => true,
                 };
                 if self.is_copy(t) || movable {

@@ -436,7 +436,13 @@ impl Splitter<'_> {
             };
             match bind {
                 Bind::Let => out.push(Stmt::Let(x.clone(), value)),
-                Bind::Mut => out.push(Stmt::Mut(MutVar(x.clone()), value)),
+                Bind::Mut => {
+                    // Through a `let`: a backend moves a field out of a `let`-bound
+                    // projection (no copy of the arrays of an accumulator).
+                    let v = p.var(&x.name, x.ty);
+                    out.push(Stmt::Let(v.clone(), value));
+                    out.push(Stmt::Mut(MutVar(x.clone()), Expr::Atom(Atom::Var(v))));
+                }
                 Bind::Set => {
                     let v = p.var(&x.name, x.ty);
                     out.push(Stmt::Let(v.clone(), value));
