@@ -241,20 +241,10 @@ fn fig2b_natively() {
 /// The native backend (`chad::internals::native`: the IR as Rust, built by rustc and loaded) against the
 /// reference interpreter, on random programs compiled into one library: primal, JVP and VJP
 /// values, or the same error at the same position.
-#[test]
-fn the_native_backend_agrees_with_the_interpreter_on_random_programs() {
-    use proptest::strategy::{Strategy, ValueTree};
-    assert!(
-        chad::internals::native::available(),
-        "the native backend needs rustc on the path"
-    );
-    // One library for all of them: rustc's time grows with the count (`CHAD_NATIVE_CASES`).
-    let n = std::env::var("CHAD_NATIVE_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(60usize);
-    let mut runner = proptest::test_runner::TestRunner::deterministic();
-    let configs = [
+/// The kinds of random programs the tests compile into one module: plain, array-heavy,
+/// sum-heavy, deeper, with loops.
+fn module_configs() -> Vec<Config> {
+    vec![
         Config::default(),
         Config {
             array_bias: true,
@@ -272,14 +262,35 @@ fn the_native_backend_agrees_with_the_interpreter_on_random_programs() {
             loops: true,
             ..Config::default()
         },
-    ];
+    ]
+}
+
+/// `n` random programs of each kind, the same on every run.
+fn random_programs(configs: &[Config], n: usize) -> Vec<TestProgram> {
+    use proptest::strategy::{Strategy, ValueTree};
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
     let mut programs = Vec::new();
-    for cfg in &configs {
+    for cfg in configs {
         let strategy = chad::internals::random::program(cfg.clone());
         for _ in 0..n {
             programs.push(strategy.new_tree(&mut runner).unwrap().current());
         }
     }
+    programs
+}
+
+#[test]
+fn the_native_backend_agrees_with_the_interpreter_on_random_programs() {
+    assert!(
+        chad::internals::native::available(),
+        "the native backend needs rustc on the path"
+    );
+    // One library for all of them: rustc's time grows with the count (`CHAD_NATIVE_CASES`).
+    let n = std::env::var("CHAD_NATIVE_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60usize);
+    let programs = random_programs(&module_configs(), n);
     let entries: Vec<_> = programs.iter().map(|p| p.entry.clone()).collect();
     let parts = chad::internals::ir::compile::Parts {
         jvp: true,
@@ -1151,38 +1162,12 @@ def h (xs : Array (Array Real)) : Real =
 #[test]
 fn split_functions_agree_bit_for_bit_with_the_whole_ones() {
     use chad::internals::ir::{Expr, Stmt, interp, split};
-    use proptest::strategy::{Strategy, ValueTree};
-    let mut runner = proptest::test_runner::TestRunner::deterministic();
-    let configs = [
-        Config::default(),
-        Config {
-            array_bias: true,
-            ..Config::default()
-        },
-        Config {
-            sum_bias: true,
-            ..Config::default()
-        },
-        Config {
-            depth: 6,
-            ..Config::default()
-        },
-        Config {
-            loops: true,
-            ..Config::default()
-        },
-        Config {
-            recursion: true,
-            ..Config::default()
-        },
-    ];
-    let mut programs = Vec::new();
-    for cfg in &configs {
-        let strategy = chad::internals::random::program(cfg.clone());
-        for _ in 0..40 {
-            programs.push(strategy.new_tree(&mut runner).unwrap().current());
-        }
-    }
+    let mut configs = module_configs();
+    configs.push(Config {
+        recursion: true,
+        ..Config::default()
+    });
+    let programs = random_programs(&configs, 40);
     let entries: Vec<_> = programs.iter().map(|p| p.entry.clone()).collect();
     let parts = chad::internals::ir::compile::Parts {
         jvp: true,

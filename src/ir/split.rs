@@ -222,26 +222,23 @@ impl Splitter<'_> {
         let mut stmts = std::mem::take(&mut b.stmts);
         // The `mut`s declared in the block (at any depth); a statement that mentions another
         // is pinned. The last statement that mentions each variable.
+        // (A variable is bound before it is mentioned, so one pass in order sees each `mut`'s
+        // declaration before its uses.)
         let mut own_muts: FxHashSet<u32> = FxHashSet::default();
         let mut last: FxHashMap<u32, usize> = FxHashMap::default();
+        let mut pinned: Vec<bool> = stmts.iter().map(breaks_out).collect();
         for (i, s) in stmts.iter_mut().enumerate() {
             vars_of(s, &mut |x, o| {
                 if o.binds && o.mutable {
                     own_muts.insert(x.id);
+                } else if o.mutable && !own_muts.contains(&x.id) {
+                    pinned[i] = true;
                 }
                 last.insert(x.id, i);
             });
         }
         if let Atom::Var(x) = &b.result {
             last.insert(x.id, usize::MAX);
-        }
-        let mut pinned: Vec<bool> = stmts.iter().map(breaks_out).collect();
-        for (i, s) in stmts.iter_mut().enumerate() {
-            vars_of(s, &mut |x, o| {
-                if o.mutable && !own_muts.contains(&x.id) {
-                    pinned[i] = true;
-                }
-            });
         }
         // Runs: `[start, end)` and the `mut`s that may have been taken at `start`, each ending
         // once it has `part` statements (where every `mut` mentioned later holds a value) or,
@@ -296,20 +293,16 @@ impl Splitter<'_> {
         open_at_start: Option<&FxHashSet<u32>>,
         out: &mut Vec<Stmt>,
     ) {
-        // What the run binds, and the inputs: what else it mentions, in order of first mention.
+        // What the run binds, and the inputs: what else it mentions, in order of first mention
+        // (one pass: a variable is bound before it is mentioned).
         let mut bound = FxHashSet::default();
-        for s in &mut seg {
-            vars_of(s, &mut |x, o| {
-                if o.binds {
-                    bound.insert(x.id);
-                }
-            });
-        }
         let mut inputs: Vec<(Var, bool)> = Vec::new();
         let mut seen = FxHashSet::default();
         for s in &mut seg {
             vars_of(s, &mut |x, o| {
-                if !o.binds && !bound.contains(&x.id) && seen.insert(x.id) {
+                if o.binds {
+                    bound.insert(x.id);
+                } else if !bound.contains(&x.id) && seen.insert(x.id) {
                     inputs.push((x.clone(), o.mutable));
                 }
             });
@@ -503,17 +496,7 @@ mod tests {
             Stmt::Let(g.clone(), Expr::Get(m)),
             Stmt::Let(r.clone(), Expr::Op(Op::FAdd, vec![Atom::Var(g), total])),
         ]);
-        p.funcs.push(Func {
-            name: "f".into(),
-            params: vec![x, c],
-            ret: Ty::F64,
-            body: Block {
-                stmts,
-                result: Atom::Var(r),
-            },
-            accumulates: false,
-            rec: None,
-        });
+        define_f(&mut p, [x, c], stmts, Atom::Var(r));
         p
     }
 
@@ -524,20 +507,39 @@ mod tests {
         }
     }
 
+    /// Adds `f(x, c) = { stmts; result }` to `p`, a real-valued function.
+    fn define_f(p: &mut Program, params: [Var; 2], stmts: Vec<Stmt>, result: Atom) {
+        p.funcs.push(Func {
+            name: "f".into(),
+            params: params.into(),
+            ret: Ty::F64,
+            body: Block { stmts, result },
+            accumulates: false,
+            rec: None,
+        });
+    }
+
+    /// `whole` split with these bounds: checked, and computing what `whole` does bit for bit
+    /// for both values of `c`.
+    fn split_and_compare(whole: &Program, max_body: usize, part: usize) -> Program {
+        let mut cut = whole.clone();
+        split_functions(&mut cut, max_body, part);
+        crate::ir::check::check(&cut).unwrap_or_else(|e| panic!("{e}\n{cut}"));
+        for c in [false, true] {
+            assert_eq!(value(&cut, c).to_bits(), value(whole, c).to_bits(), "{cut}");
+        }
+        cut
+    }
+
     #[test]
     fn parts_have_about_the_size_asked_and_compute_the_same() {
         let whole = program(100, false);
-        let mut cut = whole.clone();
-        split_functions(&mut cut, 50, 20);
-        crate::ir::check::check(&cut).unwrap_or_else(|e| panic!("{e}\n{cut}"));
+        let cut = split_and_compare(&whole, 50, 20);
         // 207 statements, a part per 20 (none cut between `take m` and `set m`): 10 parts,
         // each of its 20 and at most 4 to unpack its inputs and pack its outputs.
         assert_eq!(cut.funcs.len(), 11, "{cut}");
         for f in &cut.funcs[1..] {
             assert!((20..=24).contains(&weight(&f.body)), "{}", f.name);
-        }
-        for c in [false, true] {
-            assert_eq!(value(&cut, c).to_bits(), value(&whole, c).to_bits());
         }
         // Up to the bound nothing is cut.
         let mut same = whole.clone();
@@ -551,9 +553,7 @@ mod tests {
     #[test]
     fn no_cut_where_a_mut_may_have_no_value() {
         let whole = program(10, true);
-        let mut cut = whole.clone();
-        split_functions(&mut cut, 0, 1);
-        crate::ir::check::check(&cut).unwrap_or_else(|e| panic!("{e}\n{cut}"));
+        let cut = split_and_compare(&whole, 0, 1);
         let has = |f: &Func, which: &dyn Fn(&Stmt) -> bool| f.body.stmts.iter().any(which);
         let take_set = cut.funcs.iter().find(|f| {
             has(f, &|s| matches!(s, Stmt::Let(_, Expr::Take(_))))
@@ -570,9 +570,6 @@ mod tests {
             "{cut}"
         );
         assert!(cut.funcs.len() >= 4, "{cut}");
-        for c in [false, true] {
-            assert_eq!(value(&cut, c).to_bits(), value(&whole, c).to_bits());
-        }
     }
 
     /// A long branch is split inside: `mut acc = 0.0; let r = if c { <fillers, every tenth
@@ -632,29 +629,14 @@ mod tests {
                 Expr::Op(Op::FAdd, vec![Atom::Var(g), Atom::Var(r)]),
             ),
         ];
-        p.funcs.push(Func {
-            name: "f".into(),
-            params: vec![x, c],
-            ret: Ty::F64,
-            body: Block {
-                stmts,
-                result: Atom::Var(sum),
-            },
-            accumulates: false,
-            rec: None,
-        });
-        let whole = p.clone();
-        split_functions(&mut p, 50, 20);
-        crate::ir::check::check(&p).unwrap_or_else(|e| panic!("{e}\n{p}"));
+        define_f(&mut p, [x, c], stmts, Atom::Var(sum));
+        let p = split_and_compare(&p, 50, 20);
         assert!(p.funcs.len() >= 10, "{p}");
         for f in &p.funcs[1..] {
             assert!(
                 !f.body.stmts.iter().any(|s| matches!(s, Stmt::AddTo { .. })),
                 "{p}"
             );
-        }
-        for c in [false, true] {
-            assert_eq!(value(&p, c).to_bits(), value(&whole, c).to_bits());
         }
     }
 
@@ -680,23 +662,8 @@ mod tests {
             Block::unit(branch),
             Block::unit(vec![Stmt::Break]),
         ))]))];
-        p.funcs.push(Func {
-            name: "f".into(),
-            params: vec![x.clone(), c],
-            ret: Ty::F64,
-            body: Block {
-                stmts: body,
-                result: Atom::Var(x),
-            },
-            accumulates: false,
-            rec: None,
-        });
-        let whole = p.clone();
-        split_functions(&mut p, 0, 4);
-        crate::ir::check::check(&p).unwrap_or_else(|e| panic!("{e}\n{p}"));
+        define_f(&mut p, [x.clone(), c], body, Atom::Var(x));
+        let p = split_and_compare(&p, 0, 4);
         assert!(p.funcs.len() >= 2, "{p}");
-        for c in [false, true] {
-            assert_eq!(value(&p, c).to_bits(), value(&whole, c).to_bits());
-        }
     }
 }
