@@ -15,6 +15,7 @@
 //! let x = y + k (iadd, prim iadd / isub of a constant)    y < x for k > 0 (x < y for k < 0)
 //! let x = max(a, b)                                       a ≤ x, b ≤ x
 //! check onehot(i, n)                                      0 ≤ i, i < n           after it
+//! let x = xs[i] (a checked read)                          0 ≤ i, i < len xs      after it
 //! check same_len(a, b)                                    a = b                  after it
 //! check len(n)                                            0 ≤ n, n ≤ 2^28        after it
 //! ```
@@ -51,7 +52,9 @@
 //! ```text
 //! k (a constant)                  [k, k]
 //! len xs (an array)               [0, 2^28]     (every array's length; arguments are checked
-//!                                                on entry, `build`/`replicate` by check len)
+//!                                                on entry, `build`/`replicate` by check len),
+//!                                                narrowed as below (a length's own range)
+//! len ys, ys = build n ..         the range of n
 //! len xs (a list, a tape)         [0, 2^63 - 1]
 //! i of a loop over 0..n           [0, max(hi n - 1, 0)]                inside the body
 //! a + b, a - b, a · b, -a, a / b  the range of the operation on the operands' ranges
@@ -59,6 +62,8 @@
 //! argmax xs, argmin xs            [0, 2^28 - 1]
 //! check len(n)                    n ∩ [0, 2^28]                         after it
 //! check onehot(i, n)              i ∩ [0, max(hi n - 1, 0)]             after it
+//! let x = xs[i] (a checked read)  i ∩ [0, hi (len xs) - 1], len xs ∩ [max(lo i, 0) + 1, 2^28]
+//!                                                                       after it
 //! check same_len(a, b)            a, b ∩ each other                    after it
 //! anything else                   [-2^63, 2^63 - 1]
 //! ```
@@ -74,6 +79,13 @@
 //! triangular loop (`for c in 0..r` inside `for r in 0..len q`) is in range through `c < r <
 //! len q`. Nothing changes meaning: a removed check could not fail, a read marked internal
 //! could not fail.
+//!
+//! The ranges prove too: a one-hot `check onehot(i, n)` with `0 ≤ lo i` and `hi i < lo n`
+//! goes, and so does a read `xs[i]` with `0 ≤ lo i` and `hi i < lo (len xs)` (unless `i` is
+//! a loop's index: the module doc above). A checked read at a constant narrows only its
+//! array's length range, adding no fact, so that straight-line code reading `xs[0]`,
+//! `xs[1]`, .., `xs[9999]` does not pile up facts for every proof to search: its reverse
+//! code's one-hots at those constants against `len xs` are all proved by the ranges.
 
 use super::{Atom, Block, Check, Expr, Op, Program, SiteId, Stmt, TyKind, Var};
 use crate::deep::deep;
@@ -252,10 +264,11 @@ struct Prover<'a> {
     /// A loop index ↦ the facts in scope at its loop, its own included.
     loops: FxHashMap<u32, usize>,
     internal: SiteId,
-    /// The integer variables' ranges where narrower than [`FULL`].
-    ranges: FxHashMap<u32, Range>,
-    /// The ranges narrowed in the blocks entered: the variable and its range before.
-    undo: Vec<(u32, Option<Range>)>,
+    /// The integer variables' ranges where narrower than [`FULL`], and the arrays' lengths'
+    /// where narrower than [`LENGTH`] (`Key::Var`, `Key::Len`).
+    ranges: FxHashMap<Key, Range>,
+    /// The ranges narrowed in the blocks entered: the key and its range before.
+    undo: Vec<(Key, Option<Range>)>,
 }
 
 impl Prover<'_> {
@@ -271,6 +284,7 @@ impl Prover<'_> {
                         self.expr(e);
                         self.learn(x, e);
                         self.range_of_let(x, e);
+                        self.read_passed(e);
                     }
                     Stmt::Mut(_, e) | Stmt::Do(e) => self.expr(e),
                     Stmt::For(i, n, body) => self.loop_body(i, n, body, false),
@@ -302,9 +316,9 @@ impl Prover<'_> {
         self.loops.insert(i.id, self.facts.mark());
         let ranges = self.undo.len();
         let below = self.below(n);
-        self.narrow(i.id, below);
+        self.narrow(Key::Var(i.id), below);
         if built {
-            self.narrow(i.id, (0, LENGTH.1 - 1));
+            self.narrow(Key::Var(i.id), (0, LENGTH.1 - 1));
         }
         self.block(body);
         self.facts.reset(mark);
@@ -315,7 +329,7 @@ impl Prover<'_> {
     fn range(&self, a: &Atom) -> Range {
         match a {
             Atom::I64(k) => (*k as i128, *k as i128),
-            Atom::Var(x) => self.ranges.get(&x.id).copied().unwrap_or(FULL),
+            Atom::Var(x) => self.ranges.get(&Key::Var(x.id)).copied().unwrap_or(FULL),
             _ => FULL,
         }
     }
@@ -325,10 +339,23 @@ impl Prover<'_> {
         (0, (self.range(n).1 - 1).max(0))
     }
 
-    /// Narrows `x`'s range to its intersection with `r`, until the enclosing block ends.
-    fn narrow(&mut self, x: u32, r: Range) {
+    /// The range of the length of `xs`, an array or a list.
+    fn len_range(&self, xs: &Var) -> Range {
+        match self.p.types.kind(xs.ty) {
+            TyKind::Array(_) => self.ranges.get(&Key::Len(xs.id)).copied().unwrap_or(LENGTH),
+            _ => (0, FULL.1),
+        }
+    }
+
+    /// Narrows the range of `x` (an integer variable's or an array's length) to its
+    /// intersection with `r`, until the enclosing block ends.
+    fn narrow(&mut self, x: Key, r: Range) {
         let old = self.ranges.get(&x).copied();
-        let now = old.unwrap_or(FULL);
+        let now = old.unwrap_or(if matches!(x, Key::Len(_)) {
+            LENGTH
+        } else {
+            FULL
+        });
         let new = (now.0.max(r.0), now.1.min(r.1));
         if new != now {
             self.undo.push((x, old));
@@ -350,19 +377,22 @@ impl Prover<'_> {
     /// The range of `let x = e` (module doc), marking a checked integer primitive that
     /// cannot fail internal.
     fn range_of_let(&mut self, x: &Var, e: &mut Expr) {
-        if let Expr::Build(Atom::Var(n), ..) | Expr::Replicate(Atom::Var(n), ..) = e {
-            // Past a `build` or `replicate`, its length was valid.
-            self.narrow(n.id, LENGTH);
+        if let Expr::Build(n, ..) | Expr::Replicate(n, ..) = e {
+            // Past a `build` or `replicate`, its length was valid, and is the array's.
+            if let Atom::Var(n) = n {
+                self.narrow(Key::Var(n.id), LENGTH);
+            }
+            if matches!(self.p.types.kind(x.ty), TyKind::Array(_)) {
+                let r = self.range(n);
+                self.narrow(Key::Len(x.id), r);
+            }
         }
         if !matches!(self.p.types.kind(x.ty), TyKind::I64) {
             return;
         }
         let r = match e {
             Expr::Atom(a) => self.range(a),
-            Expr::Len(Atom::Var(xs)) => match self.p.types.kind(xs.ty) {
-                TyKind::Array(_) => LENGTH,
-                _ => (0, FULL.1),
-            },
+            Expr::Len(Atom::Var(xs)) => self.len_range(xs),
             // The lowering's own addition wraps rather than fails.
             Expr::Op(Op::IAdd, xs) => {
                 let rs = [self.range(&xs[0]), self.range(&xs[1])];
@@ -389,7 +419,7 @@ impl Prover<'_> {
         };
         if r != FULL {
             // `x` is defined once (SSA): its range holds wherever it is in scope.
-            self.ranges.insert(x.id, r);
+            self.ranges.insert(Key::Var(x.id), r);
         }
     }
 
@@ -408,13 +438,16 @@ impl Prover<'_> {
                     && matches!(self.p.types.kind(xs.ty), TyKind::Array(_)) =>
             {
                 if let Some(k) = key(i) {
-                    let limit = match i {
+                    let at_loop = match i {
                         Atom::Var(v) => self.loops.get(&v.id).copied(),
                         _ => None,
-                    }
-                    .unwrap_or(self.facts.mark());
-                    if self.facts.holds(Key::Const(0), k, false, limit)
-                        && self.facts.holds(k, Key::Len(xs.id), true, limit)
+                    };
+                    let limit = at_loop.unwrap_or(self.facts.mark());
+                    // Ranges narrowed inside the loop's body must not prove a read at its
+                    // own index (module doc): the facts do, up to the loop's.
+                    if (at_loop.is_none() && self.in_range(i, self.len_range(xs)))
+                        || (self.facts.holds(Key::Const(0), k, false, limit)
+                            && self.facts.holds(k, Key::Len(xs.id), true, limit))
                     {
                         *site = self.internal;
                     }
@@ -462,17 +495,45 @@ impl Prover<'_> {
         }
     }
 
+    /// The facts a checked read that did not fail establishes: `0 ≤ i < len xs`. A constant
+    /// index only narrows the length's range (a chain of reads at constants 0, 1, 2, .. would
+    /// otherwise pile up facts that every later proof searches through).
+    fn read_passed(&mut self, e: &Expr) {
+        let Expr::Index(Atom::Var(xs), i, site) = e else {
+            return;
+        };
+        if *site == self.internal || !matches!(self.p.types.kind(xs.ty), TyKind::Array(_)) {
+            return;
+        }
+        let (ri, rn) = (self.range(i), self.len_range(xs));
+        self.narrow(Key::Len(xs.id), (ri.0.max(0) + 1, LENGTH.1));
+        if let Atom::Var(i) = i {
+            self.narrow(Key::Var(i.id), (0, rn.1 - 1));
+            self.facts.le(Key::Const(0), Key::Var(i.id));
+            self.facts.lt(Key::Var(i.id), Key::Len(xs.id));
+        }
+    }
+
+    /// Whether the ranges alone put `i` in `0..n` (`n` the range of a length).
+    fn in_range(&self, i: &Atom, n: Range) -> bool {
+        let r = self.range(i);
+        r.0 >= 0 && r.1 < n.0
+    }
+
     /// Whether a check is proved to pass.
     fn proved(&self, c: &Check) -> bool {
         let all = self.facts.mark();
         match c {
-            Check::OneHot(i, n) => match (key(i), key(n)) {
-                (Some(i), Some(n)) => {
-                    self.facts.holds(Key::Const(0), i, false, all)
-                        && self.facts.holds(i, n, true, all)
-                }
-                _ => false,
-            },
+            Check::OneHot(i, n) => {
+                self.in_range(i, self.range(n))
+                    || match (key(i), key(n)) {
+                        (Some(i), Some(n)) => {
+                            self.facts.holds(Key::Const(0), i, false, all)
+                                && self.facts.holds(i, n, true, all)
+                        }
+                        _ => false,
+                    }
+            }
             Check::SameLen(_, a, b) => match (key(a), key(b)) {
                 (Some(a), Some(b)) => {
                     self.facts.holds(a, b, false, all) && self.facts.holds(b, a, false, all)
@@ -488,17 +549,17 @@ impl Prover<'_> {
         match c {
             Check::OneHot(Atom::Var(i), n) => {
                 let below = self.below(n);
-                self.narrow(i.id, below);
+                self.narrow(Key::Var(i.id), below);
             }
             Check::SameLen(_, a, b) => {
                 let (ra, rb) = (self.range(a), self.range(b));
                 for (x, r) in [(a, rb), (b, ra)] {
                     if let Atom::Var(x) = x {
-                        self.narrow(x.id, r);
+                        self.narrow(Key::Var(x.id), r);
                     }
                 }
             }
-            Check::Len(_, Atom::Var(n)) => self.narrow(n.id, LENGTH),
+            Check::Len(_, Atom::Var(n)) => self.narrow(Key::Var(n.id), LENGTH),
             _ => {}
         }
         let f = &mut self.facts;
@@ -672,6 +733,48 @@ mod tests {
             ]
         });
         assert!(!text.contains("@1"), "{text}");
+    }
+
+    #[test]
+    fn a_checked_read_bounds_the_length_after_it() {
+        // After reads at 0 and 5 passed, `len ys > 5`: a one-hot at 3 against `len ys` and a
+        // read at 4 cannot fail; a read at 6 can. After a read at `n` passed, a one-hot at `n`
+        // cannot fail. A read in a branch says nothing after the branch, a read at a
+        // constant nothing about another array.
+        let text = proved(|p, [ys, zs, n], s| {
+            let (m, lm) = len(p, ys);
+            let branch = Stmt::Do(Expr::If(
+                Atom::Bool(true),
+                Block::unit(vec![read(p, zs, &Atom::I64(9), s)]),
+                Block::unit(vec![]),
+            ));
+            vec![
+                read(p, ys, &Atom::I64(0), s),
+                read(p, ys, &Atom::I64(5), s),
+                lm,
+                onehot(Atom::I64(3), v(&m), s),
+                read(p, ys, &Atom::I64(4), s),
+                read(p, ys, &Atom::I64(6), s),
+                onehot(Atom::I64(7), v(&m), s),
+                read(p, ys, &v(n), s),
+                onehot(v(n), v(&m), s),
+                branch,
+                read(p, zs, &Atom::I64(8), s),
+            ]
+        });
+        assert!(text.contains("ys_0[4] @1"), "{text}");
+        for kept in [
+            "ys_0[0] @0",
+            "ys_0[5] @0",
+            "ys_0[6] @0",
+            "onehot(7, m_3) @0",
+            "ys_0[n_2] @0",
+            "zs_1[9] @0",
+            "zs_1[8] @0",
+        ] {
+            assert!(text.contains(kept), "{kept} in {text}");
+        }
+        assert_eq!(text.matches("onehot").count(), 1, "{text}");
     }
 
     #[test]

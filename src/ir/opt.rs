@@ -7,7 +7,12 @@
 //!   accumulator as a slice for the whole loop (note 07). Growing is adding zeros: arrays add
 //!   by padding with zeros and read zero past their end, so an accumulator grown before a
 //!   loop that then runs zero times denotes the same value, and growing cannot fail, so no
-//!   error moves.
+//!   error moves. Then a `grow p n` that an identical `grow p n` before it already did goes:
+//!   one before it in its block or an enclosing one, with no `set` or `take` of `p`'s
+//!   variable in between (nor anywhere in a loop around it that the earlier grow is outside
+//!   of, whose next iteration would come after such a `take`). Only `set` and `take` make an
+//!   array shorter: `+=` and `grow` only lengthen it. A chain of one-hots at constant
+//!   indices (`xs ! 0 + xs ! 1 + ..` differentiated) lowers to one `grow` per one-hot.
 //! * [`fuse_sums`]: `let ys = build n (i -> B)` whose only use is a later `let s = prim
 //!   sum(ys)` in the same block becomes `check len("build", n); let s = sum n (i -> B)` at
 //!   the build's place, and the `prim sum` goes: the array is never materialised. A reverse
@@ -208,10 +213,61 @@ fn count_expr(e: &Expr, uses: &mut FxHashMap<u32, u32>) {
     }
 }
 
-/// Hoists loop-invariant `grow`s out of `for` loops, innermost first.
+/// Hoists loop-invariant `grow`s out of `for` loops, innermost first, then drops the
+/// `grow`s an identical earlier one already did (module doc).
 pub fn hoist_grows(p: &mut Program) {
     for f in &mut p.funcs {
         block(&mut f.body);
+        regrows(&mut f.body, Vec::new());
+    }
+}
+
+/// Drops the `grow`s of `b` that one in `grown` (done before `b`, still in force) or an
+/// earlier one of `b` already did.
+fn regrows(b: &mut Block, mut grown: Vec<Stmt>) {
+    deep(|| {
+        let stmts = std::mem::take(&mut b.stmts);
+        let mut out = Vec::with_capacity(stmts.len());
+        for mut s in stmts {
+            if let Stmt::Grow(..) = &s {
+                if !grown.iter().any(|g| same_grow(g, &s)) {
+                    grown.push(s.clone());
+                    out.push(s);
+                }
+                continue;
+            }
+            let mut cut = FxHashSet::default();
+            shortened(&s, &mut cut);
+            if !cut.is_empty() {
+                grown.retain(|g| !matches!(g, Stmt::Grow(p, _) if cut.contains(&p.root.0.id)));
+            }
+            // What holds after the statements before `s` and throughout `s` holds at the start
+            // of each of its blocks, in every iteration.
+            for_each_stmt_block_mut(&mut s, &mut |b| regrows(b, grown.clone()));
+            out.push(s);
+        }
+        b.stmts = out;
+    })
+}
+
+/// The mutable variables a statement may make shorter: those it `set`s or `take`s, at any
+/// depth.
+fn shortened(s: &Stmt, out: &mut FxHashSet<u32>) {
+    let expr = |e: &Expr, out: &mut FxHashSet<u32>| {
+        if let Expr::Take(m) = e {
+            out.insert(m.0.id);
+        }
+        for_each_block(e, &mut |b| b.stmts.iter().for_each(|s| shortened(s, out)));
+    };
+    match s {
+        Stmt::Set(m, _) => {
+            out.insert(m.0.id);
+        }
+        Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => expr(e, out),
+        Stmt::For(_, _, body) | Stmt::Loop(body) => {
+            deep(|| body.stmts.iter().for_each(|s| shortened(s, out)))
+        }
+        Stmt::AddTo { .. } | Stmt::Grow(..) | Stmt::Break | Stmt::Check(..) => {}
     }
 }
 
@@ -1324,5 +1380,91 @@ pub fn unzip_arrays(p: &mut Program) {
     for f in &mut p.funcs {
         forward(f, internal);
         dead_lets(f, &none);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{Func, TyKind, Var};
+
+    #[test]
+    fn a_grow_done_before_and_still_in_force_goes() {
+        let mut p = Program::default();
+        let arr = p.types.intern(TyKind::Array(Ty::F64));
+        let (n, m, x) = (
+            p.var("n", Ty::I64),
+            p.var("m", Ty::I64),
+            p.var("x", Ty::F64),
+        );
+        let a = MutVar(p.var("a", arr));
+        let v = |x: &Var| Atom::Var(x.clone());
+        let grow = |k: &Var| Stmt::Grow(Place::of(&a), v(k));
+        let add = |i: Atom| Stmt::AddTo {
+            place: Place::of(&a).elem(i),
+            value: v(&x),
+            scale: None,
+        };
+        let (i, j, t) = (p.var("i", Ty::I64), p.var("j", Ty::I64), p.var("t", arr));
+        let mut body = Block::unit(vec![
+            Stmt::Mut(a.clone(), Expr::Zero(arr)),
+            grow(&n), // kept: the first
+            add(Atom::I64(0)),
+            grow(&n), // dropped
+            grow(&m), // kept: another length
+            // Dropped inside: nothing in the loop shortens `a`.
+            Stmt::For(i.clone(), v(&n), Block::unit(vec![grow(&n), add(v(&i))])),
+            // Kept inside: the loop takes `a` (its next iteration comes after the take),
+            // and after it.
+            Stmt::For(
+                j.clone(),
+                v(&n),
+                Block::unit(vec![
+                    grow(&n),
+                    add(v(&j)),
+                    Stmt::Let(t.clone(), Expr::Take(a.clone())),
+                    Stmt::Set(a.clone(), v(&t)),
+                ]),
+            ),
+            grow(&n),
+            // Kept after a grow in a branch only.
+            Stmt::Do(Expr::If(
+                Atom::Bool(true),
+                Block::unit(vec![Stmt::Set(a.clone(), Atom::Unit), grow(&m)]),
+                Block::unit(vec![]),
+            )),
+            grow(&m),
+        ]);
+        regrows(&mut body, Vec::new());
+        p.funcs.push(Func {
+            name: "f".into(),
+            params: vec![n, m, x],
+            ret: Ty::UNIT,
+            body,
+            accumulates: false,
+            rec: None,
+        });
+        let text = p.to_string();
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        let grows: Vec<&str> = lines
+            .iter()
+            .copied()
+            .filter(|l| l.starts_with("grow"))
+            .collect();
+        assert_eq!(
+            grows,
+            [
+                "grow a_3 n_0",
+                "grow a_3 m_1",
+                "grow a_3 n_0",
+                "grow a_3 n_0",
+                "grow a_3 m_1",
+                "grow a_3 m_1"
+            ],
+            "{text}"
+        );
+        let first_loop = text.find("for i_4").expect("the first loop");
+        let second_loop = text.find("for j_5").expect("the second loop");
+        assert!(!text[first_loop..second_loop].contains("grow"), "{text}");
     }
 }
