@@ -1236,3 +1236,65 @@ fn split_functions_agree_bit_for_bit_with_the_whole_ones() {
     }
     assert!(ran * 2 >= programs.len(), "only {ran} programs ran");
 }
+
+/// Straight-line reads at constant indices (`xs ! 0 + xs ! 1 + ..`, the suite's index_chain):
+/// in reverse code the one-hots need no test (the primal's reads proved `len xs` large
+/// enough: `ir/bounds.rs`) and the accumulator is grown once (`ir::opt::hoist_grows`); in
+/// forward code the tangent is padded once and read without a test per element
+/// (`Emitter::pad_constants`). Values, tangents and gradients are the interpreter's bit for
+/// bit at every length, the arrays too short included (the same error at the same read); the
+/// tangent is also given sparse (shorter than `xs`: zeros past its end, as forward code
+/// passes an array's zero), straight to the compiled function.
+#[test]
+fn reads_at_constant_indices_are_tested_once() {
+    use chad::internals::ir::interp::Val;
+    let src = "\
+def chain (xs : Array Real) : Real = xs ! 0 * xs ! 1 + xs ! 2 + xs ! 3 * xs ! 5 + xs ! 4 + sin (xs ! 6)
+
+def shuffled (xs : Array Real) : Real = xs ! 6 + xs ! 2 * xs ! 0 + xs ! 1 - xs ! 5 + xs ! 3 * xs ! 4
+";
+    let (module, text) = emitted(src, true, true);
+    for f in ["chain_vjp", "shuffled_vjp"] {
+        let body = emitted_fn(&text, f);
+        assert_eq!(body.matches("ErrorKind::OneHot").count(), 0, "{f}:\n{body}");
+        assert_eq!(body.matches("resize_with").count(), 0, "{f}:\n{body}");
+    }
+    for f in ["chain_jvp", "shuffled_jvp"] {
+        let body = emitted_fn(&text, f);
+        assert_eq!(body.matches("pad_f64(&").count(), 1, "{f}:\n{body}");
+        assert_eq!(body.matches("at_or(").count(), 0, "{f}:\n{body}");
+    }
+    let native = built(module);
+    let prog = &native.program;
+    let xs = |n: usize| -> Vec<f64> { (0..n).map(|i| (i as f64 * 0.61).cos() * 1.3).collect() };
+    let (mut ran, mut failed) = (0, 0);
+    for k in 0..2 {
+        let d = &native.defs[k];
+        let f = d.jvp.expect("a jvp");
+        for n in 0..=9 {
+            let args = [Value::reals(xs(n))];
+            for ct in [1.0, -0.5] {
+                let ok = vjp_bit_for_bit(&native, k, &args, &Value::Real(ct))
+                    .unwrap_or_else(|e| panic!("{} at n = {n}: {e}", d.entry.name));
+                ran += usize::from(ok);
+                failed += usize::from(!ok);
+            }
+            // Tangents of every length up to n: the shorter ones are zeros past their end.
+            for m in 0..=n {
+                let Ok(x) = d.context(&args) else { continue };
+                let t = Val::Array(std::rc::Rc::new(
+                    xs(m).iter().map(|v| Val::F64(v * 0.5 - 0.25)).collect(),
+                ));
+                let dx = Val::Tuple(vec![Val::Unit, t].into());
+                let interp = chad::internals::ir::interp::run(prog, f, vec![x.clone(), dx.clone()]);
+                let nat = native.call(f, &[x.clone(), dx]);
+                same_result("native jvp", &nat, &interp, same_bits)
+                    .unwrap_or_else(|e| panic!("{} at n = {n}, tangent of {m}: {e}", d.entry.name));
+            }
+        }
+    }
+    assert!(
+        ran >= 12 && failed >= 12,
+        "{ran} gradients ran, {failed} failed"
+    );
+}

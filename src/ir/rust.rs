@@ -68,6 +68,10 @@ pub struct Export<'a> {
 /// Tuple types spelled longer than this many characters get a type alias.
 const ALIAS_OVER: usize = 64;
 
+/// The fewest zero-padded reads of one array at constant indices that one padding replaces
+/// ([`Emitter::pad_constants`]).
+const PAD_READS: usize = 4;
+
 /// The Rust module for a program and its exports.
 pub fn module(p: &Program, exports: &[Export<'_>], src: &SourceInfo<'_>) -> Result<String> {
     let mut e = Emitter::new(p);
@@ -696,6 +700,10 @@ struct Emitter<'a> {
     /// Real arrays read with zeros past their end at a loop's index throughout that loop,
     /// padded before it (`pad_f64`): (array, loop index) to the padded slice's name.
     padded: FxHashMap<(u32, u32), String>,
+    /// Real arrays read with zeros past their end at constant indices, many times in the
+    /// block being emitted, padded once at the first such read ([`Emitter::pad_constants`]):
+    /// array to the padded slice's name and length.
+    padded_consts: FxHashMap<u32, (String, i64)>,
     /// Accumulator slices whose elements the loop being emitted keeps in locals (a sliding
     /// window, [`Emitter::window`]): the `+=` statements redirected to a local, by address.
     windows: FxHashMap<*const Stmt, WindowAdd>,
@@ -810,6 +818,7 @@ impl<'a> Emitter<'a> {
             slices: Vec::new(),
             next_slice: 0,
             padded: FxHashMap::default(),
+            padded_consts: FxHashMap::default(),
             windows: FxHashMap::default(),
             window_loads: FxHashMap::default(),
             plain_smul: false,
@@ -1882,7 +1891,22 @@ impl<'a> Emitter<'a> {
     /// Emits a sequence of statements (each `for` loop sees the ones before it).
     fn stmts(&mut self, stmts: &[Stmt], depth: usize, out: &mut String) -> Result<()> {
         let (fresh, deferred) = self.fresh_fills(stmts);
+        let mut pads = self.pad_constants(stmts);
+        let mut shadowed = Vec::new();
         for (k, s) in stmts.iter().enumerate() {
+            if let Some(at) = pads.iter().position(|p| p.0 == k) {
+                let (_, a, len) = pads.swap_remove(at);
+                self.next_slice += 1;
+                let name = format!("z{}_{}", self.next_slice, var_name(&a));
+                let xs = self.read(&Atom::Var(a.clone()));
+                Self::indent(out, depth);
+                let _ = writeln!(
+                    out,
+                    "let {name} = pad_f64(&{xs}, {len}); let {name}: &[f64] = &{name}[..{len}];",
+                );
+                let old = self.padded_consts.insert(a.id, (name, len));
+                shadowed.push((a.id, old));
+            }
             match s {
                 Stmt::Mut(m, _) if deferred.contains(&k) => {
                     // Initialised by its growth below (nothing reads it before).
@@ -1924,7 +1948,48 @@ impl<'a> Emitter<'a> {
                 }
             }
         }
+        for (a, old) in shadowed.into_iter().rev() {
+            match old {
+                Some(o) => self.padded_consts.insert(a, o),
+                None => self.padded_consts.remove(&a),
+            };
+        }
         Ok(())
+    }
+
+    /// Zero-padded reads at constant indices: a real array read `xs[k] or 0` at
+    /// [`PAD_READS`] or more constant indices `k` among a block's statements, the largest
+    /// `K`, no more than eight times as many elements as reads, is padded once to `K + 1`
+    /// elements (`pad_f64`, which copies only an array shorter than that: a sparse zero
+    /// tangent) before the first such read, and the reads index the padded slice, whose
+    /// length the compiler then knows (no test per read). Forward code of straight-line
+    /// programs reads the tangent of an array element by element this way (`xs ! 0 + xs !
+    /// 1 + ..`). Returns (position of the first read, array, `K + 1`).
+    fn pad_constants(&self, stmts: &[Stmt]) -> Vec<(usize, super::Var, i64)> {
+        let mut reads: Vec<(usize, super::Var, usize, i64)> = Vec::new();
+        for (k, s) in stmts.iter().enumerate() {
+            let Stmt::Let(_, Expr::IndexOr0(Atom::Var(a), Atom::I64(i))) = s else {
+                continue;
+            };
+            if *i < 0
+                || !matches!(self.types().kind(a.ty), TyKind::Array(e) if *e == Ty::F64)
+                || self.padded_consts.contains_key(&a.id)
+            {
+                continue;
+            }
+            match reads.iter_mut().find(|r| r.1.id == a.id) {
+                Some(r) => {
+                    r.2 += 1;
+                    r.3 = r.3.max(*i);
+                }
+                None => reads.push((k, a.clone(), 1, *i)),
+            }
+        }
+        reads
+            .into_iter()
+            .filter(|r| r.2 >= PAD_READS && r.3 < 8 * r.2 as i64)
+            .map(|(k, a, _, max)| (k, a, max + 1))
+            .collect()
     }
 
     /// Store or accumulate: the real arrays of an accumulator declared zero in this block
@@ -2994,6 +3059,14 @@ impl<'a> Emitter<'a> {
                     self.padded[&(a.id, i.id)],
                     self.decl_name(i)
                 )
+            }
+            Expr::IndexOr0(Atom::Var(a), Atom::I64(i))
+                if self
+                    .padded_consts
+                    .get(&a.id)
+                    .is_some_and(|(_, len)| 0 <= *i && *i < *len) =>
+            {
+                format!("{}[{i}]", self.padded_consts[&a.id].0)
             }
             Expr::IndexOr0(a, i) => {
                 let t = ty.expect("an element's type");
