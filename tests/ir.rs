@@ -1298,3 +1298,70 @@ def shuffled (xs : Array Real) : Real = xs ! 6 + xs ! 2 * xs ! 0 + xs ! 1 - xs !
         "{ran} gradients ran, {failed} failed"
     );
 }
+
+/// Local arrays of reals built inside a loop's body (`Emitter::stmt`, `Scratch` in the
+/// emitted module) take their buffer from the thread's pool and give it back when dropped.
+/// Rows of different lengths (growing, shrinking, empty) in one call make every buffer serve
+/// arrays of other lengths, whose old elements must not show; a row that is too short fails
+/// in the middle of a build (the buffer is dropped there), and the next call still agrees.
+/// Values are the interpreter's bit for bit, primal and gradient.
+#[test]
+fn local_arrays_in_loops_reuse_pooled_buffers() {
+    let src = "\
+def f (xs : Array (Array Real)) : Real =
+  sum (map (\\x ->
+    let c = build (length x) (\\i -> x ! i * 2.0 - 1.0) in
+    let d = build (length c) (\\i -> c ! i * c ! (length c - 1 - i)) in
+    sum d + d ! 0 * sum c) xs)
+
+def g (xs : Array (Array Real)) : Real =
+  sum (map (\\x -> let c = build 3 (\\i -> x ! i + x ! 0) in c ! 0 * c ! 2) xs)
+";
+    let (module, text) = emitted(src, false, true);
+    for f in ["f", "g"] {
+        let body = emitted_fn(&text, f);
+        assert!(
+            body.contains("scratch_build("),
+            "no pooled array in {f}:\n{body}"
+        );
+    }
+    let native = built(module);
+    let rows = |lens: &[usize]| -> Value {
+        Value::array(
+            &chad::internals::types::Type::array(chad::internals::types::Type::Real),
+            lens.iter()
+                .enumerate()
+                .map(|(k, &n)| {
+                    Value::reals((0..n).map(|i| ((i + 3 * k) as f64 * 0.9).sin()).collect())
+                })
+                .collect(),
+        )
+    };
+    let (mut ran, mut failed) = (0, 0);
+    for lens in [
+        &[3usize, 7, 1, 5, 5, 2][..],
+        &[6, 2, 9, 4],
+        &[4, 1, 3, 2, 8, 3],
+        &[5, 2, 6],
+        &[1],
+        &[],
+    ] {
+        for k in 0..2 {
+            let d = &native.defs[k];
+            let inputs = [rows(lens)];
+            let interp = d.args(&inputs).and_then(|x| {
+                chad::internals::ir::interp::run(&native.program, d.primal, x)
+                    .map(|v| chad::internals::ir::interp::to_value(&d.entry.body.ty, &v))
+            });
+            let nat = native.eval_def(k, &inputs);
+            same_result("native primal", &nat, &interp, same_bits)
+                .unwrap_or_else(|e| panic!("{} at rows {lens:?}: {e}", d.entry.name));
+            ran += usize::from(nat.is_ok());
+            failed += usize::from(nat.is_err());
+            vjp_bit_for_bit(&native, k, &inputs, &Value::Real(1.0))
+                .unwrap_or_else(|e| panic!("{} at rows {lens:?}: {e}", d.entry.name));
+        }
+    }
+    // f fails on no row but an empty one's `d ! 0`; g on rows shorter than 3.
+    assert!(ran >= 6 && failed >= 4, "{ran} ran, {failed} failed");
+}

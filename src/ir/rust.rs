@@ -68,6 +68,29 @@ pub struct Export<'a> {
 /// Tuple types spelled longer than this many characters get a type alias.
 const ALIAS_OVER: usize = 64;
 
+/// The `let`s of a `build` inside a loop's body (a `for`, `loop`, `build`, `sum` or
+/// `iterate`), at any depth of `b` (`in_loop`: `b` is such a body).
+fn loop_builds(b: &Block, in_loop: bool, out: &mut FxHashSet<u32>) {
+    deep(|| {
+        for s in &b.stmts {
+            match s {
+                Stmt::Let(_, e) | Stmt::Mut(_, e) | Stmt::Do(e) => {
+                    if let Stmt::Let(x, Expr::Build(..)) = s
+                        && in_loop
+                    {
+                        out.insert(x.id);
+                    }
+                    let inner =
+                        in_loop || matches!(e, Expr::Build(..) | Expr::Sum(..) | Expr::Iterate(..));
+                    for_each_block(e, &mut |b| loop_builds(b, inner, out));
+                }
+                Stmt::For(_, _, body) | Stmt::Loop(body) => loop_builds(body, true, out),
+                _ => {}
+            }
+        }
+    })
+}
+
 /// The fewest zero-padded reads of one array at constant indices that one padding replaces
 /// ([`Emitter::pad_constants`]).
 const PAD_READS: usize = 4;
@@ -618,6 +641,69 @@ fn par_sum(n: i64, cost: u64, f: impl Fn(i64) -> Result<f64, Error> + Sync) -> R
     sum_by(n, |i| Ok(terms[i as usize]))
 }
 
+std::thread_local! {
+    /// Buffers of dropped [`Scratch`] arrays, for the next local array built on this thread.
+    static SCRATCH: std::cell::RefCell<Vec<Vec<f64>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A local array of reals that is only read (indexed, measured, sliced): built in a buffer
+/// of its thread's [`SCRATCH`] pool, to which the buffer returns when the array is dropped,
+/// so that an array built once per iteration of a loop allocates once per thread
+/// (`Emitter::stmt`, note 07 §4).
+#[allow(dead_code)]
+struct Scratch(Vec<f64>);
+
+impl Drop for Scratch {
+    #[inline]
+    fn drop(&mut self) {
+        let v = std::mem::take(&mut self.0);
+        SCRATCH.with(|s| s.borrow_mut().push(v));
+    }
+}
+
+/// Empties the calling thread's [`SCRATCH`] pool when dropped: each public function (and
+/// each run through the library's interface) holds one, so that the buffers of a call are
+/// not kept after it. The pool holds no more buffers than were live at once in the call.
+#[allow(dead_code)]
+struct ScratchScope;
+
+impl Drop for ScratchScope {
+    fn drop(&mut self) {
+        let _ = SCRATCH.try_with(|s| s.borrow_mut().clear());
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = [f64];
+    #[inline]
+    fn deref(&self) -> &[f64] {
+        &self.0
+    }
+}
+
+/// An empty buffer with room for `n` reals, from the pool if it has one.
+#[allow(dead_code)]
+#[inline]
+fn scratch_vec(n: usize) -> Vec<f64> {
+    let mut v = SCRATCH.with(|s| s.borrow_mut().pop()).unwrap_or_default();
+    v.clear();
+    v.reserve(n);
+    v
+}
+
+/// `[f(0), .., f(n-1)]` in a [`Scratch`] buffer, sequentially: a local array built inside a
+/// loop's body, which runs once per iteration (the loop around it is the one to run in
+/// parallel). `f` has this one call site, so that the compiler inlines it into the loop.
+#[allow(dead_code)]
+#[inline]
+fn scratch_build(n: usize, mut f: impl FnMut(i64) -> Result<f64, Error>) -> Result<Scratch, Error> {
+    let mut v = scratch_vec(n);
+    for i in 0..n as i64 {
+        v.push(f(i)?);
+    }
+    Ok(Scratch(v))
+}
+
 #[allow(dead_code)]
 fn sigmoid(x: f64) -> f64 {
     if x >= 0.0 {
@@ -724,6 +810,11 @@ struct Emitter<'a> {
     /// The `build` being emitted is bound to a variable that is only read (never moved):
     /// its result stays a `Vec` ([`Stmt::Let`] in [`Emitter::stmt`]).
     local_vec: bool,
+    /// The `build` being emitted is a local array of reals inside a loop's body: built
+    /// sequentially in a pooled buffer ([`Scratch`], [`loop_builds`]).
+    scratch_vec: bool,
+    /// The function's `let`s of a `build` inside a loop's body ([`loop_builds`]).
+    in_loops: FxHashSet<u32>,
     /// Accumulator arrays local to a loop iteration whose buffer is reused from one
     /// iteration to the next ([`Emitter::loop_pools`]): the `mut`'s id and the pool's name.
     pools: FxHashMap<u32, String>,
@@ -826,6 +917,8 @@ impl<'a> Emitter<'a> {
             versioned: false,
             stores: FxHashSet::default(),
             local_vec: false,
+            scratch_vec: false,
+            in_loops: FxHashSet::default(),
             pools: FxHashMap::default(),
         };
         e.find_recursive();
@@ -1728,6 +1821,8 @@ impl<'a> Emitter<'a> {
 
     fn func(&mut self, f: &Func) -> Result<()> {
         self.analyse_uses(f);
+        self.in_loops.clear();
+        loop_builds(&f.body, false, &mut self.in_loops);
         let mut body = String::new();
         let last = f.params.len().saturating_sub(1);
         let mut params: Vec<String> = Vec::new();
@@ -2791,11 +2886,19 @@ impl<'a> Emitter<'a> {
                     // An array built here and only read (indexed, measured, sliced): a
                     // plain `Vec`, without the shared handle's second allocation.
                     None if matches!(e, Expr::Build(..)) && u.owned == 0 && !self.is_acc(x) => {
+                        let elem = self.types().elem(x.ty);
+                        let scratch = elem == Ty::F64 && self.in_loops.contains(&x.id);
                         self.local_vec = true;
+                        self.scratch_vec = scratch;
                         let e = self.expr(e, depth, Some(x.ty));
                         self.local_vec = false;
-                        let elem = self.vt(self.types().elem(x.ty));
-                        let _ = write!(line, "let {}: Vec<{elem}> = {};", self.decl_name(x), e?);
+                        self.scratch_vec = false;
+                        let ty = if scratch {
+                            "Scratch".to_string()
+                        } else {
+                            format!("Vec<{}>", self.vt(elem))
+                        };
+                        let _ = write!(line, "let {}: {ty} = {};", self.decl_name(x), e?);
                     }
                     // A tuple of real arrays taken from an accumulator and only read through
                     // its fields: it stays in the accumulator's spelling.
@@ -3077,6 +3180,7 @@ impl<'a> Emitter<'a> {
             Expr::Build(n, i, b, site) if parallel_ok(b) => {
                 // A `Vec` for a local array that is only read, else the shared handle.
                 let local = std::mem::take(&mut self.local_vec);
+                let scratch = std::mem::take(&mut self.scratch_vec);
                 let (pads, added) = self.pad_reads(i, n, b, depth + 1);
                 let n = self.read(n);
                 let body = self.block_expr(b, depth + 1);
@@ -3084,19 +3188,30 @@ impl<'a> Emitter<'a> {
                 let body = body?;
                 let ind = "    ".repeat(depth);
                 let (open, close) = if local { ("", "") } else { ("Arr::new(", ")") };
+                let cost = if scratch {
+                    String::new()
+                } else {
+                    format!("{}, ", cost(b))
+                };
+                let build = if scratch {
+                    "scratch_build"
+                } else {
+                    "par_build"
+                };
                 format!(
-                    "{{\n{ind}    let n = check_len(\"build\", {n}, {})?;\n{pads}{ind}    {open}par_build(n, {}, |{}: i64| Ok({body}))?{close}\n{ind}}}",
+                    "{{\n{ind}    let n = check_len(\"build\", {n}, {})?;\n{pads}{ind}    {open}{build}(n, {cost}|{}: i64| Ok({body}))?{close}\n{ind}}}",
                     site.0,
-                    cost(b),
                     self.decl_name(i)
                 )
             }
             Expr::Build(n, i, b, site) => {
                 // A `Vec` for a local array that is only read, else the shared handle.
-                let wrap = if std::mem::take(&mut self.local_vec) {
-                    "v"
-                } else {
-                    "Arr::new(v)"
+                let local = std::mem::take(&mut self.local_vec);
+                let scratch = std::mem::take(&mut self.scratch_vec);
+                let (alloc, wrap) = match (local, scratch) {
+                    (_, true) => ("scratch_vec(n)", "Scratch(v)"),
+                    (true, false) => ("Vec::with_capacity(n)", "v"),
+                    _ => ("Vec::with_capacity(n)", "Arr::new(v)"),
                 };
                 let (pads, added) = self.pad_reads(i, n, b, depth + 1);
                 let n = self.read(n);
@@ -3105,7 +3220,7 @@ impl<'a> Emitter<'a> {
                 let body = body?;
                 let ind = "    ".repeat(depth);
                 format!(
-                    "{{\n{ind}    let n = check_len(\"build\", {n}, {})?;\n{pads}{ind}    let mut v = Vec::with_capacity(n);\n{ind}    for {} in 0..n as i64 {{\n{ind}        v.push({body});\n{ind}    }}\n{ind}    {wrap}\n{ind}}}",
+                    "{{\n{ind}    let n = check_len(\"build\", {n}, {})?;\n{pads}{ind}    let mut v = {alloc};\n{ind}    for {} in 0..n as i64 {{\n{ind}        v.push({body});\n{ind}    }}\n{ind}    {wrap}\n{ind}}}",
                     site.0,
                     self.decl_name(i)
                 )
@@ -3497,7 +3612,7 @@ impl<'a> Emitter<'a> {
         let out_conv = self.result(&x.result, "y")?;
         let _ = write!(
             out,
-            "\n/// `{name}` at the arguments.\n#[allow(dead_code, non_snake_case, clippy::all)]\npub fn {name}({ps}) -> Result<{ret}, Error> {{\n{args}    let y = {run}?;\n    Ok({out_conv})\n}}\n",
+            "\n/// `{name}` at the arguments.\n#[allow(dead_code, non_snake_case, clippy::all)]\npub fn {name}({ps}) -> Result<{ret}, Error> {{\n    let _scratch = ScratchScope;\n{args}    let y = {run}?;\n    Ok({out_conv})\n}}\n",
             name = x.name,
             ps = params.join(", "),
             run = self.entry_call(format!("{primal}({})", names.join(", "))),
@@ -3521,7 +3636,7 @@ impl<'a> Emitter<'a> {
             let tconv = self.tangent_result(&x.result, "dy", "y0")?;
             let _ = write!(
                 out,
-                "\n/// Forward mode: `{name}`'s value and its derivative along the tangents `{tlist}`.\n#[allow(dead_code, non_snake_case, unused_variables, clippy::all)]\npub fn {name}_jvp({ps}, {ts}) -> Result<({ret}, {tret}), Error> {{\n{args}    let (y, dy) = {run}?;\n    let y0 = y.clone();\n    Ok(({out_conv}, {tconv}))\n}}\n",
+                "\n/// Forward mode: `{name}`'s value and its derivative along the tangents `{tlist}`.\n#[allow(dead_code, non_snake_case, unused_variables, clippy::all)]\npub fn {name}_jvp({ps}, {ts}) -> Result<({ret}, {tret}), Error> {{\n    let _scratch = ScratchScope;\n{args}    let (y, dy) = {run}?;\n    let y0 = y.clone();\n    Ok(({out_conv}, {tconv}))\n}}\n",
                 name = x.name,
                 ps = params.join(", "),
                 ts = tparams.join(", "),
@@ -3556,7 +3671,7 @@ impl<'a> Emitter<'a> {
             };
             let _ = write!(
                 out,
-                "\n/// Reverse mode: `{name}`'s value and the cotangent of every argument for the output cotangent `ct`.\n#[allow(dead_code, non_snake_case, unused_variables, clippy::all)]\npub fn {name}_vjp({ps}, ct: {ct}) -> Result<({ret}, {gty}), Error> {{\n{args}    let (y, dctx) = {run}?;\n{unpack}    Ok(({out_conv}, {gtuple}))\n}}\n",
+                "\n/// Reverse mode: `{name}`'s value and the cotangent of every argument for the output cotangent `ct`.\n#[allow(dead_code, non_snake_case, unused_variables, clippy::all)]\npub fn {name}_vjp({ps}, ct: {ct}) -> Result<({ret}, {gty}), Error> {{\n    let _scratch = ScratchScope;\n{args}    let (y, dctx) = {run}?;\n{unpack}    Ok(({out_conv}, {gtuple}))\n}}\n",
                 name = x.name,
                 ps = params.join(", "),
                 run = self.entry_call(format!("f_{}({ctx}, {ct_conv})", self.p.func(f).name)),
@@ -4298,6 +4413,7 @@ pub unsafe extern "C" fn chad_run(h: *mut Prepared, reps: u64, times: *mut f64, 
     };
     // A program that recurses runs on a stack segment of its own (outside the timings).
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _scratch = ScratchScope;
         if RECURSIVE { with_stack(reps) } else { reps() }
     }));
     match r {
