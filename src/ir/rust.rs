@@ -4150,7 +4150,7 @@ pub fn ffi(p: &Program, funcs: &[super::FuncId]) -> Result<String> {
         let enc = e.codec(func.ret, &mut codecs);
         let _ = write!(
             arms,
-            "        {id} => {{\n{dec}            Some(Prepared {{\n                run: Box::new(move |encode| {{\n                    let y = f_{name}({args})?;\n                    Ok(encode.then(|| {{\n                        let start = std::time::Instant::now();\n                        let mut w = Vec::new();\n                        enc_{enc}(&y, &mut w);\n                        (w, start.elapsed().as_secs_f64())\n                    }}))\n                }}),\n            }})\n        }}\n",
+            "        {id} => {{\n{dec}            Some(Prepared {{\n                run: Box::new(move |encode| {{\n                    // Opaque here: else the compiler may move a pure computation of `y` into\n                    // the encoding below, whose time is not counted.\n                    let y = std::hint::black_box(f_{name}({args})?);\n                    Ok(encode.then(|| {{\n                        let start = std::time::Instant::now();\n                        let mut w = Vec::new();\n                        enc_{enc}(&y, &mut w);\n                        (w, start.elapsed().as_secs_f64())\n                    }}))\n                }}),\n            }})\n        }}\n",
             id = f.0,
             name = func.name,
             args = args.join(", "),
