@@ -811,7 +811,7 @@ struct Emitter<'a> {
     /// its result stays a `Vec` ([`Stmt::Let`] in [`Emitter::stmt`]).
     local_vec: bool,
     /// The `build` being emitted is a local array of reals inside a loop's body: built
-    /// sequentially in a pooled buffer ([`Scratch`], [`loop_builds`]).
+    /// sequentially in a pooled buffer (`Scratch` in the emitted module, [`loop_builds`]).
     scratch_vec: bool,
     /// The function's `let`s of a `build` inside a loop's body ([`loop_builds`]).
     in_loops: FxHashSet<u32>,
