@@ -591,6 +591,23 @@ fn same_bits<T: std::fmt::Debug>(a: &T, b: &T) -> Result<(), String> {
     }
 }
 
+/// Definition `k`'s native primal against the IR interpreter's, bit for bit, or the same
+/// error. Returns whether the native one ran.
+fn primal_bit_for_bit(
+    native: &chad::internals::native::Native,
+    k: usize,
+    inputs: &[Value],
+) -> Result<bool, String> {
+    let d = &native.defs[k];
+    let interp = d.args(inputs).and_then(|x| {
+        chad::internals::ir::interp::run(&native.program, d.primal, x)
+            .map(|v| chad::internals::ir::interp::to_value(&d.entry.body.ty, &v))
+    });
+    let nat = native.eval_def(k, inputs);
+    same_result("native primal", &nat, &interp, same_bits)?;
+    Ok(nat.is_ok())
+}
+
 /// Definition `k`'s native VJP against the IR interpreter's, bit for bit (`{:?}` prints the
 /// shortest representation that reads back exactly), or the same error. Returns whether the
 /// native one ran.
@@ -883,18 +900,8 @@ def strided (xs : Array Real) (k : Int) : Real =
         }
         for (k, inputs) in cases {
             let name = &native.defs[k].entry.name;
-            let d = &native.defs[k];
-            let interp = d.args(&inputs).and_then(|x| {
-                chad::internals::ir::interp::run(&native.program, d.primal, x)
-                    .map(|v| chad::internals::ir::interp::to_value(&d.entry.body.ty, &v))
-            });
-            same_result(
-                "native primal",
-                &native.eval_def(k, &inputs),
-                &interp,
-                same_bits,
-            )
-            .unwrap_or_else(|e| panic!("{name} at n = {n}: {e}"));
+            primal_bit_for_bit(&native, k, &inputs)
+                .unwrap_or_else(|e| panic!("{name} at n = {n}: {e}"));
             let ok = vjp_bit_for_bit(&native, k, &inputs, &Value::Real(1.0))
                 .unwrap_or_else(|e| panic!("{name} at n = {n}: {e}"));
             ran += usize::from(ok);
@@ -1349,15 +1356,10 @@ def g (xs : Array (Array Real)) : Real =
         for k in 0..2 {
             let d = &native.defs[k];
             let inputs = [rows(lens)];
-            let interp = d.args(&inputs).and_then(|x| {
-                chad::internals::ir::interp::run(&native.program, d.primal, x)
-                    .map(|v| chad::internals::ir::interp::to_value(&d.entry.body.ty, &v))
-            });
-            let nat = native.eval_def(k, &inputs);
-            same_result("native primal", &nat, &interp, same_bits)
+            let ok = primal_bit_for_bit(&native, k, &inputs)
                 .unwrap_or_else(|e| panic!("{} at rows {lens:?}: {e}", d.entry.name));
-            ran += usize::from(nat.is_ok());
-            failed += usize::from(nat.is_err());
+            ran += usize::from(ok);
+            failed += usize::from(!ok);
             vjp_bit_for_bit(&native, k, &inputs, &Value::Real(1.0))
                 .unwrap_or_else(|e| panic!("{} at rows {lens:?}: {e}", d.entry.name));
         }
