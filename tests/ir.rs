@@ -1367,3 +1367,97 @@ def g (xs : Array (Array Real)) : Real =
     // f fails on no row but an empty one's `d ! 0`; g on rows shorter than 3.
     assert!(ran >= 6 && failed >= 4, "{ran} ran, {failed} failed");
 }
+
+/// Sums of arithmetic on reads at the loop index run in lanes (`Emitter::lane_sum` in
+/// `ir/rust.rs`): over `chunks_exact(8)` of the slices read, every term in the lane `sum_by`
+/// gives it. Dot products, a body reading three slices of which two are sparse tangents
+/// (shorter, zero past their end: padded first), and a dot inside a map, primal, forward and
+/// reverse, at every length from 0 to 40 and around the 4096-term chunks (4095 to 4097, 8193),
+/// with `-0.0`, infinities and NaN among the terms (where the plain products are NaN and the
+/// strong zeros decide): the interpreter's values bit for bit.
+#[test]
+fn arithmetic_sums_run_in_lanes_bit_for_bit() {
+    use chad::internals::ir::interp::Val;
+    let src = "\
+def dot2 (xs : Array Real) (ys : Array Real) : Real = dot xs ys
+
+def three (xs : Array Real) (ys : Array Real) : Real =
+  sum (map2 (\\x y -> x * y - x / (y + 3.0)) xs ys) + sum (map (\\x -> x * x) xs)
+
+def rows (xss : Array (Array Real)) (ys : Array Real) : Real =
+  sum (map (\\r -> dot r ys * 0.5) xss)
+";
+    let (module, text) = emitted(src, true, true);
+    for f in ["dot2", "three", "dot2_jvp", "three_jvp", "rows"] {
+        let body = emitted_fn(&text, f);
+        assert!(body.contains("chunks_exact(8)"), "no lanes in {f}:\n{body}");
+    }
+    let native = built(module);
+    let prog = &native.program;
+    let reals = |n: usize, phase: f64, special: bool| -> Vec<f64> {
+        (0..n)
+            .map(|i| match i % 23 {
+                5 if special => -0.0,
+                11 if special && n > 20 => f64::INFINITY,
+                17 if special && n > 30 => f64::NAN,
+                _ => ((i as f64 + phase) * 0.37).sin() * 2.0,
+            })
+            .collect()
+    };
+    let mut lens: Vec<usize> = (0..=40).collect();
+    lens.extend([4095, 4096, 4097, 8193]);
+    let mut checked = 0;
+    for &n in &lens {
+        for special in [false, true] {
+            let (xs, ys) = (reals(n, 0.0, special), reals(n, 1.5, false));
+            let cases = [
+                (0, vec![Value::reals(xs.clone()), Value::reals(ys.clone())]),
+                (1, vec![Value::reals(xs.clone()), Value::reals(ys.clone())]),
+            ];
+            for (k, inputs) in cases {
+                let d = &native.defs[k];
+                let what = format!("{} at n = {n}, special {special}", d.entry.name);
+                primal_bit_for_bit(&native, k, &inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+                vjp_bit_for_bit(&native, k, &inputs, &Value::Real(-1.25))
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                // Tangents: xs's as long as xs, ys's one shorter (a sparse zero past its end),
+                // with a zero tangent against an infinite primal term.
+                let f = d.jvp.expect("a jvp");
+                let x = d.context(&inputs).expect("a context");
+                let arr = |v: Vec<f64>| {
+                    Val::Array(std::rc::Rc::new(v.into_iter().map(Val::F64).collect()))
+                };
+                let dxs = arr((0..n)
+                    .map(|i| {
+                        if i % 23 == 11 {
+                            0.0
+                        } else {
+                            (i as f64 * 0.11).cos()
+                        }
+                    })
+                    .collect());
+                let dys = arr(reals(n.saturating_sub(1), 3.0, false));
+                let dx = Val::Tuple(vec![Val::Tuple(vec![Val::Unit, dxs].into()), dys].into());
+                let interp = chad::internals::ir::interp::run(prog, f, vec![x.clone(), dx.clone()]);
+                let nat = native.call(f, &[x, dx]);
+                same_result("native jvp", &nat, &interp, same_bits)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                checked += 1;
+            }
+            if n <= 40 {
+                let xss = Value::array(
+                    &chad::internals::types::Type::array(chad::internals::types::Type::Real),
+                    (0..3)
+                        .map(|r| Value::reals(reals(n, r as f64, special)))
+                        .collect(),
+                );
+                let inputs = [xss, Value::reals(ys.clone())];
+                let what = format!("rows at n = {n}, special {special}");
+                primal_bit_for_bit(&native, 2, &inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+                vjp_bit_for_bit(&native, 2, &inputs, &Value::Real(0.75))
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+            }
+        }
+    }
+    assert_eq!(checked, 4 * lens.len());
+}

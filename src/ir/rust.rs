@@ -321,6 +321,16 @@ fn at_ref<T>(xs: &[T], i: i64, site: usize) -> Result<&T, Error> {
     }
 }
 
+/// The array at `xs[i]`, or the empty one (the zero array) past the end of `xs`, borrowed.
+#[allow(dead_code)]
+#[inline]
+fn at_or_ref<T, A: std::ops::Deref<Target = [T]>>(xs: &[A], i: i64) -> &[T] {
+    match usize::try_from(i).ok().and_then(|k| xs.get(k)) {
+        Some(x) => x,
+        None => &[],
+    }
+}
+
 #[allow(dead_code)]
 fn at_or<T: Clone>(xs: &[T], i: i64, zero: impl FnOnce() -> T) -> T {
     match usize::try_from(i).ok().and_then(|k| xs.get(k)) {
@@ -625,16 +635,22 @@ fn par_build<T: Send>(
     Ok(out)
 }
 
+/// Whether [`par_sum`] adds `n` terms of estimated cost `cost` on the calling thread alone.
+#[allow(dead_code)]
+#[inline]
+fn seq_sum(n: i64, cost: u64) -> bool {
+    n <= 0
+        || (n as u64).saturating_mul(cost) < par_work()
+        || threads() <= 1
+        || IN_PAR.with(|p| p.get())
+}
+
 /// Σ f(i) for i < n in the fixed order of [`sum_by`]; with enough work the terms are computed
 /// by [`par_build`] first and then added in that order, so the sum is the same bit for bit.
 #[allow(dead_code)]
 #[inline]
 fn par_sum(n: i64, cost: u64, f: impl Fn(i64) -> Result<f64, Error> + Sync) -> Result<f64, Error> {
-    if n <= 0
-        || (n as u64).saturating_mul(cost) < par_work()
-        || threads() <= 1
-        || IN_PAR.with(|p| p.get())
-    {
+    if seq_sum(n, cost) {
         return sum_by(n, f);
     }
     let terms = par_build(n as usize, cost, f)?;
@@ -2793,6 +2809,140 @@ impl<'a> Emitter<'a> {
         (decls, added)
     }
 
+    /// The slices of a `sum`'s body that can run in lanes, if it can: every statement a
+    /// `let` (or a local real accumulator's `mut` and `+=`) of an expression that cannot fail,
+    /// whose index is used only to read reals at it from slices of the loop's length
+    /// ([`Emitter::pad_reads`]). In order of first read, at most [`LANE_SLICES`].
+    fn lane_slices(&self, i: &super::Var, b: &Block) -> Option<Vec<(u32, String)>> {
+        let internal = self.internal_site();
+        let is_i = |a: &Atom| matches!(a, Atom::Var(x) if x.id == i.id);
+        let mut slices: Vec<(u32, String)> = Vec::new();
+        let mut locals: FxHashSet<u32> = FxHashSet::default();
+        for s in &b.stmts {
+            match s {
+                Stmt::Let(_, e) | Stmt::Mut(_, e) => {
+                    let ok = match e {
+                        Expr::Index(Atom::Var(a), j, _) | Expr::IndexOr0(Atom::Var(a), j)
+                            if is_i(j) =>
+                        {
+                            let checked =
+                                matches!(e, Expr::Index(_, _, site) if Some(*site) != internal);
+                            match self.padded.get(&(a.id, i.id)) {
+                                Some(name) if !checked => {
+                                    if !slices.iter().any(|(x, _)| *x == a.id) {
+                                        slices.push((a.id, name.clone()));
+                                    }
+                                    true
+                                }
+                                _ => false,
+                            }
+                        }
+                        Expr::Index(a, j, site) => Some(*site) == internal && !is_i(a) && !is_i(j),
+                        Expr::IndexOr0(a, j) => !is_i(a) && !is_i(j),
+                        Expr::Get(m) | Expr::Take(m) => locals.contains(&m.0.id),
+                        // Arithmetic only: a call (`exp`, `tanh`, ..) has no vector form, and
+                        // the lanes would only add code around it.
+                        Expr::Prim(p, ..)
+                            if !matches!(p.name(), "add" | "sub" | "mul" | "div" | "neg") =>
+                        {
+                            false
+                        }
+                        Expr::Op(op, _)
+                            if !matches!(
+                                op,
+                                super::Op::FAdd | super::Op::FMul | super::Op::FNeg
+                            ) =>
+                        {
+                            false
+                        }
+                        e => super::opt::infallible(e) && !super::opt::operands(e).any(is_i),
+                    };
+                    if !ok {
+                        return None;
+                    }
+                    if let Stmt::Mut(m, _) = s {
+                        if m.0.ty != Ty::F64 {
+                            return None;
+                        }
+                        locals.insert(m.0.id);
+                    }
+                }
+                Stmt::AddTo {
+                    place,
+                    value,
+                    scale,
+                } => {
+                    if !place.path.is_empty()
+                        || !locals.contains(&place.root.0.id)
+                        || is_i(value)
+                        || scale.as_ref().is_some_and(is_i)
+                    {
+                        return None;
+                    }
+                }
+                _ => return None,
+            }
+        }
+        (!slices.is_empty() && slices.len() <= LANE_SLICES && !is_i(&b.result)).then_some(slices)
+    }
+
+    /// A `sum` whose body [`Emitter::lane_slices`] accepts, in the order of `sum_by` (chunks
+    /// of 4096 terms, term `k` of a chunk to lane `k mod 8`, the lanes combined as
+    /// `((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))`), written over `chunks_exact(8)`
+    /// of the slices so that each group of eight terms is a loop over a constant range: with
+    /// no failure and no bound test between the lanes, rustc computes them with vector
+    /// instructions. The same value bit for bit: every term goes to the lane it goes to in
+    /// `sum_by`, and each lane adds its terms in the same order.
+    fn lane_sum(
+        &mut self,
+        n: &str,
+        i: &super::Var,
+        b: &Block,
+        slices: &[(u32, String)],
+        plain: bool,
+        depth: usize,
+    ) -> Result<String> {
+        let names: Vec<String> = (0..slices.len()).map(|k| format!("lane_q{k}")).collect();
+        for ((a, _), q) in slices.iter().zip(&names) {
+            self.padded.insert((*a, i.id), q.clone());
+        }
+        let was = std::mem::replace(&mut self.plain_smul, plain);
+        let body = self.block_expr(b, depth + 4);
+        let tail = self.block_expr(b, depth + 3);
+        self.plain_smul = was;
+        for (a, name) in slices {
+            self.padded.insert((*a, i.id), name.clone());
+        }
+        let (body, tail) = (body?, tail?);
+        let ind = "    ".repeat(depth);
+        let iv = self.decl_name(i);
+        let mut zip = String::from("&mut lane_w0");
+        let mut pat = String::from("lane_q0");
+        for k in 1..slices.len() {
+            zip = format!("({zip}).zip(&mut lane_w{k})");
+            pat = format!("({pat}, lane_q{k})");
+        }
+        let mut s = format!(
+            "{{\n{ind}    let lane_n = {n}.max(0) as usize;\n{ind}    let mut lane_total = 0.0f64;\n{ind}    let mut lane_c0 = 0usize;\n{ind}    while lane_c0 < lane_n {{\n{ind}        let lane_c1 = if lane_n - lane_c0 > 4096 {{ lane_c0 + 4096 }} else {{ lane_n }};\n{ind}        let mut lane_l = [0.0f64; 8];\n"
+        );
+        for (k, (_, name)) in slices.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "{ind}        let mut lane_w{k} = {name}[lane_c0..lane_c1].chunks_exact(8);"
+            );
+        }
+        let rems: Vec<String> = (0..slices.len())
+            .map(|k| format!("lane_w{k}.remainder()"))
+            .collect();
+        let _ = write!(
+            s,
+            "{ind}        for {pat} in {zip} {{\n{ind}            for lane_k in 0..8 {{\n{ind}                let {iv}: i64 = lane_k as i64;\n{ind}                lane_l[lane_k] += {body};\n{ind}            }}\n{ind}        }}\n{ind}        let ({}) = ({});\n{ind}        for lane_k in 0..lane_q0.len() {{\n{ind}            let {iv}: i64 = lane_k as i64;\n{ind}            lane_l[lane_k] += {tail};\n{ind}        }}\n{ind}        lane_total += ((lane_l[0] + lane_l[1]) + (lane_l[2] + lane_l[3])) + ((lane_l[4] + lane_l[5]) + (lane_l[6] + lane_l[7]));\n{ind}        lane_c0 = lane_c1;\n{ind}    }}\n{ind}    lane_total\n{ind}}}",
+            names.join(", ") + if names.len() == 1 { "," } else { "" },
+            rems.join(", ") + if rems.len() == 1 { "," } else { "" },
+        );
+        Ok(s)
+    }
+
     fn unpad(&mut self, added: Vec<(u32, u32)>) {
         for k in added {
             self.padded.remove(&k);
@@ -2864,6 +3014,10 @@ impl<'a> Emitter<'a> {
                         self.read(i),
                         site.0
                     )),
+                    // An array element of an additive array, the empty slice past its end.
+                    Expr::IndexOr0(a, i) if matches!(self.types().kind(x.ty), TyKind::Array(_)) => {
+                        Some(format!("at_or_ref(&{}, {})", self.read(a), self.read(i)))
+                    }
                     _ => None,
                 };
                 match reference {
@@ -3238,8 +3392,13 @@ impl<'a> Emitter<'a> {
                     None
                 };
                 let body = self.block_expr(b, depth);
+                // The lane form of the sum that runs first (the plain one when speculating).
+                let lanes = self
+                    .lane_slices(i, b)
+                    .map(|slices| self.lane_sum(&n, i, b, &slices, speculate, depth));
                 self.unpad(added);
                 let body = body?;
+                let lanes = lanes.transpose()?;
                 let one = |body: &str| {
                     if parallel_ok(b) {
                         format!(
@@ -3251,14 +3410,31 @@ impl<'a> Emitter<'a> {
                         format!("sum_by({n}, |{}: i64| Ok({body}))?", self.decl_name(i))
                     }
                 };
-                let sum = match plain {
+                // In lanes from [`LANE_MIN`] terms where `par_sum` would run on this thread
+                // alone (shorter sums spend more on the lanes' remainder than they gain).
+                let first = |lanes: String, body: &str| {
+                    let seq = if parallel_ok(b) {
+                        format!(" && seq_sum({n}, {})", cost(b))
+                    } else {
+                        String::new()
+                    };
+                    format!("if {n} >= {LANE_MIN}{seq} {lanes} else {{ {} }}", one(body))
+                };
+                let sum = match (plain, lanes) {
                     // Plain products first; the strong zeros only if that sum is NaN.
-                    Some(p) => format!(
-                        "{{ let s = {}; if s.is_nan() {{ {} }} else {{ s }} }}",
-                        one(&p?),
-                        one(&body)
-                    ),
-                    None => one(&body),
+                    (Some(p), lanes) => {
+                        let p = p?;
+                        let run = match lanes {
+                            Some(l) => first(l, &p),
+                            None => one(&p),
+                        };
+                        format!(
+                            "{{ let s = {run}; if s.is_nan() {{ {} }} else {{ s }} }}",
+                            one(&body)
+                        )
+                    }
+                    (None, Some(l)) => first(l, &body),
+                    (None, None) => one(&body),
                 };
                 if pads.is_empty() {
                     sum
@@ -4006,6 +4182,12 @@ fn parallel_ok(b: &Block) -> bool {
     }
     block(b, &mut FxHashSet::default())
 }
+
+/// The most slices a sum in lanes reads ([`Emitter::lane_slices`]).
+const LANE_SLICES: usize = 6;
+
+/// The fewest terms a sum adds in lanes ([`Emitter::lane_sum`]).
+const LANE_MIN: i64 = 16;
 
 /// A static estimate of a loop body's work per iteration, in simple operations: what decides
 /// (with the length, at run time) whether a parallel loop is worth its threads. A nested loop
