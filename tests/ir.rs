@@ -1371,7 +1371,8 @@ def g (xs : Array (Array Real)) : Real =
 /// Sums of arithmetic on reads at the loop index run in lanes (`Emitter::lane_sum` in
 /// `ir/rust.rs`): over `chunks_exact(8)` of the slices read, every term in the lane `sum_by`
 /// gives it. Dot products, a body reading three slices of which two are sparse tangents
-/// (shorter, zero past their end: padded first), and a dot inside a map, primal, forward and
+/// (shorter, zero past their end: padded first), a dot inside a map, and squares scaled by a
+/// constant (whose tangent terms drop `+ 0.0`: `Emitter::sign_free`), primal, forward and
 /// reverse, at every length from 0 to 40 and around the 4096-term chunks (4095 to 4097, 8193),
 /// with `-0.0`, infinities and NaN among the terms (where the plain products are NaN and the
 /// strong zeros decide): the interpreter's values bit for bit.
@@ -1386,12 +1387,27 @@ def three (xs : Array Real) (ys : Array Real) : Real =
 
 def rows (xss : Array (Array Real)) (ys : Array Real) : Real =
   sum (map (\\r -> dot r ys * 0.5) xss)
+
+def squares (xs : Array Real) (ys : Array Real) : Real =
+  sum (build (length xs) (\\i -> 3.0 * xs ! i * xs ! i + ys ! i))
 ";
     let (module, text) = emitted(src, true, true);
-    for f in ["dot2", "three", "dot2_jvp", "three_jvp", "rows"] {
+    for f in [
+        "dot2",
+        "three",
+        "dot2_jvp",
+        "three_jvp",
+        "rows",
+        "squares_jvp",
+    ] {
         let body = emitted_fn(&text, f);
         assert!(body.contains("chunks_exact(8)"), "no lanes in {f}:\n{body}");
     }
+    // The tangent's terms scale by constants without `+ 0.0` (`Emitter::sign_free`): a
+    // term's zero sign never shows in a sum. The gradient's stores keep it.
+    let jvp = emitted_fn(&text, "squares_jvp");
+    assert!(!jvp.contains("+ 0.0"), "{jvp}");
+    assert!(emitted_fn(&text, "squares_vjp").contains("+ 0.0"));
     let native = built(module);
     let prog = &native.program;
     let reals = |n: usize, phase: f64, special: bool| -> Vec<f64> {
@@ -1413,12 +1429,15 @@ def rows (xss : Array (Array Real)) (ys : Array Real) : Real =
             let cases = [
                 (0, vec![Value::reals(xs.clone()), Value::reals(ys.clone())]),
                 (1, vec![Value::reals(xs.clone()), Value::reals(ys.clone())]),
+                (3, vec![Value::reals(xs.clone()), Value::reals(ys.clone())]),
             ];
             for (k, inputs) in cases {
                 let d = &native.defs[k];
                 let what = format!("{} at n = {n}, special {special}", d.entry.name);
                 primal_bit_for_bit(&native, k, &inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
-                vjp_bit_for_bit(&native, k, &inputs, &Value::Real(-1.25))
+                // (A positive cotangent keeps the sign of `3 · -0.0 · ct`.)
+                let ct = if k == 3 { 0.75 } else { -1.25 };
+                vjp_bit_for_bit(&native, k, &inputs, &Value::Real(ct))
                     .unwrap_or_else(|e| panic!("{what}: {e}"));
                 // Tangents: xs's as long as xs, ys's one shorter (a sparse zero past its end),
                 // with a zero tangent against an infinite primal term.
@@ -1459,5 +1478,5 @@ def rows (xss : Array (Array Real)) (ys : Array Real) : Real =
             }
         }
     }
-    assert_eq!(checked, 4 * lens.len());
+    assert_eq!(checked, 6 * lens.len());
 }

@@ -814,6 +814,10 @@ struct Emitter<'a> {
     /// Emitting the speculative copy of a `sum` body ([`Emitter::speculable`]): scalings
     /// are plain products.
     plain_smul: bool,
+    /// Reals of `sum` bodies whose sign of zero nothing observes ([`Emitter::sign_free`]).
+    sign_free: FxHashSet<u32>,
+    /// The `let` being emitted binds a variable of [`Emitter::sign_free`].
+    binding_sign_free: bool,
     /// Real variables that the loop copy being emitted may take as finite and nonzero (its
     /// guard tested them: [`Emitter::for_loop`]'s versioning on invariant scale factors).
     assumed: FxHashSet<u32>,
@@ -929,6 +933,8 @@ impl<'a> Emitter<'a> {
             windows: FxHashMap::default(),
             window_loads: FxHashMap::default(),
             plain_smul: false,
+            sign_free: FxHashSet::default(),
+            binding_sign_free: false,
             assumed: FxHashSet::default(),
             versioned: false,
             stores: FxHashSet::default(),
@@ -1482,6 +1488,13 @@ impl<'a> Emitter<'a> {
         match (self.nonzero(c), self.nonzero(x)) {
             // Both nonzero: the plain product (folded by rustc).
             (true, true) => format!("{} * {}", self.read(c), self.read(x)),
+            // (The sign of a zero that nothing observes needs no `+ 0.0`.)
+            (true, false) if self.binding_sign_free => {
+                format!("{} * {}", self.read(x), self.read(c))
+            }
+            (false, true) if self.binding_sign_free => {
+                format!("{} * {}", self.read(c), self.read(x))
+            }
             (true, false) => format!("{} * {} + 0.0", self.read(x), self.read(c)),
             (false, true) => format!("{} * {} + 0.0", self.read(c), self.read(x)),
             (false, false) if self.plain_smul => format!("{} * {}", self.read(c), self.read(x)),
@@ -2809,6 +2822,123 @@ impl<'a> Emitter<'a> {
         (decls, added)
     }
 
+    /// Marks the reals of a `sum` body whose sign of zero nothing observes: the body's value
+    /// (a term, added to a lane that starts at `+0.0`, so `x + -0.0 = x` and `+0.0 + -0.0 =
+    /// +0.0`: a term's zero sign never shows), and a `let` all of whose uses in the body are
+    /// operands of additions, subtractions, negations and products binding such reals (the
+    /// operand's zero sign changes only the zero sign of their result; a product with an
+    /// infinity or NaN is NaN either way). The strong-zero scaling by a constant then needs no
+    /// `+ 0.0` ([`Emitter::smul`]), which kept rustc from vectorising forward code's sums.
+    fn sign_free(&mut self, b: &Block) {
+        let mut total: FxHashMap<u32, u32> = FxHashMap::default();
+        let count = |a: &Atom, total: &mut FxHashMap<u32, u32>| {
+            if let Atom::Var(v) = a {
+                *total.entry(v.id).or_default() += 1;
+            }
+        };
+        for s in &b.stmts {
+            match s {
+                Stmt::Let(_, e) | Stmt::Mut(_, e) => {
+                    let atoms: Vec<&Atom> = match e {
+                        Expr::Index(a, j, _) | Expr::IndexOr0(a, j) => vec![a, j],
+                        Expr::Array(_, xs) | Expr::Call(_, xs) => xs.iter().collect(),
+                        Expr::Replicate(n, x, _) => vec![n, x],
+                        Expr::Zero(_) | Expr::Get(_) | Expr::Take(_) => Vec::new(),
+                        // Expressions with blocks: the uses inside are not counted here.
+                        Expr::Build(..)
+                        | Expr::Sum(..)
+                        | Expr::If(..)
+                        | Expr::Match(..)
+                        | Expr::Iterate(..) => return,
+                        e => super::opt::operands(e).collect(),
+                    };
+                    for a in atoms {
+                        count(a, &mut total);
+                    }
+                }
+                Stmt::AddTo { value, scale, .. } => {
+                    count(value, &mut total);
+                    if let Some(c) = scale {
+                        count(c, &mut total);
+                    }
+                }
+                _ => return,
+            }
+        }
+        let Atom::Var(r) = &b.result else { return };
+        if r.ty != Ty::F64 {
+            return;
+        }
+        count(&b.result, &mut total);
+        let arithmetic = |e: &Expr| match e {
+            Expr::Prim(p, ..) => matches!(p.name(), "add" | "sub" | "mul" | "neg"),
+            Expr::Op(op, _) => matches!(op, super::Op::FAdd | super::Op::FMul | super::Op::FNeg),
+            Expr::Scale(_, a) | Expr::Add(a, _) => a.ty() == Ty::F64,
+            Expr::Atom(a) => a.ty() == Ty::F64,
+            _ => false,
+        };
+        // One pass from the end, given the local real accumulators whose every read binds a
+        // free real (their initial value and additions are then free operands too).
+        let pass = |muts: &FxHashSet<u32>| -> FxHashSet<u32> {
+            let mut good: FxHashMap<u32, u32> = FxHashMap::default();
+            *good.entry(r.id).or_default() += 1;
+            let mut free = FxHashSet::default();
+            let credit = |e: &Expr, good: &mut FxHashMap<u32, u32>| {
+                if arithmetic(e) {
+                    for a in super::opt::operands(e) {
+                        if let Atom::Var(v) = a {
+                            *good.entry(v.id).or_default() += 1;
+                        }
+                    }
+                }
+            };
+            for s in b.stmts.iter().rev() {
+                match s {
+                    Stmt::Let(x, e) if x.ty == Ty::F64 && good.get(&x.id) == total.get(&x.id) => {
+                        free.insert(x.id);
+                        credit(e, &mut good);
+                    }
+                    Stmt::Mut(m, e) if muts.contains(&m.0.id) => credit(e, &mut good),
+                    Stmt::AddTo {
+                        place,
+                        value,
+                        scale,
+                    } if place.path.is_empty() && muts.contains(&place.root.0.id) => {
+                        for a in std::iter::once(value).chain(scale) {
+                            if let Atom::Var(v) = a {
+                                *good.entry(v.id).or_default() += 1;
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            free
+        };
+        let first = pass(&FxHashSet::default());
+        // Accumulators declared in the body all of whose reads bind free reals.
+        let mut muts: FxHashSet<u32> = b
+            .stmts
+            .iter()
+            .filter_map(|s| match s {
+                Stmt::Mut(m, _) if m.0.ty == Ty::F64 => Some(m.0.id),
+                _ => None,
+            })
+            .collect();
+        for s in &b.stmts {
+            match s {
+                Stmt::Let(x, Expr::Get(m) | Expr::Take(m)) if !first.contains(&x.id) => {
+                    muts.remove(&m.0.id);
+                }
+                Stmt::AddTo { place, .. } if !place.path.is_empty() => {
+                    muts.remove(&place.root.0.id);
+                }
+                _ => {}
+            }
+        }
+        self.sign_free.extend(pass(&muts));
+    }
+
     /// The slices of a `sum`'s body that can run in lanes, if it can: every statement a
     /// `let` (or a local real accumulator's `mut` and `+=`) of an expression that cannot fail,
     /// whose index is used only to read reals at it from slices of the loop's length
@@ -2998,6 +3128,7 @@ impl<'a> Emitter<'a> {
 
     fn stmt(&mut self, s: &Stmt, depth: usize, out: &mut String) -> Result<()> {
         let mut line = String::new();
+        self.binding_sign_free = matches!(s, Stmt::Let(x, _) if self.sign_free.contains(&x.id));
         match s {
             Stmt::Let(x, e) => {
                 self.learn_const(x, e);
@@ -3380,6 +3511,7 @@ impl<'a> Emitter<'a> {
                 )
             }
             Expr::Sum(n, i, b) => {
+                self.sign_free(b);
                 let (pads, added) = self.pad_reads(i, n, b, depth + 1);
                 let n = self.read(n);
                 let speculate = !self.plain_smul && self.speculable(b);
