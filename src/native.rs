@@ -31,6 +31,9 @@ pub struct Native {
     pub rustc_s: f64,
     /// Whether the library came from the cache.
     pub cached: bool,
+    /// Whether the library allocates with this process's global allocator (it does unless
+    /// it had allocated before it was offered it: see `HOST_ALLOCATOR`).
+    pub host_allocator: bool,
 }
 
 /// The folder compiled libraries are cached in.
@@ -175,6 +178,63 @@ type RunFn = unsafe extern "C" fn(*mut c_void, u64, *mut f64, *mut Buf) -> i32;
 type FreePreparedFn = unsafe extern "C" fn(*mut c_void);
 type FreeBufFn = unsafe extern "C" fn(Buf);
 
+type UseAllocatorFn = unsafe extern "C" fn(*const HostAllocator) -> u32;
+
+/// This process's global allocator, handed to each native library as it is loaded
+/// (`chad_use_allocator` of [`crate::ir::rust::ffi`]), so that native code allocates with it
+/// too: in the `chad` binary that is mimalloc under the memory budget's counter
+/// ([`crate::budget::Counting`]), which keeps freed memory for the next run (glibc's malloc,
+/// used by nothing else there, gave large freed arrays back to the system at once and
+/// page-faulted them in again: diag_trace's forward mode at n = 1000 took 7.2 ms instead of
+/// 2.3), and the budget sees what native code holds.
+#[repr(C)]
+struct HostAllocator {
+    alloc: unsafe extern "C" fn(usize, usize) -> *mut u8,
+    alloc_zeroed: unsafe extern "C" fn(usize, usize) -> *mut u8,
+    dealloc: unsafe extern "C" fn(*mut u8, usize, usize),
+    realloc: unsafe extern "C" fn(*mut u8, usize, usize, usize) -> *mut u8,
+}
+
+static HOST_ALLOCATOR: HostAllocator = HostAllocator {
+    alloc: host_alloc,
+    alloc_zeroed: host_alloc_zeroed,
+    dealloc: host_dealloc,
+    realloc: host_realloc,
+};
+
+// The library calls these with the layouts its own global allocator was given (non-zero
+// sizes, valid alignments), so each is `GlobalAlloc`'s method with the same contract.
+unsafe extern "C" fn host_alloc(size: usize, align: usize) -> *mut u8 {
+    // SAFETY: a layout the library's allocator received, so valid and of non-zero size.
+    unsafe { std::alloc::alloc(std::alloc::Layout::from_size_align_unchecked(size, align)) }
+}
+
+unsafe extern "C" fn host_alloc_zeroed(size: usize, align: usize) -> *mut u8 {
+    // SAFETY: as in `host_alloc`.
+    unsafe { std::alloc::alloc_zeroed(std::alloc::Layout::from_size_align_unchecked(size, align)) }
+}
+
+unsafe extern "C" fn host_dealloc(p: *mut u8, size: usize, align: usize) {
+    // SAFETY: `p` was allocated by `host_alloc*`/`host_realloc` with this layout.
+    unsafe {
+        std::alloc::dealloc(
+            p,
+            std::alloc::Layout::from_size_align_unchecked(size, align),
+        )
+    }
+}
+
+unsafe extern "C" fn host_realloc(p: *mut u8, size: usize, align: usize, new: usize) -> *mut u8 {
+    // SAFETY: as in `host_dealloc`; `new` is non-zero and valid for `align`.
+    unsafe {
+        std::alloc::realloc(
+            p,
+            std::alloc::Layout::from_size_align_unchecked(size, align),
+            new,
+        )
+    }
+}
+
 #[repr(C)]
 struct Buf {
     ptr: *mut u8,
@@ -256,7 +316,18 @@ impl Native {
                 format!("cannot load the native library {}: {e}", path.display()),
             )
         })?;
+        // Before anything else runs in the library: its allocations go to this process's
+        // global allocator (`HOST_ALLOCATOR`).
+        let use_allocator: libloading::Symbol<'_, UseAllocatorFn> =
+            // SAFETY: the generated interface's function, with this signature.
+            unsafe { lib.get(b"chad_use_allocator") }.map_err(|e| {
+                Error::new(ErrorKind::Unsupported, format!("native library: {e}"))
+            })?;
+        // SAFETY: `HOST_ALLOCATOR` is a static table of functions that allocate with this
+        // process's global allocator; it outlives the library.
+        let host_allocator = unsafe { use_allocator(&HOST_ALLOCATOR) } == 1;
         Ok(Native {
+            host_allocator,
             program: m.program,
             defs: m.defs,
             lib,

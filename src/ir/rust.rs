@@ -4448,6 +4448,11 @@ fn internal(what: &str) -> Error {
 /// the elements, enums as a `u32` tag and the payload (`encode`, `decode`). An error is
 /// encoded as `u32` site, `u8` kind (0 index, 1 length, 2 same length, 3 onehot, 4
 /// primitive, 5 steps, 6 recursion depth, 7 stack), two `i64`s, an `f64` and a `u32`-length-prefixed name.
+///
+/// The library's global allocator forwards to the host's once the host hands it over with
+/// `chad_use_allocator` right after loading (before the library allocated anything; else it
+/// keeps the system's), so a process has one allocator and the host's memory budget counts
+/// what native code holds.
 pub fn ffi(p: &Program, funcs: &[super::FuncId]) -> Result<String> {
     let mut e = Emitter::new(p);
     let mut codecs: BTreeMap<String, String> = BTreeMap::new();
@@ -4752,6 +4757,113 @@ pub unsafe extern "C" fn chad_free_prepared(h: *mut Prepared) {
     if !h.is_null() {
         // SAFETY: made by Box::into_raw in chad_prepare, freed once.
         drop(unsafe { Box::from_raw(h) });
+    }
+}
+
+/// The host's allocator, as the host hands it over (`chad_use_allocator`): sizes and alignments
+/// of `std::alloc::Layout`s, and what `GlobalAlloc`'s methods of the host's global allocator
+/// return.
+#[repr(C)]
+pub struct HostAllocator {
+    alloc: unsafe extern "C" fn(usize, usize) -> *mut u8,
+    alloc_zeroed: unsafe extern "C" fn(usize, usize) -> *mut u8,
+    dealloc: unsafe extern "C" fn(*mut u8, usize, usize),
+    realloc: unsafe extern "C" fn(*mut u8, usize, usize, usize) -> *mut u8,
+}
+
+/// The host's allocator once `chad_use_allocator` accepted it (null: the system's).
+static HOST_ALLOCATOR: std::sync::atomic::AtomicPtr<HostAllocator> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+/// Set by the first allocation made before a host allocator was accepted: from then on the
+/// library keeps the system's, so that no block is freed by an allocator that did not make it.
+static SYSTEM_USED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The library's global allocator: the host's when it handed one over before the library
+/// allocated anything, else the system's. One allocator for the whole process: the host's
+/// (mimalloc in the `chad` binary) keeps freed memory for the next run where glibc's malloc,
+/// which nothing else in that process uses, returned it to the system at every free of a
+/// large array and page-faulted it in again on the next run; and the host's memory budget
+/// counts what native code holds.
+struct ViaHost;
+
+// SAFETY: every block is allocated and freed by the same allocator: the host's is taken only
+// before the first allocation (`SYSTEM_USED`) and never replaced, and each method forwards
+// the caller's layout unchanged.
+unsafe impl std::alloc::GlobalAlloc for ViaHost {
+    #[inline]
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        let h = HOST_ALLOCATOR.load(std::sync::atomic::Ordering::Acquire);
+        if h.is_null() {
+            SYSTEM_USED.store(true, std::sync::atomic::Ordering::Relaxed);
+            // SAFETY: the caller's guarantees, forwarded.
+            unsafe { std::alloc::System.alloc(l) }
+        } else {
+            // SAFETY: a live table of the host's (it outlives the library); the caller's layout.
+            unsafe { ((*h).alloc)(l.size(), l.align()) }
+        }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, l: std::alloc::Layout) -> *mut u8 {
+        let h = HOST_ALLOCATOR.load(std::sync::atomic::Ordering::Acquire);
+        if h.is_null() {
+            SYSTEM_USED.store(true, std::sync::atomic::Ordering::Relaxed);
+            // SAFETY: as in `alloc`.
+            unsafe { std::alloc::System.alloc_zeroed(l) }
+        } else {
+            // SAFETY: as in `alloc`.
+            unsafe { ((*h).alloc_zeroed)(l.size(), l.align()) }
+        }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        let h = HOST_ALLOCATOR.load(std::sync::atomic::Ordering::Acquire);
+        if h.is_null() {
+            // SAFETY: `p` came from the system's allocator (the host's is never taken later).
+            unsafe { std::alloc::System.dealloc(p, l) }
+        } else {
+            // SAFETY: `p` came from the host's allocator, which was taken before any block.
+            unsafe { ((*h).dealloc)(p, l.size(), l.align()) }
+        }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        let h = HOST_ALLOCATOR.load(std::sync::atomic::Ordering::Acquire);
+        if h.is_null() {
+            // SAFETY: as in `dealloc`.
+            unsafe { std::alloc::System.realloc(p, l, new_size) }
+        } else {
+            // SAFETY: as in `dealloc`.
+            unsafe { ((*h).realloc)(p, l.size(), l.align(), new_size) }
+        }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: ViaHost = ViaHost;
+
+/// Makes the host's allocator the library's (call it right after loading the library, before
+/// anything else): 1 if it is (or already was) the library's, 0 if the library has allocated
+/// already and keeps the system's.
+///
+/// # Safety
+/// `h` must point to a table of functions implementing an allocator that stays valid as long
+/// as the library is loaded.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn chad_use_allocator(h: *const HostAllocator) -> u32 {
+    if SYSTEM_USED.load(std::sync::atomic::Ordering::Relaxed) {
+        return 0;
+    }
+    match HOST_ALLOCATOR.compare_exchange(
+        std::ptr::null_mut(),
+        h as *mut HostAllocator,
+        std::sync::atomic::Ordering::AcqRel,
+        std::sync::atomic::Ordering::Acquire,
+    ) {
+        Ok(_) => 1,
+        Err(cur) => u32::from(std::ptr::eq(cur, h)),
     }
 }
 
