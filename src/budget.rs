@@ -3,9 +3,8 @@
 //!
 //! * **What is counted.** Live heap bytes, when the process's global allocator is
 //!   [`Counting`] (the `chad` binary installs `Counting<MiMalloc>`; tests and fuzz harnesses
-//!   that want the budget enforced install `Counting<System>`; the native backend's libraries
-//!   allocate with the host's global allocator, so their memory is counted too), plus the
-//!   stack segments that [`crate::deep`] maps. Every allocation is counted, so frees are too: the budget bounds what
+//!   that want the budget enforced install `Counting<System>`), plus the stack segments that
+//!   [`crate::deep`] maps. Every allocation is counted, so frees are too: the budget bounds what
 //!   is *held*, not what was ever allocated, and a long computation that allocates and frees
 //!   never runs into it. Without `Counting` installed, [`live`] is always 0 and only each single
 //!   request is checked against the limit.

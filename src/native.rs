@@ -13,6 +13,8 @@ use crate::ir::compile::{Compiled, DefCode, Module};
 use crate::ir::interp::Val;
 use crate::ir::{FuncId, Program, Ty, TyKind};
 use crate::value::Value;
+use mimalloc::MiMalloc;
+use std::alloc::{GlobalAlloc, Layout};
 use std::ffi::c_void;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -31,8 +33,8 @@ pub struct Native {
     pub rustc_s: f64,
     /// Whether the library came from the cache.
     pub cached: bool,
-    /// Whether the library allocates with this process's global allocator (it does unless
-    /// it had allocated before it was offered it: see `HOST_ALLOCATOR`).
+    /// Whether the library allocates with the allocator the host hands it (`HOST_ALLOCATOR`:
+    /// mimalloc); it does unless it had allocated before it was offered it.
     pub host_allocator: bool,
 }
 
@@ -180,13 +182,16 @@ type FreeBufFn = unsafe extern "C" fn(Buf);
 
 type UseAllocatorFn = unsafe extern "C" fn(*const HostAllocator) -> u32;
 
-/// This process's global allocator, handed to each native library as it is loaded
-/// (`chad_use_allocator` of [`crate::ir::rust::ffi`]), so that native code allocates with it
-/// too: in the `chad` binary that is mimalloc under the memory budget's counter
-/// ([`crate::budget::Counting`]), which keeps freed memory for the next run (glibc's malloc,
-/// used by nothing else there, gave large freed arrays back to the system at once and
-/// page-faulted them in again: diag_trace's forward mode at n = 1000 took 7.2 ms instead of
-/// 2.3), and the budget sees what native code holds.
+/// The allocator handed to each native library as it is loaded (`chad_use_allocator` of
+/// [`crate::ir::rust::ffi`]): mimalloc, the `chad` binary's, whatever the host process's
+/// global allocator is. A library (std only, built by plain `rustc`) would otherwise allocate
+/// with glibc's malloc, which in the `chad` binary nothing else uses: its trim threshold never
+/// adapted, so a free that left more than 128 KiB at the top of the heap gave the memory back
+/// to the system and the next run page-faulted it in again (diag_trace's forward mode at
+/// n = 1000: 7.7 ms instead of 2.2), and a library user's process can be in the same state.
+/// Blocks never cross the boundary (arguments are copied in, results out), so native code
+/// may use another allocator than its host. Its memory is not counted by the memory budget
+/// (counting every call through [`crate::budget::Counting`] cost GMM's derivatives 3-5%).
 #[repr(C)]
 struct HostAllocator {
     alloc: unsafe extern "C" fn(usize, usize) -> *mut u8,
@@ -196,40 +201,58 @@ struct HostAllocator {
 }
 
 static HOST_ALLOCATOR: HostAllocator = HostAllocator {
-    alloc: host_alloc,
-    alloc_zeroed: host_alloc_zeroed,
-    dealloc: host_dealloc,
-    realloc: host_realloc,
+    alloc: native_alloc,
+    alloc_zeroed: native_alloc_zeroed,
+    dealloc: native_dealloc,
+    realloc: native_realloc,
 };
 
-// The library calls these with the layouts its own global allocator was given (non-zero
-// sizes, valid alignments), so each is `GlobalAlloc`'s method with the same contract.
-unsafe extern "C" fn host_alloc(size: usize, align: usize) -> *mut u8 {
-    // SAFETY: a layout the library's allocator received, so valid and of non-zero size.
-    unsafe { std::alloc::alloc(std::alloc::Layout::from_size_align_unchecked(size, align)) }
+/// Blocks of at least [`LARGE_BLOCK`] bytes native libraries allocated through
+/// [`HOST_ALLOCATOR`] (a statistic for tests; counting only large blocks costs nothing
+/// measurable).
+static LARGE_BLOCKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+const LARGE_BLOCK: usize = 1 << 20;
+
+/// How many blocks of at least 1 MiB native libraries have allocated, in this process, with
+/// the allocator they are handed (`Native::host_allocator`).
+pub fn large_native_blocks() -> u64 {
+    LARGE_BLOCKS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-unsafe extern "C" fn host_alloc_zeroed(size: usize, align: usize) -> *mut u8 {
-    // SAFETY: as in `host_alloc`.
-    unsafe { std::alloc::alloc_zeroed(std::alloc::Layout::from_size_align_unchecked(size, align)) }
-}
-
-unsafe extern "C" fn host_dealloc(p: *mut u8, size: usize, align: usize) {
-    // SAFETY: `p` was allocated by `host_alloc*`/`host_realloc` with this layout.
-    unsafe {
-        std::alloc::dealloc(
-            p,
-            std::alloc::Layout::from_size_align_unchecked(size, align),
-        )
+#[inline]
+fn note_block(size: usize) {
+    if size >= LARGE_BLOCK {
+        LARGE_BLOCKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
-unsafe extern "C" fn host_realloc(p: *mut u8, size: usize, align: usize, new: usize) -> *mut u8 {
-    // SAFETY: as in `host_dealloc`; `new` is non-zero and valid for `align`.
+// The library calls these with the layouts its own global allocator was given (non-zero
+// sizes, valid alignments), so each is `GlobalAlloc`'s method with the same contract.
+unsafe extern "C" fn native_alloc(size: usize, align: usize) -> *mut u8 {
+    note_block(size);
+    // SAFETY: a layout the library's allocator received, so valid and of non-zero size.
+    unsafe { GlobalAlloc::alloc(&MiMalloc, Layout::from_size_align_unchecked(size, align)) }
+}
+
+unsafe extern "C" fn native_alloc_zeroed(size: usize, align: usize) -> *mut u8 {
+    note_block(size);
+    // SAFETY: as in `native_alloc`.
+    unsafe { GlobalAlloc::alloc_zeroed(&MiMalloc, Layout::from_size_align_unchecked(size, align)) }
+}
+
+unsafe extern "C" fn native_dealloc(p: *mut u8, size: usize, align: usize) {
+    // SAFETY: `p` was allocated by `native_alloc*`/`native_realloc` with this layout.
+    unsafe { GlobalAlloc::dealloc(&MiMalloc, p, Layout::from_size_align_unchecked(size, align)) }
+}
+
+unsafe extern "C" fn native_realloc(p: *mut u8, size: usize, align: usize, new: usize) -> *mut u8 {
+    note_block(new);
+    // SAFETY: as in `native_dealloc`; `new` is non-zero and valid for `align`.
     unsafe {
-        std::alloc::realloc(
+        GlobalAlloc::realloc(
+            &MiMalloc,
             p,
-            std::alloc::Layout::from_size_align_unchecked(size, align),
+            Layout::from_size_align_unchecked(size, align),
             new,
         )
     }
@@ -316,15 +339,14 @@ impl Native {
                 format!("cannot load the native library {}: {e}", path.display()),
             )
         })?;
-        // Before anything else runs in the library: its allocations go to this process's
-        // global allocator (`HOST_ALLOCATOR`).
+        // Before anything else runs in the library: it allocates with `HOST_ALLOCATOR`.
         let use_allocator: libloading::Symbol<'_, UseAllocatorFn> =
             // SAFETY: the generated interface's function, with this signature.
             unsafe { lib.get(b"chad_use_allocator") }.map_err(|e| {
                 Error::new(ErrorKind::Unsupported, format!("native library: {e}"))
             })?;
-        // SAFETY: `HOST_ALLOCATOR` is a static table of functions that allocate with this
-        // process's global allocator; it outlives the library.
+        // SAFETY: `HOST_ALLOCATOR` is a static table of functions implementing an allocator
+        // (mimalloc's); it outlives the library.
         let host_allocator = unsafe { use_allocator(&HOST_ALLOCATOR) } == 1;
         Ok(Native {
             host_allocator,

@@ -4449,10 +4449,9 @@ fn internal(what: &str) -> Error {
 /// encoded as `u32` site, `u8` kind (0 index, 1 length, 2 same length, 3 onehot, 4
 /// primitive, 5 steps, 6 recursion depth, 7 stack), two `i64`s, an `f64` and a `u32`-length-prefixed name.
 ///
-/// The library's global allocator forwards to the host's once the host hands it over with
+/// The library's global allocator forwards to the one the host hands over with
 /// `chad_use_allocator` right after loading (before the library allocated anything; else it
-/// keeps the system's), so a process has one allocator and the host's memory budget counts
-/// what native code holds.
+/// keeps the system's): the native backend hands over mimalloc.
 pub fn ffi(p: &Program, funcs: &[super::FuncId]) -> Result<String> {
     let mut e = Emitter::new(p);
     let mut codecs: BTreeMap<String, String> = BTreeMap::new();
@@ -4760,9 +4759,8 @@ pub unsafe extern "C" fn chad_free_prepared(h: *mut Prepared) {
     }
 }
 
-/// The host's allocator, as the host hands it over (`chad_use_allocator`): sizes and alignments
-/// of `std::alloc::Layout`s, and what `GlobalAlloc`'s methods of the host's global allocator
-/// return.
+/// An allocator, as the host hands it over (`chad_use_allocator`): `GlobalAlloc`'s methods,
+/// with layouts as sizes and alignments.
 #[repr(C)]
 pub struct HostAllocator {
     alloc: unsafe extern "C" fn(usize, usize) -> *mut u8,
@@ -4778,12 +4776,10 @@ static HOST_ALLOCATOR: std::sync::atomic::AtomicPtr<HostAllocator> =
 /// library keeps the system's, so that no block is freed by an allocator that did not make it.
 static SYSTEM_USED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// The library's global allocator: the host's when it handed one over before the library
-/// allocated anything, else the system's. One allocator for the whole process: the host's
-/// (mimalloc in the `chad` binary) keeps freed memory for the next run where glibc's malloc,
-/// which nothing else in that process uses, returned it to the system at every free of a
-/// large array and page-faulted it in again on the next run; and the host's memory budget
-/// counts what native code holds.
+/// The library's global allocator: the one the host handed over before the library
+/// allocated anything (`chad::internals::native` hands over mimalloc, which keeps freed
+/// memory for the next run where glibc's malloc returned large freed arrays to the system
+/// and page-faulted them in again), else the system's.
 struct ViaHost;
 
 // SAFETY: every block is allocated and freed by the same allocator: the host's is taken only
