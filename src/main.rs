@@ -6,8 +6,8 @@
 /// Wrapped in the memory budget's counter, so `--max-memory` bounds the heap held
 /// (`chad::internals::budget`).
 #[global_allocator]
-static GLOBAL: chad::internals::budget::Counting<mimalloc::MiMalloc> =
-    chad::internals::budget::Counting(mimalloc::MiMalloc);
+static GLOBAL: chad::internals::budget::Counting<chad::internals::budget::Mimalloc> =
+    chad::internals::budget::Counting(chad::internals::budget::Mimalloc);
 
 fn main() -> std::process::ExitCode {
     chad::internals::cli::main()

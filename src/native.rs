@@ -8,12 +8,12 @@
 //! of [`crate::ir::rust::ffi`]; runs are timed inside the library, so the times measure the
 //! computation, not the conversions.
 
+use crate::budget::Mimalloc;
 use crate::error::{Error, ErrorKind, Result, Source};
 use crate::ir::compile::{Compiled, DefCode, Module};
 use crate::ir::interp::Val;
 use crate::ir::{FuncId, Program, Ty, TyKind};
 use crate::value::Value;
-use mimalloc::MiMalloc;
 use std::alloc::{GlobalAlloc, Layout};
 use std::ffi::c_void;
 use std::path::PathBuf;
@@ -183,8 +183,8 @@ type FreeBufFn = unsafe extern "C" fn(Buf);
 type UseAllocatorFn = unsafe extern "C" fn(*const HostAllocator) -> u32;
 
 /// The allocator handed to each native library as it is loaded (`chad_use_allocator` of
-/// [`crate::ir::rust::ffi`]): mimalloc, the `chad` binary's, whatever the host process's
-/// global allocator is. A library (std only, built by plain `rustc`) would otherwise allocate
+/// [`crate::ir::rust::ffi`]): mimalloc ([`Mimalloc`]), the `chad` binary's, whatever the host
+/// process's global allocator is. A library (std only, built by plain `rustc`) would otherwise allocate
 /// with glibc's malloc, which in the `chad` binary nothing else uses: its trim threshold never
 /// adapted, so a free that left more than 128 KiB at the top of the heap gave the memory back
 /// to the system and the next run page-faulted it in again (diag_trace's forward mode at
@@ -231,18 +231,18 @@ fn note_block(size: usize) {
 unsafe extern "C" fn native_alloc(size: usize, align: usize) -> *mut u8 {
     note_block(size);
     // SAFETY: a layout the library's allocator received, so valid and of non-zero size.
-    unsafe { GlobalAlloc::alloc(&MiMalloc, Layout::from_size_align_unchecked(size, align)) }
+    unsafe { GlobalAlloc::alloc(&Mimalloc, Layout::from_size_align_unchecked(size, align)) }
 }
 
 unsafe extern "C" fn native_alloc_zeroed(size: usize, align: usize) -> *mut u8 {
     note_block(size);
     // SAFETY: as in `native_alloc`.
-    unsafe { GlobalAlloc::alloc_zeroed(&MiMalloc, Layout::from_size_align_unchecked(size, align)) }
+    unsafe { GlobalAlloc::alloc_zeroed(&Mimalloc, Layout::from_size_align_unchecked(size, align)) }
 }
 
 unsafe extern "C" fn native_dealloc(p: *mut u8, size: usize, align: usize) {
     // SAFETY: `p` was allocated by `native_alloc*`/`native_realloc` with this layout.
-    unsafe { GlobalAlloc::dealloc(&MiMalloc, p, Layout::from_size_align_unchecked(size, align)) }
+    unsafe { GlobalAlloc::dealloc(&Mimalloc, p, Layout::from_size_align_unchecked(size, align)) }
 }
 
 unsafe extern "C" fn native_realloc(p: *mut u8, size: usize, align: usize, new: usize) -> *mut u8 {
@@ -250,7 +250,7 @@ unsafe extern "C" fn native_realloc(p: *mut u8, size: usize, align: usize, new: 
     // SAFETY: as in `native_dealloc`; `new` is non-zero and valid for `align`.
     unsafe {
         GlobalAlloc::realloc(
-            &MiMalloc,
+            &Mimalloc,
             p,
             Layout::from_size_align_unchecked(size, align),
             new,
