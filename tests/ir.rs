@@ -1160,6 +1160,53 @@ def h (xs : Array (Array Real)) : Real =
     }
 }
 
+/// Buffer reuse for tuples of accumulator arrays (`Emitter::loop_pools`, `pool_tuple`): GMM's
+/// reverse sweep accumulates the cotangents of each (point, component) call of `qtimesv`
+/// (its three array arguments) in a tuple local to the iteration, which now reuses the
+/// previous iteration's buffers. The gradients stay the interpreter's bit for bit at several
+/// shapes (a buffer that kept an element of the previous component shows here).
+#[test]
+fn loop_local_accumulator_tuples_reuse_their_buffers() {
+    let src = include_str!("../examples/gmm.chad");
+    let (module, text) = emitted(src, false, true);
+    let body = emitted_fn(&text, "gmm_vjp");
+    assert!(
+        body.contains(") = Default::default();") && body.contains("pooled(&mut pool"),
+        "no reused accumulator tuple in gmm_vjp"
+    );
+    let native = built(module);
+    let k = native.defs.len() - 1;
+    let val = |i: usize, s: f64| ((i as f64 + 1.0) * 0.37 + s).sin();
+    let rows = |r: usize, c: usize, s: f64| {
+        Value::array_of(
+            (0..r)
+                .map(|i| Value::reals((0..c).map(|j| val(i * c + j, s)).collect()))
+                .collect(),
+        )
+    };
+    for (d, kk, n) in [
+        (1usize, 1usize, 1usize),
+        (2, 3, 4),
+        (3, 2, 5),
+        (5, 4, 3),
+        (10, 3, 7),
+    ] {
+        let args = [
+            Value::reals((0..kk).map(|i| val(i, 0.5)).collect()),
+            rows(kk, d, 1.0),
+            rows(kk, d * (d + 1) / 2, 2.0),
+            rows(n, d, 3.0),
+            Value::Real(1.3),
+            Value::Int(1),
+        ];
+        for ct in [1.0, -0.25] {
+            let ran = vjp_bit_for_bit(&native, k, &args, &Value::Real(ct))
+                .unwrap_or_else(|e| panic!("D = {d}, K = {kk}, N = {n}: {e}"));
+            assert!(ran, "D = {d}, K = {kk}, N = {n}: the native VJP failed");
+        }
+    }
+}
+
 /// Splitting long functions into parts (`ir::split`, for rustc's sake) changes no value and no
 /// error: random programs of every kind (arrays, sums, loops, recursion, deeper higher-order
 /// ones) compiled into one module, then split with bounds so small that most functions are

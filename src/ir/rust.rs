@@ -1553,23 +1553,70 @@ impl<'a> Emitter<'a> {
             && matches!(self.types().kind(x.ty), TyKind::Array(t) if *t == Ty::F64)
     }
 
-    /// Buffer reuse: the real accumulator arrays local to one iteration of a loop whose
-    /// `body` declares them zero (`mut m = zero`, at its top level), later takes them into a
-    /// variable that is only read ([`Emitter::vec_take`], also at the top level), and does
-    /// not touch them after that. Each iteration's array dies with the iteration, so its
-    /// buffer can serve the next one: the loop keeps a pool vector, the `mut` starts as the
-    /// pool's buffer cleared (zeros as it grows, as from empty), and the taken variable is
-    /// moved back into the pool at the end of the iteration. Returned: the `mut`s and the
-    /// taken variables.
+    /// Whether `let x = e` takes a tuple of real arrays from an accumulator and then only
+    /// reads it through its fields: `x` stays in the accumulator's spelling, a view
+    /// ([`Emitter::read_only_take`]; no field is ever moved out of it).
+    fn view_take(&self, x: &super::Var, e: &Expr) -> bool {
+        matches!(e, Expr::Take(m) if self.is_acc(&m.0))
+            && !self.is_acc(x)
+            && matches!(self.types().kind(x.ty), TyKind::Tuple(_))
+            && self.read_only_take(x.id, x.ty)
+    }
+
+    /// Whether an accumulator of type `t` is a tuple (nested) of real arrays and reals with
+    /// at least one array: the shape a loop pool ([`Emitter::loop_pools`]) keeps whole.
+    fn pool_tuple(&self, t: Ty) -> bool {
+        fn leaves(e: &Emitter, t: Ty, arrays: &mut usize) -> bool {
+            match e.types().kind(t) {
+                TyKind::Array(el) if *el == Ty::F64 => {
+                    *arrays += 1;
+                    true
+                }
+                TyKind::Tuple(cs) => !cs.is_empty() && cs.iter().all(|&c| leaves(e, c, arrays)),
+                _ => t == Ty::F64,
+            }
+        }
+        let mut arrays = 0;
+        matches!(self.types().kind(t), TyKind::Tuple(_))
+            && leaves(self, t, &mut arrays)
+            && arrays > 0
+    }
+
+    /// The initial value of a pooled accumulator of type `t` whose pool is `pool` (a path
+    /// into the pool for a tuple's field): each real array the pool's buffer cleared
+    /// (`pooled`), each real zero.
+    fn pool_init(&self, t: Ty, pool: &str) -> String {
+        match self.types().kind(t) {
+            TyKind::Tuple(cs) => {
+                let fields: String = cs
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &c)| format!("{}, ", self.pool_init(c, &format!("{pool}.{k}"))))
+                    .collect();
+                format!("({})", fields.trim_end())
+            }
+            TyKind::Array(_) => format!("pooled(&mut {pool}, 0)"),
+            _ => "0.0f64".to_string(),
+        }
+    }
+
+    /// Buffer reuse: the real accumulator arrays (or tuples of them, [`Emitter::pool_tuple`])
+    /// local to one iteration of a loop whose `body` declares them zero (`mut m = zero`, at
+    /// its top level), later takes them into a variable that is only read
+    /// ([`Emitter::vec_take`], [`Emitter::view_take`], also at the top level), and does not
+    /// touch them after that. Each iteration's arrays die with the iteration, so their
+    /// buffers can serve the next one: the loop keeps a pool (a vector, or a tuple of them),
+    /// the `mut` starts as the pool's buffers cleared (zeros as they grow, as from empty),
+    /// and the taken variable is moved back into the pool at the end of the iteration (a
+    /// view is never partly moved out). Returned: the `mut`s and the taken variables.
     fn loop_pools(&self, body: &Block) -> Vec<(super::Var, super::Var)> {
         let mut out = Vec::new();
         for (h, s) in body.stmts.iter().enumerate() {
             let Stmt::Mut(m, Expr::Zero(_)) = s else {
                 continue;
             };
-            if !self.is_acc(&m.0)
-                || !matches!(self.types().kind(m.0.ty), TyKind::Array(t) if *t == Ty::F64)
-            {
+            let array = matches!(self.types().kind(m.0.ty), TyKind::Array(t) if *t == Ty::F64);
+            if !self.is_acc(&m.0) || !(array || self.pool_tuple(m.0.ty)) {
                 continue;
             }
             let take = body.stmts[h + 1..]
@@ -1581,7 +1628,12 @@ impl<'a> Emitter<'a> {
             let Stmt::Let(x, e) = &body.stmts[t] else {
                 continue;
             };
-            if !touches(&body.stmts[t + 1..], m.0.id) && self.vec_take(x, e) {
+            let taken = if array {
+                self.vec_take(x, e)
+            } else {
+                self.view_take(x, e)
+            };
+            if !touches(&body.stmts[t + 1..], m.0.id) && taken {
                 out.push((m.0.clone(), x.clone()));
             }
         }
@@ -2044,12 +2096,20 @@ impl<'a> Emitter<'a> {
                 }
                 Stmt::Grow(p, n) if fresh.contains(&k) => {
                     // Grown from empty: allocated zeroed (`calloc`), not filled; a pooled
-                    // array zeroed in its pool's buffer.
+                    // array zeroed in its pool's buffer (a whole array is declared without
+                    // a value, `deferred`; a tuple's field holds the pool's buffer, cleared,
+                    // since the `mut`).
                     Self::indent(out, depth);
-                    let _ = match self.pools.get(&p.root.0.id).filter(|_| p.path.is_empty()) {
-                        Some(pool) => writeln!(
+                    let _ = match self.pools.get(&p.root.0.id) {
+                        Some(pool) if p.path.is_empty() => writeln!(
                             out,
                             "{} = pooled(&mut {pool}, {});",
+                            self.place(p),
+                            self.read(n)
+                        ),
+                        Some(_) => writeln!(
+                            out,
+                            "{}.resize({}.max(0) as usize, 0.0);",
                             self.place(p),
                             self.read(n)
                         ),
@@ -2283,7 +2343,15 @@ impl<'a> Emitter<'a> {
             self.next_slice += 1;
             let pool = format!("pool{}_{}", self.next_slice, var_name(m));
             Self::indent(&mut before, d);
-            let _ = writeln!(before, "let mut {pool}: Vec<f64> = Vec::new();");
+            let _ = if matches!(self.types().kind(m.ty), TyKind::Array(_)) {
+                writeln!(before, "let mut {pool}: Vec<f64> = Vec::new();")
+            } else {
+                writeln!(
+                    before,
+                    "let mut {pool}: {} = Default::default();",
+                    self.at(m.ty)
+                )
+            };
             Self::indent(&mut refill, d + 1);
             let _ = writeln!(refill, "{pool} = {};", self.decl_name(x));
             self.pools.insert(m.id, pool);
@@ -3187,11 +3255,7 @@ impl<'a> Emitter<'a> {
                     }
                     // A tuple of real arrays taken from an accumulator and only read through
                     // its fields: it stays in the accumulator's spelling.
-                    None if matches!(e, Expr::Take(m) if self.is_acc(&m.0))
-                        && !self.is_acc(x)
-                        && matches!(self.types().kind(x.ty), TyKind::Tuple(_))
-                        && self.read_only_take(x.id, x.ty) =>
-                    {
+                    None if self.view_take(x, e) => {
                         let Expr::Take(m) = e else { unreachable!() };
                         self.views.insert(x.id);
                         let _ = write!(
@@ -3246,9 +3310,9 @@ impl<'a> Emitter<'a> {
                     }
                     _ => self.bound_expr(e, m.0.ty, rep, depth)?,
                 };
-                // A pooled array starts as the pool's buffer, cleared.
+                // A pooled accumulator starts as the pool's buffers, cleared.
                 let init = match self.pools.get(&m.0.id) {
-                    Some(pool) => format!("pooled(&mut {pool}, 0)"),
+                    Some(pool) => self.pool_init(m.0.ty, pool),
                     None => init,
                 };
                 let _ = write!(line, "{kw} {name}: {} = {init};", self.var_ty(&m.0));
