@@ -300,33 +300,39 @@ pub struct Mimalloc;
 /// The alignment every mimalloc block has.
 const MI_WORD: usize = std::mem::size_of::<usize>();
 
+/// A new mimalloc block for `layout`, zeroed if asked: the plain function for alignments up
+/// to a word, the aligned one above.
+///
+/// # Safety
+/// As `GlobalAlloc::alloc`: `layout` has a non-zero size.
+#[inline]
+unsafe fn mi_block(layout: Layout, zeroed: bool) -> *mut u8 {
+    use libmimalloc_sys as mi;
+    let (size, align) = (layout.size(), layout.align());
+    // SAFETY: plain calls into mimalloc with a valid size and a power-of-two alignment.
+    unsafe {
+        (match (align <= MI_WORD, zeroed) {
+            (true, false) => mi::mi_malloc(size),
+            (true, true) => mi::mi_zalloc(size),
+            (false, false) => mi::mi_malloc_aligned(size, align),
+            (false, true) => mi::mi_zalloc_aligned(size, align),
+        }) as *mut u8
+    }
+}
+
 // SAFETY: each method calls mimalloc's function for the request, with alignments above a word
 // passed on; `mi_free` frees blocks of either kind.
 unsafe impl GlobalAlloc for Mimalloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        use libmimalloc_sys as mi;
         // SAFETY: plain calls into mimalloc; a word-aligned block satisfies `layout`.
-        unsafe {
-            if layout.align() <= MI_WORD {
-                mi::mi_malloc(layout.size()) as *mut u8
-            } else {
-                mi::mi_malloc_aligned(layout.size(), layout.align()) as *mut u8
-            }
-        }
+        unsafe { mi_block(layout, false) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        use libmimalloc_sys as mi;
         // SAFETY: as in `alloc`.
-        unsafe {
-            if layout.align() <= MI_WORD {
-                mi::mi_zalloc(layout.size()) as *mut u8
-            } else {
-                mi::mi_zalloc_aligned(layout.size(), layout.align()) as *mut u8
-            }
-        }
+        unsafe { mi_block(layout, true) }
     }
 
     #[inline]
