@@ -1564,7 +1564,9 @@ impl<'a> Emitter<'a> {
     }
 
     /// Whether an accumulator of type `t` is a tuple (nested) of real arrays and reals with
-    /// at least one array: the shape a loop pool ([`Emitter::loop_pools`]) keeps whole.
+    /// at least one array: the shape a loop pool ([`Emitter::loop_pools`]) keeps whole. Each
+    /// tuple has at most 12 fields (the pool starts as `Default::default()`, which Rust
+    /// implements for tuples up to that size).
     fn pool_tuple(&self, t: Ty) -> bool {
         fn leaves(e: &Emitter, t: Ty, arrays: &mut usize) -> bool {
             match e.types().kind(t) {
@@ -1572,7 +1574,9 @@ impl<'a> Emitter<'a> {
                     *arrays += 1;
                     true
                 }
-                TyKind::Tuple(cs) => !cs.is_empty() && cs.iter().all(|&c| leaves(e, c, arrays)),
+                TyKind::Tuple(cs) => {
+                    (1..=12).contains(&cs.len()) && cs.iter().all(|&c| leaves(e, c, arrays))
+                }
                 _ => t == Ty::F64,
             }
         }
