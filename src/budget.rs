@@ -2,8 +2,8 @@
 //! counts it.
 //!
 //! * **What is counted.** Live heap bytes, when the process's global allocator is
-//!   [`Counting`] (the `chad` binary installs `Counting<`[`Mimalloc`]`>`; tests and fuzz harnesses
-//!   that want the budget enforced install `Counting<System>`), plus the stack segments that
+//!   [`Counting`] (the `chad` binary installs `Counting<`[`Mimalloc`]`>`; tests and fuzz
+//!   harnesses that want the budget enforced install `Counting<System>`), plus the stack segments that
 //!   [`crate::deep`] maps. Every allocation is counted, so frees are too: the budget bounds what
 //!   is *held*, not what was ever allocated, and a long computation that allocates and frees
 //!   never runs into it. Without `Counting` installed, [`live`] is always 0 and only each single
@@ -289,10 +289,10 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
 /// request; when its fast path finds no free block in the size class's current page, it
 /// allocates a block of `size + align - 1` bytes and points into it unless the class's size
 /// is a power of two (24-, 40- or 80-byte requests: an `Arc`'s header, short arrays), a
-/// slower path and a larger block. Every mimalloc block is aligned to
-/// at least a word (its size classes are multiples of the word size), so a request aligned to
-/// a word or less (every array of reals, tuple and `Arc` the engine and native code allocate)
-/// goes to `mi_malloc`, `mi_zalloc` and `mi_realloc`, the others to the aligned functions.
+/// slower path and a larger block. Every mimalloc block is aligned to at least a word (its
+/// size classes are multiples of the word size), so a request aligned to a word or less
+/// (every array of reals, tuple and `Arc` the engine and native code allocate) goes to
+/// `mi_malloc`, `mi_zalloc` and `mi_realloc`, the others to the aligned functions.
 /// GMM's derivatives at N = 1000 in a harness around the emitted module (minimum of 60, four
 /// alternated rounds): forward 12.6–13.9 → 12.1–12.3 ms, reverse 13.8–15.3 → 12.7–13.0 ms.
 pub struct Mimalloc;

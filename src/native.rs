@@ -184,14 +184,14 @@ type UseAllocatorFn = unsafe extern "C" fn(*const HostAllocator) -> u32;
 
 /// The allocator handed to each native library as it is loaded (`chad_use_allocator` of
 /// [`crate::ir::rust::ffi`]): mimalloc ([`Mimalloc`]), the `chad` binary's, whatever the host
-/// process's global allocator is. A library (std only, built by plain `rustc`) would otherwise allocate
-/// with glibc's malloc, which in the `chad` binary nothing else uses: its trim threshold never
-/// adapted, so a free that left more than 128 KiB at the top of the heap gave the memory back
-/// to the system and the next run page-faulted it in again (diag_trace's forward mode at
-/// n = 1000: 7.7 ms instead of 2.2), and a library user's process can be in the same state.
-/// Blocks never cross the boundary (arguments are copied in, results out), so native code
-/// may use another allocator than its host. Its memory is not counted by the memory budget
-/// (counting every call through [`crate::budget::Counting`] cost GMM's derivatives 3-5%).
+/// process's global allocator is. A library (std only, built by plain `rustc`) would otherwise
+/// allocate with glibc's malloc, which in the `chad` binary nothing else uses: its trim threshold
+/// never adapted, so a free that left more than 128 KiB at the top of the heap gave the memory back
+/// to the system and the next run page-faulted it in again (diag_trace's forward mode at n = 1000:
+/// 7.7 ms instead of 2.2), and a library user's process can be in the same state. Blocks never
+/// cross the boundary (arguments are copied in, results out), so native code may use another
+/// allocator than its host. Its memory is not counted by the memory budget (counting every call
+/// through [`crate::budget::Counting`] cost GMM's derivatives 3-5%).
 #[repr(C)]
 struct HostAllocator {
     alloc: unsafe extern "C" fn(usize, usize) -> *mut u8,

@@ -2347,15 +2347,11 @@ impl<'a> Emitter<'a> {
             self.next_slice += 1;
             let pool = format!("pool{}_{}", self.next_slice, var_name(m));
             Self::indent(&mut before, d);
-            let _ = if matches!(self.types().kind(m.ty), TyKind::Array(_)) {
-                writeln!(before, "let mut {pool}: Vec<f64> = Vec::new();")
-            } else {
-                writeln!(
-                    before,
-                    "let mut {pool}: {} = Default::default();",
-                    self.at(m.ty)
-                )
-            };
+            let _ = writeln!(
+                before,
+                "let mut {pool}: {} = Default::default();",
+                self.at(m.ty)
+            );
             Self::indent(&mut refill, d + 1);
             let _ = writeln!(refill, "{pool} = {};", self.decl_name(x));
             self.pools.insert(m.id, pool);
