@@ -139,8 +139,12 @@ pub fn build(source: &str, verbose: bool) -> Result<(PathBuf, bool)> {
     };
     std::fs::create_dir_all(&dir).map_err(|e| io("create the cache folder", e))?;
     // A private work folder, renamed into place at the end: concurrent builds of the same
-    // program do not see each other's half-written files.
-    let work = dir.join(format!("build-{key:016x}-{}", std::process::id()));
+    // program do not see each other's half-written files, whether they run in other
+    // processes or on other threads of this one (the counter: a thread that finished first
+    // would otherwise remove the folder another thread's rustc is writing into).
+    static BUILDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let build = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let work = dir.join(format!("build-{key:016x}-{}-{build}", std::process::id()));
     std::fs::create_dir_all(&work).map_err(|e| io("create a build folder", e))?;
     let src = work.join("lib.rs");
     std::fs::write(&src, source).map_err(|e| io("write the generated source", e))?;
