@@ -588,30 +588,36 @@ fn par_build<T: Send>(
     cost: u64,
     f: impl Fn(i64) -> Result<T, Error> + Sync,
 ) -> Result<Vec<T>, Error> {
+    par_rows(n, cost, |a, b, v| {
+        for i in a..b {
+            v.push(f(i as i64)?);
+        }
+        Ok(())
+    })
+}
+
+/// [`par_build`]'s parallel structure around `rows(a, b, v)`, which pushes elements `a..b`
+/// onto `v` (or fails with the error of the first failing index).
+#[allow(dead_code)]
+#[inline]
+fn par_rows<T: Send>(
+    n: usize,
+    cost: u64,
+    rows: impl Fn(usize, usize, &mut Vec<T>) -> Result<(), Error> + Sync,
+) -> Result<Vec<T>, Error> {
     // The work bound first: most loops are small, and it is one multiplication.
     let small = (n as u64).saturating_mul(cost) < par_work();
     let t = if small { 1 } else { threads().min(n) };
     if t <= 1 || IN_PAR.with(|p| p.get()) {
         let mut v = Vec::with_capacity(n);
-        for i in 0..n as i64 {
-            v.push(f(i)?);
-        }
+        rows(0, n, &mut v)?;
         return Ok(v);
     }
     let range = |k: usize| -> Result<Vec<T>, Error> {
         let was = IN_PAR.with(|p| p.replace(true));
         let (a, b) = (n * k / t, n * (k + 1) / t);
         let mut v = Vec::with_capacity(b - a);
-        let mut r = Ok(());
-        for i in a..b {
-            match f(i as i64) {
-                Ok(x) => v.push(x),
-                Err(e) => {
-                    r = Err(e);
-                    break;
-                }
-            }
-        }
+        let r = rows(a, b, &mut v);
         IN_PAR.with(|p| p.set(was));
         r.map(|()| v)
     };
@@ -633,6 +639,45 @@ fn par_build<T: Send>(
         out.extend(p?);
     }
     Ok(out)
+}
+
+/// Rows `a..b` of a build of reals onto `v`: four at a time by `tile` while it gives the
+/// four (`tile(i)` is `[f(i), .., f(i + 3)]` bit for bit when it is `Ok(Some(..))`), then
+/// one at a time by `f`. A tile that fails or declines (`Ok(None)`) leaves the rest to `f`,
+/// so the values, and the error of the first failing row, are `f`'s (`Emitter::tiled_build`).
+#[allow(dead_code)]
+#[inline]
+fn tiled_rows(
+    a: usize,
+    b: usize,
+    v: &mut Vec<f64>,
+    tile: &impl Fn(i64) -> Result<Option<[f64; 4]>, Error>,
+    f: &impl Fn(i64) -> Result<f64, Error>,
+) -> Result<(), Error> {
+    let mut i = a;
+    while i + 4 <= b {
+        match tile(i as i64) {
+            Ok(Some(r)) => v.extend_from_slice(&r),
+            _ => break,
+        }
+        i += 4;
+    }
+    for i in i..b {
+        v.push(f(i as i64)?);
+    }
+    Ok(())
+}
+
+/// [`par_build`] of reals, rows four at a time where `tile` gives them ([`tiled_rows`]).
+#[allow(dead_code)]
+#[inline]
+fn par_build_tiled(
+    n: usize,
+    cost: u64,
+    tile: impl Fn(i64) -> Result<Option<[f64; 4]>, Error> + Sync,
+    f: impl Fn(i64) -> Result<f64, Error> + Sync,
+) -> Result<Vec<f64>, Error> {
+    par_rows(n, cost, |a, b, v| tiled_rows(a, b, v, &tile, &f))
 }
 
 /// Whether [`par_sum`] adds `n` terms of estimated cost `cost` on the calling thread alone.
@@ -717,6 +762,19 @@ fn scratch_build(n: usize, mut f: impl FnMut(i64) -> Result<f64, Error>) -> Resu
     for i in 0..n as i64 {
         v.push(f(i)?);
     }
+    Ok(Scratch(v))
+}
+
+/// [`scratch_build`] with rows four at a time where `tile` gives them ([`tiled_rows`]).
+#[allow(dead_code)]
+#[inline]
+fn scratch_build_tiled(
+    n: usize,
+    tile: impl Fn(i64) -> Result<Option<[f64; 4]>, Error>,
+    f: impl Fn(i64) -> Result<f64, Error>,
+) -> Result<Scratch, Error> {
+    let mut v = scratch_vec(n);
+    tiled_rows(0, n, &mut v, &tile, &f)?;
     Ok(Scratch(v))
 }
 
@@ -838,6 +896,10 @@ struct Emitter<'a> {
     /// Accumulator arrays local to a loop iteration whose buffer is reused from one
     /// iteration to the next ([`Emitter::loop_pools`]): the `mut`'s id and the pool's name.
     pools: FxHashMap<u32, String>,
+    /// While one of the four copies of a tiled build's body is emitted
+    /// ([`Emitter::tiled_build`]): the variables the body binds at its top level and the
+    /// copy, whose number [`Emitter::vname`] appends to their names.
+    tile: Option<(FxHashSet<u32>, usize)>,
 }
 
 /// How a `+=` into a windowed accumulator ([`Emitter::window`]) is emitted: to the local
@@ -942,6 +1004,7 @@ impl<'a> Emitter<'a> {
             scratch_vec: false,
             in_loops: FxHashSet::default(),
             pools: FxHashMap::default(),
+            tile: None,
         };
         e.find_recursive();
         e.find_no_debug();
@@ -1875,7 +1938,7 @@ impl<'a> Emitter<'a> {
     fn own(&self, a: &Atom) -> String {
         match a {
             Atom::Var(x) => {
-                let name = var_name(x);
+                let name = self.vname(x);
                 if self.is_copy(x.ty) || self.movable(x) {
                     name
                 } else {
@@ -1889,14 +1952,14 @@ impl<'a> Emitter<'a> {
     /// An operand read in place.
     fn read(&self, a: &Atom) -> String {
         match a {
-            Atom::Var(x) => var_name(x),
+            Atom::Var(x) => self.vname(x),
             _ => self.lit(a),
         }
     }
 
     fn lit(&self, a: &Atom) -> String {
         match a {
-            Atom::Var(x) => var_name(x),
+            Atom::Var(x) => self.vname(x),
             Atom::F64(x) => float(*x),
             Atom::I64(i) => format!("{i}i64"),
             Atom::Bool(b) => b.to_string(),
@@ -1914,9 +1977,9 @@ impl<'a> Emitter<'a> {
         for (k, x) in f.params.iter().enumerate() {
             let u = self.uses.get(&x.id).copied().unwrap_or_default();
             let name = if u.count == 0 {
-                format!("_{}", var_name(x))
+                format!("_{}", self.vname(x))
             } else {
-                var_name(x)
+                self.vname(x)
             };
             if f.accumulates && k == last {
                 // The accumulator comes in its own representation; frozen here if the
@@ -2025,12 +2088,21 @@ impl<'a> Emitter<'a> {
         Ok(s)
     }
 
+    /// The Rust name of a variable: [`var_name`], with the copy's suffix for a variable bound
+    /// by a tiled body while one of its copies is emitted.
+    fn vname(&self, x: &super::Var) -> String {
+        match &self.tile {
+            Some((ids, c)) if ids.contains(&x.id) => format!("{}_t{c}", var_name(x)),
+            _ => var_name(x),
+        }
+    }
+
     fn decl_name(&self, x: &super::Var) -> String {
         let u = self.uses.get(&x.id).copied().unwrap_or_default();
         if u.count == 0 {
-            format!("_{}", var_name(x))
+            format!("_{}", self.vname(x))
         } else {
-            var_name(x)
+            self.vname(x)
         }
     }
 
@@ -2050,7 +2122,7 @@ impl<'a> Emitter<'a> {
                 return s;
             }
         }
-        let mut s = var_name(&p.root.0);
+        let mut s = self.vname(&p.root.0);
         self.steps(&p.path, &mut s);
         s
     }
@@ -2867,7 +2939,7 @@ impl<'a> Emitter<'a> {
         let (mut decls, mut added) = (String::new(), Vec::new());
         for (a, js, k, pads) in reads {
             self.next_slice += 1;
-            let name = format!("z{}_{}", self.next_slice, var_name(&a));
+            let name = format!("z{}_{}", self.next_slice, self.vname(&a));
             let n = match k {
                 0 => self.read(n),
                 k => format!("{}.saturating_add({k})", self.read(n)),
@@ -3141,6 +3213,233 @@ impl<'a> Emitter<'a> {
         Ok(s)
     }
 
+    /// The statement of a `build`'s body that is its one `sum`, if the body can be tiled
+    /// ([`Emitter::tiled_build`]): a real result, and besides the sum only `let`s of
+    /// expressions without blocks, calls or state, and checks.
+    fn tile_plan(b: &Block) -> Option<usize> {
+        if b.result.ty() != Ty::F64 {
+            return None;
+        }
+        let mut at = None;
+        for (k, s) in b.stmts.iter().enumerate() {
+            match s {
+                Stmt::Let(x, Expr::Sum(..)) if at.is_none() && x.ty == Ty::F64 => at = Some(k),
+                Stmt::Let(_, e) => {
+                    let flat = matches!(
+                        e,
+                        Expr::Atom(_)
+                            | Expr::Op(..)
+                            | Expr::Prim(..)
+                            | Expr::Tuple(_)
+                            | Expr::Proj(..)
+                            | Expr::Variant(..)
+                            | Expr::Index(..)
+                            | Expr::IndexOr0(..)
+                            | Expr::Len(_)
+                            | Expr::Zero(_)
+                            | Expr::Add(..)
+                            | Expr::Scale(..)
+                    );
+                    if !flat {
+                        return None;
+                    }
+                }
+                Stmt::Check(..) => {}
+                _ => return None,
+            }
+        }
+        at
+    }
+
+    /// Unroll-and-jam of a `build` of reals over rows `i` whose body is a sum in lanes
+    /// between straight-line statements (`map2 (\row b -> dot row v + b) w bs`): a closure
+    /// `|tile_i| ..` computing rows `tile_i .. tile_i + 4` at once, for
+    /// [`tiled_rows`]. It runs the statements before the sum for each of the four rows
+    /// (each copy's variables suffixed `_t0` .. `_t3`, [`Emitter::vname`]), then the four
+    /// sums in one pass over their slices, each row's terms in its own eight lanes (a slice
+    /// bound outside the body, the same for every row, is read once for all four), then the
+    /// statements after the sum. Each row's value is the one the plain body gives, bit for
+    /// bit: the same statements, and each sum's terms go to the lanes [`sum_by`]'s order puts
+    /// them in. The tile declines (`Ok(None)`) where the plain body would not sum in lanes on
+    /// this thread (fewer than [`LANE_MIN`] terms, or a long sum `par_sum` would spread) or
+    /// the four rows' sums differ in length, and any failure of a copy's statements only
+    /// ends tiling: the rows from there run through the plain body, which fails at the same
+    /// row with the same error. None if the body is not of that form.
+    fn tiled_build(&mut self, i: &super::Var, b: &Block, depth: usize) -> Result<Option<String>> {
+        let Some(at) = Self::tile_plan(b) else {
+            return Ok(None);
+        };
+        let Stmt::Let(s, Expr::Sum(m, j, sb)) = &b.stmts[at] else {
+            return Ok(None);
+        };
+        let (before, after) = (&b.stmts[..at], &b.stmts[at + 1..]);
+        let mut ids: FxHashSet<u32> = FxHashSet::default();
+        ids.insert(i.id);
+        for st in &b.stmts {
+            if let Stmt::Let(x, _) = st {
+                ids.insert(x.id);
+            }
+        }
+        // Whether the sum runs in lanes, and on which slices.
+        let (_, added) = self.pad_reads(j, m, sb, depth);
+        let slices = self.lane_slices(j, sb);
+        self.unpad(added);
+        let Some(slices) = slices else {
+            return Ok(None);
+        };
+        // A slice of an array bound outside the body is the same for the four rows.
+        let shared: Vec<bool> = slices.iter().map(|(a, _)| !ids.contains(a)).collect();
+        let windows = shared
+            .iter()
+            .map(|&sh| if sh { 1 } else { 4 })
+            .sum::<usize>();
+        if windows > TILE_WINDOWS {
+            return Ok(None);
+        }
+        self.sign_free(sb);
+        let ind = "    ".repeat(depth);
+        let cost_sb = cost(sb);
+        let mut code = String::new();
+        let mut names: Vec<Vec<String>> = Vec::new();
+        let mut ms: Vec<String> = Vec::new();
+        let r = (|| -> Result<()> {
+            for c in 0..4 {
+                self.tile = Some((ids.clone(), c));
+                let _ = writeln!(code, "{ind}let {}: i64 = tile_i + {c};", self.decl_name(i));
+                self.stmts(before, depth, &mut code)?;
+                let (pads, added) = self.pad_reads(j, m, sb, depth);
+                let row: Vec<String> = slices
+                    .iter()
+                    .map(|(a, name)| self.padded.get(&(*a, j.id)).unwrap_or(name).clone())
+                    .collect();
+                // The later copies' declarations of the shared slices are not needed.
+                for line in pads.lines() {
+                    let unused = c > 0
+                        && row.iter().zip(&shared).any(|(name, &sh)| {
+                            sh && line
+                                .trim_start()
+                                .strip_prefix(&format!("let {name}"))
+                                .is_some_and(|r| r.starts_with([' ', ':']))
+                        });
+                    if !unused {
+                        code.push_str(line);
+                        code.push('\n');
+                    }
+                }
+                names.push(row);
+                self.unpad(added);
+                let mc = self.read(m);
+                if c == 0 {
+                    let _ = writeln!(
+                        code,
+                        "{ind}if !({mc} >= {LANE_MIN} && seq_sum({mc}, {cost_sb})) {{ return Ok(None); }}"
+                    );
+                } else {
+                    let _ = writeln!(code, "{ind}if {mc} != {} {{ return Ok(None); }}", ms[0]);
+                }
+                ms.push(mc);
+            }
+            // The four rows' lanes, in one pass over the slices.
+            let win = |k: usize, c: usize| {
+                if shared[k] {
+                    format!("lane_q{k}_0")
+                } else {
+                    format!("lane_q{k}_{c}")
+                }
+            };
+            let mut all: Vec<(usize, usize)> = Vec::new();
+            for k in 0..slices.len() {
+                for c in 0..4 {
+                    if c == 0 || !shared[k] {
+                        all.push((k, c));
+                    }
+                }
+            }
+            let (mut bodies, mut tails) = (Vec::new(), Vec::new());
+            for c in 0..4 {
+                self.tile = Some((ids.clone(), c));
+                for (k, (a, _)) in slices.iter().enumerate() {
+                    self.padded.insert((*a, j.id), win(k, c));
+                }
+                let body = self.block_expr(sb, depth + 4);
+                let tail = self.block_expr(sb, depth + 3);
+                for (a, _) in &slices {
+                    self.padded.remove(&(*a, j.id));
+                }
+                bodies.push(body?);
+                tails.push(tail?);
+            }
+            self.tile = None;
+            let jv = self.decl_name(j);
+            let _ = write!(
+                code,
+                "{ind}let lane_n = {}.max(0) as usize;\n{ind}let mut lane_t = [0.0f64; 4];\n{ind}let mut lane_c0 = 0usize;\n{ind}while lane_c0 < lane_n {{\n{ind}    let lane_c1 = if lane_n - lane_c0 > 4096 {{ lane_c0 + 4096 }} else {{ lane_n }};\n{ind}    let (mut lane_l0, mut lane_l1, mut lane_l2, mut lane_l3) = ([0.0f64; 8], [0.0f64; 8], [0.0f64; 8], [0.0f64; 8]);\n",
+                ms[0]
+            );
+            for &(k, c) in &all {
+                let _ = writeln!(
+                    code,
+                    "{ind}    let mut lane_w{k}_{c} = {}[lane_c0..lane_c1].chunks_exact(8);",
+                    names[c][k]
+                );
+            }
+            let mut zip = format!("&mut lane_w{}_{}", all[0].0, all[0].1);
+            let mut pat = format!("lane_q{}_{}", all[0].0, all[0].1);
+            for &(k, c) in &all[1..] {
+                zip = format!("({zip}).zip(&mut lane_w{k}_{c})");
+                pat = format!("({pat}, lane_q{k}_{c})");
+            }
+            let _ = writeln!(code, "{ind}    for {pat} in {zip} {{");
+            for (c, body) in bodies.iter().enumerate() {
+                let _ = writeln!(
+                    code,
+                    "{ind}        for lane_k in 0..8 {{\n{ind}            let {jv}: i64 = lane_k as i64;\n{ind}            lane_l{c}[lane_k] += {body};\n{ind}        }}"
+                );
+            }
+            let qs: Vec<String> = all.iter().map(|(k, c)| format!("lane_q{k}_{c}")).collect();
+            let rems: Vec<String> = all
+                .iter()
+                .map(|(k, c)| format!("lane_w{k}_{c}.remainder()"))
+                .collect();
+            let _ = writeln!(
+                code,
+                "{ind}    }}\n{ind}    let ({},) = ({},);\n{ind}    for lane_k in 0..{}.len() {{\n{ind}        let {jv}: i64 = lane_k as i64;",
+                qs.join(", "),
+                rems.join(", "),
+                qs[0]
+            );
+            for (c, tail) in tails.iter().enumerate() {
+                let _ = writeln!(code, "{ind}        lane_l{c}[lane_k] += {tail};");
+            }
+            // (Through `black_box`: without it rustc interleaves the four rows' combines
+            // with the loop above, shuffling every product between registers; 20% slower.)
+            let _ = writeln!(
+                code,
+                "{ind}    }}\n{ind}    let (lane_l0, lane_l1, lane_l2, lane_l3) = std::hint::black_box((lane_l0, lane_l1, lane_l2, lane_l3));"
+            );
+            for c in 0..4 {
+                let _ = writeln!(
+                    code,
+                    "{ind}    lane_t[{c}] += ((lane_l{c}[0] + lane_l{c}[1]) + (lane_l{c}[2] + lane_l{c}[3])) + ((lane_l{c}[4] + lane_l{c}[5]) + (lane_l{c}[6] + lane_l{c}[7]));"
+                );
+            }
+            let _ = writeln!(code, "{ind}    lane_c0 = lane_c1;\n{ind}}}");
+            // The statements after the sum, and the four values.
+            let mut results = Vec::new();
+            for c in 0..4 {
+                self.tile = Some((ids.clone(), c));
+                let _ = writeln!(code, "{ind}let {}: f64 = lane_t[{c}];", self.decl_name(s));
+                self.stmts(after, depth, &mut code)?;
+                results.push(self.own(&b.result));
+            }
+            let _ = writeln!(code, "{ind}Ok(Some([{}]))", results.join(", "));
+            Ok(())
+        })();
+        self.tile = None;
+        r?;
+        Ok(Some(code))
+    }
+
     fn unpad(&mut self, added: Vec<(u32, u32)>) {
         for k in added {
             self.padded.remove(&k);
@@ -3322,7 +3621,7 @@ impl<'a> Emitter<'a> {
                 // E.g. an accumulator passed through `acc_apply` and back as a value.
                 let (from, to) = (self.atom_acc(a), self.is_acc(&m.0));
                 let v = self.convert_rep(m.0.ty, v, from, to);
-                let _ = write!(line, "{} = {v};", var_name(&m.0));
+                let _ = write!(line, "{} = {v};", self.vname(&m.0));
             }
             Stmt::AddTo { value, scale, .. } if self.windows.contains_key(&(s as *const Stmt)) => {
                 // An element of a sliding window ([`Emitter::window`]): added in its local.
@@ -3532,9 +3831,10 @@ impl<'a> Emitter<'a> {
                 let scratch = std::mem::take(&mut self.scratch_vec);
                 let (pads, added) = self.pad_reads(i, n, b, depth + 1);
                 let n = self.read(n);
+                let tile = self.tiled_build(i, b, depth + 3);
                 let body = self.block_expr(b, depth + 1);
                 self.unpad(added);
-                let body = body?;
+                let (body, tile) = (body?, tile?);
                 let ind = "    ".repeat(depth);
                 let (open, close) = if local { ("", "") } else { ("Arr::new(", ")") };
                 let cost = if scratch {
@@ -3542,13 +3842,20 @@ impl<'a> Emitter<'a> {
                 } else {
                     format!("{}, ", cost(b))
                 };
-                let build = if scratch {
-                    "scratch_build"
-                } else {
-                    "par_build"
+                let build = match (scratch, &tile) {
+                    (true, None) => "scratch_build",
+                    (false, None) => "par_build",
+                    (true, Some(_)) => "scratch_build_tiled",
+                    (false, Some(_)) => "par_build_tiled",
+                };
+                let tile = match tile {
+                    Some(t) => format!(
+                        "|tile_i: i64| -> Result<Option<[f64; 4]>, Error> {{\n{t}{ind}    }}, "
+                    ),
+                    None => String::new(),
                 };
                 format!(
-                    "{{\n{ind}    let n = check_len(\"build\", {n}, {})?;\n{pads}{ind}    {open}{build}(n, {cost}|{}: i64| Ok({body}))?{close}\n{ind}}}",
+                    "{{\n{ind}    let n = check_len(\"build\", {n}, {})?;\n{pads}{ind}    {open}{build}(n, {cost}{tile}|{}: i64| Ok({body}))?{close}\n{ind}}}",
                     site.0,
                     self.decl_name(i)
                 )
@@ -3762,7 +4069,7 @@ impl<'a> Emitter<'a> {
 
     /// The value of a `mut` (moved out by `take`, copied by `get`), in its representation.
     fn get(&mut self, m: &MutVar, take: bool) -> String {
-        let name = var_name(&m.0);
+        let name = self.vname(&m.0);
         if take || self.is_copy(m.0.ty) {
             name
         } else {
@@ -4381,6 +4688,10 @@ fn parallel_ok(b: &Block) -> bool {
 
 /// The most slices a sum in lanes reads ([`Emitter::lane_slices`]).
 const LANE_SLICES: usize = 6;
+
+/// The most slice windows a tiled build's four sums read ([`Emitter::tiled_build`]): a
+/// slice per row counts four times, one shared by the rows once.
+const TILE_WINDOWS: usize = 9;
 
 /// The fewest terms a sum adds in lanes ([`Emitter::lane_sum`]).
 const LANE_MIN: i64 = 16;
