@@ -3348,9 +3348,9 @@ impl<'a> Emitter<'a> {
                 }
             };
             let mut all: Vec<(usize, usize)> = Vec::new();
-            for k in 0..slices.len() {
+            for (k, &sh) in shared.iter().enumerate() {
                 for c in 0..4 {
-                    if c == 0 || !shared[k] {
+                    if c == 0 || !sh {
                         all.push((k, c));
                     }
                 }
