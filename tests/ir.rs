@@ -1637,3 +1637,87 @@ def pick (w : Array (Array Real)) (xs : Array Real) (v : Array Real) : Array Rea
     }
     assert!(ran > 300 && failed > 100, "{ran} ran, {failed} failed");
 }
+
+/// The Rust backend's jammed loops (`Emitter::jam_loop`): reverse code's transposed
+/// products (`acc[j] += w[i][j] * y_i` over rows `i`) add four rows to each element in one
+/// pass. The rule fires on a dense layer's gradient (with the rows' own additions after the
+/// shared one), on two shared products in one loop, and on a matrix-vector product's VJP,
+/// and the gradients are the interpreter's bit for bit: row counts around multiples of
+/// four, scale factors that are zero, infinite or NaN (`tanh'` of an infinity, a NaN row,
+/// such cotangents: the jam stops there), and both cotangent signs.
+#[test]
+fn jammed_loops_agree_bit_for_bit() {
+    let src = "\
+def layer (w : Array (Array Real)) (b : Array Real) (v : Array Real) : Real =
+  sum (map2 (\\row bias -> tanh (dot row v + bias)) w b)
+
+def two (w1 : Array (Array Real)) (w2 : Array (Array Real)) (u : Array Real) (v : Array Real) : Real =
+  sum (map2 (\\r s -> tanh (dot r u + dot s v)) w1 w2)
+
+def dense (w : Array (Array Real)) (v : Array Real) : Array Real = map (\\row -> dot row v) w
+";
+    let (module, text) = emitted(src, false, true);
+    for f in ["layer_vjp", "two_vjp", "dense_vjp"] {
+        let body = emitted_fn(&text, f);
+        assert!(
+            body.contains("jam_i += 4;"),
+            "no jammed loop in {f}:\n{body}"
+        );
+    }
+    let native = built(module);
+    let val = |i: usize, s: f64, special: bool| match i % 31 {
+        7 if special => -0.0,
+        13 if special => f64::INFINITY,
+        23 if special => f64::NAN,
+        _ => ((i as f64 + 1.0) * 0.37 + s).sin(),
+    };
+    let rows = |r: usize, m: usize, s: f64, special: bool| {
+        Value::array_of(
+            (0..r)
+                .map(|k| Value::reals((0..m).map(|j| val(k * 131 + j, s, special)).collect()))
+                .collect(),
+        )
+    };
+    let reals = |n: usize, s: f64, special: bool| {
+        Value::reals((0..n).map(|i| val(i, s, special)).collect())
+    };
+    let mut ran = 0;
+    for r in [0, 1, 3, 4, 5, 7, 8, 9, 12, 13, 40] {
+        for m in [0, 1, 5, 16, 17, 40] {
+            for special in [false, true] {
+                let what = format!("{r} rows of {m}, special {special}");
+                let w = rows(r, m, 0.5, special);
+                let cases = [
+                    (
+                        0,
+                        vec![w.clone(), reals(r, 1.0, false), reals(m, 2.0, false)],
+                    ),
+                    (
+                        1,
+                        vec![
+                            w.clone(),
+                            rows(r, m + 3, 1.5, false),
+                            reals(m, 2.0, false),
+                            reals(m + 3, 2.5, special),
+                        ],
+                    ),
+                ];
+                for (k, inputs) in &cases {
+                    for ct in [1.0, -0.5] {
+                        let ok = vjp_bit_for_bit(&native, *k, inputs, &Value::Real(ct))
+                            .unwrap_or_else(|e| panic!("def {k}, {what}: {e}"));
+                        ran += usize::from(ok);
+                    }
+                }
+                // Cotangents with zeros, infinities and NaN among them.
+                let inputs = [w.clone(), reals(m, 2.0, false)];
+                for s in [0.0, 3.0] {
+                    let ok = vjp_bit_for_bit(&native, 2, &inputs, &reals(r, s, special))
+                        .unwrap_or_else(|e| panic!("dense, {what}: {e}"));
+                    ran += usize::from(ok);
+                }
+            }
+        }
+    }
+    assert!(ran > 600, "only {ran} ran");
+}

@@ -2496,18 +2496,32 @@ impl<'a> Emitter<'a> {
             r.map(|()| b)
         };
         let was_versioned = self.versioned;
+        // Rows four at a time first, where the loop is of the form (and has no window or
+        // pool of its own): in the version with the invariant factors nonzero, if any.
+        let jams =
+            pools.is_empty() && head.is_empty() && tail.is_empty() && after.is_empty() && !carried;
         let fast = if factors.is_empty() {
             None
         } else {
             self.versioned = true;
             self.assumed.extend(factors.iter().map(|x| x.id));
             let fast = emit_body(self);
+            let jam = if jams {
+                self.jam_loop(i, n, body, d)
+            } else {
+                Ok(None)
+            };
             for x in &factors {
                 self.assumed.remove(&x.id);
             }
-            Some(fast)
+            Some((fast, jam))
         };
         let r = emit_body(self);
+        let jam = if fast.is_none() && jams {
+            self.jam_loop(i, n, body, d)
+        } else {
+            Ok(None)
+        };
         self.versioned = was_versioned;
         for (m, _) in &pools {
             self.pools.remove(&m.id);
@@ -2522,7 +2536,7 @@ impl<'a> Emitter<'a> {
         for s in loads_at {
             self.window_loads.remove(&s);
         }
-        let b = r?;
+        let (b, jam) = (r?, jam?);
         if carried {
             // The carried elements are read, and written back, only if the loop runs.
             Self::indent(out, depth);
@@ -2531,23 +2545,37 @@ impl<'a> Emitter<'a> {
         out.push_str(&before);
         match fast {
             None => {
+                let start = match jam {
+                    Some(jam) => {
+                        out.push_str(&jam);
+                        "jam_i"
+                    }
+                    None => "0",
+                };
                 Self::indent(out, d);
-                let _ = writeln!(out, "for {iname} in 0..{nname} {b}");
+                let _ = writeln!(out, "for {iname} in {start}..{nname} {b}");
             }
-            Some(fast) => {
-                let fast = fast?;
+            Some((fast, jam)) => {
+                let (fast, jam) = (fast?, jam?);
                 let test = factors
                     .iter()
                     .map(|x| {
-                        let x = var_name(x);
+                        let x = self.vname(x);
                         format!("{x} != 0.0 && {x}.is_finite()")
                     })
                     .collect::<Vec<_>>()
                     .join(" && ");
                 Self::indent(out, d - 1);
                 let _ = writeln!(out, "if {test} {{");
+                let start = match jam {
+                    Some(jam) => {
+                        out.push_str(&jam);
+                        "jam_i"
+                    }
+                    None => "0",
+                };
                 Self::indent(out, d);
-                let _ = writeln!(out, "for {iname} in 0..{nname} {fast}");
+                let _ = writeln!(out, "for {iname} in {start}..{nname} {fast}");
                 Self::indent(out, d - 1);
                 out.push_str("} else {\n");
                 Self::indent(out, d);
@@ -3224,31 +3252,354 @@ impl<'a> Emitter<'a> {
         for (k, s) in b.stmts.iter().enumerate() {
             match s {
                 Stmt::Let(x, Expr::Sum(..)) if at.is_none() && x.ty == Ty::F64 => at = Some(k),
-                Stmt::Let(_, e) => {
-                    let flat = matches!(
-                        e,
-                        Expr::Atom(_)
-                            | Expr::Op(..)
-                            | Expr::Prim(..)
-                            | Expr::Tuple(_)
-                            | Expr::Proj(..)
-                            | Expr::Variant(..)
-                            | Expr::Index(..)
-                            | Expr::IndexOr0(..)
-                            | Expr::Len(_)
-                            | Expr::Zero(_)
-                            | Expr::Add(..)
-                            | Expr::Scale(..)
-                    );
-                    if !flat {
-                        return None;
-                    }
-                }
+                Stmt::Let(_, e) if flat(e) => {}
                 Stmt::Check(..) => {}
                 _ => return None,
             }
         }
         at
+    }
+
+    /// The inner loop of a jammed loop ([`Emitter::jam_loop`]) that adds each row into the
+    /// same real array: `for j in 0..m { lets; acc[j] += .. }`, the `let`s reading without
+    /// failing, `acc` a place that no statement of the row binds (`ids`), grown to `m` by
+    /// `grow` if it is. The place `acc`, and the factor of the scaling that a row binds.
+    fn shared_adds(
+        &self,
+        ids: &FxHashSet<u32>,
+        m: &Atom,
+        j: &super::Var,
+        inner: &Block,
+        grow: Option<(&Place, &Atom)>,
+    ) -> Option<(Place, Option<super::Var>)> {
+        let (
+            add @ Stmt::AddTo {
+                place,
+                value,
+                scale,
+            },
+            lets,
+        ) = inner.stmts.split_last()?
+        else {
+            return None;
+        };
+        if self.stores.contains(&(add as *const Stmt))
+            || self.windows.contains_key(&(add as *const Stmt))
+            || self.place_ty(place) != Ty::F64
+        {
+            return None;
+        }
+        let mut local: FxHashSet<u32> = FxHashSet::default();
+        for st in lets {
+            match st {
+                Stmt::Let(x, e)
+                    if self.cannot_fail(st) && !matches!(e, Expr::Get(_) | Expr::Take(_)) =>
+                {
+                    local.insert(x.id);
+                }
+                _ => return None,
+            }
+        }
+        let (Step::Elem(Atom::Var(e)), outer) = place.path.split_last()? else {
+            return None;
+        };
+        let varies = |a: &Atom| matches!(a, Atom::Var(x) if ids.contains(&x.id) || local.contains(&x.id) || x.id == j.id);
+        if e.id != j.id
+            || ids.contains(&place.root.0.id)
+            || outer
+                .iter()
+                .any(|s| matches!(s, Step::Elem(a) if varies(a)))
+        {
+            return None;
+        }
+        let acc = Place {
+            root: place.root.clone(),
+            path: outer.to_vec(),
+        };
+        if let Some((gp, gm)) = grow
+            && (gp.root.0.id != acc.root.0.id
+                || gp.path.len() != acc.path.len()
+                || !gp.path.iter().zip(&acc.path).all(|(a, b)| same_step(a, b))
+                || !same_atom(gm, m))
+        {
+            return None;
+        }
+        // A scale factor bound by the row's statements: tested finite and nonzero.
+        let factor = match scale {
+            Some(c) => [c, value].into_iter().find_map(|a| match a {
+                Atom::Var(y) if ids.contains(&y.id) && !self.nonzero(a) => Some(y.clone()),
+                _ => None,
+            }),
+            None => None,
+        };
+        Some((acc, factor))
+    }
+
+    /// Whether a statement of a jammed loop's body may run for its row after the other rows'
+    /// statements ([`Emitter::jam_loop`]): it cannot fail, reads no accumulator, and adds
+    /// only to elements of the row (`acc.f[i]..`, the first index the row's `i`), growing
+    /// only such elements. Its places' keys go to `keys`.
+    fn per_row(&self, i: &super::Var, s: &Stmt, keys: &mut Vec<(u32, Vec<u32>)>) -> bool {
+        let mut row_place = |p: &Place| -> bool {
+            let mut fields = Vec::new();
+            for st in &p.path {
+                match st {
+                    Step::Field(k) => fields.push(*k),
+                    Step::Elem(Atom::Var(x)) if x.id == i.id => {
+                        keys.push((p.root.0.id, fields));
+                        return true;
+                    }
+                    Step::Elem(_) => return false,
+                }
+            }
+            false
+        };
+        match s {
+            Stmt::AddTo { place, .. } | Stmt::Grow(place, _) => row_place(place),
+            Stmt::For(_, _, b) => b.stmts.iter().all(|st| match st {
+                Stmt::Let(_, e) => {
+                    self.cannot_fail(st) && !matches!(e, Expr::Get(_) | Expr::Take(_))
+                }
+                Stmt::AddTo { place, .. } | Stmt::Grow(place, _) => row_place(place),
+                _ => false,
+            }),
+            _ => false,
+        }
+    }
+
+    /// Unroll-and-jam of a loop over rows `i` that adds each row into the same real arrays
+    /// (the transposed products of reverse code, `acc[j] += w[i][j] * y_i`). The body:
+    /// straight-line statements ([`flat`] `let`s and checks); at least one loop over `j`
+    /// adding into an array that does not depend on the row ([`Emitter::shared_adds`]), after
+    /// its growth if any; other statements that only add to the row's own elements and
+    /// cannot fail ([`Emitter::per_row`]); the places of different statements disjoint (but
+    /// per-row ones, which touch different elements in different rows). Emitted before the
+    /// plain loop: rows four at a time, each copy's straight-line statements (suffixed like a
+    /// tiled build's, [`Emitter::tiled_build`]), then each shared loop as one pass over `j`
+    /// adding the four rows' terms to the element in row order, then each copy's per-row
+    /// statements. Every element receives the same additions in the same order as from the
+    /// plain loop, so the same value bit for bit. A group of rows whose shared loops' lengths
+    /// differ, or whose scale factors are not all finite and nonzero (their scalings are then
+    /// plain products), ends the jammed loop (`break`) and the plain loop goes on from its
+    /// first row. The straight-line statements only read, and the rest cannot fail, so a
+    /// failure is the first failing row's, the additions before it unobservable (a failure
+    /// ends the whole call). The code, which leaves `jam_i` at the first row left for the
+    /// plain loop; None if the loop is not of that form.
+    fn jam_loop(
+        &mut self,
+        i: &super::Var,
+        n: &Atom,
+        body: &Block,
+        depth: usize,
+    ) -> Result<Option<String>> {
+        let mut ids: FxHashSet<u32> = FxHashSet::default();
+        ids.insert(i.id);
+        for st in &body.stmts {
+            if let Stmt::Let(x, _) = st {
+                ids.insert(x.id);
+            }
+        }
+        // (the growth's index, the loop's parts, the place, the factor)
+        type Shared<'b> = (
+            Option<usize>,
+            (&'b super::Var, &'b Atom, &'b Block),
+            Place,
+            Option<super::Var>,
+        );
+        let mut shared: Vec<Shared<'_>> = Vec::new();
+        let (mut lets, mut rows) = (Vec::new(), Vec::new());
+        let mut keys: Vec<(u32, Vec<u32>)> = Vec::new();
+        let mut k = 0;
+        while k < body.stmts.len() {
+            let st = &body.stmts[k];
+            match st {
+                Stmt::Let(_, e) if flat(e) => lets.push(k),
+                Stmt::Check(..) => lets.push(k),
+                _ => {
+                    // A shared loop, after its growth or not.
+                    let (g, at) = match (st, body.stmts.get(k + 1)) {
+                        (Stmt::Grow(p, m), Some(Stmt::For(..))) => (Some((p, m, k)), k + 1),
+                        _ => (None, k),
+                    };
+                    if let Stmt::For(j, m, inner) = &body.stmts[at]
+                        && let Some((acc, factor)) =
+                            self.shared_adds(&ids, m, j, inner, g.map(|(p, m, _)| (p, m)))
+                    {
+                        shared.push((g.map(|g| g.2), (j, m, inner), acc, factor));
+                        k = at + 1;
+                        continue;
+                    }
+                    if !self.per_row(i, st, &mut keys) {
+                        return Ok(None);
+                    }
+                    rows.push(k);
+                }
+            }
+            k += 1;
+        }
+        if shared.is_empty() || !matches!(body.result, Atom::Unit) {
+            return Ok(None);
+        }
+        // Disjoint places: no shared array within another or any per-row place's array.
+        let key = |p: &Place| -> (u32, Vec<u32>) {
+            let fields = p
+                .path
+                .iter()
+                .map_while(|s| match s {
+                    Step::Field(k) => Some(*k),
+                    Step::Elem(_) => None,
+                })
+                .collect();
+            (p.root.0.id, fields)
+        };
+        let overlap = |a: &(u32, Vec<u32>), b: &(u32, Vec<u32>)| {
+            a.0 == b.0 && a.1.iter().zip(&b.1).all(|(x, y)| x == y)
+        };
+        for (s, (_, _, acc, _)) in shared.iter().enumerate() {
+            let ka = key(acc);
+            if keys.iter().any(|kb| overlap(&ka, kb))
+                || shared[..s].iter().any(|(_, _, b, _)| overlap(&ka, &key(b)))
+            {
+                return Ok(None);
+            }
+        }
+        let ind = "    ".repeat(depth);
+        let mut code = format!(
+            "{ind}let mut jam_i: i64 = 0;\n{ind}while jam_i + 4 <= {} {{\n",
+            self.read(n)
+        );
+        let lets: Vec<Stmt> = lets.iter().map(|&k| body.stmts[k].clone()).collect();
+        let r = (|| -> Result<String> {
+            let mut conds: Vec<String> = Vec::new();
+            let mut m0: Vec<String> = Vec::new();
+            for c in 0..4 {
+                self.tile = Some((ids.clone(), c));
+                let _ = writeln!(
+                    code,
+                    "{ind}    let {}: i64 = jam_i + {c};",
+                    self.decl_name(i)
+                );
+                self.stmts(&lets, depth + 1, &mut code)?;
+                for (s, (_, (_, m, _), _, factor)) in shared.iter().enumerate() {
+                    let mc = self.read(m);
+                    if c == 0 {
+                        m0.push(mc);
+                    } else if mc != m0[s] {
+                        conds.push(format!("{mc} == {}", m0[s]));
+                    }
+                    if let Some(y) = factor {
+                        let y = self.vname(y);
+                        conds.push(format!("{y} != 0.0 && {y}.is_finite()"));
+                    }
+                }
+            }
+            if !conds.is_empty() {
+                let _ = writeln!(code, "{ind}    if !({}) {{ break; }}", conds.join(" && "));
+            }
+            for (s, (g, (j, m, inner), acc, factor)) in shared.iter().enumerate() {
+                let Stmt::AddTo { value, scale, .. } = inner.stmts.last().expect("an addition")
+                else {
+                    unreachable!("a shared loop ends in an addition")
+                };
+                let lets = &inner.stmts[..inner.stmts.len() - 1];
+                self.tile = Some((ids.clone(), 0));
+                let _ = writeln!(code, "{ind}    {{");
+                if let Some(g) = g {
+                    self.stmt(&body.stmts[*g], depth + 2, &mut code)?;
+                }
+                let _ = writeln!(
+                    code,
+                    "{ind}        let jam_s = &mut {}[..{}.max(0) as usize];",
+                    self.place(acc),
+                    m0[s]
+                );
+                // Each copy's reads, padded to the rows' length (an array bound outside the
+                // body once for all four).
+                let mut names: Vec<Vec<((u32, u32), String)>> = Vec::new();
+                for c in 0..4 {
+                    self.tile = Some((ids.clone(), c));
+                    let (pads, added) = self.pad_reads(j, m, inner, depth + 2);
+                    let row: Vec<((u32, u32), String)> =
+                        added.iter().map(|k| (*k, self.padded[k].clone())).collect();
+                    for line in pads.lines() {
+                        let unused = c > 0
+                            && row.iter().any(|((a, _), name)| {
+                                !ids.contains(a)
+                                    && line
+                                        .trim_start()
+                                        .strip_prefix(&format!("let {name}"))
+                                        .is_some_and(|r| r.starts_with([' ', ':']))
+                            });
+                        if !unused {
+                            code.push_str(line);
+                            code.push('\n');
+                        }
+                    }
+                    self.unpad(added);
+                    names.push(row);
+                }
+                let jv = self.decl_name(j);
+                let _ = writeln!(
+                    code,
+                    "{ind}        for jam_j in 0..jam_s.len() {{\n{ind}            let {jv}: i64 = jam_j as i64;\n{ind}            let mut jam_a = jam_s[jam_j];"
+                );
+                for (c, row) in names.iter().enumerate() {
+                    self.tile = Some((ids.clone(), c));
+                    for (key, name) in row {
+                        let name = if ids.contains(&key.0) {
+                            name
+                        } else {
+                            names[0]
+                                .iter()
+                                .find(|(k0, _)| k0 == key)
+                                .map_or(name, |(_, n)| n)
+                        };
+                        self.padded.insert(*key, name.clone());
+                    }
+                    if let Some(y) = factor {
+                        self.assumed.insert(y.id);
+                    }
+                    let mut term = String::from("{\n");
+                    let r = self.stmts(lets, depth + 4, &mut term);
+                    self.binding_sign_free = false;
+                    let v = match scale {
+                        Some(sc) => self.smul(sc, value),
+                        None => self.read(value),
+                    };
+                    if let Some(y) = factor {
+                        self.assumed.remove(&y.id);
+                    }
+                    for (key, _) in row {
+                        self.padded.remove(key);
+                    }
+                    r?;
+                    let _ = writeln!(
+                        code,
+                        "{ind}            jam_a += {term}{ind}                {v}\n{ind}            }};"
+                    );
+                }
+                let _ = writeln!(
+                    code,
+                    "{ind}            jam_s[jam_j] = jam_a;\n{ind}        }}\n{ind}    }}"
+                );
+            }
+            // The rows' own additions, row by row.
+            for c in 0..4 {
+                self.tile = Some((ids.clone(), c));
+                for &k in &rows {
+                    match &body.stmts[k] {
+                        Stmt::For(j, m, b) => {
+                            self.for_loop(j, m, b, &body.stmts[..k], depth + 1, &mut code)?
+                        }
+                        st => self.stmt(st, depth + 1, &mut code)?,
+                    }
+                }
+            }
+            let _ = writeln!(code, "{ind}    jam_i += 4;\n{ind}}}");
+            Ok(code)
+        })();
+        self.tile = None;
+        r.map(Some)
     }
 
     /// Unroll-and-jam of a `build` of reals over rows `i` whose body is a sum in lanes
@@ -4684,6 +5035,26 @@ fn parallel_ok(b: &Block) -> bool {
         }
     }
     block(b, &mut FxHashSet::default())
+}
+
+/// An expression without blocks, calls or state: the statements a tiled build or a jammed
+/// loop copies for each row ([`Emitter::tiled_build`], [`Emitter::jam_loop`]).
+fn flat(e: &Expr) -> bool {
+    matches!(
+        e,
+        Expr::Atom(_)
+            | Expr::Op(..)
+            | Expr::Prim(..)
+            | Expr::Tuple(_)
+            | Expr::Proj(..)
+            | Expr::Variant(..)
+            | Expr::Index(..)
+            | Expr::IndexOr0(..)
+            | Expr::Len(_)
+            | Expr::Zero(_)
+            | Expr::Add(..)
+            | Expr::Scale(..)
+    )
 }
 
 /// The most slices a sum in lanes reads ([`Emitter::lane_slices`]).
