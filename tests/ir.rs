@@ -1531,8 +1531,9 @@ def squares (xs : Array Real) (ys : Array Real) : Real =
 /// The Rust backend's tiled builds (`Emitter::tiled_build`): a build of reals whose body is a
 /// sum in lanes between straight-line statements runs four rows at once, the four sums in one
 /// pass over their slices. The tile fires on each of these (a dense layer, its reverse code's
-/// forward sweep and its forward code; a row scalar inside the sum's body; a read that may
-/// fail before the sum) and every value and error is the interpreter's, bit for bit: row
+/// forward sweep and its forward code, whose tangent loop is jammed with its sums,
+/// `Emitter::jam_loop`; a row scalar inside the sum's body; a read that may fail before the
+/// sum) and every value and error is the interpreter's, bit for bit: row
 /// counts around multiples of four, row lengths below, at and above the lanes' threshold and
 /// past a 4096-term chunk, rows of unequal length (the tile declines), a failing read at each
 /// row, `-0.0`, infinities and NaN among the terms.
@@ -1559,6 +1560,13 @@ def pick (w : Array (Array Real)) (xs : Array Real) (v : Array Real) : Array Rea
             "no tiled build in {f}:\n{body}"
         );
     }
+    // The tangent's loop over rows (two sums per row, `acc[i] += ..`) is jammed, its sums
+    // with plain products where a NaN declines (`Emitter::jam_sum`).
+    let jvp = emitted_fn(&text, "dense_jvp");
+    assert!(
+        jvp.contains("jam_i += 4;") && jvp.contains("if lane_t.iter().any(|t| t.is_nan())"),
+        "{jvp}"
+    );
     let native = built(module);
     let val = |i: usize, s: f64, special: bool| match i % 29 {
         7 if special => -0.0,
@@ -1576,7 +1584,7 @@ def pick (w : Array (Array Real)) (xs : Array Real) (v : Array Real) : Array Rea
     };
     let reals = |n: usize, s: f64| Value::reals((0..n).map(|i| val(i, s, false)).collect());
     let mut shapes: Vec<(usize, usize)> = Vec::new();
-    for r in [0, 1, 3, 4, 5, 7, 8, 9, 13] {
+    for r in [0, 1, 3, 4, 5, 7, 8, 9, 13, 16] {
         for m in [0, 5, 15, 16, 17, 40] {
             shapes.push((r, m));
         }
@@ -1614,7 +1622,9 @@ def pick (w : Array (Array Real)) (xs : Array Real) (v : Array Real) : Array Rea
                 }
                 let inputs = [w.clone(), reals(r, 1.0), reals(m, 2.0)];
                 // Forward: `dot row dv + dot drow v` per row, one sum over four slices.
-                let tangents = [rows(&lens, 4.0, false), reals(r, 5.0), reals(m, 6.0)];
+                // (Zeros of `dv` meet infinities of `w`: plain products are NaN there.)
+                let dv = Value::reals((0..m).map(|i| val(i, 6.0, special)).collect());
+                let tangents = [rows(&lens, 4.0, special), reals(r, 5.0), dv];
                 let d = &native.defs[0];
                 let interp = d.context(&inputs).and_then(|x| {
                     let dx = d.context_tangent(&inputs, &tangents)?;
@@ -1636,6 +1646,43 @@ def pick (w : Array (Array Real)) (xs : Array Real) (v : Array Real) : Array Rea
         }
     }
     assert!(ran > 300 && failed > 100, "{ran} ran, {failed} failed");
+    // Infinities in `w` (no NaN) against zeros of `dv` inside jammed rows: the plain
+    // products' sum is NaN where the exact one is not, so the jam must decline there.
+    for (r, m) in [(16, 16), (16, 40), (32, 64)] {
+        let w = Value::array_of(
+            (0..r)
+                .map(|k| {
+                    Value::reals(
+                        (0..m)
+                            .map(|j| {
+                                if (k * 131 + j) % 29 == 13 {
+                                    f64::INFINITY
+                                } else {
+                                    val(k * 131 + j, 0.5, false)
+                                }
+                            })
+                            .collect(),
+                    )
+                })
+                .collect(),
+        );
+        let dv = Value::reals(
+            (0..m)
+                .map(|j| if j % 29 == 7 { 0.0 } else { val(j, 6.0, false) })
+                .collect(),
+        );
+        let inputs = [w.clone(), reals(r, 1.0), reals(m, 2.0)];
+        let tangents = [rows(&vec![m; r], 4.0, false), reals(r, 5.0), dv];
+        let d = &native.defs[0];
+        let interp = d.context(&inputs).and_then(|x| {
+            let dx = d.context_tangent(&inputs, &tangents)?;
+            chad::internals::ir::interp::run(&native.program, d.jvp.expect("a jvp"), vec![x, dx])
+                .map(|r| d.jvp_result(&r))
+        });
+        let nat = native.jvp_def(0, &inputs, &tangents);
+        same_result("native jvp", &nat, &interp, same_bits)
+            .unwrap_or_else(|e| panic!("dense, {r} rows of {m} with infinities: {e}"));
+    }
 }
 
 /// The Rust backend's jammed loops (`Emitter::jam_loop`): reverse code's transposed

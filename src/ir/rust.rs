@@ -2395,8 +2395,13 @@ impl<'a> Emitter<'a> {
         // at the end of each iteration, the oldest element stored and the window shifted;
         // after the loop, the carried elements stored.
         let (iname, nname) = (self.decl_name(i), self.read(n));
+        // No windows in a loop that can be jammed ([`Emitter::jam_loop`]), whose copies add
+        // to the rows' elements in place.
+        let jammable =
+            !hoisted.is_empty() && matches!(self.jam_loop(i, n, body, depth), Ok(Some(_)));
         let windows: Vec<(String, Window)> = hoisted
             .iter()
+            .filter(|_| !jammable)
             .filter_map(|(p, name)| Some((name.clone(), self.window(i, p, name, body)?)))
             .collect();
         // With carried elements, the loop goes in `if n > 0 { .. }`: one level deeper.
@@ -3409,12 +3414,21 @@ impl<'a> Emitter<'a> {
         let mut shared: Vec<Shared<'_>> = Vec::new();
         let (mut lets, mut rows) = (Vec::new(), Vec::new());
         let mut keys: Vec<(u32, Vec<u32>)> = Vec::new();
+        let mut sums = 0;
         let mut k = 0;
         while k < body.stmts.len() {
             let st = &body.stmts[k];
             match st {
-                Stmt::Let(_, e) if flat(e) => lets.push(k),
-                Stmt::Check(..) => lets.push(k),
+                // (After the first sum, nothing may fail: the copies' statements run
+                // segment by segment, a sum's segment for all four rows before the next.)
+                Stmt::Let(x, Expr::Sum(m, j, sb))
+                    if x.ty == Ty::F64 && self.lanes_jam(&ids, j, m, sb, depth) =>
+                {
+                    sums += 1;
+                    lets.push(k);
+                }
+                Stmt::Let(_, e) if flat(e) && (sums == 0 || self.cannot_fail(st)) => lets.push(k),
+                Stmt::Check(..) if sums == 0 => lets.push(k),
                 _ => {
                     // A shared loop, after its growth or not.
                     let (g, at) = match (st, body.stmts.get(k + 1)) {
@@ -3437,7 +3451,7 @@ impl<'a> Emitter<'a> {
             }
             k += 1;
         }
-        if shared.is_empty() || !matches!(body.result, Atom::Unit) {
+        if (shared.is_empty() && sums == 0) || !matches!(body.result, Atom::Unit) {
             return Ok(None);
         }
         // Disjoint places: no shared array within another or any per-row place's array.
@@ -3468,10 +3482,7 @@ impl<'a> Emitter<'a> {
             "{ind}let mut jam_i: i64 = 0;\n{ind}while jam_i + 4 <= {} {{\n",
             self.read(n)
         );
-        let lets: Vec<Stmt> = lets.iter().map(|&k| body.stmts[k].clone()).collect();
         let r = (|| -> Result<String> {
-            let mut conds: Vec<String> = Vec::new();
-            let mut m0: Vec<String> = Vec::new();
             for c in 0..4 {
                 self.tile = Some((ids.clone(), c));
                 let _ = writeln!(
@@ -3479,7 +3490,26 @@ impl<'a> Emitter<'a> {
                     "{ind}    let {}: i64 = jam_i + {c};",
                     self.decl_name(i)
                 );
-                self.stmts(&lets, depth + 1, &mut code)?;
+            }
+            // The copies' statements, segment by segment; each sum for the four at once.
+            let mut segment: Vec<Stmt> = Vec::new();
+            for &k in &lets {
+                if let Stmt::Let(x, Expr::Sum(m, j, sb)) = &body.stmts[k] {
+                    for c in 0..4 {
+                        self.tile = Some((ids.clone(), c));
+                        self.stmts(&segment, depth + 1, &mut code)?;
+                    }
+                    segment.clear();
+                    self.jam_sum(&ids, x, m, j, sb, "break;", depth + 1, &mut code)?;
+                } else {
+                    segment.push(body.stmts[k].clone());
+                }
+            }
+            let mut conds: Vec<String> = Vec::new();
+            let mut m0: Vec<String> = Vec::new();
+            for c in 0..4 {
+                self.tile = Some((ids.clone(), c));
+                self.stmts(&segment, depth + 1, &mut code)?;
                 for (s, (_, (_, m, _), _, factor)) in shared.iter().enumerate() {
                     let mc = self.read(m);
                     if c == 0 {
@@ -3631,33 +3661,87 @@ impl<'a> Emitter<'a> {
                 ids.insert(x.id);
             }
         }
-        // Whether the sum runs in lanes, and on which slices.
-        let (_, added) = self.pad_reads(j, m, sb, depth);
-        let slices = self.lane_slices(j, sb);
-        self.unpad(added);
-        let Some(slices) = slices else {
-            return Ok(None);
-        };
-        // A slice of an array bound outside the body is the same for the four rows.
-        let shared: Vec<bool> = slices.iter().map(|(a, _)| !ids.contains(a)).collect();
-        let windows = shared
-            .iter()
-            .map(|&sh| if sh { 1 } else { 4 })
-            .sum::<usize>();
-        if windows > TILE_WINDOWS {
+        if !self.lanes_jam(&ids, j, m, sb, depth) {
             return Ok(None);
         }
-        self.sign_free(sb);
         let ind = "    ".repeat(depth);
-        let cost_sb = cost(sb);
         let mut code = String::new();
-        let mut names: Vec<Vec<String>> = Vec::new();
-        let mut ms: Vec<String> = Vec::new();
         let r = (|| -> Result<()> {
             for c in 0..4 {
                 self.tile = Some((ids.clone(), c));
                 let _ = writeln!(code, "{ind}let {}: i64 = tile_i + {c};", self.decl_name(i));
                 self.stmts(before, depth, &mut code)?;
+            }
+            self.jam_sum(&ids, s, m, j, sb, "return Ok(None);", depth, &mut code)?;
+            // The statements after the sum, and the four values.
+            let mut results = Vec::new();
+            for c in 0..4 {
+                self.tile = Some((ids.clone(), c));
+                self.stmts(after, depth, &mut code)?;
+                results.push(self.own(&b.result));
+            }
+            let _ = writeln!(code, "{ind}Ok(Some([{}]))", results.join(", "));
+            Ok(())
+        })();
+        self.tile = None;
+        r?;
+        Ok(Some(code))
+    }
+
+    /// Whether the sum `sum m (j -> sb)` of a body whose copies bind `ids` can run for four
+    /// copies in one pass ([`Emitter::jam_sum`]): it runs in lanes, on few enough slices.
+    fn lanes_jam(
+        &mut self,
+        ids: &FxHashSet<u32>,
+        j: &super::Var,
+        m: &Atom,
+        sb: &Block,
+        depth: usize,
+    ) -> bool {
+        let (_, added) = self.pad_reads(j, m, sb, depth);
+        let slices = self.lane_slices(j, sb);
+        self.unpad(added);
+        slices.is_some_and(|slices| {
+            let windows: usize = slices
+                .iter()
+                .map(|(a, _)| if ids.contains(a) { 4 } else { 1 })
+                .sum();
+            windows <= TILE_WINDOWS
+        })
+    }
+
+    /// `let s = sum m (j -> sb)` for the four copies of a tiled or jammed body
+    /// ([`Emitter::tiled_build`], [`Emitter::jam_loop`]; [`Emitter::lanes_jam`] accepted
+    /// it), the copies' statements before it emitted: each copy's slices, then `decline`
+    /// unless the plain body would sum in lanes on this thread (16 terms or more, `seq_sum`)
+    /// and the four lengths are equal, then the four sums in one pass over their slices, each
+    /// copy's terms in its own eight lanes in `sum_by`'s order (a slice bound outside the
+    /// body, `ids`, read once for all four), then `s` of each copy.
+    #[allow(clippy::too_many_arguments)]
+    fn jam_sum(
+        &mut self,
+        ids: &FxHashSet<u32>,
+        s: &super::Var,
+        m: &Atom,
+        j: &super::Var,
+        sb: &Block,
+        decline: &str,
+        depth: usize,
+        code: &mut String,
+    ) -> Result<()> {
+        let (_, added) = self.pad_reads(j, m, sb, depth);
+        let slices = self.lane_slices(j, sb).unwrap_or_default();
+        self.unpad(added);
+        // A slice of an array bound outside the body is the same for the four rows.
+        let shared: Vec<bool> = slices.iter().map(|(a, _)| !ids.contains(a)).collect();
+        self.sign_free(sb);
+        let ind = "    ".repeat(depth);
+        let cost_sb = cost(sb);
+        let mut names: Vec<Vec<String>> = Vec::new();
+        let mut ms: Vec<String> = Vec::new();
+        let r = (|| -> Result<()> {
+            for c in 0..4 {
+                self.tile = Some((ids.clone(), c));
                 let (pads, added) = self.pad_reads(j, m, sb, depth);
                 let row: Vec<String> = slices
                     .iter()
@@ -3679,17 +3763,18 @@ impl<'a> Emitter<'a> {
                 }
                 names.push(row);
                 self.unpad(added);
-                let mc = self.read(m);
-                if c == 0 {
-                    let _ = writeln!(
-                        code,
-                        "{ind}if !({mc} >= {LANE_MIN} && seq_sum({mc}, {cost_sb})) {{ return Ok(None); }}"
-                    );
-                } else {
-                    let _ = writeln!(code, "{ind}if {mc} != {} {{ return Ok(None); }}", ms[0]);
-                }
-                ms.push(mc);
+                ms.push(self.read(m));
             }
+            let mut conds = vec![format!(
+                "{} >= {LANE_MIN} && seq_sum({}, {cost_sb})",
+                ms[0], ms[0]
+            )];
+            for mc in &ms[1..] {
+                if *mc != ms[0] {
+                    conds.push(format!("{mc} == {}", ms[0]));
+                }
+            }
+            let _ = writeln!(code, "{ind}if !({}) {{ {decline} }}", conds.join(" && "));
             // The four rows' lanes, in one pass over the slices.
             let win = |k: usize, c: usize| {
                 if shared[k] {
@@ -3706,14 +3791,19 @@ impl<'a> Emitter<'a> {
                     }
                 }
             }
+            // Plain products for the strong-zero scalings where a NaN sum then declines
+            // ([`Emitter::speculable`]: otherwise the same sums bit for bit).
+            let speculate = !self.plain_smul && self.speculable(sb);
             let (mut bodies, mut tails) = (Vec::new(), Vec::new());
             for c in 0..4 {
                 self.tile = Some((ids.clone(), c));
                 for (k, (a, _)) in slices.iter().enumerate() {
                     self.padded.insert((*a, j.id), win(k, c));
                 }
+                let was = std::mem::replace(&mut self.plain_smul, speculate);
                 let body = self.block_expr(sb, depth + 4);
                 let tail = self.block_expr(sb, depth + 3);
+                self.plain_smul = was;
                 for (a, _) in &slices {
                     self.padded.remove(&(*a, j.id));
                 }
@@ -3775,20 +3865,20 @@ impl<'a> Emitter<'a> {
                 );
             }
             let _ = writeln!(code, "{ind}    lane_c0 = lane_c1;\n{ind}}}");
-            // The statements after the sum, and the four values.
-            let mut results = Vec::new();
+            if speculate {
+                let _ = writeln!(
+                    code,
+                    "{ind}if lane_t.iter().any(|t| t.is_nan()) {{ {decline} }}"
+                );
+            }
             for c in 0..4 {
                 self.tile = Some((ids.clone(), c));
                 let _ = writeln!(code, "{ind}let {}: f64 = lane_t[{c}];", self.decl_name(s));
-                self.stmts(after, depth, &mut code)?;
-                results.push(self.own(&b.result));
             }
-            let _ = writeln!(code, "{ind}Ok(Some([{}]))", results.join(", "));
             Ok(())
         })();
         self.tile = None;
-        r?;
-        Ok(Some(code))
+        r
     }
 
     fn unpad(&mut self, added: Vec<(u32, u32)>) {
