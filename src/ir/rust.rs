@@ -2838,17 +2838,7 @@ impl<'a> Emitter<'a> {
                             }
                             true
                         }
-                        Expr::Atom(_)
-                        | Expr::Op(..)
-                        | Expr::Prim(..)
-                        | Expr::Tuple(_)
-                        | Expr::Proj(..)
-                        | Expr::Variant(..)
-                        | Expr::Len(_)
-                        | Expr::Zero(_)
-                        | Expr::Add(..)
-                        | Expr::Scale(..) => true,
-                        _ => false,
+                        e => flat(e),
                     };
                     let dirty = super::opt::operands(e).any(|a| t(a, &tainted))
                         || matches!(e, Expr::Scale(..));
@@ -3551,20 +3541,12 @@ impl<'a> Emitter<'a> {
                     let (pads, added) = self.pad_reads(j, m, inner, depth + 2);
                     let row: Vec<((u32, u32), String)> =
                         added.iter().map(|k| (*k, self.padded[k].clone())).collect();
-                    for line in pads.lines() {
-                        let unused = c > 0
-                            && row.iter().any(|((a, _), name)| {
-                                !ids.contains(a)
-                                    && line
-                                        .trim_start()
-                                        .strip_prefix(&format!("let {name}"))
-                                        .is_some_and(|r| r.starts_with([' ', ':']))
-                            });
-                        if !unused {
-                            code.push_str(line);
-                            code.push('\n');
-                        }
-                    }
+                    let outside: Vec<&String> = row
+                        .iter()
+                        .filter(|((a, _), _)| !ids.contains(a))
+                        .map(|(_, name)| name)
+                        .collect();
+                    copy_pads(&mut code, &pads, c, &outside);
                     self.unpad(added);
                     names.push(row);
                 }
@@ -3747,20 +3729,13 @@ impl<'a> Emitter<'a> {
                     .iter()
                     .map(|(a, name)| self.padded.get(&(*a, j.id)).unwrap_or(name).clone())
                     .collect();
-                // The later copies' declarations of the shared slices are not needed.
-                for line in pads.lines() {
-                    let unused = c > 0
-                        && row.iter().zip(&shared).any(|(name, &sh)| {
-                            sh && line
-                                .trim_start()
-                                .strip_prefix(&format!("let {name}"))
-                                .is_some_and(|r| r.starts_with([' ', ':']))
-                        });
-                    if !unused {
-                        code.push_str(line);
-                        code.push('\n');
-                    }
-                }
+                let outside: Vec<&String> = row
+                    .iter()
+                    .zip(&shared)
+                    .filter(|(_, sh)| **sh)
+                    .map(|(name, _)| name)
+                    .collect();
+                copy_pads(code, &pads, c, &outside);
                 names.push(row);
                 self.unpad(added);
                 ms.push(self.read(m));
@@ -5125,6 +5100,24 @@ fn parallel_ok(b: &Block) -> bool {
         }
     }
     block(b, &mut FxHashSet::default())
+}
+
+/// A copy's slice declarations ([`Emitter::pad_reads`]) onto `code`: all of them for the first
+/// copy, and for the later ones all but those of `shared` (slices of arrays bound outside the
+/// copied body, which the first copy's serve).
+fn copy_pads(code: &mut String, pads: &str, c: usize, shared: &[&String]) {
+    for line in pads.lines() {
+        let unused = c > 0
+            && shared.iter().any(|name| {
+                line.trim_start()
+                    .strip_prefix(&format!("let {name}"))
+                    .is_some_and(|r| r.starts_with([' ', ':']))
+            });
+        if !unused {
+            code.push_str(line);
+            code.push('\n');
+        }
+    }
 }
 
 /// An expression without blocks, calls or state: the statements a tiled build or a jammed
