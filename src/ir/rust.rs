@@ -896,9 +896,9 @@ struct Emitter<'a> {
     /// Accumulator arrays local to a loop iteration whose buffer is reused from one
     /// iteration to the next ([`Emitter::loop_pools`]): the `mut`'s id and the pool's name.
     pools: FxHashMap<u32, String>,
-    /// While one of the four copies of a tiled build's body is emitted
-    /// ([`Emitter::tiled_build`]): the variables the body binds at its top level and the
-    /// copy, whose number [`Emitter::vname`] appends to their names.
+    /// While one of the four copies of a tiled build's or jammed loop's body is emitted
+    /// ([`Emitter::tiled_build`], [`Emitter::jam_loop`]): the variables the body binds at its
+    /// top level and the copy, whose number [`Emitter::vname`] appends to their names.
     tile: Option<(FxHashSet<u32>, usize)>,
 }
 
@@ -2397,8 +2397,7 @@ impl<'a> Emitter<'a> {
         let (iname, nname) = (self.decl_name(i), self.read(n));
         // No windows in a loop that can be jammed ([`Emitter::jam_loop`]), whose copies add
         // to the rows' elements in place.
-        let jammable =
-            !hoisted.is_empty() && matches!(self.jam_loop(i, n, body, depth), Ok(Some(_)));
+        let jammable = !hoisted.is_empty() && self.jam_plan(i, body, depth).is_some();
         let windows: Vec<(String, Window)> = hoisted
             .iter()
             .filter(|_| !jammable)
@@ -3387,86 +3386,15 @@ impl<'a> Emitter<'a> {
         body: &Block,
         depth: usize,
     ) -> Result<Option<String>> {
-        let mut ids: FxHashSet<u32> = FxHashSet::default();
-        ids.insert(i.id);
-        for st in &body.stmts {
-            if let Stmt::Let(x, _) = st {
-                ids.insert(x.id);
-            }
-        }
-        // (the growth's index, the loop's parts, the place, the factor)
-        type Shared<'b> = (
-            Option<usize>,
-            (&'b super::Var, &'b Atom, &'b Block),
-            Place,
-            Option<super::Var>,
-        );
-        let mut shared: Vec<Shared<'_>> = Vec::new();
-        let (mut lets, mut rows) = (Vec::new(), Vec::new());
-        let mut keys: Vec<(u32, Vec<u32>)> = Vec::new();
-        let mut sums = 0;
-        let mut k = 0;
-        while k < body.stmts.len() {
-            let st = &body.stmts[k];
-            match st {
-                // (After the first sum, nothing may fail: the copies' statements run
-                // segment by segment, a sum's segment for all four rows before the next.)
-                Stmt::Let(x, Expr::Sum(m, j, sb))
-                    if x.ty == Ty::F64 && self.lanes_jam(&ids, j, m, sb, depth) =>
-                {
-                    sums += 1;
-                    lets.push(k);
-                }
-                Stmt::Let(_, e) if flat(e) && (sums == 0 || self.cannot_fail(st)) => lets.push(k),
-                Stmt::Check(..) if sums == 0 => lets.push(k),
-                _ => {
-                    // A shared loop, after its growth or not.
-                    let (g, at) = match (st, body.stmts.get(k + 1)) {
-                        (Stmt::Grow(p, m), Some(Stmt::For(..))) => (Some((p, m, k)), k + 1),
-                        _ => (None, k),
-                    };
-                    if let Stmt::For(j, m, inner) = &body.stmts[at]
-                        && let Some((acc, factor)) =
-                            self.shared_adds(&ids, m, j, inner, g.map(|(p, m, _)| (p, m)))
-                    {
-                        shared.push((g.map(|g| g.2), (j, m, inner), acc, factor));
-                        k = at + 1;
-                        continue;
-                    }
-                    if !self.per_row(i, st, &mut keys) {
-                        return Ok(None);
-                    }
-                    rows.push(k);
-                }
-            }
-            k += 1;
-        }
-        if (shared.is_empty() && sums == 0) || !matches!(body.result, Atom::Unit) {
+        let Some(JamPlan {
+            ids,
+            shared,
+            lets,
+            rows,
+        }) = self.jam_plan(i, body, depth)
+        else {
             return Ok(None);
-        }
-        // Disjoint places: no shared array within another or any per-row place's array.
-        let key = |p: &Place| -> (u32, Vec<u32>) {
-            let fields = p
-                .path
-                .iter()
-                .map_while(|s| match s {
-                    Step::Field(k) => Some(*k),
-                    Step::Elem(_) => None,
-                })
-                .collect();
-            (p.root.0.id, fields)
         };
-        let overlap = |a: &(u32, Vec<u32>), b: &(u32, Vec<u32>)| {
-            a.0 == b.0 && a.1.iter().zip(&b.1).all(|(x, y)| x == y)
-        };
-        for (s, (_, _, acc, _)) in shared.iter().enumerate() {
-            let ka = key(acc);
-            if keys.iter().any(|kb| overlap(&ka, kb))
-                || shared[..s].iter().any(|(_, _, b, _)| overlap(&ka, &key(b)))
-            {
-                return Ok(None);
-            }
-        }
         let ind = "    ".repeat(depth);
         let mut code = format!(
             "{ind}let mut jam_i: i64 = 0;\n{ind}while jam_i + 4 <= {} {{\n",
@@ -3612,6 +3540,96 @@ impl<'a> Emitter<'a> {
         })();
         self.tile = None;
         r.map(Some)
+    }
+
+    /// Whether, and how, [`Emitter::jam_loop`] jams a loop over `i` with this body: the
+    /// variables a copy binds, the shared loops, and the positions of the straight-line
+    /// statements (sums among them) and of the per-row ones.
+    fn jam_plan<'b>(
+        &mut self,
+        i: &super::Var,
+        body: &'b Block,
+        depth: usize,
+    ) -> Option<JamPlan<'b>> {
+        let mut ids: FxHashSet<u32> = FxHashSet::default();
+        ids.insert(i.id);
+        for st in &body.stmts {
+            if let Stmt::Let(x, _) = st {
+                ids.insert(x.id);
+            }
+        }
+        let mut shared: Vec<Shared<'b>> = Vec::new();
+        let (mut lets, mut rows) = (Vec::new(), Vec::new());
+        let mut keys: Vec<(u32, Vec<u32>)> = Vec::new();
+        let mut sums = 0;
+        let mut k = 0;
+        while k < body.stmts.len() {
+            let st = &body.stmts[k];
+            match st {
+                // (After the first sum, nothing may fail: the copies' statements run
+                // segment by segment, a sum's segment for all four rows before the next.)
+                Stmt::Let(x, Expr::Sum(m, j, sb))
+                    if x.ty == Ty::F64 && self.lanes_jam(&ids, j, m, sb, depth) =>
+                {
+                    sums += 1;
+                    lets.push(k);
+                }
+                Stmt::Let(_, e) if flat(e) && (sums == 0 || self.cannot_fail(st)) => lets.push(k),
+                Stmt::Check(..) if sums == 0 => lets.push(k),
+                _ => {
+                    // A shared loop, after its growth or not.
+                    let (g, at) = match (st, body.stmts.get(k + 1)) {
+                        (Stmt::Grow(p, m), Some(Stmt::For(..))) => (Some((p, m, k)), k + 1),
+                        _ => (None, k),
+                    };
+                    if let Stmt::For(j, m, inner) = &body.stmts[at]
+                        && let Some((acc, factor)) =
+                            self.shared_adds(&ids, m, j, inner, g.map(|(p, m, _)| (p, m)))
+                    {
+                        shared.push((g.map(|g| g.2), (j, m, inner), acc, factor));
+                        k = at + 1;
+                        continue;
+                    }
+                    if !self.per_row(i, st, &mut keys) {
+                        return None;
+                    }
+                    rows.push(k);
+                }
+            }
+            k += 1;
+        }
+        if (shared.is_empty() && sums == 0) || !matches!(body.result, Atom::Unit) {
+            return None;
+        }
+        // Disjoint places: no shared array within another or any per-row place's array.
+        let key = |p: &Place| -> (u32, Vec<u32>) {
+            let fields = p
+                .path
+                .iter()
+                .map_while(|s| match s {
+                    Step::Field(k) => Some(*k),
+                    Step::Elem(_) => None,
+                })
+                .collect();
+            (p.root.0.id, fields)
+        };
+        let overlap = |a: &(u32, Vec<u32>), b: &(u32, Vec<u32>)| {
+            a.0 == b.0 && a.1.iter().zip(&b.1).all(|(x, y)| x == y)
+        };
+        for (s, (_, _, acc, _)) in shared.iter().enumerate() {
+            let ka = key(acc);
+            if keys.iter().any(|kb| overlap(&ka, kb))
+                || shared[..s].iter().any(|(_, _, b, _)| overlap(&ka, &key(b)))
+            {
+                return None;
+            }
+        }
+        Some(JamPlan {
+            ids,
+            shared,
+            lets,
+            rows,
+        })
     }
 
     /// Unroll-and-jam of a `build` of reals over rows `i` whose body is a sum in lanes
@@ -5100,6 +5118,27 @@ fn parallel_ok(b: &Block) -> bool {
         }
     }
     block(b, &mut FxHashSet::default())
+}
+
+/// A shared loop of a jammed loop ([`Emitter::jam_loop`]): the growth's position in the
+/// body, the loop's index, bound and body, the place it adds into, and the factor of its
+/// scaling that a row binds.
+type Shared<'b> = (
+    Option<usize>,
+    (&'b super::Var, &'b Atom, &'b Block),
+    Place,
+    Option<super::Var>,
+);
+
+/// How a loop is jammed ([`Emitter::jam_plan`]).
+struct JamPlan<'b> {
+    /// The variables each copy binds (the row index among them).
+    ids: FxHashSet<u32>,
+    shared: Vec<Shared<'b>>,
+    /// Positions of the straight-line statements, sums among them.
+    lets: Vec<usize>,
+    /// Positions of the statements that add to the row's own elements.
+    rows: Vec<usize>,
 }
 
 /// A copy's slice declarations ([`Emitter::pad_reads`]) onto `code`: all of them for the first
