@@ -1768,3 +1768,136 @@ def dense (w : Array (Array Real)) (v : Array Real) : Array Real = map (\\row ->
     }
     assert!(ran > 600, "only {ran} ran");
 }
+
+/// Sums over one length in one pass (`Emitter::sum_group` in `ir/rust.rs`): forward code's
+/// primal and tangent sums of one array, two sums of a primal with a projection between
+/// them, four sums of a ratio's forward code, and a scaled sum whose plain products are
+/// speculative. The group forms where it should (not where the second sum uses the first:
+/// a variance), and values and tangents are the interpreter's bit for bit at lengths
+/// around the lanes' thresholds and chunks, with `-0.0`, infinities and NaN in the data
+/// and infinities against zero tangents (where the speculative sum is NaN and the exact
+/// one is not).
+#[test]
+fn grouped_sums_agree_bit_for_bit() {
+    let src = "\
+def sq (xs : Array Real) : Real = sum (map (\\x -> x * x) xs)
+
+def ratio (xs : Array Real) (ys : Array Real) : Real =
+  let a = sum (map2 (\\x y -> x * y) xs ys) in
+  let b = sum (map (\\x -> x * x + 1.0) xs) in
+  a / b
+
+def var (xs : Array Real) : Real =
+  let m = sum xs in
+  sum (map (\\x -> (x - m) * (x - m)) xs)
+
+def scaled (c : Real) (xs : Array Real) : Real =
+  sum (map (\\x -> c * x) xs) + sum (map (\\x -> x * x) xs)
+";
+    let (module, text) = emitted(src, true, false);
+    for (f, groups) in [
+        ("sq_jvp", 1),
+        ("ratio", 1),
+        ("ratio_jvp", 1),
+        ("scaled_jvp", 1),
+    ] {
+        let body = emitted_fn(&text, f);
+        assert_eq!(
+            body.matches("(lane_total0, lane_total1").count(),
+            groups,
+            "{f}:\n{body}"
+        );
+    }
+    assert!(!emitted_fn(&text, "var").contains("lane_total0"));
+    let native = built(module);
+    let val = |i: usize, s: f64, special: bool| match i % 29 {
+        7 if special => -0.0,
+        13 if special => f64::INFINITY,
+        19 if special => f64::NAN,
+        _ => ((i as f64 + 1.0) * 0.37 + s).sin(),
+    };
+    let reals = |n: usize, s: f64, special: bool| {
+        Value::reals((0..n).map(|i| val(i, s, special)).collect())
+    };
+    // Infinities only (no NaN) in the primal, zeros in the tangent at the same places.
+    let infs = |n: usize| {
+        Value::reals(
+            (0..n)
+                .map(|i| {
+                    if i % 29 == 13 {
+                        f64::INFINITY
+                    } else {
+                        val(i, 0.5, false)
+                    }
+                })
+                .collect(),
+        )
+    };
+    let zeros = |n: usize| {
+        Value::reals(
+            (0..n)
+                .map(|i| {
+                    if i % 29 == 13 {
+                        0.0
+                    } else {
+                        val(i, 2.5, false)
+                    }
+                })
+                .collect(),
+        )
+    };
+    let mut ran = 0;
+    for n in [0, 1, 7, 8, 9, 15, 16, 17, 31, 40, 4095, 4096, 4097, 8200] {
+        for special in [false, true] {
+            let what = format!("n = {n}, special {special}");
+            let xs = reals(n, 0.5, special);
+            let cases: Vec<(usize, Vec<Value>, Vec<Value>)> = vec![
+                (0, vec![xs.clone()], vec![reals(n, 1.5, special)]),
+                (0, vec![infs(n)], vec![zeros(n)]),
+                (
+                    1,
+                    vec![xs.clone(), reals(n, 3.0, special)],
+                    vec![reals(n, 1.0, false), reals(n, 2.0, special)],
+                ),
+                (1, vec![infs(n), zeros(n)], vec![zeros(n), infs(n)]),
+                (2, vec![xs.clone()], vec![reals(n, 4.0, special)]),
+                (
+                    3,
+                    vec![Value::Real(0.75), xs.clone()],
+                    vec![Value::Real(-1.25), reals(n, 2.0, special)],
+                ),
+                (
+                    3,
+                    vec![Value::Real(0.0), infs(n)],
+                    vec![Value::Real(1.0), zeros(n)],
+                ),
+                (
+                    3,
+                    vec![Value::Real(f64::INFINITY), xs.clone()],
+                    vec![Value::Real(0.0), zeros(n)],
+                ),
+            ];
+            for (k, inputs, tangents) in &cases {
+                if primal_bit_for_bit(&native, *k, inputs)
+                    .unwrap_or_else(|e| panic!("def {k}, {what}: {e}"))
+                {
+                    ran += 1;
+                }
+                let d = &native.defs[*k];
+                let interp = d.context(inputs).and_then(|x| {
+                    let dx = d.context_tangent(inputs, tangents)?;
+                    chad::internals::ir::interp::run(
+                        &native.program,
+                        d.jvp.expect("a jvp"),
+                        vec![x, dx],
+                    )
+                    .map(|r| d.jvp_result(&r))
+                });
+                let nat = native.jvp_def(*k, inputs, tangents);
+                same_result("native jvp", &nat, &interp, same_bits)
+                    .unwrap_or_else(|e| panic!("def {k} jvp, {what}: {e}"));
+            }
+        }
+    }
+    assert!(ran >= 200, "{ran} ran");
+}

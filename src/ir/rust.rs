@@ -2145,7 +2145,12 @@ impl<'a> Emitter<'a> {
         let (fresh, deferred) = self.fresh_fills(stmts);
         let mut pads = self.pad_constants(stmts);
         let mut shadowed = Vec::new();
+        // Statements already emitted with a group of sums ([`Emitter::sum_group`]).
+        let mut done: FxHashSet<usize> = FxHashSet::default();
         for (k, s) in stmts.iter().enumerate() {
+            if done.contains(&k) {
+                continue;
+            }
             if let Some(at) = pads.iter().position(|p| p.0 == k) {
                 let (_, a, len) = pads.swap_remove(at);
                 self.next_slice += 1;
@@ -2198,6 +2203,39 @@ impl<'a> Emitter<'a> {
                     };
                 }
                 Stmt::For(i, n, body) => self.for_loop(i, n, body, &stmts[..k], depth, out)?,
+                Stmt::Let(_, Expr::Sum(n, ..)) => match self.sum_group(stmts, k, &pads) {
+                    Some((members, between)) => {
+                        for &j in &between {
+                            self.stmt(&stmts[j], depth, out)?;
+                        }
+                        let parts: Vec<(&super::Var, &Block)> = members
+                            .iter()
+                            .map(|&j| match &stmts[j] {
+                                Stmt::Let(_, Expr::Sum(_, i, b)) => (i, b),
+                                _ => unreachable!("sum_group returns sums"),
+                            })
+                            .collect();
+                        let names: Vec<String> = members
+                            .iter()
+                            .map(|&j| match &stmts[j] {
+                                Stmt::Let(x, _) => self.decl_name(x),
+                                _ => unreachable!("sum_group returns sums"),
+                            })
+                            .collect();
+                        self.binding_sign_free = false;
+                        let e = self.sums(n, &parts, depth)?;
+                        Self::indent(out, depth);
+                        let _ = writeln!(
+                            out,
+                            "let ({}): ({}) = {e};",
+                            names.join(", "),
+                            vec!["f64"; names.len()].join(", ")
+                        );
+                        done.extend(members);
+                        done.extend(between);
+                    }
+                    None => self.stmt(s, depth, out)?,
+                },
                 _ => self.stmt(s, depth, out)?,
             }
             if let Some(loads) = self.window_loads.get(&(s as *const Stmt)) {
@@ -3178,59 +3216,331 @@ impl<'a> Emitter<'a> {
         (!slices.is_empty() && slices.len() <= LANE_SLICES && !is_i(&b.result)).then_some(slices)
     }
 
-    /// A `sum` whose body [`Emitter::lane_slices`] accepts, in the order of `sum_by` (chunks
-    /// of 4096 terms, term `k` of a chunk to lane `k mod 8`, the lanes combined as
-    /// `((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))`), written over `chunks_exact(8)`
-    /// of the slices so that each group of eight terms is a loop over a constant range: with
-    /// no failure and no bound test between the lanes, rustc computes them with vector
-    /// instructions. The same value bit for bit: every term goes to the lane it goes to in
-    /// `sum_by`, and each lane adds its terms in the same order.
-    fn lane_sum(
+    /// `sum n (i -> b)` for each part `(i, b)`, all over the same `n`: the sum's value for one
+    /// part, the tuple of the sums' values for several (which [`Emitter::sum_group`] chose:
+    /// every body then runs in lanes, and all run in one pass over their slices,
+    /// [`Emitter::lane_sums`]). Each part's body is emitted as the sum alone would be: its
+    /// slices padded before the loop ([`Emitter::pad_reads`]), in lanes from [`LANE_MIN`]
+    /// terms where `par_sum` would run on this thread alone (shorter sums spend more on the
+    /// lanes' remainder than they gain), with plain products first where that is speculable
+    /// ([`Emitter::speculable`]; the strong zeros only if that sum is NaN).
+    fn sums(&mut self, n: &Atom, parts: &[(&super::Var, &Block)], depth: usize) -> Result<String> {
+        let mut pads = String::new();
+        let mut added = Vec::new();
+        for (i, b) in parts {
+            self.sign_free(b);
+            let (p, a) = self.pad_reads(i, n, b, depth + 1);
+            pads.push_str(&p);
+            added.extend(a);
+        }
+        let n = self.read(n);
+        let mut bodies = Vec::new();
+        for (_, b) in parts {
+            let speculate = !self.plain_smul && self.speculable(b);
+            let plain = if speculate {
+                self.plain_smul = true;
+                let body = self.block_expr(b, depth);
+                self.plain_smul = false;
+                Some(body)
+            } else {
+                None
+            };
+            bodies.push((plain, self.block_expr(b, depth)));
+        }
+        // The lane form of the sums that runs first (the plain ones when speculating).
+        let slices: Option<Vec<_>> = parts.iter().map(|(i, b)| self.lane_slices(i, b)).collect();
+        let spec: Vec<bool> = bodies.iter().map(|(p, _)| p.is_some()).collect();
+        let lanes = slices.map(|sl| self.lane_sums(&n, parts, &sl, &spec, depth));
+        self.unpad(added);
+        let lanes = lanes.transpose()?;
+        let mut runs = Vec::new();
+        let mut strict = Vec::new();
+        for (plain, body) in bodies {
+            let body = body?;
+            runs.push(match plain {
+                Some(p) => Some(p?),
+                None => None,
+            });
+            strict.push(body);
+        }
+        let one = |k: usize, body: &str| {
+            let (i, b) = parts[k];
+            if parallel_ok(b) {
+                format!(
+                    "par_sum({n}, {}, |{}: i64| Ok({body}))?",
+                    cost(b),
+                    self.decl_name(i)
+                )
+            } else {
+                format!("sum_by({n}, |{}: i64| Ok({body}))?", self.decl_name(i))
+            }
+        };
+        let mut costs: Vec<u64> = parts
+            .iter()
+            .filter(|(_, b)| parallel_ok(b))
+            .map(|(_, b)| cost(b))
+            .collect();
+        costs.sort_unstable();
+        costs.dedup();
+        let seq: String = costs
+            .iter()
+            .map(|c| format!(" && seq_sum({n}, {c})"))
+            .collect();
+        let first = |lanes: String, plain: String| {
+            format!("if {n} >= {LANE_MIN}{seq} {lanes} else {{ {plain} }}")
+        };
+        let sum = if parts.len() == 1 {
+            match (&runs[0], lanes) {
+                (Some(p), lanes) => {
+                    let run = match lanes {
+                        Some(l) => first(l, one(0, p)),
+                        None => one(0, p),
+                    };
+                    format!(
+                        "{{ let s = {run}; if s.is_nan() {{ {} }} else {{ s }} }}",
+                        one(0, &strict[0])
+                    )
+                }
+                (None, Some(l)) => first(l, one(0, &strict[0])),
+                (None, None) => one(0, &strict[0]),
+            }
+        } else {
+            let Some(lanes) = lanes else {
+                panic!("internal error: a group of sums that do not all run in lanes")
+            };
+            let plain: Vec<String> = (0..parts.len())
+                .map(|k| one(k, runs[k].as_ref().unwrap_or(&strict[k])))
+                .collect();
+            let names: Vec<String> = (0..parts.len()).map(|k| format!("s{k}")).collect();
+            let fixed: Vec<String> = (0..parts.len())
+                .map(|k| match runs[k] {
+                    Some(_) => format!(
+                        "if s{k}.is_nan() {{ {} }} else {{ s{k} }}",
+                        one(k, &strict[k])
+                    ),
+                    None => format!("s{k}"),
+                })
+                .collect();
+            format!(
+                "{{ let ({}) = {}; ({}) }}",
+                names.join(", "),
+                first(lanes, format!("({})", plain.join(", "))),
+                fixed.join(", ")
+            )
+        };
+        Ok(if pads.is_empty() {
+            sum
+        } else {
+            let ind = "    ".repeat(depth);
+            format!("{{\n{pads}{ind}    {sum}\n{ind}}}")
+        })
+    }
+
+    /// The sums that run in one pass with the real `sum` at `stmts[k]` ([`Emitter::sums`]):
+    /// the `let`s of later `sum`s over the same length, up to [`GROUP_SUMS`] and reading at
+    /// most [`LANE_SLICES`] arrays together, whose bodies all run in lanes
+    /// ([`Emitter::lane_slices`]) and use none of the group's sums; between them only
+    /// `let`s of flat expressions that cannot fail, use none of the group's sums and none of
+    /// the variables an earlier sum of the group reads (so moving them before the group
+    /// moves no error and no value a sum borrows). Returns the sums' positions (`k` first)
+    /// and those of the `let`s between them, which are emitted before the group; `None`
+    /// unless two sums or more group. Forward code computes a sum's primal and its
+    /// tangent this way, one pass over the array each, with the tangent's array projected
+    /// in between.
+    fn sum_group(
+        &mut self,
+        stmts: &[Stmt],
+        k: usize,
+        pads: &[(usize, super::Var, i64)],
+    ) -> Option<(Vec<usize>, Vec<usize>)> {
+        let Stmt::Let(x, Expr::Sum(n, i, b)) = &stmts[k] else {
+            return None;
+        };
+        let candidate = |s: &Stmt| matches!(s, Stmt::Let(y, Expr::Sum(m, ..)) if y.ty == Ty::F64 && same_atom(m, n));
+        if x.ty != Ty::F64 || !stmts[k + 1..].iter().any(candidate) {
+            return None;
+        }
+        let saved = self.next_slice;
+        let mut added = Vec::new();
+        let mut lanes = |e: &mut Emitter, i: &super::Var, b: &Block| {
+            let (_, a) = e.pad_reads(i, n, b, 0);
+            added.extend(a);
+            e.lane_slices(i, b)
+        };
+        let mut arrays: Vec<u32> = Vec::new();
+        let fits = |arrays: &mut Vec<u32>, sl: Vec<(u32, String)>| {
+            let mut more = arrays.clone();
+            for (a, _) in sl {
+                if !more.contains(&a) {
+                    more.push(a);
+                }
+            }
+            let ok = more.len() <= LANE_SLICES;
+            if ok {
+                *arrays = more;
+            }
+            ok
+        };
+        let mut members = vec![k];
+        let mut between = Vec::new();
+        let mut results: FxHashSet<u32> = [x.id].into_iter().collect();
+        let mut read = block_vars(b);
+        let grouped = lanes(self, i, b).is_some_and(|sl| fits(&mut arrays, sl));
+        if grouped {
+            for (j, s) in stmts.iter().enumerate().skip(k + 1) {
+                if members.len() == GROUP_SUMS
+                    || pads.iter().any(|p| p.0 == j)
+                    || self.window_loads.contains_key(&(s as *const Stmt))
+                {
+                    break;
+                }
+                match s {
+                    Stmt::Let(y, Expr::Sum(_, i, b)) if candidate(s) => {
+                        let vars = block_vars(b);
+                        if vars.iter().any(|v| results.contains(v))
+                            || !lanes(self, i, b).is_some_and(|sl| fits(&mut arrays, sl))
+                        {
+                            break;
+                        }
+                        members.push(j);
+                        results.insert(y.id);
+                        read.extend(vars);
+                    }
+                    Stmt::Let(_, e)
+                        if flat(e)
+                            && super::opt::infallible(e)
+                            && super::opt::operands(e).all(|a| match a {
+                                Atom::Var(v) => !results.contains(&v.id) && !read.contains(&v.id),
+                                _ => true,
+                            }) =>
+                    {
+                        between.push(j);
+                    }
+                    _ => break,
+                }
+            }
+        }
+        self.unpad(added);
+        self.next_slice = saved;
+        let last = *members.last()?;
+        between.retain(|&j| j < last);
+        (members.len() > 1 && !self.window_loads.contains_key(&(&stmts[k] as *const Stmt)))
+            .then_some((members, between))
+    }
+
+    /// Sums whose bodies [`Emitter::lane_slices`] accepts (`slices`, per part), in the order
+    /// of `sum_by` (chunks of 4096 terms, term `k` of a chunk to lane `k mod 8`, the lanes
+    /// combined as `((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))`), written over
+    /// `chunks_exact(8)` of the slices so that each group of eight terms is a loop over a
+    /// constant range: with no failure and no bound test between the lanes, rustc computes
+    /// them with vector instructions. The same value bit for bit: every term goes to the lane
+    /// it goes to in `sum_by`, and each lane adds its terms in the same order. Several sums
+    /// (one tuple of their values) run in one pass, each with its own lanes, an array that
+    /// more than one reads sliced once (forward code sums the primal and the tangent of one
+    /// array, `Σ x_i²` and `Σ 2 x_i dx_i`).
+    fn lane_sums(
         &mut self,
         n: &str,
-        i: &super::Var,
-        b: &Block,
-        slices: &[(u32, String)],
-        plain: bool,
+        parts: &[(&super::Var, &Block)],
+        slices: &[Vec<(u32, String)>],
+        plain: &[bool],
         depth: usize,
     ) -> Result<String> {
-        let names: Vec<String> = (0..slices.len()).map(|k| format!("lane_q{k}")).collect();
-        for ((a, _), q) in slices.iter().zip(&names) {
-            self.padded.insert((*a, i.id), q.clone());
+        // The arrays read, each once, in order of first read.
+        let mut all: Vec<(u32, String)> = Vec::new();
+        for (a, name) in slices.iter().flatten() {
+            if !all.iter().any(|(x, _)| x == a) {
+                all.push((*a, name.clone()));
+            }
         }
-        let was = std::mem::replace(&mut self.plain_smul, plain);
-        let body = self.block_expr(b, depth + 4);
-        let tail = self.block_expr(b, depth + 3);
-        self.plain_smul = was;
-        for (a, name) in slices {
-            self.padded.insert((*a, i.id), name.clone());
-        }
-        let (body, tail) = (body?, tail?);
+        let q = |a: u32| {
+            all.iter()
+                .position(|(x, _)| *x == a)
+                .map(|k| format!("lane_q{k}"))
+        };
+        let one = parts.len() == 1;
+        let names = |k: usize| {
+            if one {
+                ("lane_l".to_string(), "lane_total".to_string())
+            } else {
+                (format!("lane_l{k}"), format!("lane_total{k}"))
+            }
+        };
         let ind = "    ".repeat(depth);
-        let iv = self.decl_name(i);
+        let mut adds = String::new();
+        let mut tails = String::new();
+        for (k, ((i, b), sl)) in parts.iter().zip(slices).enumerate() {
+            for (a, _) in sl {
+                self.padded.insert((*a, i.id), q(*a).unwrap_or_default());
+            }
+            let was = std::mem::replace(&mut self.plain_smul, plain[k]);
+            let body = self.block_expr(b, depth + 4);
+            let tail = self.block_expr(b, depth + 3);
+            self.plain_smul = was;
+            for (a, name) in sl {
+                self.padded.insert((*a, i.id), name.clone());
+            }
+            let (body, tail) = (body?, tail?);
+            let iv = self.decl_name(i);
+            let (lk, _) = names(k);
+            let _ = write!(
+                adds,
+                "\n{ind}                let {iv}: i64 = lane_k as i64;\n{ind}                {lk}[lane_k] += {body};"
+            );
+            let _ = write!(
+                tails,
+                "\n{ind}            let {iv}: i64 = lane_k as i64;\n{ind}            {lk}[lane_k] += {tail};"
+            );
+        }
         let mut zip = String::from("&mut lane_w0");
         let mut pat = String::from("lane_q0");
-        for k in 1..slices.len() {
+        for k in 1..all.len() {
             zip = format!("({zip}).zip(&mut lane_w{k})");
             pat = format!("({pat}, lane_q{k})");
         }
-        let mut s = format!(
-            "{{\n{ind}    let lane_n = {n}.max(0) as usize;\n{ind}    let mut lane_total = 0.0f64;\n{ind}    let mut lane_c0 = 0usize;\n{ind}    while lane_c0 < lane_n {{\n{ind}        let lane_c1 = if lane_n - lane_c0 > 4096 {{ lane_c0 + 4096 }} else {{ lane_n }};\n{ind}        let mut lane_l = [0.0f64; 8];\n"
+        let mut s = format!("{{\n{ind}    let lane_n = {n}.max(0) as usize;\n");
+        for k in 0..parts.len() {
+            let _ = writeln!(s, "{ind}    let mut {} = 0.0f64;", names(k).1);
+        }
+        let _ = write!(
+            s,
+            "{ind}    let mut lane_c0 = 0usize;\n{ind}    while lane_c0 < lane_n {{\n{ind}        let lane_c1 = if lane_n - lane_c0 > 4096 {{ lane_c0 + 4096 }} else {{ lane_n }};\n"
         );
-        for (k, (_, name)) in slices.iter().enumerate() {
+        for k in 0..parts.len() {
+            let _ = writeln!(s, "{ind}        let mut {} = [0.0f64; 8];", names(k).0);
+        }
+        for (k, (_, name)) in all.iter().enumerate() {
             let _ = writeln!(
                 s,
                 "{ind}        let mut lane_w{k} = {name}[lane_c0..lane_c1].chunks_exact(8);"
             );
         }
-        let rems: Vec<String> = (0..slices.len())
+        let qs: Vec<String> = (0..all.len()).map(|k| format!("lane_q{k}")).collect();
+        let rems: Vec<String> = (0..all.len())
             .map(|k| format!("lane_w{k}.remainder()"))
             .collect();
         let _ = write!(
             s,
-            "{ind}        for {pat} in {zip} {{\n{ind}            for lane_k in 0..8 {{\n{ind}                let {iv}: i64 = lane_k as i64;\n{ind}                lane_l[lane_k] += {body};\n{ind}            }}\n{ind}        }}\n{ind}        let ({}) = ({});\n{ind}        for lane_k in 0..lane_q0.len() {{\n{ind}            let {iv}: i64 = lane_k as i64;\n{ind}            lane_l[lane_k] += {tail};\n{ind}        }}\n{ind}        lane_total += ((lane_l[0] + lane_l[1]) + (lane_l[2] + lane_l[3])) + ((lane_l[4] + lane_l[5]) + (lane_l[6] + lane_l[7]));\n{ind}        lane_c0 = lane_c1;\n{ind}    }}\n{ind}    lane_total\n{ind}}}",
-            names.join(", ") + if names.len() == 1 { "," } else { "" },
+            "{ind}        for {pat} in {zip} {{\n{ind}            for lane_k in 0..8 {{{adds}\n{ind}            }}\n{ind}        }}\n{ind}        let ({}) = ({});\n{ind}        for lane_k in 0..lane_q0.len() {{{tails}\n{ind}        }}\n",
+            qs.join(", ") + if qs.len() == 1 { "," } else { "" },
             rems.join(", ") + if rems.len() == 1 { "," } else { "" },
+        );
+        for k in 0..parts.len() {
+            let (l, t) = names(k);
+            let _ = writeln!(
+                s,
+                "{ind}        {t} += (({l}[0] + {l}[1]) + ({l}[2] + {l}[3])) + (({l}[4] + {l}[5]) + ({l}[6] + {l}[7]));"
+            );
+        }
+        let totals: Vec<String> = (0..parts.len()).map(|k| names(k).1).collect();
+        let result = if one {
+            totals[0].clone()
+        } else {
+            format!("({})", totals.join(", "))
+        };
+        let _ = write!(
+            s,
+            "{ind}        lane_c0 = lane_c1;\n{ind}    }}\n{ind}    {result}\n{ind}}}"
         );
         Ok(s)
     }
@@ -4315,74 +4625,7 @@ impl<'a> Emitter<'a> {
                     self.decl_name(i)
                 )
             }
-            Expr::Sum(n, i, b) => {
-                self.sign_free(b);
-                let (pads, added) = self.pad_reads(i, n, b, depth + 1);
-                let n = self.read(n);
-                let speculate = !self.plain_smul && self.speculable(b);
-                let plain = if speculate {
-                    self.plain_smul = true;
-                    let body = self.block_expr(b, depth);
-                    self.plain_smul = false;
-                    Some(body)
-                } else {
-                    None
-                };
-                let body = self.block_expr(b, depth);
-                // The lane form of the sum that runs first (the plain one when speculating).
-                let lanes = self
-                    .lane_slices(i, b)
-                    .map(|slices| self.lane_sum(&n, i, b, &slices, speculate, depth));
-                self.unpad(added);
-                let body = body?;
-                let lanes = lanes.transpose()?;
-                let one = |body: &str| {
-                    if parallel_ok(b) {
-                        format!(
-                            "par_sum({n}, {}, |{}: i64| Ok({body}))?",
-                            cost(b),
-                            self.decl_name(i)
-                        )
-                    } else {
-                        format!("sum_by({n}, |{}: i64| Ok({body}))?", self.decl_name(i))
-                    }
-                };
-                // In lanes from [`LANE_MIN`] terms where `par_sum` would run on this thread
-                // alone (shorter sums spend more on the lanes' remainder than they gain).
-                let first = |lanes: String, body: &str| {
-                    let seq = if parallel_ok(b) {
-                        format!(" && seq_sum({n}, {})", cost(b))
-                    } else {
-                        String::new()
-                    };
-                    format!("if {n} >= {LANE_MIN}{seq} {lanes} else {{ {} }}", one(body))
-                };
-                let sum = match (plain, lanes) {
-                    // Plain products first; the strong zeros only if that sum is NaN.
-                    (Some(p), lanes) => {
-                        let p = p?;
-                        let run = match lanes {
-                            Some(l) => first(l, &p),
-                            None => one(&p),
-                        };
-                        format!(
-                            "{{ let s = {run}; if s.is_nan() {{ {} }} else {{ s }} }}",
-                            one(&body)
-                        )
-                    }
-                    (None, Some(l)) => first(l, &body),
-                    (None, None) => one(&body),
-                };
-                if pads.is_empty() {
-                    sum
-                } else {
-                    format!(
-                        "{{\n{pads}{}    {sum}\n{}}}",
-                        "    ".repeat(depth),
-                        "    ".repeat(depth)
-                    )
-                }
-            }
+            Expr::Sum(n, i, b) => self.sums(n, &[(i, b)], depth)?,
             Expr::Replicate(n, x, site) => {
                 format!(
                     "Arr::new(vec![{}; check_len(\"replicate\", {}, {})?])",
@@ -5181,6 +5424,18 @@ fn flat(e: &Expr) -> bool {
 
 /// The most slices a sum in lanes reads ([`Emitter::lane_slices`]).
 const LANE_SLICES: usize = 6;
+
+/// The most sums that run in one pass ([`Emitter::sum_group`]).
+const GROUP_SUMS: usize = 4;
+
+/// The variables a block mentions, bound or used, at any depth.
+fn block_vars(b: &Block) -> FxHashSet<u32> {
+    let mut out = FxHashSet::default();
+    super::for_each_var_mut(&mut b.clone(), &mut |x, _| {
+        out.insert(x.id);
+    });
+    out
+}
 
 /// The most slice windows a tiled build's four sums read ([`Emitter::tiled_build`]): a
 /// slice per row counts four times, one shared by the rows once.
