@@ -3357,7 +3357,14 @@ impl<'a> Emitter<'a> {
             return None;
         };
         let candidate = |s: &Stmt| matches!(s, Stmt::Let(y, Expr::Sum(m, ..)) if y.ty == Ty::F64 && same_atom(m, n));
-        if x.ty != Ty::F64 || !stmts[k + 1..].iter().any(candidate) {
+        // A later sum over `n` before anything but `let`s that could move: each statement is
+        // looked at from the sum before it only, so this stays linear in the block.
+        let hoistable = |e: &Expr| flat(e) && super::opt::infallible(e);
+        let partner = stmts[k + 1..]
+            .iter()
+            .take_while(|s| candidate(s) || matches!(s, Stmt::Let(_, e) if hoistable(e)))
+            .any(candidate);
+        if x.ty != Ty::F64 || !partner {
             return None;
         }
         let saved = self.next_slice;
@@ -3407,8 +3414,7 @@ impl<'a> Emitter<'a> {
                         read.extend(vars);
                     }
                     Stmt::Let(_, e)
-                        if flat(e)
-                            && super::opt::infallible(e)
+                        if hoistable(e)
                             && super::opt::operands(e).all(|a| match a {
                                 Atom::Var(v) => !results.contains(&v.id) && !read.contains(&v.id),
                                 _ => true,
