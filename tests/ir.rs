@@ -629,6 +629,34 @@ fn vjp_bit_for_bit(
     Ok(nat.is_ok())
 }
 
+/// Definition `k`'s native JVP against the IR interpreter's, bit for bit, or the same error.
+fn jvp_bit_for_bit(
+    native: &chad::internals::native::Native,
+    k: usize,
+    inputs: &[Value],
+    tangents: &[Value],
+) -> Result<(), String> {
+    let d = &native.defs[k];
+    let interp = d.context(inputs).and_then(|x| {
+        let dx = d.context_tangent(inputs, tangents)?;
+        chad::internals::ir::interp::run(&native.program, d.jvp.expect("a jvp"), vec![x, dx])
+            .map(|r| d.jvp_result(&r))
+    });
+    let nat = native.jvp_def(k, inputs, tangents);
+    same_result("native jvp", &nat, &interp, same_bits)
+}
+
+/// A real for test data at position `i` (shift `s`): with `special`, `-0.0`, an infinity
+/// and NaN at fixed positions modulo 29.
+fn special_val(i: usize, s: f64, special: bool) -> f64 {
+    match i % 29 {
+        7 if special => -0.0,
+        13 if special => f64::INFINITY,
+        19 if special => f64::NAN,
+        _ => ((i as f64 + 1.0) * 0.37 + s).sin(),
+    }
+}
+
 /// The Rust backend's sliding windows (`Emitter::window` in `ir/rust.rs`): in reverse code of
 /// a stencil, `acc[i + k] += ..` for a few constant `k` at the top level of a loop over `i`
 /// keeps the elements `i + lo ..= i + hi` in locals, storing the oldest at the end of each
@@ -1568,12 +1596,7 @@ def pick (w : Array (Array Real)) (xs : Array Real) (v : Array Real) : Array Rea
         "{jvp}"
     );
     let native = built(module);
-    let val = |i: usize, s: f64, special: bool| match i % 29 {
-        7 if special => -0.0,
-        13 if special => f64::INFINITY,
-        19 if special => f64::NAN,
-        _ => ((i as f64 + 1.0) * 0.37 + s).sin(),
-    };
+    let val = special_val;
     let rows = |lens: &[usize], s: f64, special: bool| {
         Value::array_of(
             lens.iter()
@@ -1625,18 +1648,7 @@ def pick (w : Array (Array Real)) (xs : Array Real) (v : Array Real) : Array Rea
                 // (Zeros of `dv` meet infinities of `w`: plain products are NaN there.)
                 let dv = Value::reals((0..m).map(|i| val(i, 6.0, special)).collect());
                 let tangents = [rows(&lens, 4.0, special), reals(r, 5.0), dv];
-                let d = &native.defs[0];
-                let interp = d.context(&inputs).and_then(|x| {
-                    let dx = d.context_tangent(&inputs, &tangents)?;
-                    chad::internals::ir::interp::run(
-                        &native.program,
-                        d.jvp.expect("a jvp"),
-                        vec![x, dx],
-                    )
-                    .map(|r| d.jvp_result(&r))
-                });
-                let nat = native.jvp_def(0, &inputs, &tangents);
-                same_result("native jvp", &nat, &interp, same_bits)
+                jvp_bit_for_bit(&native, 0, &inputs, &tangents)
                     .unwrap_or_else(|e| panic!("dense, {what}: {e}"));
                 for ct in [1.0, -0.5] {
                     vjp_bit_for_bit(&native, 1, &inputs, &Value::Real(ct))
@@ -1673,14 +1685,7 @@ def pick (w : Array (Array Real)) (xs : Array Real) (v : Array Real) : Array Rea
         );
         let inputs = [w.clone(), reals(r, 1.0), reals(m, 2.0)];
         let tangents = [rows(&vec![m; r], 4.0, false), reals(r, 5.0), dv];
-        let d = &native.defs[0];
-        let interp = d.context(&inputs).and_then(|x| {
-            let dx = d.context_tangent(&inputs, &tangents)?;
-            chad::internals::ir::interp::run(&native.program, d.jvp.expect("a jvp"), vec![x, dx])
-                .map(|r| d.jvp_result(&r))
-        });
-        let nat = native.jvp_def(0, &inputs, &tangents);
-        same_result("native jvp", &nat, &interp, same_bits)
+        jvp_bit_for_bit(&native, 0, &inputs, &tangents)
             .unwrap_or_else(|e| panic!("dense, {r} rows of {m} with infinities: {e}"));
     }
 }
@@ -1810,12 +1815,7 @@ def scaled (c : Real) (xs : Array Real) : Real =
     }
     assert!(!emitted_fn(&text, "var").contains("lane_total0"));
     let native = built(module);
-    let val = |i: usize, s: f64, special: bool| match i % 29 {
-        7 if special => -0.0,
-        13 if special => f64::INFINITY,
-        19 if special => f64::NAN,
-        _ => ((i as f64 + 1.0) * 0.37 + s).sin(),
-    };
+    let val = special_val;
     let reals = |n: usize, s: f64, special: bool| {
         Value::reals((0..n).map(|i| val(i, s, special)).collect())
     };
@@ -1883,18 +1883,7 @@ def scaled (c : Real) (xs : Array Real) : Real =
                 {
                     ran += 1;
                 }
-                let d = &native.defs[*k];
-                let interp = d.context(inputs).and_then(|x| {
-                    let dx = d.context_tangent(inputs, tangents)?;
-                    chad::internals::ir::interp::run(
-                        &native.program,
-                        d.jvp.expect("a jvp"),
-                        vec![x, dx],
-                    )
-                    .map(|r| d.jvp_result(&r))
-                });
-                let nat = native.jvp_def(*k, inputs, tangents);
-                same_result("native jvp", &nat, &interp, same_bits)
+                jvp_bit_for_bit(&native, *k, inputs, tangents)
                     .unwrap_or_else(|e| panic!("def {k} jvp, {what}: {e}"));
             }
         }
