@@ -137,12 +137,14 @@ pub struct Arr<T>(Option<std::sync::Arc<Vec<T>>>);
 impl<T> Arr<T> {
     /// The array of the vector's elements.
     #[allow(dead_code)]
+    #[inline]
     pub fn new(v: Vec<T>) -> Arr<T> {
         if v.is_empty() { Arr(None) } else { Arr(Some(std::sync::Arc::new(v))) }
     }
 }
 
 impl<T> Clone for Arr<T> {
+    #[inline]
     fn clone(&self) -> Arr<T> {
         Arr(self.0.clone())
     }
@@ -150,6 +152,7 @@ impl<T> Clone for Arr<T> {
 
 impl<T> std::ops::Deref for Arr<T> {
     type Target = [T];
+    #[inline]
     fn deref(&self) -> &[T] {
         match &self.0 {
             Some(v) => v,
