@@ -2211,20 +2211,13 @@ impl<'a> Emitter<'a> {
                         for &j in &between {
                             self.stmt(&stmts[j], depth, out)?;
                         }
-                        let parts: Vec<(&super::Var, &Block)> = members
+                        let (parts, names): (Vec<(&super::Var, &Block)>, Vec<String>) = members
                             .iter()
                             .map(|&j| match &stmts[j] {
-                                Stmt::Let(_, Expr::Sum(_, i, b)) => (i, b),
+                                Stmt::Let(x, Expr::Sum(_, i, b)) => ((i, b), self.decl_name(x)),
                                 _ => unreachable!("sum_group returns sums"),
                             })
-                            .collect();
-                        let names: Vec<String> = members
-                            .iter()
-                            .map(|&j| match &stmts[j] {
-                                Stmt::Let(x, _) => self.decl_name(x),
-                                _ => unreachable!("sum_group returns sums"),
-                            })
-                            .collect();
+                            .unzip();
                         self.binding_sign_free = false;
                         let e = self.sums(n, &parts, depth)?;
                         Self::indent(out, depth);
@@ -3394,9 +3387,8 @@ impl<'a> Emitter<'a> {
         let mut members = vec![k];
         let mut between = Vec::new();
         let mut results: FxHashSet<u32> = [x.id].into_iter().collect();
-        let mut read = block_vars(b);
-        let grouped = lanes(self, i, b).is_some_and(|sl| fits(&mut arrays, sl));
-        if grouped {
+        if lanes(self, i, b).is_some_and(|sl| fits(&mut arrays, sl)) {
+            let mut read = block_vars(b);
             for (j, s) in stmts.iter().enumerate().skip(k + 1) {
                 if members.len() == GROUP_SUMS
                     || pads.iter().any(|p| p.0 == j)
@@ -3462,10 +3454,9 @@ impl<'a> Emitter<'a> {
                 all.push((*a, name.clone()));
             }
         }
-        let q = |a: u32| {
-            all.iter()
-                .position(|(x, _)| *x == a)
-                .map(|k| format!("lane_q{k}"))
+        let q = |a: u32| match all.iter().position(|(x, _)| *x == a) {
+            Some(k) => format!("lane_q{k}"),
+            None => unreachable!("every part's slices are among `all`"),
         };
         let one = parts.len() == 1;
         let names = |k: usize| {
@@ -3480,7 +3471,7 @@ impl<'a> Emitter<'a> {
         let mut tails = String::new();
         for (k, ((i, b), sl)) in parts.iter().zip(slices).enumerate() {
             for (a, _) in sl {
-                self.padded.insert((*a, i.id), q(*a).unwrap_or_default());
+                self.padded.insert((*a, i.id), q(*a));
             }
             let was = std::mem::replace(&mut self.plain_smul, plain[k]);
             let body = self.block_expr(b, depth + 4);
