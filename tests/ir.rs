@@ -1105,31 +1105,48 @@ def total (xs : Array Real) : Real = sum xs
 def dotted (xs : Array Real) (ys : Array Real) : Real = dot xs ys
 
 def squares (xs : Array Real) : Real = sum (build (length xs) (\\(i : Int) -> xs ! i * xs ! i))
+
+def strided (xs : Array Real) : Real =
+  sum (build (length xs) (\\(i : Int) -> xs ! (length xs - 1 - 3 * i) * 2.0))
 ";
     let (module, _) = emitted(src, false, false);
     let native = built(module);
     let term = |i: usize| (i as f64 * 0.37).sin() * 10f64.powi((i % 7) as i32 * 3 - 9);
-    for n in [
-        0usize, 1, 7, 8, 9, 15, 16, 4095, 4096, 4097, 4103, 4104, 8191, 8192, 8193, 12295,
-    ] {
-        let xs: Vec<f64> = (0..n).map(term).collect();
-        let ys: Vec<f64> = (0..n).map(|i| term(i + 3)).collect();
-        let want = [
-            chad::internals::value::sum_reals(xs.iter().copied()),
-            chad::internals::value::sum_reals(xs.iter().zip(&ys).map(|(x, y)| x * y)),
-            chad::internals::value::sum_reals(xs.iter().map(|x| x * x)),
-        ];
-        let inputs = [
-            vec![Value::reals(xs.clone())],
-            vec![Value::reals(xs.clone()), Value::reals(ys.clone())],
-            vec![Value::reals(xs.clone())],
-        ];
-        for (k, (args, want)) in inputs.iter().zip(want).enumerate() {
-            let got = native
-                .eval_def(k, args)
-                .unwrap_or_else(|e| panic!("{}", e.render(None)));
-            same_bits(&got, &Value::Real(want))
-                .unwrap_or_else(|e| panic!("{} at n = {n}: {e}", native.defs[k].entry.name));
+    let lengths = (0..=17).chain([4095, 4096, 4097, 4103, 4104, 8191, 8192, 8193, 12295]);
+    for n in lengths {
+        // Every short length (a sum of fewer than eight terms has its own path in the
+        // prelude's `sum_by`), with ordinary terms, then with the first eight -0.0 (a lane
+        // starts at +0.0, so a sum of -0.0s is +0.0) and infinities and NaN after them.
+        for special in [false, true] {
+            let val = |i: usize| match i % 5 {
+                _ if special && i < 8 => -0.0,
+                4 if special => [f64::INFINITY, f64::NAN][i % 2],
+                _ => term(i),
+            };
+            let xs: Vec<f64> = (0..n).map(val).collect();
+            let ys: Vec<f64> = (0..n).map(|i| val(i + 3)).collect();
+            let want = [
+                chad::internals::value::sum_reals(xs.iter().copied()),
+                chad::internals::value::sum_reals(xs.iter().zip(&ys).map(|(x, y)| x * y)),
+                chad::internals::value::sum_reals(xs.iter().map(|x| x * x)),
+            ];
+            let inputs = [
+                vec![Value::reals(xs.clone())],
+                vec![Value::reals(xs.clone()), Value::reals(ys.clone())],
+                vec![Value::reals(xs.clone())],
+            ];
+            for (k, (args, want)) in inputs.iter().zip(want).enumerate() {
+                let got = native
+                    .eval_def(k, args)
+                    .unwrap_or_else(|e| panic!("{}", e.render(None)));
+                same_bits(&got, &Value::Real(want))
+                    .unwrap_or_else(|e| panic!("{} at n = {n}: {e}", native.defs[k].entry.name));
+            }
+            // Terms that fail, each at its own negative index, from i = (n - 1) / 3 + 1 on:
+            // the native sum stops at the interpreter's first failing term.
+            let ran = primal_bit_for_bit(&native, 3, &inputs[0])
+                .unwrap_or_else(|e| panic!("strided at n = {n}: {e}"));
+            assert_eq!(ran, n < 2, "strided at n = {n}");
         }
     }
 }

@@ -344,16 +344,26 @@ fn at_or<T: Clone>(xs: &[T], i: i64, zero: impl FnOnce() -> T) -> T {
 
 /// `xs` padded with zeros to at least `n` elements, borrowed when it is long enough: an
 /// additive array read with zeros past its end (`xs[i]?0`) throughout a loop over `0..n`.
+/// Inlined, with the copy out of line: it is often taken once per iteration of a loop and
+/// almost always borrows.
 #[allow(dead_code)]
+#[inline(always)]
 fn pad_f64(xs: &[f64], n: i64) -> std::borrow::Cow<'_, [f64]> {
-    let n = n.max(0) as usize;
-    if xs.len() >= n {
+    if xs.len() as i64 >= n {
         std::borrow::Cow::Borrowed(xs)
     } else {
-        let mut v = xs.to_vec();
-        v.resize(n, 0.0);
-        std::borrow::Cow::Owned(v)
+        pad_f64_owned(xs, n)
     }
+}
+
+/// [`pad_f64`] for an array shorter than `n`.
+#[allow(dead_code)]
+#[cold]
+#[inline(never)]
+fn pad_f64_owned(xs: &[f64], n: i64) -> std::borrow::Cow<'_, [f64]> {
+    let mut v = xs.to_vec();
+    v.resize(n.max(0) as usize, 0.0);
+    std::borrow::Cow::Owned(v)
 }
 
 /// `n` zeros in `pool`'s buffer, which is left empty: an accumulator array local to a loop
@@ -380,6 +390,20 @@ fn smul(c: f64, x: f64) -> f64 {
 #[allow(dead_code)]
 #[inline(always)]
 fn sum_by(n: i64, mut f: impl FnMut(i64) -> Result<f64, Error>) -> Result<f64, Error> {
+    if n < 8 {
+        // Fewer terms than lanes: term k alone in lane k, no chunk loop, the lanes in
+        // registers. The empty lanes' +0.0 are left out and the terms enter unnormalised
+        // (`0.0 + t` turns -0.0 into +0.0, else changes nothing): that changes only the sign
+        // of a zero result, exactly where every term is -0.0, and the final `0.0 +` mends it.
+        let l0 = if 0 < n { f(0)? } else { 0.0 };
+        let l1 = if 1 < n { f(1)? } else { 0.0 };
+        let l2 = if 2 < n { f(2)? } else { 0.0 };
+        let l3 = if 3 < n { f(3)? } else { 0.0 };
+        let l4 = if 4 < n { f(4)? } else { 0.0 };
+        let l5 = if 5 < n { f(5)? } else { 0.0 };
+        let l6 = if 6 < n { f(6)? } else { 0.0 };
+        return Ok(0.0 + (((l0 + l1) + (l2 + l3)) + ((l4 + l5) + l6)));
+    }
     let mut total = 0.0;
     let mut c0 = 0i64;
     while c0 < n {
