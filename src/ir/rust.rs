@@ -392,7 +392,7 @@ fn smul(c: f64, x: f64) -> f64 {
 fn sum_by(n: i64, mut f: impl FnMut(i64) -> Result<f64, Error>) -> Result<f64, Error> {
     if n < 8 {
         // Fewer terms than lanes: term k alone in lane k, no chunk loop, the lanes in
-        // registers. The empty lanes' +0.0 are left out and the terms enter unnormalised
+        // registers. Lane 7, always +0.0 here, is left out and the terms enter unnormalised
         // (`0.0 + t` turns -0.0 into +0.0, else changes nothing): that changes only the sign
         // of a zero result, exactly where every term is -0.0, and the final `0.0 +` mends it.
         let l0 = if 0 < n { f(0)? } else { 0.0 };
