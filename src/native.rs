@@ -399,9 +399,9 @@ impl Native {
     }
 
     /// Sets the threads the library's parallel loops use (0: `$CHAD_THREADS`, or all the
-    /// machine has) and the estimated work from which a loop runs in parallel (default 2·10^6
-    /// simple operations; 0: every `build` and `sum` whose body allows it). Results do not
-    /// depend on either (note 07).
+    /// machine has) and the estimated work from which a loop runs in parallel (`u64::MAX`:
+    /// `$CHAD_PAR_WORK`, or 4·10^6 simple operations; 0: every `build` and `sum` whose body
+    /// allows it). Results do not depend on either (note 07).
     pub fn set_parallelism(&self, threads: usize, min_work: u64) -> Result<()> {
         let f: unsafe extern "C" fn(u64, u64) = self.symbol("chad_set_parallelism")?;
         // SAFETY: the generated interface's function, taking two integers.

@@ -1113,7 +1113,19 @@ def strided (xs : Array Real) : Real =
     let native = built(module);
     let term = |i: usize| (i as f64 * 0.37).sin() * 10f64.powi((i % 7) as i32 * 3 - 9);
     let lengths = (0..=17).chain([4095, 4096, 4097, 4103, 4104, 8191, 8192, 8193, 12295]);
-    for n in lengths {
+    // Then on three threads with every sum parallel (no work bound): long sums (from six
+    // chunks, twice the threads) give whole chunks to the threads and add their sums in
+    // order, shorter ones compute their terms in parallel; both must be `sum_by`'s sum, and
+    // fail at its first failing term, which lies in the second thread's chunks from
+    // n = 24577 on.
+    let parallel = [4097, 24575, 24576, 24577, 24581, 28672, 40000, 49153];
+    let runs = lengths
+        .map(|n| (n, false))
+        .chain(parallel.map(|n| (n, true)));
+    for (n, par) in runs {
+        if par {
+            native.set_parallelism(3, 0).unwrap();
+        }
         // Every short length (a sum of fewer than eight terms has its own path in the
         // prelude's `sum_by`), with ordinary terms, then with the first eight -0.0 (a lane
         // starts at +0.0, so a sum of -0.0s is +0.0) and infinities and NaN after them.
@@ -1139,14 +1151,18 @@ def strided (xs : Array Real) : Real =
                 let got = native
                     .eval_def(k, args)
                     .unwrap_or_else(|e| panic!("{}", e.render(None)));
-                same_bits(&got, &Value::Real(want))
-                    .unwrap_or_else(|e| panic!("{} at n = {n}: {e}", native.defs[k].entry.name));
+                same_bits(&got, &Value::Real(want)).unwrap_or_else(|e| {
+                    panic!(
+                        "{} at n = {n}, parallel {par}: {e}",
+                        native.defs[k].entry.name
+                    )
+                });
             }
             // Terms that fail, each at its own negative index, from i = (n - 1) / 3 + 1 on:
             // the native sum stops at the interpreter's first failing term.
             let ran = primal_bit_for_bit(&native, 3, &inputs[0])
-                .unwrap_or_else(|e| panic!("strided at n = {n}: {e}"));
-            assert_eq!(ran, n < 2, "strided at n = {n}");
+                .unwrap_or_else(|e| panic!("strided at n = {n}, parallel {par}: {e}"));
+            assert_eq!(ran, n < 2, "strided at n = {n}, parallel {par}");
         }
     }
 }

@@ -407,33 +407,44 @@ fn sum_by(n: i64, mut f: impl FnMut(i64) -> Result<f64, Error>) -> Result<f64, E
     let mut total = 0.0;
     let mut c0 = 0i64;
     while c0 < n {
-        let c1 = if n - c0 > 4096 { c0 + 4096 } else { n };
-        let mut l = [0.0f64; 8];
-        let mut i = c0;
-        while i + 8 <= c1 {
-            l[0] += f(i)?;
-            l[1] += f(i + 1)?;
-            l[2] += f(i + 2)?;
-            l[3] += f(i + 3)?;
-            l[4] += f(i + 4)?;
-            l[5] += f(i + 5)?;
-            l[6] += f(i + 6)?;
-            l[7] += f(i + 7)?;
-            i += 8;
-        }
-        // The remaining (at most 7) terms go to lanes 0, 1, ... in order; written out with
-        // constant lanes so that the lanes can live in registers.
-        if i < c1 { l[0] += f(i)?; i += 1; }
-        if i < c1 { l[1] += f(i)?; i += 1; }
-        if i < c1 { l[2] += f(i)?; i += 1; }
-        if i < c1 { l[3] += f(i)?; i += 1; }
-        if i < c1 { l[4] += f(i)?; i += 1; }
-        if i < c1 { l[5] += f(i)?; i += 1; }
-        if i < c1 { l[6] += f(i)?; }
-        total += ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+        let c1 = if n - c0 > SUM_CHUNK { c0 + SUM_CHUNK } else { n };
+        total += chunk_sum(c0, c1, &mut f)?;
         c0 = c1;
     }
     Ok(total)
+}
+
+/// Terms per chunk of [`sum_by`]'s order.
+const SUM_CHUNK: i64 = 4096;
+
+/// The terms `c0..c1` of one chunk of [`sum_by`] (at most [`SUM_CHUNK`]) in its eight
+/// lanes, the lanes combined in their fixed tree.
+#[allow(dead_code)]
+#[inline(always)]
+fn chunk_sum(c0: i64, c1: i64, f: &mut impl FnMut(i64) -> Result<f64, Error>) -> Result<f64, Error> {
+    let mut l = [0.0f64; 8];
+    let mut i = c0;
+    while i + 8 <= c1 {
+        l[0] += f(i)?;
+        l[1] += f(i + 1)?;
+        l[2] += f(i + 2)?;
+        l[3] += f(i + 3)?;
+        l[4] += f(i + 4)?;
+        l[5] += f(i + 5)?;
+        l[6] += f(i + 6)?;
+        l[7] += f(i + 7)?;
+        i += 8;
+    }
+    // The remaining (at most 7) terms go to lanes 0, 1, ... in order; written out with
+    // constant lanes so that the lanes can live in registers.
+    if i < c1 { l[0] += f(i)?; i += 1; }
+    if i < c1 { l[1] += f(i)?; i += 1; }
+    if i < c1 { l[2] += f(i)?; i += 1; }
+    if i < c1 { l[3] += f(i)?; i += 1; }
+    if i < c1 { l[4] += f(i)?; i += 1; }
+    if i < c1 { l[5] += f(i)?; i += 1; }
+    if i < c1 { l[6] += f(i)?; }
+    Ok(((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])))
 }
 
 /// The vector of an array, without a copy when it is not shared.
@@ -564,14 +575,18 @@ fn rec_call<T: Send>(site: usize, f: impl FnOnce() -> Result<T, Error> + Send) -
     r
 }
 
-/// Parallel loops run when the estimated work (length x per-iteration cost) reaches this.
-static PAR_WORK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(2_000_000);
+/// Parallel loops run when the estimated work (length x per-iteration cost) reaches this;
+/// `u64::MAX`: not set, so `$CHAD_PAR_WORK` or [`DEFAULT_PAR_WORK`] on first use.
+static PAR_WORK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
+/// The work bound of [`set_parallelism`] when neither it nor `$CHAD_PAR_WORK` sets one.
+const DEFAULT_PAR_WORK: u64 = 4_000_000;
 /// Threads for parallel loops; 0: `$CHAD_THREADS`, or the machine's available parallelism.
 static PAR_THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Sets the threads parallel loops use (0: `$CHAD_THREADS`, or all the machine has) and the
-/// estimated work (loop length x per-iteration cost in simple operations; default 2000000)
-/// from which a loop runs in parallel. Results do not depend on either.
+/// estimated work (loop length x per-iteration cost in simple operations; `u64::MAX`:
+/// `$CHAD_PAR_WORK`, or [`DEFAULT_PAR_WORK`]) from which a loop runs in parallel. Results do
+/// not depend on either.
 #[allow(dead_code)]
 pub fn set_parallelism(threads: usize, min_work: u64) {
     PAR_THREADS.store(threads, std::sync::atomic::Ordering::Relaxed);
@@ -580,7 +595,25 @@ pub fn set_parallelism(threads: usize, min_work: u64) {
 
 #[allow(dead_code)]
 fn par_work() -> u64 {
-    PAR_WORK.load(std::sync::atomic::Ordering::Relaxed)
+    let w = PAR_WORK.load(std::sync::atomic::Ordering::Relaxed);
+    if w != u64::MAX {
+        return w;
+    }
+    let w = std::env::var("CHAD_PAR_WORK")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&w: &u64| w < u64::MAX)
+        .unwrap_or(DEFAULT_PAR_WORK);
+    // A bound set meanwhile by `set_parallelism` wins.
+    match PAR_WORK.compare_exchange(
+        u64::MAX,
+        w,
+        std::sync::atomic::Ordering::Relaxed,
+        std::sync::atomic::Ordering::Relaxed,
+    ) {
+        Ok(_) => w,
+        Err(set) => set,
+    }
 }
 
 /// Threads for parallel loops (see [`set_parallelism`]).
@@ -725,8 +758,23 @@ fn par_sum(n: i64, cost: u64, f: impl Fn(i64) -> Result<f64, Error> + Sync) -> R
     if seq_sum(n, cost) {
         return sum_by(n, f);
     }
-    let terms = par_build(n as usize, cost, f)?;
-    sum_by(n, |i| Ok(terms[i as usize]))
+    let chunks = (n + SUM_CHUNK - 1) / SUM_CHUNK;
+    if chunks < 2 * threads() as i64 {
+        // Too few chunks to share out: the terms themselves, in parallel, then added.
+        let terms = par_build(n as usize, cost, f)?;
+        return sum_by(n, |i| Ok(terms[i as usize]));
+    }
+    // Whole chunks to each thread (in order; a chunk fails with its first failing term), and
+    // their sums added in order as `sum_by` adds them: no array of terms.
+    let sums = par_build(chunks as usize, cost.saturating_mul(SUM_CHUNK as u64), |c| {
+        let c0 = c * SUM_CHUNK;
+        chunk_sum(c0, (c0 + SUM_CHUNK).min(n), &mut |i| f(i))
+    })?;
+    let mut total = 0.0;
+    for s in sums {
+        total += s;
+    }
+    Ok(total)
 }
 
 std::thread_local! {
