@@ -1430,6 +1430,71 @@ fn native_backend_matches_the_interpreters() {
     );
 }
 
+/// `$CHAD_THREADS` and `$CHAD_PAR_WORK` choose how native loops are shared out, never what
+/// they compute: Rosenbrock's value, gradient and tangent at 30 000 elements (sums of eight
+/// 4096-term chunks, which three threads take whole when no work bound holds them back; the
+/// elements' scale changes from chunk to chunk, so that the order in which the chunk sums are
+/// added shows) are the same text on one thread, on three with every loop split, and with a
+/// bound that does not parse (the default then).
+#[test]
+fn native_results_do_not_depend_on_the_threads_or_the_work_bound() {
+    if Command::new("rustc").arg("-V").output().is_err() {
+        eprintln!("no rustc: skipped");
+        return;
+    }
+    let xs: Vec<String> = (0..30_000)
+        .map(|i| {
+            format!(
+                "{}",
+                ((i as f64) * 0.37).sin() * 10f64.powi((i / 4096 % 4) as i32)
+            )
+        })
+        .collect();
+    let args = file("rosenbrock30000.json", &format!("[[{}]]", xs.join(", ")));
+    let tangents = file(
+        "rosenbrock30000.tangents.json",
+        &format!("[[{}]]", vec!["0.25"; 30_000].join(", ")),
+    );
+    let run = |cmd: &[&str], env: &[(&str, &str)]| -> String {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_chad"));
+        c.args(cmd)
+            .args([
+                "benches/programs/rosenbrock.chad",
+                "--args-file",
+                s(&args),
+                "--backend",
+                "native",
+                "--json",
+            ])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env_remove("CHAD_THREADS")
+            .env_remove("CHAD_PAR_WORK");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let out = c.output().expect("run chad");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{cmd:?} {env:?}: {stderr}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for cmd in [
+        &["eval"][..],
+        &["grad"],
+        &["jvp", "--tangents-file", s(&tangents)],
+    ] {
+        let one = run(cmd, &[("CHAD_THREADS", "1")]);
+        assert!(one.len() > 20, "{one}");
+        let split = run(cmd, &[("CHAD_THREADS", "3"), ("CHAD_PAR_WORK", "0")]);
+        assert_eq!(
+            one, split,
+            "{:?} on three threads, every loop split",
+            cmd[0]
+        );
+        let garbled = run(cmd, &[("CHAD_THREADS", "3"), ("CHAD_PAR_WORK", "lots")]);
+        assert_eq!(one, garbled, "{:?} with an unreadable work bound", cmd[0]);
+    }
+}
+
 /// `--max-steps` turns a runaway loop into a runtime error at the loop, in every command that
 /// runs the program; within the budget the result is unchanged; a million steps run on the
 /// engine without overflowing the stack.
