@@ -1442,13 +1442,8 @@ fn native_results_do_not_depend_on_the_threads_or_the_work_bound() {
         eprintln!("no rustc: skipped");
         return;
     }
-    let xs: Vec<String> = (0..30_000)
-        .map(|i| {
-            format!(
-                "{}",
-                ((i as f64) * 0.37).sin() * 10f64.powi((i / 4096 % 4) as i32)
-            )
-        })
+    let xs: Vec<String> = (0..30_000i32)
+        .map(|i| format!("{}", ((i as f64) * 0.37).sin() * 10f64.powi(i / 4096 % 4)))
         .collect();
     let args = file("rosenbrock30000.json", &format!("[[{}]]", xs.join(", ")));
     let tangents = file(
