@@ -5516,18 +5516,16 @@ const TILE_WINDOWS: usize = 9;
 /// The fewest terms a sum adds in lanes ([`Emitter::lane_sum`]).
 const LANE_MIN: i64 = 16;
 
-/// A static estimate of a loop body's work per iteration, in simple operations: what decides
-/// (with the length, at run time) whether a parallel loop is worth its threads. A nested loop
-/// counts as 64 iterations of its body, a call as 20, a primitive beyond arithmetic and
-/// comparisons (`exp`, `log`, `pow`, ...) as 10.
 /// What [`cost`] counts for a call of a transcendental function (libm's `sin`, `exp`, ...):
 /// map_closure's primal (`a x + sin (b x)`, 15 units per element when `sin` counted 10) ran
 /// at 8.3 ns per element, Rosenbrock's (12 units of arithmetic) at 0.74 ns (2026-11-29).
 const TRANSCENDENTAL: u64 = 40;
 
-/// A static estimate of a loop body's work in simple operations, for the bound from which
-/// a loop runs in parallel (note 07 §4): a nested loop counts 64 iterations, a call 20, a
-/// transcendental function [`TRANSCENDENTAL`], any other primitive beyond arithmetic 10.
+/// A static estimate of a loop body's work per iteration, in simple operations: what decides
+/// (with the length, at run time) whether a parallel loop is worth its threads (note 07 §4).
+/// A nested loop counts as 64 iterations of its body, a call as 20, a transcendental
+/// function as [`TRANSCENDENTAL`], another primitive beyond arithmetic and comparisons
+/// (`sqrt`, `floor`, `max`, ...) as 10.
 fn cost(b: &Block) -> u64 {
     fn block(b: &Block) -> u64 {
         deep(|| {
