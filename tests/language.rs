@@ -125,6 +125,60 @@ fn erf_is_accurate() {
     }
 }
 
+/// chad's own `tanh` (not libm's) against reference values (correctly rounded, from 60-digit
+/// arithmetic), within 2 units in the last place; against `f64::tanh` on a sweep across the
+/// switch between its two formulas (|x| = 0.625); odd, monotone, and exact at the edges.
+#[test]
+fn tanh_is_accurate() {
+    let tanh = chad::internals::prim::tanh;
+    let ulps = |a: f64, b: f64| (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs();
+    let table = [
+        (1e-300, 1e-300),
+        (1e-08, 1e-08),
+        (0.001, 0.000_999_999_666_666_8),
+        (0.1, 0.099_667_994_624_955_82),
+        (0.3, 0.291_312_612_451_590_9),
+        (0.5, 0.462_117_157_260_009_74),
+        (0.6, 0.537_049_566_998_035_3),
+        (0.624, 0.553_906_919_203_914_5),
+        (0.625, 0.554_599_722_349_382_3),
+        (0.626, 0.555_291_757_464_191_3),
+        (0.75, 0.635_148_952_387_287_3),
+        (1.0, 0.761_594_155_955_764_9),
+        (1.5, 0.905_148_253_644_866_4),
+        (2.0, 0.964_027_580_075_816_9),
+        (3.0, 0.995_054_753_686_730_5),
+        (5.0, 0.999_909_204_262_595_1),
+        (10.0, 0.999_999_995_877_692_7),
+        (18.0, 0.999_999_999_999_999_6),
+        (19.0, 0.999_999_999_999_999_9),
+        (21.9, 1.0),
+        (22.5, 1.0),
+    ];
+    for (x, e) in table {
+        for (x, e) in [(x, e), (-x, -e)] {
+            let got = tanh(x);
+            assert!(ulps(got, e) <= 2, "tanh {x} = {got}, expected {e}");
+        }
+    }
+    let mut last = -1.0;
+    for k in -40_000..=40_000 {
+        let x = k as f64 / 8192.0 + 1e-7;
+        let y = tanh(x);
+        assert!(ulps(y, x.tanh()) <= 3, "tanh {x} = {y}, libm {}", x.tanh());
+        assert_eq!(tanh(-x).to_bits(), (-y).to_bits(), "tanh not odd at {x}");
+        assert!(y >= last, "tanh not monotone at {x}");
+        last = y;
+    }
+    assert_eq!(tanh(0.0).to_bits(), 0.0f64.to_bits());
+    assert_eq!(tanh(-0.0).to_bits(), (-0.0f64).to_bits());
+    assert_eq!(tanh(f64::INFINITY), 1.0);
+    assert_eq!(tanh(f64::NEG_INFINITY), -1.0);
+    assert_eq!(tanh(f64::MIN_POSITIVE / 4.0), f64::MIN_POSITIVE / 4.0);
+    assert!(tanh(f64::NAN).is_nan());
+    close("tanh 1", 0.761_594_155_955_764_9);
+}
+
 #[test]
 fn powers_and_remainders() {
     close("3 ^ 2", 9.0);
