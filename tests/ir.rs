@@ -1923,3 +1923,37 @@ def scaled (c : Real) (xs : Array Real) : Real =
     }
     assert!(ran >= 200, "{ran} ran");
 }
+
+/// A reverse program's tape of arrays (here a pair of arrays per point) built by a parallel
+/// loop is freed through `par_drop` before the VJP returns (`Emitter::drops`), and on three
+/// threads with every loop parallel (no work bound) the gradients stay the interpreter's bit
+/// for bit at lengths around the thread split, including none and one point.
+#[test]
+fn reverse_tapes_of_arrays_are_dropped_in_parallel() {
+    let src = "\
+def f (xs : Array (Array Real)) (w : Array Real) : Real =
+  sum (map (\\(x : Array Real) ->
+    let c = map2 (\\a b -> a - b) x w in
+    let q = build (length c) (\\(i : Int) -> c ! i * (1.0 + toReal i)) in
+    log (1.0 + dot q c) + sum (map sin q)) xs)
+";
+    let (module, text) = emitted(src, false, true);
+    let vjp = emitted_fn(&text, "f_vjp");
+    assert!(
+        vjp.contains("par_drop(ys_"),
+        "the VJP's tape is not dropped through par_drop:\n{vjp}"
+    );
+    let native = built(module);
+    native.set_parallelism(3, 0).unwrap();
+    for n in [0usize, 1, 2, 3, 4, 7, 40] {
+        let xs = Value::array(
+            &chad::internals::types::Type::array(chad::internals::types::Type::Real),
+            (0..n)
+                .map(|i| Value::reals((0..5).map(|j| ((i * 5 + j) as f64 * 0.3).cos()).collect()))
+                .collect(),
+        );
+        let w = Value::reals((0..5).map(|j| 0.1 * j as f64).collect());
+        vjp_bit_for_bit(&native, 0, &[xs, w], &Value::Real(1.5))
+            .unwrap_or_else(|e| panic!("n = {n}: {e}"));
+    }
+}

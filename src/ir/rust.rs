@@ -656,6 +656,27 @@ fn par_build<T: Send>(
     })
 }
 
+/// Drops `v` on up to [`threads`] threads (contiguous ranges, the calling thread taking the
+/// first) when the estimated work `v.len() * cost` reaches [`set_parallelism`]'s bound: a
+/// reverse program's tape of arrays, built by a parallel loop, is otherwise freed element by
+/// element on one thread after the sweep.
+#[allow(dead_code)]
+fn par_drop<T: Send>(mut v: Vec<T>, cost: u64) {
+    let n = v.len();
+    let small = (n as u64).saturating_mul(cost) < par_work();
+    let t = if small { 1 } else { threads().min(n) };
+    if t <= 1 || IN_PAR.with(|p| p.get()) {
+        return;
+    }
+    std::thread::scope(|s| {
+        for k in (1..t).rev() {
+            let part = v.split_off(n * k / t);
+            s.spawn(move || drop(part));
+        }
+        drop(v);
+    });
+}
+
 /// [`par_build`]'s parallel structure around `rows(a, b, v)`, which pushes elements `a..b`
 /// onto `v` (or fails with the error of the first failing index).
 #[allow(dead_code)]
@@ -968,6 +989,10 @@ struct Emitter<'a> {
     scratch_vec: bool,
     /// The function's `let`s of a `build` inside a loop's body ([`loop_builds`]).
     in_loops: FxHashSet<u32>,
+    /// Arrays the function body binds at its top level as a plain `Vec` (never moved) whose
+    /// elements own allocations, with [`Emitter::drop_cost`] of an element: dropped through
+    /// `par_drop` before the function returns.
+    drops: Vec<(String, u64)>,
     /// Accumulator arrays local to a loop iteration whose buffer is reused from one
     /// iteration to the next ([`Emitter::loop_pools`]): the `mut`'s id and the pool's name.
     pools: FxHashMap<u32, String>,
@@ -1078,6 +1103,7 @@ impl<'a> Emitter<'a> {
             local_vec: false,
             scratch_vec: false,
             in_loops: FxHashSet::default(),
+            drops: Vec::new(),
             pools: FxHashMap::default(),
             tile: None,
         };
@@ -2070,8 +2096,10 @@ impl<'a> Emitter<'a> {
                 params.push(format!("{name}: {}", self.vt(x.ty)));
             }
         }
+        self.drops.clear();
         let ret = if f.accumulates {
             self.stmts(&f.body.stmts, 1, &mut body)?;
+            self.emit_drops(&mut body);
             let r = self.own(&f.body.result);
             let from = self.atom_acc(&f.body.result);
             let r = self.convert_rep(f.ret, r, from, true);
@@ -2144,6 +2172,9 @@ impl<'a> Emitter<'a> {
     fn block_into(&mut self, b: &Block, depth: usize, out: &mut String, ret: bool) -> Result<()> {
         deep(|| {
             self.stmts(&b.stmts, depth, out)?;
+            if ret && depth == 1 {
+                self.emit_drops(out);
+            }
             Self::indent(out, depth);
             let r = self.own(&b.result);
             if ret {
@@ -2153,6 +2184,47 @@ impl<'a> Emitter<'a> {
             }
             Ok(())
         })
+    }
+
+    /// `par_drop` of the function's [`Emitter::drops`], before its result (which is none of
+    /// them: they are never moved).
+    fn emit_drops(&mut self, out: &mut String) {
+        for (name, c) in std::mem::take(&mut self.drops) {
+            let _ = writeln!(out, "    par_drop({name}, {c});");
+        }
+    }
+
+    /// A static estimate, in [`cost`]'s units, of dropping one value of type `t`: each
+    /// allocation freed counts [`FREE`], an array of unknown length 64 elements (as [`cost`]
+    /// counts a loop's iterations); 0 for a type that owns no allocation.
+    fn drop_cost(&self, t: Ty) -> u64 {
+        fn go(ts: &super::Types, t: Ty, depth: u32) -> u64 {
+            if depth > 4 {
+                return FREE;
+            }
+            match ts.kind(t) {
+                TyKind::Array(e) => {
+                    FREE.saturating_add(64u64.saturating_mul(go(ts, *e, depth + 1)))
+                }
+                TyKind::List(a, b) => {
+                    FREE.saturating_add(64u64.saturating_mul(
+                        go(ts, *a, depth + 1).saturating_add(go(ts, *b, depth + 1)),
+                    ))
+                }
+                TyKind::Tuple(ts2) => ts2
+                    .iter()
+                    .map(|&c| go(ts, c, depth + 1))
+                    .fold(0, u64::saturating_add),
+                TyKind::Enum(i) => ts.enums()[*i as usize]
+                    .variants
+                    .iter()
+                    .map(|(_, p)| go(ts, *p, depth + 1))
+                    .max()
+                    .unwrap_or(0),
+                TyKind::F64 | TyKind::I64 | TyKind::Bool | TyKind::Unit => 0,
+            }
+        }
+        go(self.types(), t, 0)
     }
 
     fn block_expr(&mut self, b: &Block, depth: usize) -> Result<String> {
@@ -4362,6 +4434,10 @@ impl<'a> Emitter<'a> {
                             format!("Vec<{}>", self.vt(elem))
                         };
                         let _ = write!(line, "let {}: {ty} = {};", self.decl_name(x), e?);
+                        let c = self.drop_cost(elem);
+                        if depth == 1 && !scratch && c > 0 && u.count > 0 && self.tile.is_none() {
+                            self.drops.push((self.decl_name(x), c));
+                        }
                     }
                     // A tuple of real arrays taken from an accumulator and only read through
                     // its fields: it stays in the accumulator's spelling.
@@ -5507,6 +5583,10 @@ fn block_vars(b: &Block) -> FxHashSet<u32> {
 /// The most slice windows a tiled build's four sums read ([`Emitter::tiled_build`]): a
 /// slice per row counts four times, one shared by the rows once.
 const TILE_WINDOWS: usize = 9;
+
+/// What [`Emitter::drop_cost`] counts for freeing one allocation (about 20 ns, where a
+/// transcendental call, [`TRANSCENDENTAL`], takes 5-10).
+const FREE: u64 = 100;
 
 /// The fewest terms a sum adds in lanes ([`Emitter::lane_sum`]).
 const LANE_MIN: i64 = 16;
