@@ -656,6 +656,20 @@ fn par_build<T: Send>(
     })
 }
 
+/// The threads a parallel loop of `n` iterations of estimated work `cost` each runs on: 1
+/// (sequential) under [`set_parallelism`]'s work bound or inside another parallel loop's
+/// worker, else [`threads`] (at most `n`).
+#[allow(dead_code)]
+#[inline]
+fn par_threads(n: usize, cost: u64) -> usize {
+    // The work bound first: most loops are small, and it is one multiplication.
+    if (n as u64).saturating_mul(cost) < par_work() || IN_PAR.with(|p| p.get()) {
+        1
+    } else {
+        threads().min(n)
+    }
+}
+
 /// Drops `v` on up to [`threads`] threads (contiguous ranges, the calling thread taking the
 /// first) when the estimated work `v.len() * cost` reaches [`set_parallelism`]'s bound: a
 /// reverse program's tape of arrays, built by a parallel loop, is otherwise freed element by
@@ -663,9 +677,8 @@ fn par_build<T: Send>(
 #[allow(dead_code)]
 fn par_drop<T: Send>(mut v: Vec<T>, cost: u64) {
     let n = v.len();
-    let small = (n as u64).saturating_mul(cost) < par_work();
-    let t = if small { 1 } else { threads().min(n) };
-    if t <= 1 || IN_PAR.with(|p| p.get()) {
+    let t = par_threads(n, cost);
+    if t <= 1 {
         return;
     }
     std::thread::scope(|s| {
@@ -686,10 +699,8 @@ fn par_rows<T: Send>(
     cost: u64,
     rows: impl Fn(usize, usize, &mut Vec<T>) -> Result<(), Error> + Sync,
 ) -> Result<Vec<T>, Error> {
-    // The work bound first: most loops are small, and it is one multiplication.
-    let small = (n as u64).saturating_mul(cost) < par_work();
-    let t = if small { 1 } else { threads().min(n) };
-    if t <= 1 || IN_PAR.with(|p| p.get()) {
+    let t = par_threads(n, cost);
+    if t <= 1 {
         let mut v = Vec::with_capacity(n);
         rows(0, n, &mut v)?;
         return Ok(v);
@@ -765,10 +776,7 @@ fn par_build_tiled(
 #[allow(dead_code)]
 #[inline]
 fn seq_sum(n: i64, cost: u64) -> bool {
-    n <= 0
-        || (n as u64).saturating_mul(cost) < par_work()
-        || threads() <= 1
-        || IN_PAR.with(|p| p.get())
+    n <= 0 || par_threads(n as usize, cost) <= 1
 }
 
 /// Σ f(i) for i < n in the fixed order of [`sum_by`]; with enough work the terms are computed
