@@ -517,8 +517,18 @@ fn stack_pos() -> usize {
 /// Runs `f` on a fresh stack segment (a thread with a [`SEGMENT`]-sized stack that the
 /// caller waits for), carrying this thread's recursion depth and parallel-loop state.
 #[allow(dead_code)]
-#[inline(never)]
+#[inline]
 fn on_segment<T: Send>(f: impl FnOnce() -> Result<T, Error> + Send) -> Result<T, Error> {
+    let mut f = Some(f);
+    on_segment_dyn(&mut || (f.take().expect("a segment runs its function once"))())
+}
+
+/// [`on_segment`], not generic in the function (called through a `dyn`), so that the thread
+/// machinery is compiled once per result type rather than once per call site (as
+/// [`par_rows_on`]).
+#[allow(dead_code)]
+#[inline(never)]
+fn on_segment_dyn<T: Send>(f: &mut (dyn FnMut() -> Result<T, Error> + Send)) -> Result<T, Error> {
     let depth = REC_DEPTH.with(|d| d.get());
     let par = IN_PAR.with(|p| p.get());
     std::thread::scope(|s| {
@@ -705,6 +715,20 @@ fn par_rows<T: Send>(
         rows(0, n, &mut v)?;
         return Ok(v);
     }
+    par_rows_on(n, t, &rows)
+}
+
+/// [`par_rows`] on `t` threads. Not generic in the loop's body (`rows` is called once per
+/// thread, through a `dyn`): a program has a closure type per `build`, and the thread
+/// machinery instantiated for each (scope, spawn, join) was most of rustc's time on programs
+/// with many loops (nested derivatives: about two thirds of the time on GradBench's saddle).
+#[allow(dead_code)]
+#[inline(never)]
+fn par_rows_on<T: Send>(
+    n: usize,
+    t: usize,
+    rows: &(dyn Fn(usize, usize, &mut Vec<T>) -> Result<(), Error> + Sync),
+) -> Result<Vec<T>, Error> {
     let range = |k: usize| -> Result<Vec<T>, Error> {
         let was = IN_PAR.with(|p| p.replace(true));
         let (a, b) = (n * k / t, n * (k + 1) / t);
