@@ -604,11 +604,20 @@ pub fn set_parallelism(threads: usize, min_work: u64) {
 }
 
 #[allow(dead_code)]
+#[inline(always)]
 fn par_work() -> u64 {
     let w = PAR_WORK.load(std::sync::atomic::Ordering::Relaxed);
     if w != u64::MAX {
         return w;
     }
+    par_work_init()
+}
+
+/// [`par_work`]'s first call: the bound from the environment.
+#[allow(dead_code)]
+#[cold]
+#[inline(never)]
+fn par_work_init() -> u64 {
     let w = std::env::var("CHAD_PAR_WORK")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -670,7 +679,7 @@ fn par_build<T: Send>(
 /// (sequential) under [`set_parallelism`]'s work bound or inside another parallel loop's
 /// worker, else [`threads`] (at most `n`).
 #[allow(dead_code)]
-#[inline]
+#[inline(always)]
 fn par_threads(n: usize, cost: u64) -> usize {
     // The work bound first: most loops are small, and it is one multiplication.
     if (n as u64).saturating_mul(cost) < par_work() || IN_PAR.with(|p| p.get()) {
