@@ -517,7 +517,7 @@ fn stack_pos() -> usize {
 /// Runs `f` on a fresh stack segment (a thread with a [`SEGMENT`]-sized stack that the
 /// caller waits for), carrying this thread's recursion depth and parallel-loop state.
 #[allow(dead_code)]
-#[inline]
+#[inline(never)]
 fn on_segment<T: Send>(f: impl FnOnce() -> Result<T, Error> + Send) -> Result<T, Error> {
     let mut f = Some(f);
     on_segment_dyn(&mut || (f.take().expect("a segment runs its function once"))())
