@@ -34,6 +34,7 @@
 //!   the number of pairs (iterative, any depth).
 
 pub mod concrete;
+pub mod padadd;
 pub mod scatter;
 
 use crate::deep::{Deep, deep};

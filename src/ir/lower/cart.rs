@@ -421,6 +421,9 @@ impl Lowering {
             (crate::target::linear::scatter::NAME, [n, is, xs]) => {
                 return self.scatter_add(t, op, n, is, xs, env);
             }
+            (crate::target::linear::padadd::NAME, [xs, ys]) => {
+                return self.pad_add(op, xs, ys, env);
+            }
             _ => {}
         }
         let mut xs = Vec::with_capacity(args.len());
@@ -442,6 +445,48 @@ impl Lowering {
 }
 
 impl Lowering {
+    /// `padAdd xs ys` (the concretiser's addition of arrays of reals,
+    /// `crate::target::linear::padadd`), the evaluator's cases in order:
+    ///
+    /// ```text
+    /// let n = len xs; let m = len ys
+    /// if n == 0 { ys } else if m == 0 { xs } else { build (max n m) (i -> xs[i]?0 + ys[i]?0) }
+    /// ```
+    fn pad_add(&mut self, op: &crate::prim::Prim, xs: &Term, ys: &Term, env: &Env) -> Result<SVal> {
+        let xs = self.atom(xs, env)?;
+        let ys = self.atom(ys, env)?;
+        let it = super::source_ty(&mut self.prog.types, op.result());
+        let n = self.let_("n", Ty::I64, Expr::Len(xs.clone()));
+        let m = self.let_("m", Ty::I64, Expr::Len(ys.clone()));
+        let n0 = self.let_(
+            "e",
+            Ty::BOOL,
+            Expr::Op(Op::IEq, vec![n.clone(), Atom::I64(0)]),
+        );
+        let m0 = self.let_(
+            "e",
+            Ty::BOOL,
+            Expr::Op(Op::IEq, vec![m.clone(), Atom::I64(0)]),
+        );
+        let big = self.let_("big", Ty::I64, Expr::Op(Op::IMax, vec![n, m]));
+        let i = self.prog.var("i", Ty::I64);
+        let ia = Atom::Var(i.clone());
+        let site = self.internal_site();
+        let (xa, ya) = (xs.clone(), ys.clone());
+        let body = self.block(|this| {
+            let x = this.let_("x", Ty::F64, Expr::IndexOr0(xa, ia.clone()));
+            let y = this.let_("y", Ty::F64, Expr::IndexOr0(ya, ia));
+            Ok(this.let_("s", Ty::F64, Expr::Op(Op::FAdd, vec![x, y])))
+        })?;
+        let both = self.block(|this| Ok(this.let_("r", it, Expr::Build(big, i, body, site))))?;
+        let keep = |a: Atom| crate::ir::Block {
+            stmts: Vec::new(),
+            result: a,
+        };
+        let rest = self.block(|this| Ok(this.let_("r", it, Expr::If(m0, keep(xs), both))))?;
+        Ok(SVal::Dyn(self.let_("r", it, Expr::If(n0, keep(ys), rest))))
+    }
+
     /// `scatterAdd n is xs` (the concretiser's accumulation, `crate::target::linear::scatter`)
     /// as one accumulator loop, `O(n + length is)`, with the evaluator's checks:
     ///
