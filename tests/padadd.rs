@@ -10,12 +10,11 @@
 //!   `padAdd`, and its values and Hessian-vector products agree with the engine's gradient and
 //!   with central differences of it.
 
+mod common;
+
 use chad::Value;
-use chad::internals::ad::nested::{self, Hvp};
-use chad::internals::ad::{Vjp, check_primitive};
+use chad::internals::ad::check_primitive;
 use chad::internals::ir::compile::Compiled;
-use chad::internals::oracle::fd;
-use chad::internals::simplify::simplify;
 use chad::internals::source::term::{Entry, Term, TermKind as S, Var};
 use chad::internals::target::linear::padadd::{eval, pad_add};
 use chad::internals::types::Type;
@@ -98,19 +97,6 @@ fn the_lowering_gives_the_evaluators_values_bit_for_bit() {
     }
 }
 
-fn load(src: &str) -> Entry {
-    let program =
-        chad::internals::source::load(src, &chad::internals::prim::Registry::builtin()).unwrap();
-    program.entry(program.defs.len() - 1)
-}
-
-fn close(a: &[f64], b: &[f64], tol: f64) -> bool {
-    a.len() == b.len()
-        && a.iter()
-            .zip(b)
-            .all(|(x, y)| (x - y).abs() <= tol * (1.0 + x.abs().max(y.abs())))
-}
-
 /// Programs whose reverse derivatives add cotangents of one array from several uses of it.
 const SHARED_ARRAYS: &[&str] = &[
     "def f (x : Array Real) : Real = sum (map (\\a -> a * a * a) x) + sum x * sum x",
@@ -122,41 +108,6 @@ const SHARED_ARRAYS: &[&str] = &[
 #[test]
 fn concretised_derivatives_use_it_and_agree_with_the_engine_and_finite_differences() {
     for src in SHARED_ARRAYS {
-        let e = load(src);
-        let ve = nested::vjp_entry(&e).unwrap();
-        let printed = chad::internals::source::print::term_to_string(&ve.body, 100);
-        assert!(printed.contains("padAdd"), "no padAdd in\n{printed}");
-        let vjp = Vjp::new(&e).unwrap().map_body(simplify);
-        let hvp = Hvp::new(&e, &[true]).unwrap();
-        for n in [0usize, 1, 2, 7, 40] {
-            let xs: Vec<f64> = (0..n).map(|k| ((k * 37 % 11) as f64) / 5.0 - 1.1).collect();
-            let ts: Vec<f64> = (0..n).map(|k| ((k * 13 % 7) as f64) / 3.0 - 1.0).collect();
-            let a = [Value::reals(xs.clone())];
-            let (y1, g1) = vjp.grad(&a).unwrap();
-            let out =
-                chad::internals::eval::eval_entry(&ve, &[a[0].clone(), Value::Real(1.0)]).unwrap();
-            let (y2, g2) = out.expect_pair();
-            assert_eq!(y1.same(y2), Some(true), "{src} at n = {n}");
-            let (g1, g2) = (fd::leaves(&g1[0]), fd::leaves(g2));
-            assert!(close(&g1, &g2, 1e-9), "{src} at n = {n}: {g1:?} vs {g2:?}");
-            // The Hessian-vector product against central differences of the gradient.
-            let r = hvp.hvp(&a, &[Value::reals(ts.clone())]).unwrap();
-            let hv = fd::leaves(r.hvp[0].as_ref().unwrap());
-            let shifted = |s: f64| {
-                let x: Vec<f64> = xs.iter().zip(&ts).map(|(x, t)| x + s * t).collect();
-                fd::leaves(&vjp.grad(&[Value::reals(x)]).unwrap().1[0])
-            };
-            let h = 1e-5;
-            let (gp, gm) = (shifted(h), shifted(-h));
-            let fd_hv: Vec<f64> = gp
-                .iter()
-                .zip(&gm)
-                .map(|(p, m)| (p - m) / (2.0 * h))
-                .collect();
-            assert!(
-                close(&hv, &fd_hv, 1e-6),
-                "{src} at n = {n}: {hv:?} vs {fd_hv:?}"
-            );
-        }
+        common::concretised_gradient_and_hvp_agree(src, "padAdd", &[0, 1, 2, 7, 40], 1e-6);
     }
 }

@@ -10,8 +10,10 @@
 //!   repeated indices): their concretised gradients use `scatterAdd`, and agree with the
 //!   engine's gradients and their Hessian-vector products with finite differences of them.
 
+mod common;
+
 use chad::Value;
-use chad::internals::ad::nested::{self, Hvp};
+use chad::internals::ad::nested;
 use chad::internals::ad::{Jvp, Vjp, check_primitive};
 use chad::internals::oracle::fd;
 use chad::internals::simplify::simplify;
@@ -145,12 +147,6 @@ fn a_program_using_it_differentiates_once_and_twice() {
     }
 }
 
-fn load(src: &str) -> Entry {
-    let program =
-        chad::internals::source::load(src, &chad::internals::prim::Registry::builtin()).unwrap();
-    program.entry(program.defs.len() - 1)
-}
-
 /// Programs whose gradients are sums of many one-hots, each with the forms `fused_sum` goes
 /// through: lets (Rosenbrock), a branch, scaling, repeated indices.
 const MANY_ONE_HOTS: &[&str] = &[
@@ -169,44 +165,6 @@ const MANY_ONE_HOTS: &[&str] = &[
 #[test]
 fn gradients_of_many_one_hots_use_it_and_agree_with_the_engine_and_finite_differences() {
     for src in MANY_ONE_HOTS {
-        let e = load(src);
-        let ve = nested::vjp_entry(&e).unwrap();
-        let printed = chad::internals::source::print::term_to_string(&ve.body, 100);
-        assert!(
-            printed.contains("scatterAdd"),
-            "no scatterAdd in\n{printed}"
-        );
-        let vjp = Vjp::new(&e).unwrap().map_body(simplify);
-        let hvp = Hvp::new(&e, &[true]).unwrap();
-        for n in [1usize, 2, 7, 40] {
-            let xs: Vec<f64> = (0..n).map(|k| ((k * 37 % 11) as f64) / 5.0 - 1.1).collect();
-            let ts: Vec<f64> = (0..n).map(|k| ((k * 13 % 7) as f64) / 3.0 - 1.0).collect();
-            let a = [Value::reals(xs.clone())];
-            let (y1, g1) = vjp.grad(&a).unwrap();
-            let out =
-                chad::internals::eval::eval_entry(&ve, &[a[0].clone(), Value::Real(1.0)]).unwrap();
-            let (y2, g2) = out.expect_pair();
-            assert_eq!(y1.same(y2), Some(true), "{src} at n = {n}");
-            let (g1, g2) = (fd::leaves(&g1[0]), fd::leaves(g2));
-            assert!(close(&g1, &g2, 1e-9), "{src} at n = {n}: {g1:?} vs {g2:?}");
-            // The Hessian-vector product against central differences of the gradient.
-            let r = hvp.hvp(&a, &[Value::reals(ts.clone())]).unwrap();
-            let hv = fd::leaves(r.hvp[0].as_ref().unwrap());
-            let shifted = |s: f64| {
-                let x: Vec<f64> = xs.iter().zip(&ts).map(|(x, t)| x + s * t).collect();
-                fd::leaves(&vjp.grad(&[Value::reals(x)]).unwrap().1[0])
-            };
-            let h = 1e-5;
-            let (gp, gm) = (shifted(h), shifted(-h));
-            let want: Vec<f64> = gp
-                .iter()
-                .zip(&gm)
-                .map(|(a, b)| (a - b) / (2.0 * h))
-                .collect();
-            assert!(
-                close(&hv, &want, 1e-5),
-                "{src} at n = {n}: {hv:?} vs {want:?}"
-            );
-        }
+        common::concretised_gradient_and_hvp_agree(src, "scatterAdd", &[1, 2, 7, 40], 1e-5);
     }
 }

@@ -33,6 +33,24 @@
 //! * a copower is a binary tree of concatenations, so `plus` is O(1) and `fold` is linear in
 //!   the number of pairs (iterative, any depth).
 
+/// Declares an internal primitive of the concretiser ([`scatter`], [`padadd`]): a handle per
+/// thread, registered once from the module's `primitive()` (which type-checks its derivative
+/// rules), and the accessor `$get` returning it.
+macro_rules! internal_primitive {
+    ($(#[$m:meta])* $cell:ident, $get:ident) => {
+        thread_local! {
+            static $cell: crate::prim::Prim = crate::prim::Registry::empty()
+                .register(primitive())
+                .unwrap_or_else(|e| panic!("internal error: `{NAME}` does not register: {e}"));
+        }
+
+        $(#[$m])*
+        pub fn $get() -> crate::prim::Prim {
+            $cell.with(crate::prim::Prim::clone)
+        }
+    };
+}
+
 pub mod concrete;
 pub mod padadd;
 pub mod scatter;

@@ -283,6 +283,56 @@ pub fn args(e: &chad::internals::source::term::Entry, vals: &[&str]) -> Vec<Valu
         .collect()
 }
 
+/// The program's concretised reverse derivative (`nested::vjp_entry`) uses the internal
+/// primitive `uses`, and at arrays of each of `sizes` it gives the engine's value and gradient
+/// (to 1e-9), and its Hessian-vector products equal central differences of the engine's
+/// gradient (to `hvp_tol`).
+pub fn concretised_gradient_and_hvp_agree(src: &str, uses: &str, sizes: &[usize], hvp_tol: f64) {
+    use chad::internals::ad::Vjp;
+    use chad::internals::ad::nested::{self, Hvp};
+    use chad::internals::oracle::fd;
+    let e = entry(src);
+    let ve = nested::vjp_entry(&e).unwrap();
+    let printed = chad::internals::source::print::term_to_string(&ve.body, 100);
+    assert!(printed.contains(uses), "no {uses} in\n{printed}");
+    let vjp = Vjp::new(&e)
+        .unwrap()
+        .map_body(chad::internals::simplify::simplify);
+    let hvp = Hvp::new(&e, &[true]).unwrap();
+    for &n in sizes {
+        let xs: Vec<f64> = (0..n).map(|k| ((k * 37 % 11) as f64) / 5.0 - 1.1).collect();
+        let ts: Vec<f64> = (0..n).map(|k| ((k * 13 % 7) as f64) / 3.0 - 1.0).collect();
+        let a = [Value::reals(xs.clone())];
+        let (y1, g1) = vjp.grad(&a).unwrap();
+        let out =
+            chad::internals::eval::eval_entry(&ve, &[a[0].clone(), Value::Real(1.0)]).unwrap();
+        let (y2, g2) = out.expect_pair();
+        assert_eq!(y1.same(y2), Some(true), "{src} at n = {n}");
+        let (g1, g2) = (fd::leaves(&g1[0]), fd::leaves(g2));
+        assert!(
+            close_reals(&g1, &g2, 1e-9),
+            "{src} at n = {n}: {g1:?} vs {g2:?}"
+        );
+        let r = hvp.hvp(&a, &[Value::reals(ts.clone())]).unwrap();
+        let hv = fd::leaves(r.hvp[0].as_ref().unwrap());
+        let shifted = |s: f64| {
+            let x: Vec<f64> = xs.iter().zip(&ts).map(|(x, t)| x + s * t).collect();
+            fd::leaves(&vjp.grad(&[Value::reals(x)]).unwrap().1[0])
+        };
+        let h = 1e-5;
+        let (gp, gm) = (shifted(h), shifted(-h));
+        let want: Vec<f64> = gp
+            .iter()
+            .zip(&gm)
+            .map(|(a, b)| (a - b) / (2.0 * h))
+            .collect();
+        assert!(
+            close_reals(&hv, &want, hvp_tol),
+            "{src} at n = {n}: {hv:?} vs {want:?}"
+        );
+    }
+}
+
 /// Same length, and each pair equal to `tol` relative to `1 + max(|x|, |y|)` (NaN with NaN).
 pub fn close_reals(a: &[f64], b: &[f64], tol: f64) -> bool {
     a.len() == b.len()

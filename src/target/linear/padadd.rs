@@ -27,7 +27,7 @@
 //! introduces it, and its registration type-checks both rules.
 
 use crate::error::Result;
-use crate::prim::{Derivative, Prim, Primitive, Registry};
+use crate::prim::{Derivative, Primitive};
 use crate::target::term::{LTerm, LTermKind, Term, TermKind, Var};
 use crate::target::types::Ty;
 use crate::types::Type;
@@ -36,14 +36,11 @@ use crate::value::Value;
 /// The primitive's name.
 pub const NAME: &str = "padAdd";
 
-thread_local! {
-    static PAD_ADD: Prim = register();
-}
-
-/// The `padAdd` primitive (the same shared handle every time on a thread).
-pub fn pad_add() -> Prim {
-    PAD_ADD.with(Prim::clone)
-}
+internal_primitive!(
+    /// The `padAdd` primitive (the same shared handle every time on a thread).
+    PAD_ADD,
+    pad_add
+);
 
 /// Evaluation: `padAdd xs ys` on the argument pair `(xs, ys)`.
 pub fn eval(arg: &Value) -> Result<Value> {
@@ -95,12 +92,6 @@ pub fn primitive() -> Primitive {
         eval,
     )
     .with_derivative(Derivative::terms(forward, transpose))
-}
-
-fn register() -> Prim {
-    Registry::empty()
-        .register(primitive())
-        .unwrap_or_else(|e| panic!("internal error: `{NAME}` does not register: {e}"))
 }
 
 #[cfg(test)]

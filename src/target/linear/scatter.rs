@@ -27,7 +27,7 @@
 //! type-checks both rules like any primitive's.
 
 use crate::error::Result;
-use crate::prim::{Derivative, Prim, Primitive, Registry, op};
+use crate::prim::{Derivative, Primitive, op};
 use crate::target::term::{LTerm, LTermKind, Lit, Pat, Term, TermKind, Var};
 use crate::target::types::{LTy, Ty};
 use crate::types::Type;
@@ -36,14 +36,11 @@ use crate::value::{Value, check_len};
 /// The primitive's name.
 pub const NAME: &str = "scatterAdd";
 
-thread_local! {
-    static SCATTER_ADD: Prim = register();
-}
-
-/// The `scatterAdd` primitive (the same shared handle every time on a thread).
-pub fn scatter_add() -> Prim {
-    SCATTER_ADD.with(Prim::clone)
-}
+internal_primitive!(
+    /// The `scatterAdd` primitive (the same shared handle every time on a thread).
+    SCATTER_ADD,
+    scatter_add
+);
 
 /// Evaluation: `scatterAdd n is xs` on the argument tuple `(n, (is, xs))`.
 pub fn eval(arg: &Value) -> Result<Value> {
@@ -131,10 +128,4 @@ pub fn primitive() -> Primitive {
         eval,
     )
     .with_derivative(Derivative::terms(forward, transpose))
-}
-
-fn register() -> Prim {
-    Registry::empty()
-        .register(primitive())
-        .unwrap_or_else(|e| panic!("internal error: `{NAME}` does not register: {e}"))
 }
