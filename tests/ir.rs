@@ -1957,3 +1957,91 @@ def f (xs : Array (Array Real)) (w : Array Real) : Real =
             .unwrap_or_else(|e| panic!("n = {n}: {e}"));
     }
 }
+
+/// chad's own `sin`, `cos` and `tanh` in vector lanes (note 07 §4, "elementary functions in
+/// lanes"): sums of them run in buffered lanes on the threads (`lane_chunks`), and a `for`
+/// loop computes its calls ahead a block at a time (`fiss_ahead`). Values, tangents and
+/// cotangents natively equal the IR interpreter's bit for bit: at lengths around the lanes,
+/// blocks and chunks; with an argument outside `sin`'s and `cos`'s core range (the lanes'
+/// flag, then the plain forms), with NaN and infinities; on one thread and on three.
+#[test]
+fn elementary_functions_in_lanes_agree_bit_for_bit() {
+    let src = "\
+def wave (a : Real) (b : Real) (xs : Array Real) : Real =
+  sum (map (\\(x : Real) -> a * x + sin (b * x)) xs)
+
+def waves (xs : Array Real) (ys : Array Real) : Real =
+  sum (map2 (\\(x : Real) (y : Real) -> cos x * y + tanh (x * y)) xs ys)
+";
+    let (module, text) = emitted(src, true, true);
+    let wave = emitted_fn(&text, "wave");
+    assert!(
+        wave.contains("lane_chunks(") && wave.contains("sin_lane("),
+        "no lanes in wave:\n{wave}"
+    );
+    let jvp = emitted_fn(&text, "wave_jvp");
+    assert!(
+        jvp.contains("lane_chunks(") && jvp.contains("cos_lane("),
+        "{jvp}"
+    );
+    let waves = emitted_fn(&text, "waves");
+    assert!(
+        waves.contains("lane_chunks(") && waves.contains("tanh("),
+        "{waves}"
+    );
+    let vjp = emitted_fn(&text, "wave_vjp");
+    assert!(
+        vjp.contains("fiss_ahead(") && vjp.contains("cos_lane("),
+        "no calls computed ahead in wave's VJP:\n{vjp}"
+    );
+    let native = built(module);
+    let lengths = [
+        0usize, 1, 7, 15, 16, 17, 40, 511, 512, 513, 1030, 4105, 9000,
+    ];
+    for par in [false, true] {
+        if par {
+            native.set_parallelism(3, 0).unwrap();
+        }
+        for n in lengths {
+            for special in 0..3 {
+                let val = |i: usize| match (special, i) {
+                    // Outside the core range: the lanes flag it, the plain forms call libm.
+                    (1, _) if i == n / 2 => 1.0e7,
+                    (2, _) if i % 97 == 5 => [f64::NAN, f64::INFINITY, -0.0][i % 3],
+                    _ => (i as f64 * 0.37).sin() * 3.0 + i as f64 * 1e-3,
+                };
+                let xs: Vec<f64> = (0..n).map(val).collect();
+                let ys: Vec<f64> = (0..n).map(|i| val(i + 11) * 0.5).collect();
+                let ts: Vec<f64> = (0..n).map(|i| (i as f64 * 0.11).cos()).collect();
+                // With `a = 0` in case 1 (the loops' versions for a zero factor), so that
+                // `a x` does not swamp the huge argument's `sin`.
+                let a = if special == 1 { 0.0 } else { 0.7 };
+                let cases = [
+                    (
+                        0,
+                        vec![Value::Real(a), Value::Real(1.3), Value::reals(xs.clone())],
+                    ),
+                    (1, vec![Value::reals(xs.clone()), Value::reals(ys.clone())]),
+                ];
+                for (k, args) in cases {
+                    let at = format!(
+                        "{} at n = {n}, case {special}, parallel {par}",
+                        native.defs[k].entry.name
+                    );
+                    primal_bit_for_bit(&native, k, &args).unwrap_or_else(|e| panic!("{at}: {e}"));
+                    vjp_bit_for_bit(&native, k, &args, &Value::Real(1.5))
+                        .unwrap_or_else(|e| panic!("{at}: {e}"));
+                    let tangents: Vec<Value> = args
+                        .iter()
+                        .map(|a| match a {
+                            Value::Real(_) => Value::Real(0.25),
+                            _ => Value::reals(ts.clone()),
+                        })
+                        .collect();
+                    jvp_bit_for_bit(&native, k, &args, &tangents)
+                        .unwrap_or_else(|e| panic!("{at}: {e}"));
+                }
+            }
+        }
+    }
+}

@@ -839,6 +839,48 @@ fn par_sum(n: i64, cost: u64, f: impl Fn(i64) -> Result<f64, Error> + Sync) -> R
     Ok(total)
 }
 
+/// The chunks of [`sum_by`]'s order over `n` terms (`SUM_CHUNK` each, the last shorter),
+/// each computed by `chunk(c0, c1)` (its terms' lanes, added in their tree) and passed to
+/// `add` in order: on up to [`threads`] threads where the work `n · cost` is enough, the
+/// chunks' results then collected first. False as soon as (or if) a chunk gives `None` (an
+/// elementary function's argument outside its core range: the caller adds the sum again).
+#[allow(dead_code)]
+#[inline]
+fn lane_chunks<T: Send>(
+    n: usize,
+    cost: u64,
+    chunk: impl Fn(usize, usize) -> Option<T> + Sync,
+    mut add: impl FnMut(T),
+) -> bool {
+    let c = SUM_CHUNK as usize;
+    let chunks = n.div_ceil(c);
+    if par_threads(chunks, cost.saturating_mul(SUM_CHUNK as u64)) <= 1 {
+        let mut c0 = 0;
+        while c0 < n {
+            let c1 = (c0 + c).min(n);
+            match chunk(c0, c1) {
+                Some(t) => add(t),
+                None => return false,
+            }
+            c0 = c1;
+        }
+        return true;
+    }
+    let Ok(parts) = par_build(chunks, cost.saturating_mul(SUM_CHUNK as u64), |k| {
+        let c0 = k as usize * c;
+        Ok(chunk(c0, (c0 + c).min(n)))
+    }) else {
+        return false;
+    };
+    for t in parts {
+        match t {
+            Some(t) => add(t),
+            None => return false,
+        }
+    }
+    true
+}
+
 std::thread_local! {
     /// Buffers of dropped [`Scratch`] arrays, for the next local array built on this thread.
     static SCRATCH: std::cell::RefCell<Vec<Vec<f64>>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -1009,6 +1051,17 @@ struct Emitter<'a> {
     /// Emitting the speculative copy of a `sum` body ([`Emitter::speculable`]): scalings
     /// are plain products.
     plain_smul: bool,
+    /// Emitting a body that runs in vector lanes: chad's elementary functions as their
+    /// `_lane` forms, which flag an argument outside their core range in `lane_bad`
+    /// (`prim::elementary`) instead of calling libm.
+    lane_calls: bool,
+    /// In a `for` loop whose elementary-function calls run ahead in blocks
+    /// ([`Emitter::fission_plan`]): each call's variable, with the buffer element that
+    /// holds its value.
+    fissioned: FxHashMap<u32, String>,
+    /// `let`s of such a loop's body that only the calls computed ahead read: not emitted
+    /// in the body.
+    fission_skip: FxHashSet<u32>,
     /// Reals of `sum` bodies whose sign of zero nothing observes ([`Emitter::sign_free`]).
     sign_free: FxHashSet<u32>,
     /// The `let` being emitted binds a variable of [`Emitter::sign_free`].
@@ -1136,6 +1189,9 @@ impl<'a> Emitter<'a> {
             windows: FxHashMap::default(),
             window_loads: FxHashMap::default(),
             plain_smul: false,
+            lane_calls: false,
+            fissioned: FxHashMap::default(),
+            fission_skip: FxHashSet::default(),
             sign_free: FxHashSet::default(),
             binding_sign_free: false,
             assumed: FxHashSet::default(),
@@ -2610,6 +2666,8 @@ impl<'a> Emitter<'a> {
         }
         let (pads, added) = self.pad_reads(i, n, body, depth);
         out.push_str(&pads);
+        // Elementary-function calls computed ahead, a block at a time, in vector lanes.
+        let plan = self.fission_plan(i, body);
         // Sliding windows: before the loop, the elements the first iteration finds carried;
         // at the end of each iteration, the oldest element stored and the window shifted;
         // after the loop, the carried elements stored.
@@ -2632,6 +2690,10 @@ impl<'a> Emitter<'a> {
             self.invariant_scales(body)
         };
         let d = depth + usize::from(carried) + usize::from(!factors.is_empty());
+        let fission = match plan {
+            Some(plan) => Some(self.fission_code(i, body, &plan, d)?),
+            None => None,
+        };
         let (mut before, mut head, mut tail, mut after) =
             (String::new(), String::new(), String::new(), String::new());
         // Buffers reused across iterations: declared before the loop, refilled at the end of
@@ -2721,8 +2783,12 @@ impl<'a> Emitter<'a> {
         let was_versioned = self.versioned;
         // Rows four at a time first, where the loop is of the form (and has no window or
         // pool of its own): in the version with the invariant factors nonzero, if any.
-        let jams =
-            pools.is_empty() && head.is_empty() && tail.is_empty() && after.is_empty() && !carried;
+        let jams = pools.is_empty()
+            && head.is_empty()
+            && tail.is_empty()
+            && after.is_empty()
+            && !carried
+            && fission.is_none();
         let fast = if factors.is_empty() {
             None
         } else {
@@ -2759,6 +2825,23 @@ impl<'a> Emitter<'a> {
         for s in loads_at {
             self.window_loads.remove(&s);
         }
+        let fission = fission.map(|(prepass, ids)| {
+            for x in ids {
+                self.fissioned.remove(&x);
+                self.fission_skip.remove(&x);
+            }
+            prepass
+        });
+        // The loop from `start`, in blocks with their calls computed ahead where planned.
+        let looped = |start: &str, b: &str| match &fission {
+            None => format!("for {iname} in {start}..{nname} {b}"),
+            Some(prepass) => {
+                let ind = "    ".repeat(d);
+                format!(
+                    "{{\n{prepass}{ind}    let mut fiss_s0 = ({start}).max(0) as usize;\n{ind}    let fiss_n = {nname}.max(0) as usize;\n{ind}    while fiss_s0 < fiss_n {{\n{ind}        let fiss_s1 = if fiss_n - fiss_s0 > {LANE_BLOCK} {{ fiss_s0 + {LANE_BLOCK} }} else {{ fiss_n }};\n{ind}        fiss_ahead(fiss_s0, fiss_s1, &mut fiss_b);\n{ind}        for {iname} in (fiss_s0 as i64)..(fiss_s1 as i64) {b}\n{ind}        fiss_s0 = fiss_s1;\n{ind}    }}\n{ind}}}"
+                )
+            }
+        };
         let (b, jam) = (r?, jam?);
         if carried {
             // The carried elements are read, and written back, only if the loop runs.
@@ -2776,7 +2859,7 @@ impl<'a> Emitter<'a> {
                     None => "0",
                 };
                 Self::indent(out, d);
-                let _ = writeln!(out, "for {iname} in {start}..{nname} {b}");
+                let _ = writeln!(out, "{}", looped(start, &b));
             }
             Some((fast, jam)) => {
                 let (fast, jam) = (fast?, jam?);
@@ -2798,11 +2881,11 @@ impl<'a> Emitter<'a> {
                     None => "0",
                 };
                 Self::indent(out, d);
-                let _ = writeln!(out, "for {iname} in {start}..{nname} {fast}");
+                let _ = writeln!(out, "{}", looped(start, &fast));
                 Self::indent(out, d - 1);
                 out.push_str("} else {\n");
                 Self::indent(out, d);
-                let _ = writeln!(out, "for {iname} in 0..{nname} {b}");
+                let _ = writeln!(out, "{}", looped("0", &b));
                 Self::indent(out, d - 1);
                 out.push_str("}\n");
             }
@@ -2813,6 +2896,235 @@ impl<'a> Emitter<'a> {
             out.push_str("}\n");
         }
         Ok(())
+    }
+
+    /// The elementary-function calls of a `for` loop's body that can be computed ahead of
+    /// the iterations that use them (fission): a top-level `let` of `sin`, `cos` or
+    /// `tanh` whose argument comes, through top-level `let`s of arithmetic, from values bound
+    /// outside the loop and reals read at the loop index from arrays bound outside it
+    /// (padded reads, [`Emitter::pad_reads`]). Such a chain cannot fail, reads no mutable
+    /// variable and has no effect, so computing it early changes nothing but the time:
+    /// [`Emitter::for_loop`] then computes the calls for a block of [`LANE_BLOCK`] iterations
+    /// in vector lanes ([`Emitter::fission_code`]) before running the block. None in a body
+    /// that may `break`, or without such a call.
+    fn fission_plan(&self, i: &super::Var, body: &Block) -> Option<FissionPlan> {
+        if breaks(body) {
+            return None;
+        }
+        let internal = self.internal_site();
+        let top: FxHashSet<u32> = body
+            .stmts
+            .iter()
+            .filter_map(|s| match s {
+                Stmt::Let(x, _) => Some(x.id),
+                Stmt::Mut(m, _) => Some(m.0.id),
+                _ => None,
+            })
+            .collect();
+        let mut pure: FxHashSet<u32> = FxHashSet::default();
+        let mut arrays: Vec<(u32, String)> = Vec::new();
+        let mut lets: Vec<(usize, u32, Vec<u32>)> = Vec::new();
+        for (k, s) in body.stmts.iter().enumerate() {
+            let Stmt::Let(x, e) = s else { continue };
+            if x.ty != Ty::F64 {
+                continue;
+            }
+            let operand = |a: &Atom| match a {
+                Atom::Var(v) => v.id != i.id && (pure.contains(&v.id) || !top.contains(&v.id)),
+                Atom::F64(_) => true,
+                _ => false,
+            };
+            let ok = match e {
+                Expr::Index(Atom::Var(a), Atom::Var(j), _)
+                | Expr::IndexOr0(Atom::Var(a), Atom::Var(j))
+                    if j.id == i.id && !top.contains(&a.id) =>
+                {
+                    let checked = matches!(e, Expr::Index(_, _, site) if Some(*site) != internal);
+                    match self.padded.get(&(a.id, i.id)) {
+                        Some(name) if !checked => {
+                            if !arrays.iter().any(|(b, _)| *b == a.id) {
+                                arrays.push((a.id, name.clone()));
+                            }
+                            true
+                        }
+                        _ => false,
+                    }
+                }
+                Expr::Prim(p, xs, _) => lane_prim(p.name(), true) && xs.iter().all(operand),
+                Expr::Op(super::Op::FAdd | super::Op::FMul | super::Op::FNeg, xs) => {
+                    xs.iter().all(operand)
+                }
+                _ => false,
+            };
+            if ok {
+                pure.insert(x.id);
+                let reads = super::opt::operands(e)
+                    .filter_map(|a| match a {
+                        Atom::Var(v) if pure.contains(&v.id) => Some(v.id),
+                        _ => None,
+                    })
+                    .collect();
+                lets.push((k, x.id, reads));
+            }
+        }
+        let calls: Vec<usize> = lets
+            .iter()
+            .filter(|(k, _, _)| {
+                matches!(&body.stmts[*k], Stmt::Let(_, Expr::Prim(p, ..))
+                    if matches!(p.name(), "sin" | "cos" | "tanh"))
+            })
+            .map(|(k, _, _)| *k)
+            .collect();
+        if calls.is_empty() {
+            return None;
+        }
+        // The calls' chains: what they read, transitively (the `let`s come in body order,
+        // so one backward pass).
+        let mut needed: FxHashSet<u32> = FxHashSet::default();
+        for (k, x, reads) in lets.iter().rev() {
+            if calls.contains(k) || needed.contains(x) {
+                needed.insert(*x);
+                needed.extend(reads.iter().copied());
+            }
+        }
+        let chain: Vec<usize> = lets
+            .iter()
+            .filter(|(_, x, _)| needed.contains(x))
+            .map(|(k, _, _)| *k)
+            .collect();
+        // A chain `let` that only the chain reads need not be computed again in the body.
+        let mut within: FxHashMap<u32, u32> = FxHashMap::default();
+        for k in &chain {
+            if let Stmt::Let(_, e) = &body.stmts[*k] {
+                for a in super::opt::operands(e) {
+                    if let Atom::Var(v) = a {
+                        *within.entry(v.id).or_default() += 1;
+                    }
+                }
+            }
+        }
+        let skip = chain
+            .iter()
+            .filter(|k| !calls.contains(k))
+            .filter_map(|k| match &body.stmts[*k] {
+                Stmt::Let(x, _) => Some(x.id),
+                _ => None,
+            })
+            .filter(|x| self.uses.get(x).map(|u| u.count) == within.get(x).copied())
+            .collect();
+        arrays.retain(|(a, _)| {
+            chain.iter().any(|k| {
+                matches!(&body.stmts[*k], Stmt::Let(_, Expr::Index(Atom::Var(b), ..) | Expr::IndexOr0(Atom::Var(b), _)) if b.id == *a)
+            })
+        });
+        Some(FissionPlan {
+            chain,
+            calls,
+            arrays,
+            skip,
+        })
+    }
+
+    /// The code that computes a [`FissionPlan`]'s calls ahead: buffers `fiss_b` (one row of
+    /// [`LANE_BLOCK`] reals per call) and a closure `fiss_ahead(s0, s1, &mut fiss_b)` that
+    /// fills them for iterations `s0..s1` with the chains in their lane forms, and again
+    /// with the plain forms if an argument was outside an elementary function's core range
+    /// (the same values either way, `prim::elementary`). Then the calls' variables read
+    /// their buffer in the body, and the chain `let`s only they needed are left out: the
+    /// prepass, and the variables so redirected (for [`Emitter::for_loop`] to forget after).
+    fn fission_code(
+        &mut self,
+        i: &super::Var,
+        body: &Block,
+        plan: &FissionPlan,
+        depth: usize,
+    ) -> Result<(String, Vec<u32>)> {
+        let ind = "    ".repeat(depth);
+        let nb = plan.calls.len();
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{ind}    let mut fiss_b = [[0.0f64; {LANE_BLOCK}]; {nb}];"
+        );
+        let _ = writeln!(
+            s,
+            "{ind}    let fiss_ahead = |fiss_s0: usize, fiss_s1: usize, fiss_b: &mut [[f64; {LANE_BLOCK}]; {nb}]| {{"
+        );
+        let _ = writeln!(s, "{ind}        let lane_m = fiss_s1 - fiss_s0;");
+        let mut saved = Vec::new();
+        for (k, (a, name)) in plan.arrays.iter().enumerate() {
+            let _ = writeln!(s, "{ind}        let fiss_q{k} = &{name}[fiss_s0..fiss_s1];");
+            saved.push((*a, self.padded.insert((*a, i.id), format!("fiss_q{k}"))));
+        }
+        let outs: Vec<String> = (0..nb).map(|k| format!("fiss_o{k}")).collect();
+        let _ = writeln!(s, "{ind}        let [{}] = fiss_b;", outs.join(", "));
+        for o in &outs {
+            let _ = writeln!(s, "{ind}        let {o} = &mut {o}[..lane_m];");
+        }
+        // Only `sin` and `cos` flag arguments (`tanh` has no libm call to fall back to).
+        let flagged = plan.chain.iter().any(|k| {
+            matches!(&body.stmts[*k], Stmt::Let(_, Expr::Prim(p, ..)) if matches!(p.name(), "sin" | "cos"))
+        });
+        if flagged {
+            let _ = writeln!(s, "{ind}        let mut lane_bad = false;");
+        }
+        let iv = self.decl_name(i);
+        let pass = |e: &mut Self, lanes: bool| -> Result<String> {
+            let was = std::mem::replace(&mut e.lane_calls, lanes);
+            let mut b = String::new();
+            let _ = writeln!(b, "for fiss_k in 0..lane_m {{");
+            Self::indent(&mut b, depth + 3);
+            let _ = writeln!(b, "let {iv}: i64 = fiss_k as i64;");
+            let mut r = Ok(());
+            for k in &plan.chain {
+                r = r.and_then(|()| e.stmt(&body.stmts[*k], depth + 3, &mut b));
+            }
+            for (o, k) in outs.iter().zip(&plan.calls) {
+                if let Stmt::Let(x, _) = &body.stmts[*k] {
+                    Self::indent(&mut b, depth + 3);
+                    let _ = writeln!(b, "{o}[fiss_k] = {};", e.decl_name(x));
+                }
+            }
+            Self::indent(&mut b, depth + 2);
+            b.push('}');
+            e.lane_calls = was;
+            r.map(|()| b)
+        };
+        let lanes = pass(self, true);
+        let plain = if flagged {
+            pass(self, false).map(Some)
+        } else {
+            Ok(None)
+        };
+        for (a, old) in saved {
+            match old {
+                Some(name) => self.padded.insert((a, i.id), name),
+                None => self.padded.remove(&(a, i.id)),
+            };
+        }
+        let (lanes, plain) = (lanes?, plain?);
+        let _ = writeln!(s, "{ind}        {lanes}");
+        if let Some(plain) = plain {
+            let plain = plain.replace('\n', "\n    ");
+            let _ = writeln!(
+                s,
+                "{ind}        if lane_bad {{\n{ind}            {plain}\n{ind}        }}"
+            );
+        }
+        let _ = writeln!(s, "{ind}    }};");
+        let mut ids = Vec::new();
+        for (k, c) in plan.calls.iter().enumerate() {
+            if let Stmt::Let(x, _) = &body.stmts[*c] {
+                self.fissioned
+                    .insert(x.id, format!("fiss_b[{k}][({iv} as usize) - fiss_s0]"));
+                ids.push(x.id);
+            }
+        }
+        for x in &plan.skip {
+            self.fission_skip.insert(*x);
+            ids.push(*x);
+        }
+        Ok((s, ids))
     }
 
     /// The real factors of a loop body's strong-zero scalings (at any depth, in the
@@ -3324,7 +3636,10 @@ impl<'a> Emitter<'a> {
     /// `let` (or a local real accumulator's `mut` and `+=`) of an expression that cannot fail,
     /// whose index is used only to read reals at it from slices of the loop's length
     /// ([`Emitter::pad_reads`]). In order of first read, at most [`LANE_SLICES`].
-    fn lane_slices(&self, i: &super::Var, b: &Block) -> Option<Vec<(u32, String)>> {
+    ///
+    /// With `calls`, chad's own elementary functions may be called (in their `_lane` forms,
+    /// [`Emitter::lane_sums`]); else arithmetic only.
+    fn lane_slices(&self, i: &super::Var, b: &Block, calls: bool) -> Option<Vec<(u32, String)>> {
         let internal = self.internal_site();
         let is_i = |a: &Atom| matches!(a, Atom::Var(x) if x.id == i.id);
         let mut slices: Vec<(u32, String)> = Vec::new();
@@ -3351,13 +3666,10 @@ impl<'a> Emitter<'a> {
                         Expr::Index(a, j, site) => Some(*site) == internal && !is_i(a) && !is_i(j),
                         Expr::IndexOr0(a, j) => !is_i(a) && !is_i(j),
                         Expr::Get(m) | Expr::Take(m) => locals.contains(&m.0.id),
-                        // Arithmetic only: a call (`exp`, `tanh`, ..) has no vector form, and
-                        // the lanes would only add code around it.
-                        Expr::Prim(p, ..)
-                            if !matches!(p.name(), "add" | "sub" | "mul" | "div" | "neg") =>
-                        {
-                            false
-                        }
+                        // Arithmetic and chad's own elementary functions only: a libm call
+                        // (`log`, `atan`, ..) has no vector form, and the lanes would only add
+                        // code around it.
+                        Expr::Prim(p, ..) if !lane_prim(p.name(), calls) => false,
                         Expr::Op(op, _)
                             if !matches!(
                                 op,
@@ -3429,7 +3741,10 @@ impl<'a> Emitter<'a> {
             bodies.push((plain, self.block_expr(b, depth)));
         }
         // The lane form of the sums that runs first (the plain ones when speculating).
-        let slices: Option<Vec<_>> = parts.iter().map(|(i, b)| self.lane_slices(i, b)).collect();
+        let slices: Option<Vec<_>> = parts
+            .iter()
+            .map(|(i, b)| self.lane_slices(i, b, true))
+            .collect();
         let spec: Vec<bool> = bodies.iter().map(|(p, _)| p.is_some()).collect();
         let lanes = slices.map(|sl| self.lane_sums(&n, parts, &sl, &spec, depth));
         self.unpad(added);
@@ -3467,8 +3782,24 @@ impl<'a> Emitter<'a> {
             .iter()
             .map(|c| format!(" && seq_sum({n}, {c})"))
             .collect();
+        let flagged = parts.iter().any(|(_, b)| flags_lanes(b));
+        // Lanes with elementary functions run on the threads themselves (`lane_chunks`).
+        let seq = if parts.iter().any(|(_, b)| calls_elementary(b)) {
+            String::new()
+        } else {
+            seq
+        };
         let first = |lanes: String, plain: String| {
-            format!("if {n} >= {LANE_MIN}{seq} {lanes} else {{ {plain} }}")
+            if flagged {
+                // The lanes give `None` where an elementary function's argument was outside
+                // its core range ([`Emitter::lane_sums`]): the plain sum then, which has the
+                // same value wherever the lanes have one.
+                format!(
+                    "match if {n} >= {LANE_MIN}{seq} {lanes} else {{ None }} {{ Some(lane_v) => lane_v, None => {{ {plain} }} }}"
+                )
+            } else {
+                format!("if {n} >= {LANE_MIN}{seq} {lanes} else {{ {plain} }}")
+            }
         };
         let sum = if parts.len() == 1 {
             match (&runs[0], lanes) {
@@ -3553,7 +3884,7 @@ impl<'a> Emitter<'a> {
         let mut lanes = |e: &mut Emitter, i: &super::Var, b: &Block| {
             let (_, a) = e.pad_reads(i, n, b, 0);
             added.extend(a);
-            e.lane_slices(i, b)
+            e.lane_slices(i, b, true)
         };
         let mut arrays: Vec<u32> = Vec::new();
         let fits = |arrays: &mut Vec<u32>, sl: Vec<(u32, String)>| {
@@ -3652,6 +3983,10 @@ impl<'a> Emitter<'a> {
             }
         };
         let ind = "    ".repeat(depth);
+        if parts.iter().any(|(_, b)| calls_elementary(b)) {
+            let flagged = parts.iter().any(|(_, b)| flags_lanes(b));
+            return self.lane_sums_buffered(n, parts, slices, &all, plain, flagged, depth);
+        }
         let mut adds = String::new();
         let mut tails = String::new();
         for (k, ((i, b), sl)) in parts.iter().zip(slices).enumerate() {
@@ -3727,6 +4062,123 @@ impl<'a> Emitter<'a> {
             s,
             "{ind}        lane_c0 = lane_c1;\n{ind}    }}\n{ind}    {result}\n{ind}}}"
         );
+        Ok(s)
+    }
+
+    /// [`Emitter::lane_sums`] for bodies that call elementary functions: each part's terms
+    /// are first computed into a buffer by a plain loop over up to [`LANE_BLOCK`] elements
+    /// (a loop the compiler reliably runs in vector lanes, which a body of that size inside
+    /// the eight-lane loop is not), then added into the part's eight lanes. The terms enter
+    /// the lanes in the same order (a block starts at a multiple of 8 within its chunk), so
+    /// the sums are [`Emitter::lane_sums`]' bit for bit.
+    #[allow(clippy::too_many_arguments)]
+    fn lane_sums_buffered(
+        &mut self,
+        n: &str,
+        parts: &[(&super::Var, &Block)],
+        slices: &[Vec<(u32, String)>],
+        all: &[(u32, String)],
+        plain: &[bool],
+        flagged: bool,
+        depth: usize,
+    ) -> Result<String> {
+        let q = |a: u32| match all.iter().position(|(x, _)| *x == a) {
+            Some(k) => format!("lane_q{k}"),
+            None => unreachable!("every part's slices are among `all`"),
+        };
+        let ind = "    ".repeat(depth);
+        let np = parts.len();
+        let cost = parts.iter().map(|(_, b)| cost(b)).max().unwrap_or(1);
+        let mut s = format!("{{\n{ind}    let lane_n = {n}.max(0) as usize;\n");
+        for k in 0..np {
+            let _ = writeln!(s, "{ind}    let mut lane_total{k} = 0.0f64;");
+        }
+        let _ = writeln!(
+            s,
+            "{ind}    let lane_ok = lane_chunks(lane_n, {cost}, |lane_c0: usize, lane_c1: usize| {{"
+        );
+        if flagged {
+            let _ = writeln!(s, "{ind}        let mut lane_bad = false;");
+        }
+        for k in 0..np {
+            let _ = writeln!(s, "{ind}        let mut lane_l{k} = [0.0f64; 8];");
+            let _ = writeln!(
+                s,
+                "{ind}        let mut lane_b{k} = [0.0f64; {LANE_BLOCK}];"
+            );
+        }
+        let _ = write!(
+            s,
+            "{ind}        let mut lane_s0 = lane_c0;\n{ind}        while lane_s0 < lane_c1 {{\n{ind}            let lane_s1 = if lane_c1 - lane_s0 > {LANE_BLOCK} {{ lane_s0 + {LANE_BLOCK} }} else {{ lane_c1 }};\n"
+        );
+        for (k, (_, name)) in all.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "{ind}            let lane_q{k} = &{name}[lane_s0..lane_s1];"
+            );
+        }
+        let _ = writeln!(s, "{ind}            let lane_m = lane_s1 - lane_s0;");
+        for (k, ((i, b), sl)) in parts.iter().zip(slices).enumerate() {
+            for (a, _) in sl {
+                self.padded.insert((*a, i.id), q(*a));
+            }
+            let was = std::mem::replace(&mut self.plain_smul, plain[k]);
+            let was_calls = std::mem::replace(&mut self.lane_calls, true);
+            let body = self.block_expr(b, depth + 4);
+            self.plain_smul = was;
+            self.lane_calls = was_calls;
+            for (a, name) in sl {
+                self.padded.insert((*a, i.id), name.clone());
+            }
+            let body = body?;
+            let iv = self.decl_name(i);
+            let _ = write!(
+                s,
+                "{ind}            for (lane_k, lane_o) in lane_b{k}[..lane_m].iter_mut().enumerate() {{\n{ind}                let {iv}: i64 = lane_k as i64;\n{ind}                *lane_o = {body};\n{ind}            }}\n{ind}            let mut lane_w = lane_b{k}[..lane_m].chunks_exact(8);\n{ind}            for lane_t in &mut lane_w {{\n{ind}                for lane_k in 0..8 {{\n{ind}                    lane_l{k}[lane_k] += lane_t[lane_k];\n{ind}                }}\n{ind}            }}\n{ind}            for (lane_k, lane_t) in lane_w.remainder().iter().enumerate() {{\n{ind}                lane_l{k}[lane_k] += *lane_t;\n{ind}            }}\n"
+            );
+        }
+        let _ = writeln!(s, "{ind}            lane_s0 = lane_s1;\n{ind}        }}");
+        let trees: Vec<String> = (0..np)
+            .map(|k| {
+                let l = format!("lane_l{k}");
+                format!("(({l}[0] + {l}[1]) + ({l}[2] + {l}[3])) + (({l}[4] + {l}[5]) + ({l}[6] + {l}[7]))")
+            })
+            .collect();
+        let chunk = if np == 1 {
+            trees[0].clone()
+        } else {
+            format!("({})", trees.join(", "))
+        };
+        if flagged {
+            let _ = writeln!(
+                s,
+                "{ind}        if lane_bad {{ None }} else {{ Some({chunk}) }}"
+            );
+        } else {
+            let _ = writeln!(s, "{ind}        Some({chunk})");
+        }
+        let adds: Vec<String> = (0..np)
+            .map(|k| {
+                if np == 1 {
+                    "lane_total0 += lane_t;".to_string()
+                } else {
+                    format!("lane_total{k} += lane_t.{k};")
+                }
+            })
+            .collect();
+        let _ = writeln!(s, "{ind}    }}, |lane_t| {{ {} }});", adds.join(" "));
+        let totals: Vec<String> = (0..np).map(|k| format!("lane_total{k}")).collect();
+        let mut result = if np == 1 {
+            totals[0].clone()
+        } else {
+            format!("({})", totals.join(", "))
+        };
+        if flagged {
+            result = format!("if lane_ok {{ Some({result}) }} else {{ None }}");
+        } else {
+            result = format!("{{ let _ = lane_ok; {result} }}");
+        }
+        let _ = write!(s, "{ind}    {result}\n{ind}}}");
         Ok(s)
     }
 
@@ -4194,7 +4646,7 @@ impl<'a> Emitter<'a> {
         depth: usize,
     ) -> bool {
         let (_, added) = self.pad_reads(j, m, sb, depth);
-        let slices = self.lane_slices(j, sb);
+        let slices = self.lane_slices(j, sb, false);
         self.unpad(added);
         slices.is_some_and(|slices| {
             let windows: usize = slices
@@ -4225,7 +4677,7 @@ impl<'a> Emitter<'a> {
         code: &mut String,
     ) -> Result<()> {
         let (_, added) = self.pad_reads(j, m, sb, depth);
-        let slices = self.lane_slices(j, sb).unwrap_or_default();
+        let slices = self.lane_slices(j, sb, false).unwrap_or_default();
         self.unpad(added);
         // A slice of an array bound outside the body is the same for the four rows.
         let shared: Vec<bool> = slices.iter().map(|(a, _)| !ids.contains(a)).collect();
@@ -4418,6 +4870,16 @@ impl<'a> Emitter<'a> {
     }
 
     fn stmt(&mut self, s: &Stmt, depth: usize, out: &mut String) -> Result<()> {
+        if let Stmt::Let(x, _) = s {
+            if self.fission_skip.contains(&x.id) {
+                return Ok(());
+            }
+            if let Some(r) = self.fissioned.get(&x.id) {
+                Self::indent(out, depth);
+                let _ = writeln!(out, "let {}: f64 = {r};", self.decl_name(x));
+                return Ok(());
+            }
+        }
         let mut line = String::new();
         self.binding_sign_free = matches!(s, Stmt::Let(x, _) if self.sign_free.contains(&x.id));
         match s {
@@ -4995,15 +5457,17 @@ impl<'a> Emitter<'a> {
             }
         }
         Ok(match p.name() {
-            "sin" | "cos" | "tan" | "exp" | "sqrt" | "abs" => {
-                format!("f64::{}({})", p.name(), x[0])
-            }
+            "tan" | "exp" | "sqrt" | "abs" => format!("f64::{}({})", p.name(), x[0]),
             "asin" | "acos" | "atan" | "sinh" | "cosh" => format!("f64::{}({})", p.name(), x[0]),
             "atan2" => format!("f64::atan2({}, {})", x[0], x[1]),
             "log1p" => format!("f64::ln_1p({})", x[0]),
             "expm1" => format!("f64::exp_m1({})", x[0]),
             // Helpers whose source is the evaluator's own code (`prim::rust_helper`).
-            "erf" | "tanh" | "relu" | "softplus" | "sign" => {
+            "sin" | "cos" if self.lane_calls => {
+                self.prim_helper(p.name())?;
+                format!("{}_lane({}, &mut lane_bad)", p.name(), x[0])
+            }
+            "sin" | "cos" | "erf" | "tanh" | "relu" | "softplus" | "sign" => {
                 self.prim_helper(p.name())?;
                 format!("{}({})", p.name(), x[0])
             }
@@ -5086,9 +5550,10 @@ impl<'a> Emitter<'a> {
 
     /// Adds the helper function a builtin's code calls (its source is the evaluator's own).
     fn prim_helper(&mut self, name: &str) -> Result<()> {
-        let src = crate::prim::rust_helper(name).ok_or_else(|| internal("a builtin's helper"))?;
+        let (key, src) =
+            crate::prim::rust_helper(name).ok_or_else(|| internal("a builtin's helper"))?;
         self.helpers
-            .entry(format!("prim_{name}"))
+            .entry(format!("prim_{key}"))
             .or_insert_with(|| format!("\n#[allow(clippy::all)]\n{src}\n"));
         Ok(())
     }
@@ -5631,6 +6096,47 @@ const FREE: u64 = 100;
 
 /// The fewest terms a sum adds in lanes ([`Emitter::lane_sum`]).
 const LANE_MIN: i64 = 16;
+
+/// Whether a body in vector lanes may call primitive `name`: arithmetic, and with `calls`
+/// chad's own elementary functions (`prim::elementary`), which have `_lane` forms (`sin`,
+/// `cos`) or need none (`tanh`, no libm call at all).
+fn lane_prim(name: &str, calls: bool) -> bool {
+    matches!(name, "add" | "sub" | "mul" | "div" | "neg")
+        || calls && matches!(name, "sin" | "cos" | "tanh")
+}
+
+/// Elementary-function calls of a `for` loop's body computed ahead ([`Emitter::fission_plan`]).
+struct FissionPlan {
+    /// The top-level `let`s computed ahead (the calls and what they read), in body order.
+    chain: Vec<usize>,
+    /// The calls among them.
+    calls: Vec<usize>,
+    /// The arrays the chain reads at the loop index, with their padded slices.
+    arrays: Vec<(u32, String)>,
+    /// Chain `let`s that nothing else reads: not computed again in the body.
+    skip: Vec<u32>,
+}
+
+/// Whether `b`'s statements call one of chad's elementary functions.
+fn calls_elementary(b: &Block) -> bool {
+    b.stmts.iter().any(|s| {
+        matches!(s, Stmt::Let(_, Expr::Prim(p, ..)) | Stmt::Mut(_, Expr::Prim(p, ..))
+            if matches!(p.name(), "sin" | "cos" | "tanh"))
+    })
+}
+
+/// Terms per block of [`Emitter::lane_sums_buffered`]: a multiple of 8 (the lanes), the
+/// blocks' buffers (one per part) staying in the first-level cache.
+const LANE_BLOCK: usize = 512;
+
+/// Whether `b`'s statements call a primitive with a `_lane` form (which flags arguments
+/// outside its core range: [`Emitter::lane_sums`] then redoes the sum).
+fn flags_lanes(b: &Block) -> bool {
+    b.stmts.iter().any(|s| {
+        matches!(s, Stmt::Let(_, Expr::Prim(p, ..)) | Stmt::Mut(_, Expr::Prim(p, ..))
+            if matches!(p.name(), "sin" | "cos"))
+    })
+}
 
 /// What [`cost`] counts for a call of a transcendental function (libm's `sin`, `exp`, ...):
 /// map_closure's primal (`a x + sin (b x)`, 15 units per element when `sin` counted 10) ran
