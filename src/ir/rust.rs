@@ -2899,8 +2899,8 @@ impl<'a> Emitter<'a> {
     }
 
     /// The elementary-function calls of a `for` loop's body that can be computed ahead of
-    /// the iterations that use them (fission): a top-level `let` of `sin`, `cos` or
-    /// `tanh` whose argument comes, through top-level `let`s of arithmetic, from values bound
+    /// the iterations that use them (fission): a top-level `let` of `sin` or `cos` whose
+    /// argument comes, through top-level `let`s of arithmetic, from values bound
     /// outside the loop and reals read at the loop index from arrays bound outside it
     /// (padded reads, [`Emitter::pad_reads`]). Such a chain cannot fail, reads no mutable
     /// variable and has no effect, so computing it early changes nothing but the time:
@@ -2971,7 +2971,7 @@ impl<'a> Emitter<'a> {
             .iter()
             .filter(|(k, _, _)| {
                 matches!(&body.stmts[*k], Stmt::Let(_, Expr::Prim(p, ..))
-                    if matches!(p.name(), "sin" | "cos" | "tanh"))
+                    if matches!(p.name(), "sin" | "cos"))
             })
             .map(|(k, _, _)| *k)
             .collect();
@@ -3061,13 +3061,7 @@ impl<'a> Emitter<'a> {
         for o in &outs {
             let _ = writeln!(s, "{ind}        let {o} = &mut {o}[..lane_m];");
         }
-        // Only `sin` and `cos` flag arguments (`tanh` has no libm call to fall back to).
-        let flagged = plan.chain.iter().any(|k| {
-            matches!(&body.stmts[*k], Stmt::Let(_, Expr::Prim(p, ..)) if matches!(p.name(), "sin" | "cos"))
-        });
-        if flagged {
-            let _ = writeln!(s, "{ind}        let mut lane_bad = false;");
-        }
+        let _ = writeln!(s, "{ind}        let mut lane_bad = false;");
         let iv = self.decl_name(i);
         let pass = |e: &mut Self, lanes: bool| -> Result<String> {
             let was = std::mem::replace(&mut e.lane_calls, lanes);
@@ -3091,11 +3085,7 @@ impl<'a> Emitter<'a> {
             r.map(|()| b)
         };
         let lanes = pass(self, true);
-        let plain = if flagged {
-            pass(self, false).map(Some)
-        } else {
-            Ok(None)
-        };
+        let plain = pass(self, false);
         for (a, old) in saved {
             match old {
                 Some(name) => self.padded.insert((a, i.id), name),
@@ -3104,13 +3094,11 @@ impl<'a> Emitter<'a> {
         }
         let (lanes, plain) = (lanes?, plain?);
         let _ = writeln!(s, "{ind}        {lanes}");
-        if let Some(plain) = plain {
-            let plain = plain.replace('\n', "\n    ");
-            let _ = writeln!(
-                s,
-                "{ind}        if lane_bad {{\n{ind}            {plain}\n{ind}        }}"
-            );
-        }
+        let plain = plain.replace('\n', "\n    ");
+        let _ = writeln!(
+            s,
+            "{ind}        if lane_bad {{\n{ind}            {plain}\n{ind}        }}"
+        );
         let _ = writeln!(s, "{ind}    }};");
         let mut ids = Vec::new();
         for (k, c) in plan.calls.iter().enumerate() {
@@ -3782,13 +3770,9 @@ impl<'a> Emitter<'a> {
             .iter()
             .map(|c| format!(" && seq_sum({n}, {c})"))
             .collect();
-        let flagged = parts.iter().any(|(_, b)| flags_lanes(b));
+        let flagged = parts.iter().any(|(_, b)| calls_elementary(b));
         // Lanes with elementary functions run on the threads themselves (`lane_chunks`).
-        let seq = if parts.iter().any(|(_, b)| calls_elementary(b)) {
-            String::new()
-        } else {
-            seq
-        };
+        let seq = if flagged { String::new() } else { seq };
         let first = |lanes: String, plain: String| {
             if flagged {
                 // The lanes give `None` where an elementary function's argument was outside
@@ -3984,8 +3968,7 @@ impl<'a> Emitter<'a> {
         };
         let ind = "    ".repeat(depth);
         if parts.iter().any(|(_, b)| calls_elementary(b)) {
-            let flagged = parts.iter().any(|(_, b)| flags_lanes(b));
-            return self.lane_sums_buffered(n, parts, slices, &all, plain, flagged, depth);
+            return self.lane_sums_buffered(n, parts, slices, &all, plain, depth);
         }
         let mut adds = String::new();
         let mut tails = String::new();
@@ -4079,7 +4062,6 @@ impl<'a> Emitter<'a> {
         slices: &[Vec<(u32, String)>],
         all: &[(u32, String)],
         plain: &[bool],
-        flagged: bool,
         depth: usize,
     ) -> Result<String> {
         let q = |a: u32| match all.iter().position(|(x, _)| *x == a) {
@@ -4097,9 +4079,7 @@ impl<'a> Emitter<'a> {
             s,
             "{ind}    let lane_ok = lane_chunks(lane_n, {cost}, |lane_c0: usize, lane_c1: usize| {{"
         );
-        if flagged {
-            let _ = writeln!(s, "{ind}        let mut lane_bad = false;");
-        }
+        let _ = writeln!(s, "{ind}        let mut lane_bad = false;");
         for k in 0..np {
             let _ = writeln!(s, "{ind}        let mut lane_l{k} = [0.0f64; 8];");
             let _ = writeln!(
@@ -4149,14 +4129,10 @@ impl<'a> Emitter<'a> {
         } else {
             format!("({})", trees.join(", "))
         };
-        if flagged {
-            let _ = writeln!(
-                s,
-                "{ind}        if lane_bad {{ None }} else {{ Some({chunk}) }}"
-            );
-        } else {
-            let _ = writeln!(s, "{ind}        Some({chunk})");
-        }
+        let _ = writeln!(
+            s,
+            "{ind}        if lane_bad {{ None }} else {{ Some({chunk}) }}"
+        );
         let adds: Vec<String> = (0..np)
             .map(|k| {
                 if np == 1 {
@@ -4168,16 +4144,12 @@ impl<'a> Emitter<'a> {
             .collect();
         let _ = writeln!(s, "{ind}    }}, |lane_t| {{ {} }});", adds.join(" "));
         let totals: Vec<String> = (0..np).map(|k| format!("lane_total{k}")).collect();
-        let mut result = if np == 1 {
+        let result = if np == 1 {
             totals[0].clone()
         } else {
             format!("({})", totals.join(", "))
         };
-        if flagged {
-            result = format!("if lane_ok {{ Some({result}) }} else {{ None }}");
-        } else {
-            result = format!("{{ let _ = lane_ok; {result} }}");
-        }
+        let result = format!("if lane_ok {{ Some({result}) }} else {{ None }}");
         let _ = write!(s, "{ind}    {result}\n{ind}}}");
         Ok(s)
     }
@@ -6098,11 +6070,10 @@ const FREE: u64 = 100;
 const LANE_MIN: i64 = 16;
 
 /// Whether a body in vector lanes may call primitive `name`: arithmetic, and with `calls`
-/// chad's own elementary functions (`prim::elementary`), which have `_lane` forms (`sin`,
-/// `cos`) or need none (`tanh`, no libm call at all).
+/// chad's own elementary functions (`prim::elementary`: `sin`, `cos`), in their `_lane`
+/// forms.
 fn lane_prim(name: &str, calls: bool) -> bool {
-    matches!(name, "add" | "sub" | "mul" | "div" | "neg")
-        || calls && matches!(name, "sin" | "cos" | "tanh")
+    matches!(name, "add" | "sub" | "mul" | "div" | "neg") || calls && matches!(name, "sin" | "cos")
 }
 
 /// Elementary-function calls of a `for` loop's body computed ahead ([`Emitter::fission_plan`]).
@@ -6117,26 +6088,18 @@ struct FissionPlan {
     skip: Vec<u32>,
 }
 
-/// Whether `b`'s statements call one of chad's elementary functions.
+/// Whether `b`'s statements call one of chad's elementary functions, which in lanes flag
+/// arguments outside their core range ([`Emitter::lane_sums_buffered`]).
 fn calls_elementary(b: &Block) -> bool {
     b.stmts.iter().any(|s| {
         matches!(s, Stmt::Let(_, Expr::Prim(p, ..)) | Stmt::Mut(_, Expr::Prim(p, ..))
-            if matches!(p.name(), "sin" | "cos" | "tanh"))
+            if matches!(p.name(), "sin" | "cos"))
     })
 }
 
 /// Terms per block of [`Emitter::lane_sums_buffered`]: a multiple of 8 (the lanes), the
 /// blocks' buffers (one per part) staying in the first-level cache.
 const LANE_BLOCK: usize = 512;
-
-/// Whether `b`'s statements call a primitive with a `_lane` form (which flags arguments
-/// outside its core range: [`Emitter::lane_sums`] then redoes the sum).
-fn flags_lanes(b: &Block) -> bool {
-    b.stmts.iter().any(|s| {
-        matches!(s, Stmt::Let(_, Expr::Prim(p, ..)) | Stmt::Mut(_, Expr::Prim(p, ..))
-            if matches!(p.name(), "sin" | "cos"))
-    })
-}
 
 /// What [`cost`] counts for a call of a transcendental function (libm's `sin`, `exp`, ...):
 /// map_closure's primal (`a x + sin (b x)`, 15 units per element when `sin` counted 10) ran

@@ -1,31 +1,31 @@
-//! chad's own `sin`, `cos` and `tanh`: one definition, run by every evaluator and emitted as
-//! source into native modules ([`ELEMENTARY_SRC`]), so that every backend computes the same
-//! bits, and written so that a loop of them runs in vector lanes.
+//! chad's own `sin` and `cos`: one definition, run by every evaluator and emitted as source
+//! into native modules ([`ELEMENTARY_SRC`]), so that every backend computes the same bits, and
+//! written so that a loop of them runs in vector lanes.
 //!
 //! libm's functions are calls the Rust compiler cannot put in vector lanes: a `sum` or `map`
 //! of `sin` runs one element at a time. These are straight-line arithmetic on the arguments
-//! they handle themselves (the "core" range `|x| < 2¹⁹ π/2` of `sin` and `cos`; all of
-//! `tanh`'s), and `sin` and `cos` call libm outside it (huge, infinite and NaN arguments),
-//! where they give libm's value. A loop whose every argument is in the core range can
-//! therefore run the `_lane` forms, which never call libm and only record in a flag that an
-//! argument was outside; native code runs such loops in vector lanes and computes a chunk
-//! again with the plain forms where the flag is set (note 07 §4, "elementary functions in
-//! lanes"), so the result is the same bit for bit.
+//! they handle themselves (the "core" range `|x| < 2¹⁹ π/2`) and call libm outside it (huge,
+//! infinite and NaN arguments), where they give libm's value. A loop whose every argument is
+//! in the core range can therefore run the `_lane` forms, which never call libm and only
+//! record in a flag that an argument was outside; native code runs such loops in vector lanes
+//! and computes a chunk again with the plain forms where the flag is set (note 07 §4,
+//! "elementary functions in lanes"), so the result is the same bit for bit.
 //!
 //! Accuracy: within 1 unit in the last place of glibc's on the tests' samples (below), which
 //! is within 1 of the correctly rounded value; they differ from glibc's in about 1 case in 10.
-//! The methods are fdlibm's (Sun Microsystems, 1993; also musl's): `sin` and `cos` reduce `x`
-//! by the nearest multiple `n π/2` with π/2 in three parts (exact for `|n| < 2²⁰`), keep the
-//! reduced argument as a sum `y0 + y1`, and evaluate `__kernel_sin`'s and `__kernel_cos`'s
-//! polynomials on it, choosing and signing by `n mod 4` with bit operations rather than
-//! branches; `tanh`'s exponential reduces by the nearest `k ln 2` (ln 2 in two parts) and
-//! evaluates `__ieee754_exp`'s rational form, scaled by `2ᵏ` built from its bits. No fused
+//! The method is fdlibm's (Sun Microsystems, 1993; also musl's): reduce `x` by the nearest
+//! multiple `n π/2` with π/2 in three parts (exact for `|n| < 2²⁰`), keep the reduced argument
+//! as a sum `y0 + y1`, and evaluate `__kernel_sin`'s and `__kernel_cos`'s polynomials on it,
+//! choosing and signing by `n mod 4` with bit operations rather than branches. Below π/4 the
+//! plain forms skip the reduction, which is exact there (the same bits, sooner). No fused
 //! multiply-add is used anywhere: the evaluator (compiled for any x86-64) and a native module
 //! (compiled for its CPU) must round every operation alike.
 //!
-//! `exp` stays libm's. An own `exp` of this kind was tried: in scalar code it is slower than
-//! glibc's (which needs no division), and GMM's primal, 25 000 `exp`s a call in sums of 25
-//! terms (too short for the lanes to pay), went 7% slower.
+//! `exp` and `tanh` stay as they were (libm's `exp`; `tanh` through it, `prim.rs`). An own
+//! `exp` (fdlibm's rational form, scaled by `2ᵏ` from its bits) was tried: in scalar code it
+//! is slower than glibc's, which needs no division; GMM's primal (25 000 `exp`s a call in sums
+//! of 25 terms, too short for the lanes to pay) went 7% slower, and a chain of scalar `tanh`s
+//! through it (the bench's straight-line programs) 50%.
 
 // The constants are spelled as in fdlibm (more digits than a double holds, the same values;
 // `2/π` is the double nearest it, as `FRAC_2_PI`, but written out like the others).
@@ -124,28 +124,6 @@ shared_fns! {
         pick_signed(s, c, q.wrapping_add(1))
     }
 
-    /// eˣ for `|x| ≤ 708` (any other `x` gives some value): `tanh`'s exponential. (chad's
-    /// `exp` itself stays libm's: this one, which divides, is slower in scalar code, and
-    /// GMM's primal, 25 000 scalar `exp`s a call, went 7% slower with it.)
-    #[inline(always)]
-    fn exp_core(x: f64) -> f64 {
-        let t = x * 1.44269504088896338700e+00 + 6755399441055744.0;
-        let f = t - 6755399441055744.0;
-        // ln 2 in two parts: `f · hi` is exact for |f| < 2¹¹.
-        let hi = x - f * 6.93147180369123816490e-01;
-        let lo = f * 1.90821492927058770002e-10;
-        let r = hi - lo;
-        let s = r * r;
-        let c = r - s * (1.66666666666666019037e-01
-            + s * (-2.77777777770155933842e-03
-                + s * (6.61375632143793436117e-05
-                    + s * (-1.65339022054652515390e-06 + s * 4.13813679705723846039e-08))));
-        let y = 1.0 - ((lo - (r * c) / (2.0 - c)) - hi);
-        // 2^f for -1021 ≤ f ≤ 1021, from its bits.
-        let k = (f as i64 + 1023) as u64;
-        y * f64::from_bits(k.wrapping_shl(52))
-    }
-
     /// Whether `x` is in `sin`'s and `cos`'s core range, `|x| < 2¹⁹ π/2` (false for NaN).
     #[inline(always)]
     fn in_core(x: f64) -> bool {
@@ -155,13 +133,27 @@ shared_fns! {
     /// sin x, chad's own (the module's doc).
     #[inline]
     pub fn sin(x: f64) -> f64 {
-        if in_core(x) { sin_core(x) } else { f64::sin(x) }
+        // Below π/4 the reduction is exact (`n = 0`, `y0 = x`, `y1 = 0`): the kernel alone
+        // gives the same bits, sooner.
+        if x.abs() < 0.785 {
+            kernel_sin(x, 0.0)
+        } else if in_core(x) {
+            sin_core(x)
+        } else {
+            f64::sin(x)
+        }
     }
 
     /// cos x, chad's own (the module's doc).
     #[inline]
     pub fn cos(x: f64) -> f64 {
-        if in_core(x) { cos_core(x) } else { f64::cos(x) }
+        if x.abs() < 0.785 {
+            kernel_cos(x, 0.0)
+        } else if in_core(x) {
+            cos_core(x)
+        } else {
+            f64::cos(x)
+        }
     }
 
     /// [`sin`] where `x` is in the core range; else sets `bad` (the caller then computes
@@ -177,31 +169,6 @@ shared_fns! {
     pub fn cos_lane(x: f64, bad: &mut bool) -> f64 {
         *bad |= !in_core(x);
         cos_core(x)
-    }
-
-    /// The hyperbolic tangent, within 3 units in the last place of the correctly rounded
-    /// value (2 of libm's on 2·10⁶ sampled points, 2 of the 60-digit values in
-    /// `tests/language.rs`). For `|x| ≥ 0.625`, `1 - 2 / (exp(2|x|) + 1)` with the sign of
-    /// `x` (no cancellation: the result is at least 0.55), `±1` from `|x| > 22` (`1 - 2e-44/..`
-    /// rounds to 1); below, Cephes' rational approximation `x + x³ P(x²) / Q(x²)` (Moshier,
-    /// also Go's `math.Tanh`; relative error below 2.5e-16 on `[-0.625, 0.625]`). `tanh ±0 =
-    /// ±0`, `tanh NaN = NaN`. It needs no libm (`exp_core` covers `2|x| ≤ 44`), so it runs
-    /// in lanes as it is (libm's `tanh` computes `expm1`, more than twice as long).
-    #[inline]
-    pub fn tanh(x: f64) -> f64 {
-        let z = x.abs();
-        if z >= 0.625 {
-            let s = exp_core(2.0 * z.min(22.0));
-            let t = (1.0 - 2.0 / (s + 1.0)).copysign(x);
-            if z > 22.0 { 1.0f64.copysign(x) } else { t }
-        } else if x == 0.0 {
-            x
-        } else {
-            let s = x * x;
-            let p = (-0.9643991794250523 * s - 99.28772310019185) * s - 1614.6876844170845;
-            let q = ((s + 112.81167849163293) * s + 2235.4883906010045) * s + 4844.063053251255;
-            x + x * s * (p / q)
-        }
     }
 }
 
@@ -225,13 +192,10 @@ mod tests {
             assert_eq!(sin(x).to_bits(), f64::to_bits(s));
             assert_eq!(cos(x), c);
         }
-        for f in [sin, cos, tanh] {
+        for f in [sin, cos] {
             assert!(f(f64::NAN).is_nan());
         }
         assert!(sin(f64::INFINITY).is_nan() && cos(f64::NEG_INFINITY).is_nan());
-        assert_eq!(tanh(-0.0).to_bits(), (-0.0f64).to_bits());
-        assert_eq!(tanh(30.0), 1.0);
-        assert_eq!(tanh(-30.0), -1.0);
     }
 
     #[test]
@@ -254,9 +218,6 @@ mod tests {
                 assert!(ulps(sin(x), x.sin()) <= 1, "sin {x:e}");
                 assert!(ulps(cos(x), x.cos()) <= 1, "cos {x:e}");
             }
-            for x in [(u - 0.5) * 4.0, (u - 0.5) * 1416.0, (u - 0.5) * 1e-9] {
-                assert!(ulps(exp_core(x), x.exp()) <= 1, "exp {x:e}");
-            }
         }
         // Near multiples of π/2, where the reduction cancels most.
         for k in 1..20_000i64 {
@@ -270,12 +231,8 @@ mod tests {
                 assert!(ulps(cos(x), x.cos()) <= 1, "cos {x:e}");
             }
         }
-        // At the edges of the core ranges.
-        for x in [708.0, -708.0, 707.99999, 823549.5, -823549.5, 823549.7] {
-            assert!(
-                ulps(exp_core(x), x.exp()) <= 1 || x.abs() > 708.0,
-                "exp {x:e}"
-            );
+        // At the edges of the core range and of the unreduced one.
+        for x in [0.78499, 0.785, -0.785, 823549.5, -823549.5, 823549.7] {
             assert!(ulps(sin(x), x.sin()) <= 1, "sin {x:e}");
             assert!(ulps(cos(x), x.cos()) <= 1, "cos {x:e}");
         }
@@ -283,7 +240,19 @@ mod tests {
 
     #[test]
     fn lanes_agree_with_plain_forms_and_flag_the_rest() {
-        for x in [0.3, -2.5, 1e5, 823549.5, -700.0, 708.0] {
+        // Below π/4 the plain forms skip the reduction: the same bits.
+        let mut s = 1u64;
+        for _ in 0..100_000 {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let x = ((s >> 11) as f64 / (1u64 << 53) as f64 - 0.5) * 1.57;
+            assert_eq!(sin(x).to_bits(), sin_core(x).to_bits(), "sin {x:e}");
+            assert_eq!(cos(x).to_bits(), cos_core(x).to_bits(), "cos {x:e}");
+        }
+        for x in [
+            0.3, -2.5, 1e5, 823549.5, -700.0, 708.0, -0.0, 0.78499, 1e-300,
+        ] {
             let mut bad = false;
             assert_eq!(sin_lane(x, &mut bad).to_bits(), sin(x).to_bits());
             assert_eq!(cos_lane(x, &mut bad).to_bits(), cos(x).to_bits());
@@ -299,13 +268,7 @@ mod tests {
 
     #[test]
     fn the_source_is_the_code() {
-        for name in [
-            "fn trig_reduce",
-            "fn sin_core",
-            "fn exp_core",
-            "fn sin_lane",
-            "fn tanh",
-        ] {
+        for name in ["fn trig_reduce", "fn sin_core", "fn sin_lane"] {
             assert!(ELEMENTARY_SRC.contains(name), "{name}");
         }
         assert!(!ELEMENTARY_SRC.contains("pub fn"));
