@@ -32,16 +32,32 @@
 #![allow(clippy::excessive_precision, clippy::approx_constant)]
 
 /// Defines each function and collects the source of all of them, without their visibility,
-/// each allowed to be unused (a native module takes all of them when it calls one).
+/// each allowed to be unused (a native module takes all of them when it calls one). In the
+/// source each is `#[inline(always)]` (the lane loops vectorise only with everything inlined),
+/// except those marked `@call`, the plain forms, which stay calls: a program with many
+/// scalar `sin`s would otherwise inline the whole reduction at each (the bench's
+/// straight-line program at 3000 lets took 24 s in rustc, not 1).
 macro_rules! shared_fns {
-    ($src:ident: $($(#[$m:meta])* $vis:vis fn $name:ident ($($a:ident : $t:ty),*) -> $r:ty $body:block)*) => {
+    ($src:ident: $($(#[$m:meta])* $(@$call:ident)? $vis:vis fn $name:ident ($($a:ident : $t:ty),*) -> $r:ty $body:block)*) => {
         $($(#[$m])* $vis fn $name($($a: $t),*) -> $r $body)*
         /// The Rust source of these functions, for native modules.
         pub const $src: &str = concat!($(
-            "\n#[allow(dead_code, clippy::all)]\n#[inline(always)]\n",
+            "\n#[allow(dead_code, clippy::all)]\n",
+            emitted_inline!($($call)?),
+            "\n",
             stringify!(fn $name($($a: $t),*) -> $r $body),
             "\n"
         ),*);
+    };
+}
+
+/// The inlining attribute of a function in [`ELEMENTARY_SRC`].
+macro_rules! emitted_inline {
+    () => {
+        "#[inline(always)]"
+    };
+    (call) => {
+        "#[inline(never)]"
     };
 }
 
@@ -132,7 +148,7 @@ shared_fns! {
 
     /// sin x, chad's own (the module's doc).
     #[inline]
-    pub fn sin(x: f64) -> f64 {
+    @call pub fn sin(x: f64) -> f64 {
         // Below π/4 the reduction is exact (`n = 0`, `y0 = x`, `y1 = 0`): the kernel alone
         // gives the same bits, sooner.
         if x.abs() < 0.785 {
@@ -146,7 +162,7 @@ shared_fns! {
 
     /// cos x, chad's own (the module's doc).
     #[inline]
-    pub fn cos(x: f64) -> f64 {
+    @call pub fn cos(x: f64) -> f64 {
         if x.abs() < 0.785 {
             kernel_cos(x, 0.0)
         } else if in_core(x) {
