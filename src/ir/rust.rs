@@ -2832,13 +2832,14 @@ impl<'a> Emitter<'a> {
             }
             prepass
         });
-        // The loop from `start`, in blocks with their calls computed ahead where planned.
+        // The loop from `start`, in blocks with their calls computed ahead where planned
+        // (such a loop is not jammed, so it starts at 0).
         let looped = |start: &str, b: &str| match &fission {
             None => format!("for {iname} in {start}..{nname} {b}"),
             Some(prepass) => {
                 let ind = "    ".repeat(d);
                 format!(
-                    "{{\n{prepass}{ind}    let mut fiss_s0 = ({start}).max(0) as usize;\n{ind}    let fiss_n = {nname}.max(0) as usize;\n{ind}    while fiss_s0 < fiss_n {{\n{ind}        let fiss_s1 = if fiss_n - fiss_s0 > {LANE_BLOCK} {{ fiss_s0 + {LANE_BLOCK} }} else {{ fiss_n }};\n{ind}        fiss_ahead(fiss_s0, fiss_s1, &mut fiss_b);\n{ind}        for {iname} in (fiss_s0 as i64)..(fiss_s1 as i64) {b}\n{ind}        fiss_s0 = fiss_s1;\n{ind}    }}\n{ind}}}"
+                    "{{\n{prepass}{ind}    let mut fiss_s0 = 0usize;\n{ind}    let fiss_n = {nname}.max(0) as usize;\n{ind}    while fiss_s0 < fiss_n {{\n{ind}        let fiss_s1 = if fiss_n - fiss_s0 > {LANE_BLOCK} {{ fiss_s0 + {LANE_BLOCK} }} else {{ fiss_n }};\n{ind}        fiss_ahead(fiss_s0, fiss_s1, &mut fiss_b);\n{ind}        for {iname} in (fiss_s0 as i64)..(fiss_s1 as i64) {b}\n{ind}        fiss_s0 = fiss_s1;\n{ind}    }}\n{ind}}}"
                 )
             }
         };
