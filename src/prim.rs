@@ -933,7 +933,7 @@ shared! {
 /// The Rust source of the helper function a builtin's native code calls (see the `prim` table of
 /// [`crate::ir::rust`]), by builtin name: the very code the evaluator runs.
 pub fn rust_helper(name: &str) -> Option<(&str, &'static str)> {
-    if matches!(name, "sin" | "cos") {
+    if elementary::has_lane_form(name) {
         return Some(("elementary", elementary::ELEMENTARY_SRC));
     }
     Some((

@@ -35,6 +35,7 @@ use super::{
 };
 use crate::deep::deep;
 use crate::error::{Error, ErrorKind, Result, Source};
+use crate::prim::elementary::has_lane_form;
 use crate::types::Type;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::cell::RefCell;
@@ -2971,8 +2972,7 @@ impl<'a> Emitter<'a> {
         let calls: Vec<usize> = lets
             .iter()
             .filter(|(k, _, _)| {
-                matches!(&body.stmts[*k], Stmt::Let(_, Expr::Prim(p, ..))
-                    if matches!(p.name(), "sin" | "cos"))
+                matches!(&body.stmts[*k], Stmt::Let(_, Expr::Prim(p, ..)) if has_lane_form(p.name()))
             })
             .map(|(k, _, _)| *k)
             .collect();
@@ -4031,10 +4031,7 @@ impl<'a> Emitter<'a> {
         );
         for k in 0..parts.len() {
             let (l, t) = names(k);
-            let _ = writeln!(
-                s,
-                "{ind}        {t} += (({l}[0] + {l}[1]) + ({l}[2] + {l}[3])) + (({l}[4] + {l}[5]) + ({l}[6] + {l}[7]));"
-            );
+            let _ = writeln!(s, "{ind}        {t} += {};", lane_tree(&l));
         }
         let totals: Vec<String> = (0..parts.len()).map(|k| names(k).1).collect();
         let result = if one {
@@ -4119,12 +4116,7 @@ impl<'a> Emitter<'a> {
             );
         }
         let _ = writeln!(s, "{ind}            lane_s0 = lane_s1;\n{ind}        }}");
-        let trees: Vec<String> = (0..np)
-            .map(|k| {
-                let l = format!("lane_l{k}");
-                format!("(({l}[0] + {l}[1]) + ({l}[2] + {l}[3])) + (({l}[4] + {l}[5]) + ({l}[6] + {l}[7]))")
-            })
-            .collect();
+        let trees: Vec<String> = (0..np).map(|k| lane_tree(&format!("lane_l{k}"))).collect();
         let chunk = if np == 1 {
             trees[0].clone()
         } else {
@@ -5436,7 +5428,7 @@ impl<'a> Emitter<'a> {
             "log1p" => format!("f64::ln_1p({})", x[0]),
             "expm1" => format!("f64::exp_m1({})", x[0]),
             // Helpers whose source is the evaluator's own code (`prim::rust_helper`).
-            "sin" | "cos" if self.lane_calls => {
+            name if self.lane_calls && has_lane_form(name) => {
                 self.prim_helper(p.name())?;
                 format!("{}_lane({}, &mut lane_bad)", p.name(), x[0])
             }
@@ -6074,7 +6066,7 @@ const LANE_MIN: i64 = 16;
 /// chad's own elementary functions (`prim::elementary`: `sin`, `cos`), in their `_lane`
 /// forms.
 fn lane_prim(name: &str, calls: bool) -> bool {
-    matches!(name, "add" | "sub" | "mul" | "div" | "neg") || calls && matches!(name, "sin" | "cos")
+    matches!(name, "add" | "sub" | "mul" | "div" | "neg") || calls && has_lane_form(name)
 }
 
 /// Elementary-function calls of a `for` loop's body computed ahead ([`Emitter::fission_plan`]).
@@ -6089,12 +6081,17 @@ struct FissionPlan {
     skip: Vec<u32>,
 }
 
+/// The eight lanes `l[0..8]` of a sum added in `sum_by`'s fixed tree.
+fn lane_tree(l: &str) -> String {
+    format!("(({l}[0] + {l}[1]) + ({l}[2] + {l}[3])) + (({l}[4] + {l}[5]) + ({l}[6] + {l}[7]))")
+}
+
 /// Whether `b`'s statements call one of chad's elementary functions, which in lanes flag
 /// arguments outside their core range ([`Emitter::lane_sums_buffered`]).
 fn calls_elementary(b: &Block) -> bool {
     b.stmts.iter().any(|s| {
         matches!(s, Stmt::Let(_, Expr::Prim(p, ..)) | Stmt::Mut(_, Expr::Prim(p, ..))
-            if matches!(p.name(), "sin" | "cos"))
+            if has_lane_form(p.name()))
     })
 }
 

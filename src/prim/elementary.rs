@@ -31,6 +31,12 @@
 // `2/π` is the double nearest it, as `FRAC_2_PI`, but written out like the others).
 #![allow(clippy::excessive_precision, clippy::approx_constant)]
 
+/// Whether builtin `name` is one of these functions, with a `_lane` form native code calls
+/// in vector lanes (`ir::rust`) and a source in [`ELEMENTARY_SRC`].
+pub fn has_lane_form(name: &str) -> bool {
+    matches!(name, "sin" | "cos")
+}
+
 /// Defines each function and collects the source of all of them, without their visibility,
 /// each allowed to be unused (a native module takes all of them when it calls one). In the
 /// source each is `#[inline(always)]` (the lane loops vectorise only with everything inlined),
