@@ -9,6 +9,7 @@
 //! computation, not the conversions.
 
 use crate::budget::Mimalloc;
+use crate::ccc::eval::context_value;
 use crate::error::{Error, ErrorKind, Result, Source};
 use crate::ir::compile::{Compiled, DefCode, Module};
 use crate::ir::interp::Val;
@@ -19,6 +20,9 @@ use std::ffi::c_void;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Instant;
+
+#[path = "native/wire.rs"]
+mod wire;
 
 /// Compiled definitions loaded as native code.
 pub struct Native {
@@ -382,6 +386,13 @@ impl Native {
             crate::ir::interp::check_lengths(&self.program.types, x.ty, a)?;
             encode(&self.program, x.ty, a, &mut bytes);
         }
+        self.prepare_bytes(f, &bytes)
+    }
+
+    /// Function `f` with its arguments in the binary form ([`encode`], [`wire`]), ready to
+    /// run.
+    fn prepare_bytes(&self, f: FuncId, bytes: &[u8]) -> Result<Prepared<'_>> {
+        let func = self.program.func(f);
         let prepare: PrepareFn = self.symbol("chad_prepare")?;
         // SAFETY: `bytes` is a valid buffer for the call's duration.
         let h = unsafe { prepare(f.0, bytes.as_ptr(), bytes.len()) };
@@ -422,9 +433,19 @@ impl Native {
     /// The primal of definition `k` at `args`.
     pub fn eval_def(&self, k: usize, args: &[Value]) -> Result<Value> {
         let d = &self.defs[k];
-        let xs = d.args(args)?;
-        let v = self.call(d.primal, &xs)?;
-        Ok(crate::ir::interp::to_value(&d.entry.body.ty, &v))
+        crate::eval::check_args(&d.entry, args)?;
+        let p = &self.program;
+        let func = p.func(d.primal);
+        let mut bytes = Vec::new();
+        for ((x, ty), a) in func.params.iter().zip(d.param_types()).zip(args) {
+            wire::put_value(p, x.ty, &ty, a, &mut bytes)?;
+        }
+        let mut run = self.prepare_bytes(d.primal, &bytes)?;
+        run.run_with(1, |mut r| {
+            wire::get_value(p, func.ret, &d.entry.body.ty, &mut r)
+        })?
+        .0
+        .ok_or_else(bad_result)
     }
 
     /// Forward mode (first definition): the value and the result's tangent along `tangents`.
@@ -436,10 +457,29 @@ impl Native {
     pub fn jvp_def(&self, k: usize, args: &[Value], tangents: &[Value]) -> Result<(Value, Value)> {
         let d = &self.defs[k];
         let f = d.jvp.ok_or_else(|| missing("forward mode"))?;
-        let x = d.context(args)?;
-        let dx = d.context_tangent(args, tangents)?;
-        let r = self.call(f, &[x, dx])?;
-        Ok(d.jvp_result(&r))
+        crate::eval::check_args(&d.entry, args)?;
+        d.check_tangents(args, tangents)?;
+        let p = &self.program;
+        let func = p.func(f);
+        let ctx = d.context_type();
+        let mut bytes = Vec::new();
+        wire::put_value(p, func.params[0].ty, &ctx, &context_value(args), &mut bytes)?;
+        wire::put_tangent(
+            p,
+            func.params[1].ty,
+            &ctx,
+            &context_value(tangents),
+            &mut bytes,
+        )?;
+        let (yt, dyt) = result_pair(p, func.ret);
+        let ty = &d.entry.body.ty;
+        let mut run = self.prepare_bytes(f, &bytes)?;
+        let read = |mut r: &[u8]| {
+            let y = wire::get_value(p, yt, ty, &mut r)?;
+            let dy = wire::get_tangent(p, dyt, ty, &y, &mut r)?;
+            Some((y, dy))
+        };
+        run.run_with(1, read)?.0.ok_or_else(bad_result)
     }
 
     /// Reverse mode (first definition): the value and every argument's cotangent.
@@ -456,10 +496,31 @@ impl Native {
     ) -> Result<(Value, Vec<Value>)> {
         let d = &self.defs[k];
         let f = d.vjp.ok_or_else(|| missing("reverse mode"))?;
-        let x = d.context(args)?;
-        let ct = d.cotangent(cotangent)?;
-        let r = self.call(f, &[x, ct])?;
-        Ok(d.vjp_result(args, &r))
+        crate::eval::check_args(&d.entry, args)?;
+        d.check_cotangent(cotangent)?;
+        let p = &self.program;
+        let func = p.func(f);
+        let (ctx, ty) = (d.context_type(), &d.entry.body.ty);
+        let x = context_value(args);
+        let mut bytes = Vec::new();
+        wire::put_value(p, func.params[0].ty, &ctx, &x, &mut bytes)?;
+        wire::put_tangent(p, func.params[1].ty, ty, cotangent, &mut bytes)?;
+        let (yt, dxt) = result_pair(p, func.ret);
+        let mut run = self.prepare_bytes(f, &bytes)?;
+        let read = |mut r: &[u8]| {
+            let y = wire::get_value(p, yt, ty, &mut r)?;
+            // The context's cotangent `((((), d1), d2) .., dn)`, one per argument.
+            let dx = wire::get_tangent(p, dxt, &ctx, &x, &mut r)?;
+            Some((y, dx))
+        };
+        let (y, mut dx) = run.run_with(1, read)?.0.ok_or_else(bad_result)?;
+        let mut out = vec![Value::Unit; args.len()];
+        for k in (0..args.len()).rev() {
+            let (rest, dk) = dx.expect_pair();
+            out[k] = dk.clone();
+            dx = rest.clone();
+        }
+        Ok((y, out))
     }
 
     /// The gradient of a `Real`-valued (first) definition.
@@ -575,6 +636,18 @@ impl crate::ad::nested::Reverse for Native {
     }
 }
 
+/// The IR types of a derivative's result pair.
+fn result_pair(p: &Program, t: Ty) -> (Ty, Ty) {
+    match p.types.kind(t) {
+        TyKind::Tuple(cs) if cs.len() == 2 => (cs[0], cs[1]),
+        k => panic!("internal error: a derivative's result of type {k:?}"),
+    }
+}
+
+fn bad_result() -> Error {
+    Error::new(ErrorKind::Unsupported, "internal error: bad native result")
+}
+
 fn missing(what: &str) -> Error {
     Error::new(
         ErrorKind::Unsupported,
@@ -592,6 +665,13 @@ pub struct Prepared<'a> {
 impl Prepared<'_> {
     /// Runs it `reps` times (at least once); the last result and each run's seconds.
     pub fn run(&mut self, reps: usize) -> Result<(Val, Vec<f64>)> {
+        let (program, ret) = (&self.native.program, self.ret);
+        let (v, times) = self.run_with(reps, |mut b| decode(program, ret, &mut b))?;
+        Ok((v.ok_or_else(bad_result)?, times))
+    }
+
+    /// [`Prepared::run`] with the result in the binary form, read by `read` in place.
+    fn run_with<T>(&mut self, reps: usize, read: impl FnOnce(&[u8]) -> T) -> Result<(T, Vec<f64>)> {
         let reps = reps.max(1);
         // The host's `--max-steps` budget, what is left of it.
         let steps: unsafe extern "C" fn(u64) = self.native.symbol("chad_set_max_steps")?;
@@ -611,31 +691,25 @@ impl Prepared<'_> {
         };
         // SAFETY: a live handle, `times` has `reps` slots, `out` is writable.
         let status = unsafe { run(self.handle, reps as u64, times.as_mut_ptr(), &mut out) };
-        let bytes = if out.ptr.is_null() {
-            Vec::new()
+        let bytes: &[u8] = if out.ptr.is_null() {
+            &[]
         } else {
-            // SAFETY: the library wrote a buffer of `len` bytes; it is copied before freeing.
-            unsafe { std::slice::from_raw_parts(out.ptr, out.len) }.to_vec()
+            // SAFETY: the library wrote a buffer of `len` bytes; it is read before freeing.
+            unsafe { std::slice::from_raw_parts(out.ptr, out.len) }
         };
-        if !out.ptr.is_null() {
-            // SAFETY: the buffer came from `chad_run` and is freed once.
-            unsafe { free(out) };
-        }
-        let program = &self.native.program;
-        match status {
-            0 => {
-                let mut r: &[u8] = &bytes;
-                let v = decode(program, self.ret, &mut r).ok_or_else(|| {
-                    Error::new(ErrorKind::Unsupported, "internal error: bad native result")
-                })?;
-                Ok((v, times))
-            }
-            1 => Err(decode_error(program, &bytes)),
+        let result = match status {
+            0 => Ok((read(bytes), times)),
+            1 => Err(decode_error(&self.native.program, bytes)),
             _ => Err(Error::new(
                 ErrorKind::Unsupported,
                 "internal error: the native code panicked",
             )),
+        };
+        if !out.ptr.is_null() {
+            // SAFETY: the buffer came from `chad_run` and is freed once, after its last read.
+            unsafe { free(out) };
         }
+        result
     }
 }
 

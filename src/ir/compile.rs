@@ -205,12 +205,13 @@ impl Compiled {
 
 /// Conversions between source values and the IR values of a definition's functions.
 impl DefCode {
-    fn param_types(&self) -> Vec<Type> {
+    /// The parameters' types.
+    pub fn param_types(&self) -> Vec<Type> {
         self.entry.param_types()
     }
 
     /// The context type `((Unit, A1), ..) , An)` of the derivatives.
-    fn context_type(&self) -> Type {
+    pub fn context_type(&self) -> Type {
         self.param_types().into_iter().fold(Type::Unit, Type::prod)
     }
 
@@ -234,6 +235,16 @@ impl DefCode {
 
     /// The tangents, one per parameter, as one IR value of the context's tangent.
     pub fn context_tangent(&self, args: &[Value], tangents: &[Value]) -> Result<Val> {
+        self.check_tangents(args, tangents)?;
+        let mut out = Val::Unit;
+        for (p, t) in self.entry.params.iter().zip(tangents) {
+            out = Val::Tuple(vec![out, interp::tangent_from_value(&p.ty, t)].into());
+        }
+        Ok(out)
+    }
+
+    /// Checks the tangents: one per argument, each a tangent at its argument.
+    pub fn check_tangents(&self, args: &[Value], tangents: &[Value]) -> Result<()> {
         if tangents.len() != args.len() {
             return Err(Error::new(
                 ErrorKind::Argument,
@@ -244,13 +255,11 @@ impl DefCode {
                 ),
             ));
         }
-        let mut out = Val::Unit;
         for ((p, a), t) in self.entry.params.iter().zip(args).zip(tangents) {
             // The same validation (and messages) as the engine's jvp.
             crate::ad::tangent::to_tangent(&p.ty, a, t)?;
-            out = Val::Tuple(vec![out, interp::tangent_from_value(&p.ty, t)].into());
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The value and tangent in the result of `NAME_jvp`.
@@ -264,9 +273,14 @@ impl DefCode {
 
     /// The output cotangent as an IR value (checked against the result type).
     pub fn cotangent(&self, cotangent: &Value) -> Result<Val> {
-        let ty = &self.entry.body.ty;
-        match ty.tangent() {
-            Some(tt) if cotangent.has_type(&tt) => Ok(interp::tangent_from_value(ty, cotangent)),
+        self.check_cotangent(cotangent)?;
+        Ok(interp::tangent_from_value(&self.entry.body.ty, cotangent))
+    }
+
+    /// Checks the output cotangent against the result type.
+    pub fn check_cotangent(&self, cotangent: &Value) -> Result<()> {
+        match self.entry.body.ty.tangent() {
+            Some(tt) if cotangent.has_type(&tt) => Ok(()),
             Some(tt) => Err(Error::new(
                 ErrorKind::Argument,
                 format!("cotangent: `{cotangent}` is not a tangent: it must have type `{tt}`"),

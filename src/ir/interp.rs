@@ -636,7 +636,7 @@ pub fn tangent_to_value(ty: &Type, x: &Value, t: &Val) -> Value {
 }
 
 /// A structural zero for [`tangent_to_value`] (arrays empty, tuples of zeros).
-fn zero_tangent(ty: &Type) -> Val {
+pub fn zero_tangent(ty: &Type) -> Val {
     deep(|| match ty {
         Type::Real => Val::F64(0.0),
         Type::Int | Type::Bool | Type::Unit => Val::Unit,

@@ -6310,6 +6310,11 @@ impl Emitter<'_> {
                 d.push_str("))");
                 (d, en)
             }
+            // Reals as one block of bytes.
+            TyKind::Array(el) if matches!(self.types().kind(el), TyKind::F64) => (
+                "let n = r.u64()? as usize;\n    let b = r.take(n.checked_mul(8)?)?;\n    Some(Arr::new(b.chunks_exact(8).map(|x| f64::from_le_bytes(x.try_into().unwrap())).collect()))".to_string(),
+                "w.extend_from_slice(&(v.len() as u64).to_le_bytes());\n    let k = w.len();\n    w.resize(k + 8 * v.len(), 0);\n    for (b, x) in w[k..].chunks_exact_mut(8).zip(v.iter()) { b.copy_from_slice(&x.to_le_bytes()); }".to_string(),
+            ),
             TyKind::Array(el) => {
                 let ck = self.codec(el, codecs);
                 (
