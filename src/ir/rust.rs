@@ -2901,7 +2901,7 @@ impl<'a> Emitter<'a> {
     }
 
     /// The elementary-function calls of a `for` loop's body that can be computed ahead of
-    /// the iterations that use them (fission): a top-level `let` of `sin` or `cos` whose
+    /// the iterations that use them (fission): a top-level `let` of `sin`, `cos` or `exp` whose
     /// argument comes, through top-level `let`s of arithmetic, from values bound
     /// outside the loop and reals read at the loop index from arrays bound outside it
     /// (padded reads, [`Emitter::pad_reads`]). Such a chain cannot fail, reads no mutable
@@ -5422,7 +5422,7 @@ impl<'a> Emitter<'a> {
             }
         }
         Ok(match p.name() {
-            "tan" | "exp" | "sqrt" | "abs" => format!("f64::{}({})", p.name(), x[0]),
+            "tan" | "sqrt" | "abs" => format!("f64::{}({})", p.name(), x[0]),
             "asin" | "acos" | "atan" | "sinh" | "cosh" => format!("f64::{}({})", p.name(), x[0]),
             "atan2" => format!("f64::atan2({}, {})", x[0], x[1]),
             "log1p" => format!("f64::ln_1p({})", x[0]),
@@ -5432,7 +5432,7 @@ impl<'a> Emitter<'a> {
                 self.prim_helper(p.name())?;
                 format!("{}_lane({}, &mut lane_bad)", p.name(), x[0])
             }
-            "sin" | "cos" | "erf" | "tanh" | "relu" | "softplus" | "sign" => {
+            "sin" | "cos" | "exp" | "erf" | "tanh" | "relu" | "softplus" | "sign" => {
                 self.prim_helper(p.name())?;
                 format!("{}({})", p.name(), x[0])
             }
@@ -6063,7 +6063,7 @@ const FREE: u64 = 100;
 const LANE_MIN: i64 = 16;
 
 /// Whether a body in vector lanes may call primitive `name`: arithmetic, and with `calls`
-/// chad's own elementary functions (`prim::elementary`: `sin`, `cos`), in their `_lane`
+/// chad's own elementary functions (`prim::elementary`: `sin`, `cos`, `exp`), in their `_lane`
 /// forms.
 fn lane_prim(name: &str, calls: bool) -> bool {
     matches!(name, "add" | "sub" | "mul" | "div" | "neg") || calls && has_lane_form(name)
