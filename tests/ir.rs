@@ -1958,13 +1958,14 @@ def f (xs : Array (Array Real)) (w : Array Real) : Real =
     }
 }
 
-/// chad's own `sin` and `cos` in vector lanes (note 07 §4, "elementary functions in lanes"):
-/// sums of them run in buffered lanes on the threads (`lane_chunks`), and a `for` loop
-/// computes its calls ahead a block at a time (`fiss_ahead`); `waves` (with `tanh`, a libm
-/// call) runs as before. Values, tangents and
+/// chad's own `sin`, `cos` and `exp` in vector lanes (note 07 §4, "elementary functions in
+/// lanes"): sums of them run in buffered lanes on the threads (`lane_chunks`), and a `for`
+/// loop computes its calls ahead a block at a time (`fiss_ahead`); `waves` (with `tanh`, a
+/// libm call) runs as before. Values, tangents and
 /// cotangents natively equal the IR interpreter's bit for bit: at lengths around the lanes,
-/// blocks and chunks; with an argument outside `sin`'s and `cos`'s core range (the lanes'
-/// flag, then the plain forms), with NaN and infinities; on one thread and on three.
+/// blocks and chunks; with arguments outside the core ranges (the lanes' flag, then the
+/// plain forms: `sin` of 10⁷, `exp` of -1.3·10⁷ and of -546 and below), with NaN and
+/// infinities; on one thread and on three.
 #[test]
 fn elementary_functions_in_lanes_agree_bit_for_bit() {
     let src = "\
@@ -1973,6 +1974,10 @@ def wave (a : Real) (b : Real) (xs : Array Real) : Real =
 
 def waves (xs : Array Real) (ys : Array Real) : Real =
   sum (map2 (\\(x : Real) (y : Real) -> cos x * y + tanh (x * y)) xs ys)
+
+def bump (c : Real) (xs : Array Real) : Real =
+  let m = maximum xs in
+  log (sum (map (\\(x : Real) -> exp (c * (x - m))) xs)) + m
 ";
     let (module, text) = emitted(src, true, true);
     let wave = emitted_fn(&text, "wave");
@@ -1990,6 +1995,16 @@ def waves (xs : Array Real) (ys : Array Real) : Real =
         vjp.contains("fiss_ahead(") && vjp.contains("cos_lane("),
         "no calls computed ahead in wave's VJP:\n{vjp}"
     );
+    let bump = emitted_fn(&text, "bump");
+    assert!(
+        bump.contains("lane_chunks(") && bump.contains("exp_lane("),
+        "{bump}"
+    );
+    let vjp = emitted_fn(&text, "bump_vjp");
+    assert!(
+        vjp.contains("fiss_ahead(") && vjp.contains("exp_lane("),
+        "no calls computed ahead in bump's VJP:\n{vjp}"
+    );
     let native = built(module);
     let lengths = [
         0usize, 1, 7, 15, 16, 17, 40, 511, 512, 513, 1030, 4105, 9000,
@@ -2004,6 +2019,8 @@ def waves (xs : Array Real) (ys : Array Real) : Real =
                     // Outside the core range: the lanes flag it, the plain forms call libm.
                     (1, _) if i == n / 2 => 1.0e7,
                     (2, _) if i % 97 == 5 => [f64::NAN, f64::INFINITY, -0.0][i % 3],
+                    // The maximum: `exp`'s arguments reach -546 and below, past its core range.
+                    (2, _) if i % 89 == 3 => 420.0,
                     _ => (i as f64 * 0.37).sin() * 3.0 + i as f64 * 1e-3,
                 };
                 let xs: Vec<f64> = (0..n).map(val).collect();
@@ -2018,6 +2035,7 @@ def waves (xs : Array Real) (ys : Array Real) : Real =
                         vec![Value::Real(a), Value::Real(1.3), Value::reals(xs.clone())],
                     ),
                     (1, vec![Value::reals(xs.clone()), Value::reals(ys.clone())]),
+                    (2, vec![Value::Real(1.3), Value::reals(xs.clone())]),
                 ];
                 for (k, args) in cases {
                     let at = format!(

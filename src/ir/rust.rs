@@ -2993,26 +2993,37 @@ impl<'a> Emitter<'a> {
             .filter(|(_, x, _)| needed.contains(x))
             .map(|(k, _, _)| *k)
             .collect();
-        // A chain `let` that only the chain reads need not be computed again in the body.
-        let mut within: FxHashMap<u32, u32> = FxHashMap::default();
-        for k in &chain {
-            if let Stmt::Let(_, e) = &body.stmts[*k] {
-                for a in super::opt::operands(e) {
-                    if let Atom::Var(v) = a {
-                        *within.entry(v.id).or_default() += 1;
+        // A chain `let` that only the calls and other such `let`s read need not be computed
+        // again in the body (the calls become reads of the buffer). The largest such set:
+        // start from every chain `let` and drop those read by a `let` the body keeps, until
+        // none is.
+        let let_of = |k: usize| match &body.stmts[k] {
+            Stmt::Let(x, e) => (x.id, e),
+            _ => unreachable!("the chain holds `let`s"),
+        };
+        let mut skip: Vec<u32> = chain
+            .iter()
+            .filter(|k| !calls.contains(k))
+            .map(|&k| let_of(k).0)
+            .collect();
+        loop {
+            let mut within: FxHashMap<u32, u32> = FxHashMap::default();
+            for &k in &chain {
+                let (x, e) = let_of(k);
+                if calls.contains(&k) || skip.contains(&x) {
+                    for a in super::opt::operands(e) {
+                        if let Atom::Var(v) = a {
+                            *within.entry(v.id).or_default() += 1;
+                        }
                     }
                 }
             }
+            let before = skip.len();
+            skip.retain(|x| self.uses.get(x).map(|u| u.count) == within.get(x).copied());
+            if skip.len() == before {
+                break;
+            }
         }
-        let skip = chain
-            .iter()
-            .filter(|k| !calls.contains(k))
-            .filter_map(|k| match &body.stmts[*k] {
-                Stmt::Let(x, _) => Some(x.id),
-                _ => None,
-            })
-            .filter(|x| self.uses.get(x).map(|u| u.count) == within.get(x).copied())
-            .collect();
         arrays.retain(|(a, _)| {
             chain.iter().any(|k| {
                 matches!(&body.stmts[*k], Stmt::Let(_, Expr::Index(Atom::Var(b), ..) | Expr::IndexOr0(Atom::Var(b), _)) if b.id == *a)
