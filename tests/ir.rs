@@ -1959,9 +1959,9 @@ def f (xs : Array (Array Real)) (w : Array Real) : Real =
 }
 
 /// chad's own `sin`, `cos` and `exp` in vector lanes (note 07 §4, "elementary functions in
-/// lanes"): sums of them run in buffered lanes on the threads (`lane_chunks`), and a `for`
-/// loop computes its calls ahead a block at a time (`fiss_ahead`); `waves` (with `tanh`, a
-/// libm call) runs as before. Values, tangents and
+/// lanes"): sums of them run in buffered lanes on the threads (`lane_chunks`), builds of
+/// reals a block at a time (`par_build_lanes`), and a `for` loop computes its calls ahead a
+/// block at a time (`fiss_ahead`); `waves` (with `tanh`, a libm call) runs as before. Values, tangents and
 /// cotangents natively equal the IR interpreter's bit for bit: at lengths around the lanes,
 /// blocks and chunks; with arguments outside the core ranges (the lanes' flag, then the
 /// plain forms: `sin` of 10⁷, `exp` of -1.3·10⁷ and of -546 and below), with NaN and
@@ -1978,6 +1978,13 @@ def waves (xs : Array Real) (ys : Array Real) : Real =
 def bump (c : Real) (xs : Array Real) : Real =
   let m = maximum xs in
   log (sum (map (\\(x : Real) -> exp (c * (x - m))) xs)) + m
+
+def soft (c : Real) (xs : Array Real) : Array Real =
+  map (\\(x : Real) -> exp (c * x) + sin x) xs
+
+def tot (c : Real) (xs : Array Real) : Real =
+  let ys = map (\\(x : Real) -> exp (c * x)) xs in
+  sum (map2 (\\(y : Real) (x : Real) -> y * cos (x * y)) ys xs)
 ";
     let (module, text) = emitted(src, true, true);
     let wave = emitted_fn(&text, "wave");
@@ -2005,6 +2012,13 @@ def bump (c : Real) (xs : Array Real) : Real =
         vjp.contains("fiss_ahead(") && vjp.contains("exp_lane("),
         "no calls computed ahead in bump's VJP:\n{vjp}"
     );
+    for f in ["soft", "tot"] {
+        let code = emitted_fn(&text, f);
+        assert!(
+            code.contains("par_build_lanes("),
+            "no build in lanes in {f}:\n{code}"
+        );
+    }
     let native = built(module);
     let lengths = [
         0usize, 1, 7, 15, 16, 17, 40, 511, 512, 513, 1030, 4105, 9000,
@@ -2036,6 +2050,8 @@ def bump (c : Real) (xs : Array Real) : Real =
                     ),
                     (1, vec![Value::reals(xs.clone()), Value::reals(ys.clone())]),
                     (2, vec![Value::Real(1.3), Value::reals(xs.clone())]),
+                    (3, vec![Value::Real(0.9), Value::reals(xs.clone())]),
+                    (4, vec![Value::Real(-0.6), Value::reals(xs.clone())]),
                 ];
                 for (k, args) in cases {
                     let at = format!(
@@ -2043,8 +2059,13 @@ def bump (c : Real) (xs : Array Real) : Real =
                         native.defs[k].entry.name
                     );
                     primal_bit_for_bit(&native, k, &args).unwrap_or_else(|e| panic!("{at}: {e}"));
-                    vjp_bit_for_bit(&native, k, &args, &Value::Real(1.5))
-                        .unwrap_or_else(|e| panic!("{at}: {e}"));
+                    // `soft`'s result is an array.
+                    let ct = if k == 3 {
+                        Value::reals(ts.clone())
+                    } else {
+                        Value::Real(1.5)
+                    };
+                    vjp_bit_for_bit(&native, k, &args, &ct).unwrap_or_else(|e| panic!("{at}: {e}"));
                     let tangents: Vec<Value> = args
                         .iter()
                         .map(|a| match a {

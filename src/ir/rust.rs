@@ -945,6 +945,61 @@ fn scratch_build(n: usize, mut f: impl FnMut(i64) -> Result<f64, Error>) -> Resu
     Ok(Scratch(v))
 }
 
+/// Elements `a..b` of a build of reals onto `v`, a block of 512 at a time by `lanes`
+/// (`lanes(s0, s1, out)` writes elements `s0..s1` into `out`, in vector lanes, and is false
+/// where an elementary function's argument was outside its core range), a flagged block
+/// again one element at a time by `f`, which gives the same values wherever `lanes` gives
+/// them (`Emitter::lane_build`).
+#[allow(dead_code)]
+#[inline]
+fn lane_rows(
+    a: usize,
+    b: usize,
+    v: &mut Vec<f64>,
+    lanes: &impl Fn(usize, usize, &mut [f64]) -> bool,
+    f: &impl Fn(i64) -> Result<f64, Error>,
+) -> Result<(), Error> {
+    let mut s0 = a;
+    while s0 < b {
+        let s1 = if b - s0 > 512 { s0 + 512 } else { b };
+        let k = v.len();
+        v.resize(k + (s1 - s0), 0.0);
+        if !lanes(s0, s1, &mut v[k..]) {
+            v.truncate(k);
+            for i in s0..s1 {
+                v.push(f(i as i64)?);
+            }
+        }
+        s0 = s1;
+    }
+    Ok(())
+}
+
+/// [`par_build`] of reals, blocks of elements in vector lanes ([`lane_rows`]).
+#[allow(dead_code)]
+#[inline]
+fn par_build_lanes(
+    n: usize,
+    cost: u64,
+    lanes: impl Fn(usize, usize, &mut [f64]) -> bool + Sync,
+    f: impl Fn(i64) -> Result<f64, Error> + Sync,
+) -> Result<Vec<f64>, Error> {
+    par_rows(n, cost, |a, b, v| lane_rows(a, b, v, &lanes, &f))
+}
+
+/// [`scratch_build`], blocks of elements in vector lanes ([`lane_rows`]).
+#[allow(dead_code)]
+#[inline]
+fn scratch_build_lanes(
+    n: usize,
+    lanes: impl Fn(usize, usize, &mut [f64]) -> bool,
+    f: impl Fn(i64) -> Result<f64, Error>,
+) -> Result<Scratch, Error> {
+    let mut v = scratch_vec(n);
+    lane_rows(0, n, &mut v, &lanes, &f)?;
+    Ok(Scratch(v))
+}
+
 /// [`scratch_build`] with rows four at a time where `tile` gives them ([`tiled_rows`]).
 #[allow(dead_code)]
 #[inline]
@@ -4158,6 +4213,45 @@ impl<'a> Emitter<'a> {
         Ok(s)
     }
 
+    /// A `build` of reals whose body may run in vector lanes and calls an elementary
+    /// function (`lane_slices` with calls): the closure `lanes(s0, s1, out)` of
+    /// [`lane_rows`], which computes elements `s0..s1` into `out` with the calls' `_lane`
+    /// forms, the body's padded reads taken from the block's sub-slices, and says whether no
+    /// argument was outside a core range. In the plain loop the compiler vectorises, as the
+    /// buffered sums' ([`Emitter::lane_sums_buffered`]); the elements are independent, so
+    /// only the flag needs the plain forms again.
+    fn lane_build(
+        &mut self,
+        i: &super::Var,
+        b: &Block,
+        slices: &[(u32, String)],
+        depth: usize,
+    ) -> Result<String> {
+        let ind = "    ".repeat(depth);
+        let mut s = format!(
+            "|lane_s0: usize, lane_s1: usize, lane_out: &mut [f64]| -> bool {{\n{ind}    let mut lane_bad = false;\n"
+        );
+        for (k, (a, name)) in slices.iter().enumerate() {
+            let _ = writeln!(s, "{ind}    let lane_q{k} = &{name}[lane_s0..lane_s1];");
+            self.padded.insert((*a, i.id), format!("lane_q{k}"));
+        }
+        let was_calls = std::mem::replace(&mut self.lane_calls, true);
+        let was_plain = std::mem::replace(&mut self.plain_smul, false);
+        let body = self.block_expr(b, depth + 2);
+        self.lane_calls = was_calls;
+        self.plain_smul = was_plain;
+        for (a, name) in slices {
+            self.padded.insert((*a, i.id), name.clone());
+        }
+        let body = body?;
+        let iv = self.decl_name(i);
+        let _ = write!(
+            s,
+            "{ind}    for (lane_k, lane_o) in lane_out.iter_mut().enumerate() {{\n{ind}        let {iv}: i64 = lane_k as i64;\n{ind}        *lane_o = {body};\n{ind}    }}\n{ind}    !lane_bad\n{ind}}}"
+        );
+        Ok(s)
+    }
+
     /// The statement of a `build`'s body that is its one `sum`, if the body can be tiled
     /// ([`Emitter::tiled_build`]): a real result, and besides the sum only `let`s of
     /// expressions without blocks, calls or state, and checks.
@@ -5198,9 +5292,16 @@ impl<'a> Emitter<'a> {
                 let (pads, added) = self.pad_reads(i, n, b, depth + 1);
                 let n = self.read(n);
                 let tile = self.tiled_build(i, b, depth + 3);
+                // Reals with elementary functions: a block at a time in vector lanes.
+                let lanes = match &tile {
+                    Ok(None) if b.result.ty() == Ty::F64 && calls_elementary(b) => self
+                        .lane_slices(i, b, true)
+                        .map(|sl| self.lane_build(i, b, &sl, depth + 1)),
+                    _ => None,
+                };
                 let body = self.block_expr(b, depth + 1);
                 self.unpad(added);
-                let (body, tile) = (body?, tile?);
+                let (body, tile, lanes) = (body?, tile?, lanes.transpose()?);
                 let ind = "    ".repeat(depth);
                 let (open, close) = if local { ("", "") } else { ("Arr::new(", ")") };
                 let cost = if scratch {
@@ -5208,17 +5309,20 @@ impl<'a> Emitter<'a> {
                 } else {
                     format!("{}, ", cost(b))
                 };
-                let build = match (scratch, &tile) {
-                    (true, None) => "scratch_build",
-                    (false, None) => "par_build",
-                    (true, Some(_)) => "scratch_build_tiled",
-                    (false, Some(_)) => "par_build_tiled",
+                let build = match (scratch, &tile, &lanes) {
+                    (true, None, None) => "scratch_build",
+                    (false, None, None) => "par_build",
+                    (true, None, Some(_)) => "scratch_build_lanes",
+                    (false, None, Some(_)) => "par_build_lanes",
+                    (true, Some(_), _) => "scratch_build_tiled",
+                    (false, Some(_), _) => "par_build_tiled",
                 };
-                let tile = match tile {
-                    Some(t) => format!(
+                let tile = match (tile, lanes) {
+                    (Some(t), _) => format!(
                         "|tile_i: i64| -> Result<Option<[f64; 4]>, Error> {{\n{t}{ind}    }}, "
                     ),
-                    None => String::new(),
+                    (None, Some(l)) => format!("{l}, "),
+                    (None, None) => String::new(),
                 };
                 format!(
                     "{{\n{ind}    let n = check_len(\"build\", {n}, {})?;\n{pads}{ind}    {open}{build}(n, {cost}{tile}|{}: i64| Ok({body}))?{close}\n{ind}}}",
