@@ -3768,7 +3768,7 @@ impl<'a> Emitter<'a> {
     /// part, the tuple of the sums' values for several (which [`Emitter::sum_group`] chose:
     /// every body then runs in lanes, and all run in one pass over their slices,
     /// [`Emitter::lane_sums`]). Each part's body is emitted as the sum alone would be: its
-    /// slices padded before the loop ([`Emitter::pad_reads`]), in lanes from [`LANE_MIN`]
+    /// slices padded before the loop ([`Emitter::pad_reads`]), in lanes from [`LANE_MIN`] (with elementary calls [`LANE_MIN_CALLS`])
     /// terms where `par_sum` would run on this thread alone (shorter sums spend more on the
     /// lanes' remainder than they gain), with plain products first where that is speculable
     /// ([`Emitter::speculable`]; the strong zeros only if that sum is NaN).
@@ -3846,7 +3846,7 @@ impl<'a> Emitter<'a> {
                 // its core range ([`Emitter::lane_sums`]): the plain sum then, which has the
                 // same value wherever the lanes have one.
                 format!(
-                    "match if {n} >= {LANE_MIN}{seq} {lanes} else {{ None }} {{ Some(lane_v) => lane_v, None => {{ {plain} }} }}"
+                    "match if {n} >= {LANE_MIN_CALLS}{seq} {lanes} else {{ None }} {{ Some(lane_v) => lane_v, None => {{ {plain} }} }}"
                 )
             } else {
                 format!("if {n} >= {LANE_MIN}{seq} {lanes} else {{ {plain} }}")
@@ -6176,6 +6176,12 @@ const FREE: u64 = 100;
 
 /// The fewest terms a sum adds in lanes ([`Emitter::lane_sum`]).
 const LANE_MIN: i64 = 16;
+
+/// The fewest terms from which a sum that calls an elementary function runs in buffered
+/// lanes ([`Emitter::lane_sums_buffered`]): below it the buffer's setup (512 reals zeroed,
+/// the chunk closure) costs more than the lanes gain (GMM's `logsumexp` over 25 components,
+/// one thread: primal 3.10 → 3.02 ms from 16 to 64).
+const LANE_MIN_CALLS: i64 = 64;
 
 /// Whether a body in vector lanes may call primitive `name`: arithmetic, and with `calls`
 /// chad's own elementary functions (`prim::elementary`: `sin`, `cos`, `exp`), in their `_lane`
