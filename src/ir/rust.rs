@@ -4163,18 +4163,7 @@ impl<'a> Emitter<'a> {
         }
         let _ = writeln!(s, "{ind}            let lane_m = lane_s1 - lane_s0;");
         for (k, ((i, b), sl)) in parts.iter().zip(slices).enumerate() {
-            for (a, _) in sl {
-                self.padded.insert((*a, i.id), q(*a));
-            }
-            let was = std::mem::replace(&mut self.plain_smul, plain[k]);
-            let was_calls = std::mem::replace(&mut self.lane_calls, true);
-            let body = self.block_expr(b, depth + 4);
-            self.plain_smul = was;
-            self.lane_calls = was_calls;
-            for (a, name) in sl {
-                self.padded.insert((*a, i.id), name.clone());
-            }
-            let body = body?;
+            let body = self.lane_body(i, b, sl, &q, plain[k], depth + 4)?;
             let iv = self.decl_name(i);
             let _ = write!(
                 s,
@@ -4213,6 +4202,32 @@ impl<'a> Emitter<'a> {
         Ok(s)
     }
 
+    /// Body `b` (index `i`) for vector lanes: its padded reads of `slices` from the block's
+    /// sub-slices `lane` names, elementary calls in their `_lane` forms, products plain
+    /// (`plain`) or with strong zeros.
+    fn lane_body(
+        &mut self,
+        i: &super::Var,
+        b: &Block,
+        slices: &[(u32, String)],
+        lane: &dyn Fn(u32) -> String,
+        plain: bool,
+        depth: usize,
+    ) -> Result<String> {
+        for (a, _) in slices {
+            self.padded.insert((*a, i.id), lane(*a));
+        }
+        let was_plain = std::mem::replace(&mut self.plain_smul, plain);
+        let was_calls = std::mem::replace(&mut self.lane_calls, true);
+        let body = self.block_expr(b, depth);
+        self.plain_smul = was_plain;
+        self.lane_calls = was_calls;
+        for (a, name) in slices {
+            self.padded.insert((*a, i.id), name.clone());
+        }
+        body
+    }
+
     /// A `build` of reals whose body may run in vector lanes and calls an elementary
     /// function (`lane_slices` with calls): the closure `lanes(s0, s1, out)` of
     /// [`lane_rows`], which computes elements `s0..s1` into `out` with the calls' `_lane`
@@ -4231,19 +4246,14 @@ impl<'a> Emitter<'a> {
         let mut s = format!(
             "|lane_s0: usize, lane_s1: usize, lane_out: &mut [f64]| -> bool {{\n{ind}    let mut lane_bad = false;\n"
         );
-        for (k, (a, name)) in slices.iter().enumerate() {
+        for (k, (_, name)) in slices.iter().enumerate() {
             let _ = writeln!(s, "{ind}    let lane_q{k} = &{name}[lane_s0..lane_s1];");
-            self.padded.insert((*a, i.id), format!("lane_q{k}"));
         }
-        let was_calls = std::mem::replace(&mut self.lane_calls, true);
-        let was_plain = std::mem::replace(&mut self.plain_smul, false);
-        let body = self.block_expr(b, depth + 2);
-        self.lane_calls = was_calls;
-        self.plain_smul = was_plain;
-        for (a, name) in slices {
-            self.padded.insert((*a, i.id), name.clone());
-        }
-        let body = body?;
+        let q = |a: u32| match slices.iter().position(|(x, _)| *x == a) {
+            Some(k) => format!("lane_q{k}"),
+            None => unreachable!("the body's slices"),
+        };
+        let body = self.lane_body(i, b, slices, &q, false, depth + 2)?;
         let iv = self.decl_name(i);
         let _ = write!(
             s,

@@ -14,7 +14,7 @@
 //! layout the source type gives it (which the lowering does not produce for a definition's
 //! parameters and results), that part goes through IR values as before.
 
-use super::{decode, encode};
+use super::{decode, encode, take, u64_le};
 use crate::error::Result;
 use crate::ir::interp;
 use crate::ir::{Program, Ty, TyKind};
@@ -141,19 +141,6 @@ fn put_ir(p: &Program, t: Ty, x: &interp::Val, out: &mut Vec<u8>) -> Result<()> 
     interp::check_lengths(&p.types, t, x)?;
     encode(p, t, x, out);
     Ok(())
-}
-
-fn take<'b>(r: &mut &'b [u8], n: usize) -> Option<&'b [u8]> {
-    if r.len() < n {
-        return None;
-    }
-    let (x, rest) = r.split_at(n);
-    *r = rest;
-    Some(x)
-}
-
-fn u64_le(r: &mut &[u8]) -> Option<u64> {
-    Some(u64::from_le_bytes(take(r, 8)?.try_into().ok()?))
 }
 
 /// `n` reals.
