@@ -2968,7 +2968,6 @@ impl<'a> Emitter<'a> {
         if breaks(body) {
             return None;
         }
-        let internal = self.internal_site();
         let top: FxHashSet<u32> = body
             .stmts
             .iter()
@@ -2996,15 +2995,14 @@ impl<'a> Emitter<'a> {
                 | Expr::IndexOr0(Atom::Var(a), Atom::Var(j))
                     if j.id == i.id && !top.contains(&a.id) =>
                 {
-                    let checked = matches!(e, Expr::Index(_, _, site) if Some(*site) != internal);
-                    match self.padded.get(&(a.id, i.id)) {
-                        Some(name) if !checked => {
+                    match self.padded_at(e, a, i) {
+                        Some(name) => {
                             if !arrays.iter().any(|(b, _)| *b == a.id) {
-                                arrays.push((a.id, name.clone()));
+                                arrays.push((a.id, name));
                             }
                             true
                         }
-                        _ => false,
+                        None => false,
                     }
                 }
                 Expr::Prim(p, xs, _) => lane_prim(p.name(), true) && xs.iter().all(operand),
@@ -3706,16 +3704,14 @@ impl<'a> Emitter<'a> {
                         Expr::Index(Atom::Var(a), j, _) | Expr::IndexOr0(Atom::Var(a), j)
                             if is_i(j) =>
                         {
-                            let checked =
-                                matches!(e, Expr::Index(_, _, site) if Some(*site) != internal);
-                            match self.padded.get(&(a.id, i.id)) {
-                                Some(name) if !checked => {
+                            match self.padded_at(e, a, i) {
+                                Some(name) => {
                                     if !slices.iter().any(|(x, _)| *x == a.id) {
-                                        slices.push((a.id, name.clone()));
+                                        slices.push((a.id, name));
                                     }
                                     true
                                 }
-                                _ => false,
+                                None => false,
                             }
                         }
                         Expr::Index(a, j, site) => Some(*site) == internal && !is_i(a) && !is_i(j),
@@ -5488,6 +5484,16 @@ impl<'a> Emitter<'a> {
         } else {
             format!("{name}.clone()")
         }
+    }
+
+    /// The name of array `a`'s slice padded before the loop over `i`
+    /// ([`Emitter::pad_reads`]) if `e`, a read of `a` at `i`, needs no check there.
+    fn padded_at(&self, e: &Expr, a: &super::Var, i: &super::Var) -> Option<String> {
+        let checked = matches!(e, Expr::Index(_, _, site) if Some(*site) != self.internal_site());
+        if checked {
+            return None;
+        }
+        self.padded.get(&(a.id, i.id)).cloned()
     }
 
     fn internal_site(&self) -> Option<SiteId> {
