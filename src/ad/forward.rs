@@ -445,9 +445,25 @@ impl Primitives for Forward {
             Derivative::Zero => {
                 lin_lam("d", self.tangent(&dom), |_| LTerm::zero(self.tangent(&cod)))
             }
-            Derivative::Terms { forward, .. } => lin_lam("d", self.tangent(&dom), |d| {
-                forward(&args, &split_linear(d, op.params().len()))
-            }),
+            Derivative::Terms { forward, .. } => {
+                // The primal result is bound by a `let`, so that where `Dop` applies `op` to
+                // the same arguments (tanh' = 1 - tanh x², exp' = exp x, sqrt' = 1/(2 sqrt x))
+                // the simplifier's `cse` reads it instead: the derivative then captures the
+                // result, not the argument, and computes no second `op` (over an array, the
+                // tape holds the results the primal made and the tangent reads them).
+                let y = Var::fresh(name("y"), self.primal(&cod));
+                lets.push(Pat::Var(y.clone()), value);
+                let deriv = lin_lam("d", self.tangent(&dom), |d| {
+                    forward(&args, &split_linear(d, op.params().len()))
+                });
+                let deriv = super::share_result(&deriv, op, &args, &y);
+                return Ok(Mor {
+                    dom,
+                    cod,
+                    body: lets.finish(Term::pair(Term::var(&y), deriv)),
+                    x,
+                });
+            }
             Derivative::JvpVjp { jvp, vjp } => {
                 // `Dop` as a kernel whose declared transpose is the given `DopT`, so that
                 // reverse mode by transposition uses the `vjp` rule too.

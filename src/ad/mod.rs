@@ -209,6 +209,49 @@ pub(crate) fn no_derivative(op: &Prim) -> Error {
     .with_note("register one with `Primitive::with_derivative`")
 }
 
+/// `deriv` (a primitive's `Dop` or `DopT` term) with every application of `op` to the
+/// primal's own arguments `args` replaced by `y`, the variable the rules bind to the primal
+/// result: `F(op) = let y = op x in (y, λ̲d. Dop(x; d)[y / op x])`, and `R(op)` alike. The
+/// derivatives of `tanh` (`1 - tanh x · tanh x`), `exp`, `sqrt`, `sigmoid`, `tan` apply `op`
+/// again; sharing `y` computes it once, and a derivative closure then captures the result
+/// rather than the argument (so over an array, the tape holds the results the primal made).
+/// The simplifier's `cse` cannot see this: `y` occurs once before the rewrite, so it is inlined
+/// first.
+pub(crate) fn share_result(deriv: &Term, op: &Prim, args: &[Term], y: &Var) -> Term {
+    struct Share<'a> {
+        op: &'a Prim,
+        args: &'a [Term],
+        y: &'a Var,
+    }
+    /// The same atom: a variable, a literal, or a projection chain of one.
+    fn same_atom(a: &Term, b: &Term) -> bool {
+        match (&a.kind, &b.kind) {
+            (TermKind::Var(x), TermKind::Var(y)) => x.id == y.id,
+            (TermKind::Lit(x), TermKind::Lit(y)) => x == y,
+            (TermKind::Fst(x), TermKind::Fst(y)) | (TermKind::Snd(x), TermKind::Snd(y)) => {
+                same_atom(x, y)
+            }
+            _ => false,
+        }
+    }
+    impl crate::target::term::Rewrite for Share<'_> {
+        fn term(&mut self, t: &Term) -> Term {
+            if let TermKind::Prim(op, args) = &t.kind
+                && op.name() == self.op.name()
+                && args.len() == self.args.len()
+                && args.iter().zip(self.args).all(|(a, b)| same_atom(a, b))
+            {
+                return Term::new(TermKind::Var(self.y.clone()), t.span);
+            }
+            t.map_children(self)
+        }
+        fn linear(&mut self, l: &LTerm) -> LTerm {
+            l.map_children(self)
+        }
+    }
+    deep(|| deriv.map_children(&mut Share { op, args, y }))
+}
+
 /// `λ̲d. Dop(x; d)` for a primitive whose derivative is given alone ([`Derivative::Jvp`]), at
 /// the argument variables `args` with the primal result `y`.
 pub(crate) fn jvp_rule(

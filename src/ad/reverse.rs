@@ -490,9 +490,22 @@ impl Primitives for Reverse {
             Derivative::Zero => lin_lam("v", self.cotangent(&cod), |_| {
                 LTerm::zero(self.cotangent(&dom))
             }),
-            Derivative::Terms { transpose, .. } => lin_lam("v", self.cotangent(&cod), |v| {
-                tuple_linear(transpose(&args, &v))
-            }),
+            Derivative::Terms { transpose, .. } => {
+                // The primal result shared with `DopT`, as in forward mode
+                // ([`super::share_result`]).
+                let y = Var::fresh(name("y"), self.primal(&cod));
+                lets.push(Pat::Var(y.clone()), value);
+                let deriv = lin_lam("v", self.cotangent(&cod), |v| {
+                    tuple_linear(transpose(&args, &v))
+                });
+                let deriv = super::share_result(&deriv, op, &args, &y);
+                return Ok(Mor {
+                    dom,
+                    cod,
+                    body: lets.finish(Term::pair(Term::var(&y), deriv)),
+                    x,
+                });
+            }
             Derivative::Jvp(rule) => {
                 // DopT = transpose (λ̲d. Dop(x; d)), sharing the primal result with it.
                 let y = Var::fresh(name("y"), self.primal(&cod));

@@ -1150,8 +1150,14 @@ struct Closures {
     /// The closure.
     v: Var,
     code: LTerm,
-    /// The environment: variables bound in the element that the closure uses.
+    /// The environment: variables bound in the element that the closure uses, other than
+    /// those of `from_first`.
     env: Vec<Var>,
+    /// Variables the closure uses that are leaves of the first component (at these paths):
+    /// read back from it at the use rather than stored twice. A primitive whose derivative
+    /// reads its result (`tanh`, `exp`) gives elements `(y, λ̲v. .. y ..)`: the converted
+    /// array holds `(y, ())`, not `(y, y)`.
+    from_first: Vec<(Var, Vec<bool>)>,
     /// Bindings of the element recomputed at the use, in order.
     remat: Vec<(Pat, Term, Span)>,
     /// Parameters of a map recomputed at the use as an element of their (atomic) array.
@@ -1262,10 +1268,25 @@ impl Closures {
         for (p, _, _) in &lets {
             candidates.extend(p.vars().into_iter().cloned());
         }
-        let env = candidates
+        let env: Vec<Var> = candidates
             .into_iter()
             .filter(|c| {
                 need.contains(&c.id) && !chosen.contains(&c.id) && !remat_ok.contains(&c.id)
+            })
+            .collect();
+        let mut leaves = Vec::new();
+        if !bare {
+            tuple_leaves(&first, &mut Vec::new(), &mut leaves);
+        }
+        let mut from_first: Vec<(Var, Vec<bool>)> = Vec::new();
+        let env = env
+            .into_iter()
+            .filter(|c| match leaves.iter().find(|(_, x)| x.id == c.id) {
+                Some((path, _)) => {
+                    from_first.push((c.clone(), path.clone()));
+                    false
+                }
+                None => true,
             })
             .collect();
         let uses_index = matches!(&maker, Maker::Build(_, i) if need.contains(&i.id));
@@ -1280,11 +1301,18 @@ impl Closures {
             v: v.clone(),
             code: code.clone(),
             env,
+            from_first,
             remat,
             params,
             uses_index,
             bare,
         })
+    }
+
+    /// Whether the converted array holds the first components alone: no environment is left
+    /// to store (the closures read only the first component, or nothing of the element).
+    fn first_only(&self) -> bool {
+        !self.bare && self.env.is_empty()
     }
 
     /// The environment as a tuple term and the pattern that rebinds it.
@@ -1303,6 +1331,9 @@ impl Closures {
             .and_then(Ty::as_prod)
             .map(|(a, _)| a.clone())
             .expect("an array of pairs");
+        if self.first_only() {
+            return Ty::array(a_ty);
+        }
         Ty::array(Ty::prod(a_ty, self.env_tuple().1.ty()))
     }
 
@@ -1312,6 +1343,8 @@ impl Closures {
         let rs2 = Var::fresh(rs.name.clone(), self.converted_ty(rs));
         let core = if self.bare {
             tuple
+        } else if self.first_only() {
+            self.first.clone()
         } else {
             Term::new(TermKind::Pair(self.first.clone(), tuple), self.pair_span)
         };
@@ -1358,8 +1391,8 @@ impl Closures {
             return LTerm::mk(LTermKind::Let(Pat::Var(j), k.clone(), body));
         }
         let (_, pat) = self.env_tuple();
-        let env = Term::mk(TermKind::Index(Term::var(rs2), k.clone()));
-        let env = if self.bare { env } else { Term::snd(env) };
+        let elem = || Term::mk(TermKind::Index(Term::var(rs2), k.clone()));
+        let env = if self.bare { elem() } else { Term::snd(elem()) };
         let inner = LTerm::lin_let(&self.v, arg, self.code.clone());
         let inner = self.remat.iter().rev().fold(inner, |acc, (p, e, s)| {
             LTerm::new(LTermKind::Let(p.clone(), e.clone(), acc), *s)
@@ -1368,6 +1401,23 @@ impl Closures {
             let x = Term::mk(TermKind::Index(xs.clone(), k.clone()));
             LTerm::mk(LTermKind::Let(Pat::Var(p.clone()), x, acc))
         });
+        let first = || {
+            if self.first_only() {
+                elem()
+            } else {
+                Term::fst(elem())
+            }
+        };
+        let inner = self.from_first.iter().rev().fold(inner, |acc, (c, path)| {
+            let x = path.iter().fold(
+                first(),
+                |t, &first| if first { Term::fst(t) } else { Term::snd(t) },
+            );
+            LTerm::mk(LTermKind::Let(Pat::Var(c.clone()), x, acc))
+        });
+        if self.first_only() {
+            return inner;
+        }
         LTerm::mk(LTermKind::Let(pat, env, inner))
     }
 }
@@ -2156,8 +2206,36 @@ impl<'a> Convert<'a> {
     }
 }
 
+impl Convert<'_> {
+    /// A read of first components of the closure array when the converted array holds them
+    /// alone ([`Closures::first_only`]): `map (\r -> fst r) rs` is the new array itself, and
+    /// `fst (rs ! j)` its element.
+    fn first_read(&mut self, t: &Term) -> Option<Term> {
+        let is_old = |a: &Term| matches!(&a.kind, TermKind::Var(x) if x.id == self.old);
+        match &t.kind {
+            TermKind::Map(_, xs) if is_old(xs) => {
+                Some(Term::new(TermKind::Var(self.new.clone()), t.span))
+            }
+            TermKind::Fst(e) => match &e.kind {
+                TermKind::Index(a, j) if is_old(a) => {
+                    let j = self.term(j);
+                    let a = Term::new(TermKind::Var(self.new.clone()), a.span);
+                    Some(Term::new(TermKind::Index(a, j), t.span))
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
 impl Rewrite for Convert<'_> {
     fn term(&mut self, t: &Term) -> Term {
+        if self.closures().is_some_and(Closures::first_only)
+            && let Some(t2) = self.first_read(t)
+        {
+            return t2;
+        }
         deep(|| match &t.kind {
             _ if renames(t, self.old) => renamed(t, &self.new),
             TermKind::Let(p, e, body) => match self.rebind(p, e, body, |c, b| c.term(b)) {

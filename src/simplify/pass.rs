@@ -924,10 +924,15 @@ impl Pass<'_> {
             let b = std::mem::replace(&mut self.stack[i], Binding::Gone);
             self.stack[i] = match b {
                 Binding::Cart(p, e, span, orig) if self.rules.dead_let => {
+                    let binds = !p.vars().is_empty();
                     match self.live_or_dead(p) {
                         Ok(p) => Binding::Cart(p, e, span, orig),
-                        // Strict: a computation that may fail stays, bound to nothing.
+                        // Strict: a computation that may fail stays, bound to nothing. Found
+                        // dead only here, on the way out (its uses went in this pass): the
+                        // next pass, seeing `_` from the start, may know more about it (an
+                        // index in range) and drop it.
                         Err(dead) if self.may_fail(&e) => {
+                            self.dirty |= binds;
                             Binding::Cart(Pat::Wild(dead.ty()), e, span, Orig::None)
                         }
                         Err(_) => {
