@@ -1961,7 +1961,8 @@ def f (xs : Array (Array Real)) (w : Array Real) : Real =
 /// chad's own `sin`, `cos` and `exp` in vector lanes (note 07 §4, "elementary functions in
 /// lanes"): sums of them run in buffered lanes on the threads (`lane_chunks`), builds of
 /// reals a block at a time (`par_build_lanes`), and a `for` loop computes its calls ahead a
-/// block at a time (`fiss_ahead`); `waves` (with `tanh`, a libm call) runs as before. Values, tangents and
+/// block at a time (`fiss_ahead`: `cos` for `sin`'s derivative, `exp` for `erf`'s); `waves`
+/// (with `tanh`, a libm call) runs as before. Values, tangents and
 /// cotangents natively equal the IR interpreter's bit for bit: at lengths around the lanes,
 /// blocks and chunks; with arguments outside the core ranges (the lanes' flag, then the
 /// plain forms: `sin` of 10⁷, `exp` of -1.3·10⁷ and of -546 and below), with NaN and
@@ -1985,6 +1986,9 @@ def soft (c : Real) (xs : Array Real) : Array Real =
 def tot (c : Real) (xs : Array Real) : Real =
   let ys = map (\\(x : Real) -> exp (c * x)) xs in
   sum (map2 (\\(y : Real) (x : Real) -> y * cos (x * y)) ys xs)
+
+def bell (c : Real) (xs : Array Real) : Real =
+  sum (map (\\(x : Real) -> erf (c * x)) xs)
 ";
     let (module, text) = emitted(src, true, true);
     let wave = emitted_fn(&text, "wave");
@@ -2007,10 +2011,20 @@ def tot (c : Real) (xs : Array Real) : Real =
         bump.contains("lane_chunks(") && bump.contains("exp_lane("),
         "{bump}"
     );
+    // `exp`'s derivative is its result (`ad::share_result`): the primal stores the exps, in
+    // a build in lanes, and the sweep reads them; `erf`'s derivative calls `exp`, which the
+    // sweep computes ahead.
     let vjp = emitted_fn(&text, "bump_vjp");
     assert!(
+        vjp.contains("par_build_lanes(")
+            && vjp.contains("exp_lane(")
+            && !vjp.contains("fiss_ahead("),
+        "the exps are not stored in lanes in bump's VJP:\n{vjp}"
+    );
+    let vjp = emitted_fn(&text, "bell_vjp");
+    assert!(
         vjp.contains("fiss_ahead(") && vjp.contains("exp_lane("),
-        "no calls computed ahead in bump's VJP:\n{vjp}"
+        "no calls computed ahead in bell's VJP:\n{vjp}"
     );
     for f in ["soft", "tot"] {
         let code = emitted_fn(&text, f);
@@ -2052,6 +2066,7 @@ def tot (c : Real) (xs : Array Real) : Real =
                     (2, vec![Value::Real(1.3), Value::reals(xs.clone())]),
                     (3, vec![Value::Real(0.9), Value::reals(xs.clone())]),
                     (4, vec![Value::Real(-0.6), Value::reals(xs.clone())]),
+                    (5, vec![Value::Real(0.8), Value::reals(xs.clone())]),
                 ];
                 for (k, args) in cases {
                     let at = format!(

@@ -36,7 +36,7 @@
 //! F(eval)      = let (g, b) = x in let (c, g') = g b in
 //!                (c, λ̲d. (fst d) @ b + g' • (snd d))                    -- callTan (b, g')
 //! F(c)         = (c, λ̲d. 0)                          (a literal constant)
-//! F(op)        = (op x, λ̲d. Dop(x; d))               (or the native kernel `Dop x`)
+//! F(op)        = let y = op x in (y, λ̲d. Dop(x; d)[y / op x])   (or the native kernel `Dop x`)
 //! F(inl)       = (inl x, λ̲d. linl d)                 F(inr) = (inr x, λ̲d. linr d)
 //! F([f, g])    = case x of inl a → let (c, f') = F(f)[a] in (c, λ̲d. f' • fromLeft d)
 //!                        | inr b → let (c, g') = F(g)[b] in (c, λ̲d. g' • fromRight d)
@@ -439,30 +439,29 @@ impl Primitives for Forward {
         let mut lets = Lets::new();
         let tys: Vec<Ty> = op.params().iter().map(|p| self.primal(p)).collect();
         let args = split_args(&x, &tys, &mut lets);
-        let value = Term::prim(op, args.clone());
+        let mut value = Term::prim(op, args.clone());
         let deriv = match op.derivative() {
             Derivative::Missing => return Err(super::no_derivative(op)),
             Derivative::Zero => {
                 lin_lam("d", self.tangent(&dom), |_| LTerm::zero(self.tangent(&cod)))
             }
             Derivative::Terms { forward, .. } => {
-                // The primal result is bound by a `let`, so that where `Dop` applies `op` to
-                // the same arguments (tanh' = 1 - tanh x², exp' = exp x, sqrt' = 1/(2 sqrt x))
-                // the simplifier's `cse` reads it instead: the derivative then captures the
-                // result, not the argument, and computes no second `op` (over an array, the
-                // tape holds the results the primal made and the tangent reads them).
-                let y = Var::fresh(name("y"), self.primal(&cod));
-                lets.push(Pat::Var(y.clone()), value);
                 let deriv = lin_lam("d", self.tangent(&dom), |d| {
                     forward(&args, &split_linear(d, op.params().len()))
                 });
-                let deriv = super::share_result(&deriv, op, &args, &y);
-                return Ok(Mor {
-                    dom,
-                    cod,
-                    body: lets.finish(Term::pair(Term::var(&y), deriv)),
-                    x,
-                });
+                // Where `Dop` applies `op` to the same arguments (tanh' = 1 - tanh x · tanh x,
+                // exp' = exp x), it reads the primal result `y` instead.
+                let y = Var::fresh(name("y"), self.primal(&cod));
+                match super::share_result(&deriv, op, &args, &y) {
+                    Some(shared) => {
+                        lets.push(
+                            Pat::Var(y.clone()),
+                            std::mem::replace(&mut value, Term::var(&y)),
+                        );
+                        shared
+                    }
+                    None => deriv,
+                }
             }
             Derivative::JvpVjp { jvp, vjp } => {
                 // `Dop` as a kernel whose declared transpose is the given `DopT`, so that

@@ -216,12 +216,13 @@ pub(crate) fn no_derivative(op: &Prim) -> Error {
 /// again; sharing `y` computes it once, and a derivative closure then captures the result
 /// rather than the argument (so over an array, the tape holds the results the primal made).
 /// The simplifier's `cse` cannot see this: `y` occurs once before the rewrite, so it is inlined
-/// first.
-pub(crate) fn share_result(deriv: &Term, op: &Prim, args: &[Term], y: &Var) -> Term {
+/// first. `None` where `deriv` does not apply `op` (then the rules keep `(op x, λ̲d. ..)`).
+pub(crate) fn share_result(deriv: &Term, op: &Prim, args: &[Term], y: &Var) -> Option<Term> {
     struct Share<'a> {
         op: &'a Prim,
         args: &'a [Term],
         y: &'a Var,
+        hit: bool,
     }
     /// The same atom: a variable, a literal, or a projection chain of one.
     fn same_atom(a: &Term, b: &Term) -> bool {
@@ -241,6 +242,7 @@ pub(crate) fn share_result(deriv: &Term, op: &Prim, args: &[Term], y: &Var) -> T
                 && args.len() == self.args.len()
                 && args.iter().zip(self.args).all(|(a, b)| same_atom(a, b))
             {
+                self.hit = true;
                 return Term::new(TermKind::Var(self.y.clone()), t.span);
             }
             t.map_children(self)
@@ -249,7 +251,14 @@ pub(crate) fn share_result(deriv: &Term, op: &Prim, args: &[Term], y: &Var) -> T
             l.map_children(self)
         }
     }
-    deep(|| deriv.map_children(&mut Share { op, args, y }))
+    let mut share = Share {
+        op,
+        args,
+        y,
+        hit: false,
+    };
+    let out = deep(|| deriv.map_children(&mut share));
+    share.hit.then_some(out)
 }
 
 /// `λ̲d. Dop(x; d)` for a primitive whose derivative is given alone ([`Derivative::Jvp`]), at

@@ -46,7 +46,7 @@
 //! R(eval)      = let (g, b) = x in let (c, g') = g b in
 //!                (c, λ̲v. (!b ⊗ v, g' • v))                  -- !b ⊗ v is recordCall (b, g') • v
 //! R(c)         = (c, λ̲v. 0)                          (a literal constant)
-//! R(op)        = (op x, λ̲v. DopT(x; v))              (or the native kernel `DopT x`)
+//! R(op)        = let y = op x in (y, λ̲v. DopT(x; v)[y / op x])  (or the native kernel `DopT x`)
 //! R(inl)       = (inl x, λ̲v. fromLeft v)             R(inr) = (inr x, λ̲v. fromRight v)
 //! R([f, g])    = case x of inl a → let (c, f') = R(f)[a] in (c, λ̲v. linl (f' • v))
 //!                        | inr b → let (c, g') = R(g)[b] in (c, λ̲v. linr (g' • v))
@@ -484,27 +484,29 @@ impl Primitives for Reverse {
         let mut lets = Lets::new();
         let tys: Vec<Ty> = op.params().iter().map(|p| self.primal(p)).collect();
         let args = split_args(&x, &tys, &mut lets);
-        let value = Term::prim(op, args.clone());
+        let mut value = Term::prim(op, args.clone());
         let deriv = match op.derivative() {
             Derivative::Missing => return Err(super::no_derivative(op)),
             Derivative::Zero => lin_lam("v", self.cotangent(&cod), |_| {
                 LTerm::zero(self.cotangent(&dom))
             }),
             Derivative::Terms { transpose, .. } => {
-                // The primal result shared with `DopT`, as in forward mode
-                // ([`super::share_result`]).
-                let y = Var::fresh(name("y"), self.primal(&cod));
-                lets.push(Pat::Var(y.clone()), value);
                 let deriv = lin_lam("v", self.cotangent(&cod), |v| {
                     tuple_linear(transpose(&args, &v))
                 });
-                let deriv = super::share_result(&deriv, op, &args, &y);
-                return Ok(Mor {
-                    dom,
-                    cod,
-                    body: lets.finish(Term::pair(Term::var(&y), deriv)),
-                    x,
-                });
+                // Where `DopT` applies `op` to the same arguments, it reads the primal result
+                // `y` instead ([`super::share_result`]).
+                let y = Var::fresh(name("y"), self.primal(&cod));
+                match super::share_result(&deriv, op, &args, &y) {
+                    Some(shared) => {
+                        lets.push(
+                            Pat::Var(y.clone()),
+                            std::mem::replace(&mut value, Term::var(&y)),
+                        );
+                        shared
+                    }
+                    None => deriv,
+                }
             }
             Derivative::Jvp(rule) => {
                 // DopT = transpose (λ̲d. Dop(x; d)), sharing the primal result with it.

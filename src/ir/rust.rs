@@ -3901,7 +3901,9 @@ impl<'a> Emitter<'a> {
     /// ([`Emitter::lane_slices`]) and use none of the group's sums; between them only
     /// `let`s of flat expressions that cannot fail, use none of the group's sums and none of
     /// the variables an earlier sum of the group reads (so moving them before the group
-    /// moves no error and no value a sum borrows). Returns the sums' positions (`k` first)
+    /// moves no error and no value a sum borrows), and checks that read none of the group's
+    /// sums (the sums cannot fail, so a check moved before them reports the same first
+    /// error). Returns the sums' positions (`k` first)
     /// and those of the `let`s between them, which are emitted before the group; `None`
     /// unless two sums or more group. Forward code computes a sum's primal and its
     /// tangent this way, one pass over the array each, with the tangent's array projected
@@ -3921,7 +3923,11 @@ impl<'a> Emitter<'a> {
         let hoistable = |e: &Expr| flat(e) && super::opt::infallible(e);
         let partner = stmts[k + 1..]
             .iter()
-            .take_while(|s| candidate(s) || matches!(s, Stmt::Let(_, e) if hoistable(e)))
+            .take_while(|s| {
+                candidate(s)
+                    || matches!(s, Stmt::Let(_, e) if hoistable(e))
+                    || matches!(s, Stmt::Check(..))
+            })
             .any(candidate);
         if x.ty != Ty::F64 || !partner {
             return None;
@@ -3977,6 +3983,17 @@ impl<'a> Emitter<'a> {
                                 Atom::Var(v) => !results.contains(&v.id) && !read.contains(&v.id),
                                 _ => true,
                             }) =>
+                    {
+                        between.push(j);
+                    }
+                    // A check (`map2`'s lengths) moves before the group too: the sums before
+                    // it cannot fail, so the first error is the same, and a sum after it still
+                    // runs after it.
+                    Stmt::Check(c, _)
+                        if c.atoms().into_iter().all(|a| match a {
+                            Atom::Var(v) => !results.contains(&v.id),
+                            _ => true,
+                        }) =>
                     {
                         between.push(j);
                     }

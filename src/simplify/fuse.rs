@@ -1475,7 +1475,7 @@ const MAX_LEVELS: usize = 8;
 /// What happens to the innermost array of a [`Nest`].
 enum Inner {
     /// An array of closures: converted (`closureConvert`).
-    Closures(Closures),
+    Closures(Box<Closures>),
     /// An array whose elements hold a variable at this path that no use reads: it becomes `()`
     /// (`sndUnused`). Nothing moves, so no level keeps anything.
     Unread(Vec<bool>),
@@ -1538,7 +1538,7 @@ impl Nest {
                 .collect()
         } else {
             Closures::analyse(rs, e, scope)
-                .map(|c| single(c.converted_ty(rs), Inner::Closures(c)))
+                .map(|c| single(c.converted_ty(rs), Inner::Closures(Box::new(c))))
                 .into_iter()
                 .collect()
         }
@@ -2144,7 +2144,7 @@ impl<'a> Convert<'a> {
     /// The closures, when this is the closure array.
     fn closures(&self) -> Option<&'a Closures> {
         match &self.n.inner {
-            Inner::Closures(c) if self.k == self.n.levels.len() => Some(c),
+            Inner::Closures(c) if self.k == self.n.levels.len() => Some(c.as_ref()),
             _ => None,
         }
     }

@@ -1941,3 +1941,64 @@ fn build_proj_splits_a_shared_array_of_tuples_into_the_used_components() {
         fused(&t, &xs, "buildProj", false);
     }
 }
+
+#[test]
+fn closure_convert_reads_captured_first_components_back() {
+    let xs = arr("xs");
+    let pair = Ty::prod(Ty::Real, Ty::lin_fun(LTy::Real, LTy::Real));
+    // rs = map (\a -> let t = sin a in let y = exp t in (y, λ̲v. (y * t) * v)) xs: the closure
+    // captures `y`, the first component, and `t`, which is not; `y` is read back from the
+    // first component and only `t` is stored (a real of the same type as `y`, so that reading
+    // the wrong leaf would type-check but give other values).
+    let element = |both: bool| {
+        let (a, t, y) = (real("a"), real("t"), real("y"));
+        let code = if both {
+            prim("mul", vec![v(&y), v(&t)])
+        } else {
+            v(&y)
+        };
+        let clo = dlam(|d| LTerm::scale(code, lv(d)));
+        let body = Term::let_(
+            &t,
+            prim("sin", vec![v(&a)]),
+            Term::let_(&y, prim("exp", vec![v(&t)]), Term::pair(v(&y), clo)),
+        );
+        tk(TermKind::Map(Term::lam(&a, body), v(&xs)))
+    };
+    let rs = Var::fresh("rs", Ty::array(pair.clone()));
+    let back = dlam(|d| {
+        lsum(lk(LTermKind::ZipWith(
+            tk(TermKind::Map(proj_fn(false, pair.clone()), v(&rs))),
+            lk(LTermKind::Replicate(len(&xs), lv(d))),
+        )))
+    });
+    let (on, _) = fused(
+        &tape_shape(&rs, element(true), back.clone()),
+        &xs,
+        "closureConvert",
+        true,
+    );
+    assert!(
+        on.contains("(exp t, t)") && on.contains("fst (rs ! i) * snd (rs ! i)"),
+        "t is not stored alone, or y not read back: {on}"
+    );
+    // Only `y` captured: no environment is left, and the array holds the first components
+    // alone (`map fst rs` is the array itself, the use reads `rs ! i`).
+    let rs2 = Var::fresh("rs", Ty::array(pair.clone()));
+    let back2 = dlam(|d| {
+        lsum(lk(LTermKind::ZipWith(
+            tk(TermKind::Map(proj_fn(false, pair.clone()), v(&rs2))),
+            lk(LTermKind::Replicate(len(&xs), lv(d))),
+        )))
+    });
+    let (on, _) = fused(
+        &tape_shape(&rs2, element(false), back2),
+        &xs,
+        "closureConvert",
+        true,
+    );
+    assert!(
+        !on.contains("fst") && !on.contains("()") && on.contains("rs ! i"),
+        "the first components are not stored alone: {on}"
+    );
+}
