@@ -43,7 +43,7 @@ use std::rc::Rc;
 
 #[path = "prim/elementary.rs"]
 pub mod elementary;
-pub use elementary::{cos, exp, sin};
+pub use elementary::{cos, exp, sin, tanh};
 
 /// How a primitive is written in source and printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -845,34 +845,6 @@ shared! {
 }
 
 shared! {
-    /// The hyperbolic tangent, within 3 units in the last place of the correctly rounded value
-    /// (2 of libm's on 2·10⁶ sampled points, 2 of the 60-digit values in
-    /// `tests/language.rs`): chad's own rather than libm's (`f64::tanh` computes `expm1`, which takes more than twice
-    /// as long). For `|x| >= 0.625`, `1 - 2 / (exp(2|x|) + 1)` with the sign of `x` (no
-    /// cancellation: the result is at least 0.55), `±1` from `|x| > 22` (`1 - 2e-44/..` rounds
-    /// to 1); below, Cephes' rational approximation `x + x³ P(x²) / Q(x²)` (Moshier, also Go's
-    /// `math.Tanh`; relative error below 2.5e-16 on `[-0.625, 0.625]`). `tanh ±0 = ±0`,
-    /// `tanh NaN = NaN`.
-    TANH_SRC: pub fn tanh(x: f64) -> f64 {
-        let z = x.abs();
-        if z >= 0.625 {
-            if z > 22.0 {
-                return 1.0f64.copysign(x);
-            }
-            let s = (2.0 * z).exp();
-            (1.0 - 2.0 / (s + 1.0)).copysign(x)
-        } else if x == 0.0 {
-            x
-        } else {
-            let s = x * x;
-            let p = (-0.9643991794250523 * s - 99.28772310019185) * s - 1614.6876844170845;
-            let q = ((s + 112.81167849163293) * s + 2235.4883906010045) * s + 4844.063053251255;
-            x + x * s * (p / q)
-        }
-    }
-}
-
-shared! {
     /// `a % b`, the remainder of the truncating division `a / b` (the sign of `a`, as in Rust
     /// and C, so that `(a / b) * b + a % b == a`); `None` for `b = 0`.
     /// (`i64::MIN % -1` is 0: the remainder exists even where the quotient overflows.)
@@ -940,7 +912,6 @@ pub fn rust_helper(name: &str) -> Option<(&str, &'static str)> {
         name,
         match name {
             "erf" => ERF_SRC,
-            "tanh" => TANH_SRC,
             "softplus" => SOFTPLUS_SRC,
             "relu" => RELU_SRC,
             "sign" => SIGN_SRC,

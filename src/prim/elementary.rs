@@ -28,7 +28,11 @@
 //! this machine fuses multiplies and adds, this one does not. It is no slower than glibc's in
 //! scalar code (no call, no `errno` wrapper) and runs in lanes (the table lookup a gather). An
 //! earlier own `exp` (fdlibm's rational form) was slower than glibc's in scalar code, which
-//! cost GMM's primal 7%. `tanh`, `sigmoid` and `softplus` still call libm's `exp` (`prim.rs`).
+//! cost GMM's primal 7%.
+//!
+//! `tanh`: `1 - 2 / (exp(2|x|) + 1)` (with this `exp`'s core) or a rational approximation
+//! near 0, as before with libm's `exp`; its lane form computes both and chooses, so it never
+//! flags. `sigmoid` and `softplus` still call libm's `exp` (`prim.rs`).
 //!
 //! No fused multiply-add is used anywhere: the evaluator (compiled for any x86-64) and a
 //! native module (compiled for its CPU) must round every operation alike.
@@ -40,7 +44,7 @@
 /// Whether builtin `name` is one of these functions, with a `_lane` form native code calls
 /// in vector lanes (`ir::rust`) and a source in [`ELEMENTARY_SRC`].
 pub fn has_lane_form(name: &str) -> bool {
-    matches!(name, "sin" | "cos" | "exp")
+    matches!(name, "sin" | "cos" | "exp" | "tanh")
 }
 
 /// Defines each function and collects the source of all of them, without their visibility,
@@ -352,6 +356,60 @@ shared_fns! {
         let s = f64::from_bits(sbits);
         s + s * m
     }
+
+    /// `tanh` for `0.625 <= z <= 22` (`z = |x|`, the sign applied by the caller):
+    /// `1 - 2 / (exp(2z) + 1)`, with [`exp`]'s core (`2z <= 44`); no cancellation, the
+    /// result is at least 0.55.
+    #[inline(always)]
+    fn tanh_big(z: f64) -> f64 {
+        let (m, sbits, _) = exp_core(2.0 * z);
+        let s = f64::from_bits(sbits);
+        1.0 - 2.0 / ((s + s * m) + 1.0)
+    }
+
+    /// `tanh` for `|x| < 0.625`, `x ≠ 0`: Cephes' rational approximation
+    /// `x + x³ P(x²) / Q(x²)` (Moshier, also Go's `math.Tanh`; relative error below 2.5e-16).
+    #[inline(always)]
+    fn tanh_small(x: f64) -> f64 {
+        let s = x * x;
+        let p = (-0.9643991794250523 * s - 99.28772310019185) * s - 1614.6876844170845;
+        let q = ((s + 112.81167849163293) * s + 2235.4883906010045) * s + 4844.063053251255;
+        x + x * s * (p / q)
+    }
+
+    /// The hyperbolic tangent, chad's own: [`tanh_big`] with the sign of `x` for
+    /// `|x| >= 0.625`, `±1` from `|x| > 22` (`1 - 2e-44/..` rounds to 1), [`tanh_small`]
+    /// below; `tanh ±0 = ±0`, `tanh NaN = NaN`. Within 3 units in the last place of the
+    /// correctly rounded value (`tests/language.rs` checks 60-digit values). `f64::tanh`
+    /// computes `expm1` and takes more than twice as long; libm's `exp` (which this used
+    /// before) cannot run in vector lanes.
+    #[inline]
+    @call pub fn tanh(x: f64) -> f64 {
+        let z = x.abs();
+        if z >= 0.625 {
+            if z > 22.0 {
+                return 1.0f64.copysign(x);
+            }
+            tanh_big(z).copysign(x)
+        } else if x == 0.0 {
+            x
+        } else {
+            tanh_small(x)
+        }
+    }
+
+    /// [`tanh`] in vector lanes: both halves computed and one chosen, without branches (the
+    /// large half's argument clamped to 22, where it is not chosen anyway); every argument is
+    /// in its range, so `bad` is never set. The same bits as [`tanh`].
+    #[inline(always)]
+    pub fn tanh_lane(x: f64, _bad: &mut bool) -> f64 {
+        let z = x.abs();
+        let big = tanh_big(z.min(22.0));
+        let big = if z > 22.0 { 1.0 } else { big };
+        let small = tanh_small(x);
+        let small = if x == 0.0 { x } else { small };
+        if z >= 0.625 { big.copysign(x) } else { small }
+    }
 }
 
 #[cfg(test)]
@@ -516,6 +574,69 @@ mod tests {
     }
 
     #[test]
+    fn tanh_is_near_libm_and_its_lane_form_is_the_same_bits() {
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let mut differ = 0;
+        for _ in 0..200_000 {
+            let u = next();
+            for x in [
+                (u - 0.5) * 2.0,
+                (u - 0.5) * 50.0,
+                (u - 0.5) * 1e-6,
+                (u - 0.5) * 1.3,
+            ] {
+                let t = tanh(x);
+                assert!(
+                    ulps(t, x.tanh()) <= 2,
+                    "tanh {x:e}: {t:e} against {:e}",
+                    x.tanh()
+                );
+                differ += usize::from(t != x.tanh());
+                let mut bad = false;
+                assert_eq!(tanh_lane(x, &mut bad).to_bits(), t.to_bits(), "{x:e}");
+                assert!(!bad);
+            }
+        }
+        assert!(
+            differ > 0,
+            "the same bits as libm's everywhere: is this libm's tanh?"
+        );
+        // Edges: the branch points, ±0, ±1 beyond 22, infinities, NaN, subnormals.
+        let edges = [
+            0.0,
+            -0.0,
+            0.625,
+            -0.625,
+            0.624_999_999_999_999_9,
+            22.0,
+            -22.0,
+            22.000_000_000_000_004,
+            1e3,
+            -1e308,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            5e-324,
+            -2.2e-308,
+        ];
+        for x in edges {
+            let mut bad = false;
+            let (t, l) = (tanh(x), tanh_lane(x, &mut bad));
+            assert!(!bad);
+            assert_eq!(t.to_bits(), l.to_bits(), "{x:e}");
+            assert!(ulps(t, x.tanh()) <= 1, "tanh {x:e}: {t:e}");
+        }
+        assert_eq!(tanh(-0.0).to_bits(), (-0.0f64).to_bits());
+        assert_eq!(tanh(f64::NEG_INFINITY), -1.0);
+    }
+
+    #[test]
     fn the_source_is_the_code() {
         for name in [
             "fn trig_reduce",
@@ -523,6 +644,7 @@ mod tests {
             "fn sin_lane",
             "fn exp_core",
             "fn exp_lane",
+            "fn tanh_lane",
         ] {
             assert!(ELEMENTARY_SRC.contains(name), "{name}");
         }
