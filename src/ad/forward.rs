@@ -450,18 +450,9 @@ impl Primitives for Forward {
                     forward(&args, &split_linear(d, op.params().len()))
                 });
                 // Where `Dop` applies `op` to the same arguments (tanh' = 1 - tanh x · tanh x,
-                // exp' = exp x), it reads the primal result `y` instead.
-                let y = Var::fresh(name("y"), self.primal(&cod));
-                match super::share_result(&deriv, op, &args, &y) {
-                    Some(shared) => {
-                        lets.push(
-                            Pat::Var(y.clone()),
-                            std::mem::replace(&mut value, Term::var(&y)),
-                        );
-                        shared
-                    }
-                    None => deriv,
-                }
+                // exp' = exp x), it reads the primal result instead.
+                let ty = self.primal(&cod);
+                super::with_shared_result(deriv, op, &args, ty, &mut lets, &mut value)
             }
             Derivative::JvpVjp { jvp, vjp } => {
                 // `Dop` as a kernel whose declared transpose is the given `DopT`, so that

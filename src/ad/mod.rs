@@ -261,6 +261,27 @@ pub(crate) fn share_result(deriv: &Term, op: &Prim, args: &[Term], y: &Var) -> O
     share.hit.then_some(out)
 }
 
+/// `deriv` with the primal result shared ([`share_result`]): where it applies `op` to `args`
+/// again, binds `y = value` (of type `ty`) in `lets`, makes `value` that variable, and returns
+/// the derivative reading it; else `deriv` as it is.
+pub(crate) fn with_shared_result(
+    deriv: Term,
+    op: &Prim,
+    args: &[Term],
+    ty: Ty,
+    lets: &mut Lets,
+    value: &mut Term,
+) -> Term {
+    let y = Var::fresh(name("y"), ty);
+    match share_result(&deriv, op, args, &y) {
+        Some(shared) => {
+            lets.push(Pat::Var(y.clone()), std::mem::replace(value, Term::var(&y)));
+            shared
+        }
+        None => deriv,
+    }
+}
+
 /// `λ̲d. Dop(x; d)` for a primitive whose derivative is given alone ([`Derivative::Jvp`]), at
 /// the argument variables `args` with the primal result `y`.
 pub(crate) fn jvp_rule(

@@ -495,18 +495,9 @@ impl Primitives for Reverse {
                     tuple_linear(transpose(&args, &v))
                 });
                 // Where `DopT` applies `op` to the same arguments, it reads the primal result
-                // `y` instead ([`super::share_result`]).
-                let y = Var::fresh(name("y"), self.primal(&cod));
-                match super::share_result(&deriv, op, &args, &y) {
-                    Some(shared) => {
-                        lets.push(
-                            Pat::Var(y.clone()),
-                            std::mem::replace(&mut value, Term::var(&y)),
-                        );
-                        shared
-                    }
-                    None => deriv,
-                }
+                // instead.
+                let ty = self.primal(&cod);
+                super::with_shared_result(deriv, op, &args, ty, &mut lets, &mut value)
             }
             Derivative::Jvp(rule) => {
                 // DopT = transpose (λ̲d. Dop(x; d)), sharing the primal result with it.

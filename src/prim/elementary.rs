@@ -377,8 +377,8 @@ shared_fns! {
         x + x * s * (p / q)
     }
 
-    /// The hyperbolic tangent, chad's own: [`tanh_big`] with the sign of `x` for
-    /// `|x| >= 0.625`, `±1` from `|x| > 22` (`1 - 2e-44/..` rounds to 1), [`tanh_small`]
+    /// The hyperbolic tangent, chad's own: `tanh_big` with the sign of `x` for
+    /// `|x| >= 0.625`, `±1` from `|x| > 22` (`1 - 2e-44/..` rounds to 1), `tanh_small`
     /// below; `tanh ±0 = ±0`, `tanh NaN = NaN`. Within 3 units in the last place of the
     /// correctly rounded value (`tests/language.rs` checks 60-digit values). `f64::tanh`
     /// computes `expm1` and takes more than twice as long; libm's `exp` (which this used
@@ -416,6 +416,16 @@ shared_fns! {
 mod tests {
     use super::*;
 
+    /// Uniform reals in `[0, 1)` from a xorshift generator seeded with `s`.
+    fn uniform(mut s: u64) -> impl FnMut() -> f64 {
+        move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 11) as f64 / (1u64 << 53) as f64
+        }
+    }
+
     fn ulps(a: f64, b: f64) -> u64 {
         if a == b || (a.is_nan() && b.is_nan()) {
             0
@@ -440,13 +450,7 @@ mod tests {
 
     #[test]
     fn within_one_ulp_of_libm() {
-        let mut s = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut next = uniform(0x2545_f491_4f6c_dd1du64);
         for _ in 0..200_000 {
             let u = next();
             for x in [
@@ -508,13 +512,7 @@ mod tests {
 
     #[test]
     fn exp_within_one_ulp_of_libm_and_its_special_values() {
-        let mut s = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut next = uniform(0x9e37_79b9_7f4a_7c15u64);
         let mut differ = 0;
         for _ in 0..100_000 {
             let u = 2.0 * next() - 1.0;
@@ -575,13 +573,7 @@ mod tests {
 
     #[test]
     fn tanh_is_near_libm_and_its_lane_form_is_the_same_bits() {
-        let mut s = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut next = uniform(0x9e37_79b9_7f4a_7c15u64);
         let mut differ = 0;
         for _ in 0..200_000 {
             let u = next();

@@ -1965,38 +1965,19 @@ fn closure_convert_reads_captured_first_components_back() {
         );
         tk(TermKind::Map(Term::lam(&a, body), v(&xs)))
     };
+    let back = |rs: &Var| dlam(|d| apply_all(&xs, rs, lv(d)));
     let rs = Var::fresh("rs", Ty::array(pair.clone()));
-    let back = dlam(|d| {
-        lsum(lk(LTermKind::ZipWith(
-            tk(TermKind::Map(proj_fn(false, pair.clone()), v(&rs))),
-            lk(LTermKind::Replicate(len(&xs), lv(d))),
-        )))
-    });
-    let (on, _) = fused(
-        &tape_shape(&rs, element(true), back.clone()),
-        &xs,
-        "closureConvert",
-        true,
-    );
+    let shape = tape_shape(&rs, element(true), back(&rs));
+    let (on, _) = fused(&shape, &xs, "closureConvert", true);
     assert!(
         on.contains("(exp t, t)") && on.contains("fst (rs ! i) * snd (rs ! i)"),
         "t is not stored alone, or y not read back: {on}"
     );
     // Only `y` captured: no environment is left, and the array holds the first components
     // alone (`map fst rs` is the array itself, the use reads `rs ! i`).
-    let rs2 = Var::fresh("rs", Ty::array(pair.clone()));
-    let back2 = dlam(|d| {
-        lsum(lk(LTermKind::ZipWith(
-            tk(TermKind::Map(proj_fn(false, pair.clone()), v(&rs2))),
-            lk(LTermKind::Replicate(len(&xs), lv(d))),
-        )))
-    });
-    let (on, _) = fused(
-        &tape_shape(&rs2, element(false), back2),
-        &xs,
-        "closureConvert",
-        true,
-    );
+    let rs = Var::fresh("rs", Ty::array(pair));
+    let shape = tape_shape(&rs, element(false), back(&rs));
+    let (on, _) = fused(&shape, &xs, "closureConvert", true);
     assert!(
         !on.contains("fst") && !on.contains("()") && on.contains("rs ! i"),
         "the first components are not stored alone: {on}"
