@@ -43,7 +43,7 @@ use std::rc::Rc;
 
 #[path = "prim/elementary.rs"]
 pub mod elementary;
-pub use elementary::{cos, exp, sin, tanh};
+pub use elementary::{cos, exp, sigmoid, sin, tanh};
 
 /// How a primitive is written in source and printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -922,16 +922,6 @@ pub fn rust_helper(name: &str) -> Option<(&str, &'static str)> {
             _ => return None,
         },
     ))
-}
-
-/// The numerically stable logistic function.
-pub fn sigmoid(x: f64) -> f64 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
 }
 
 fn builtins() -> Vec<Primitive> {

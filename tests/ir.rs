@@ -1962,7 +1962,7 @@ def f (xs : Array (Array Real)) (w : Array Real) : Real =
 /// lanes"): sums of them run in buffered lanes on the threads (`lane_chunks`), builds of
 /// reals a block at a time (`par_build_lanes`), and a `for` loop computes its calls ahead a
 /// block at a time (`fiss_ahead`: `cos` for `sin`'s derivative, `exp` for `erf`'s); `waves`
-/// (with `tanh`, a libm call) runs as before. Values, tangents and
+/// mixes `cos`, `tanh` and `sigmoid` (whose lane forms never flag, and flag past 512). Values, tangents and
 /// cotangents natively equal the IR interpreter's bit for bit: at lengths around the lanes,
 /// blocks and chunks; with arguments outside the core ranges (the lanes' flag, then the
 /// plain forms: `sin` of 10⁷, `exp` of -1.3·10⁷ and of -546 and below), with NaN and
@@ -1974,7 +1974,7 @@ def wave (a : Real) (b : Real) (xs : Array Real) : Real =
   sum (map (\\(x : Real) -> a * x + sin (b * x)) xs)
 
 def waves (xs : Array Real) (ys : Array Real) : Real =
-  sum (map2 (\\(x : Real) (y : Real) -> cos x * y + tanh (x * y)) xs ys)
+  sum (map2 (\\(x : Real) (y : Real) -> cos x * y + tanh (x * y) + sigmoid (x - y)) xs ys)
 
 def bump (c : Real) (xs : Array Real) : Real =
   let m = maximum xs in

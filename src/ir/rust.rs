@@ -1014,16 +1014,6 @@ fn scratch_build_tiled(
 }
 
 #[allow(dead_code)]
-fn sigmoid(x: f64) -> f64 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
-}
-
-#[allow(dead_code)]
 fn fmax(a: f64, b: f64) -> f64 {
     if a >= b || b.is_nan() { a } else { b }
 }
@@ -5580,7 +5570,7 @@ impl<'a> Emitter<'a> {
                 self.prim_helper(p.name())?;
                 format!("{}_lane({}, &mut lane_bad)", p.name(), x[0])
             }
-            "sin" | "cos" | "exp" | "erf" | "tanh" | "relu" | "softplus" | "sign" => {
+            "sin" | "cos" | "exp" | "erf" | "tanh" | "sigmoid" | "relu" | "softplus" | "sign" => {
                 self.prim_helper(p.name())?;
                 format!("{}({})", p.name(), x[0])
             }
@@ -5602,7 +5592,6 @@ impl<'a> Emitter<'a> {
                 )
             }
             "log" => format!("f64::ln({})", x[0]),
-            "sigmoid" => format!("sigmoid({})", x[0]),
             "pow" => format!("f64::powf({}, {})", x[0], x[1]),
             "max" => format!("fmax({}, {})", x[0], x[1]),
             "min" => format!("fmin({}, {})", x[0], x[1]),

@@ -32,7 +32,8 @@
 //!
 //! `tanh`: `1 - 2 / (exp(2|x|) + 1)` (with this `exp`'s core) or a rational approximation
 //! near 0, as before with libm's `exp`; its lane form computes both and chooses, so it never
-//! flags. `sigmoid` and `softplus` still call libm's `exp` (`prim.rs`).
+//! flags. `sigmoid` is `1 / (1 + e)` or `e / (1 + e)` with `e` this `exp` of `-|x|`, in lanes
+//! where `|x| < 512`. `softplus` still calls libm's `exp` (`prim.rs`).
 //!
 //! No fused multiply-add is used anywhere: the evaluator (compiled for any x86-64) and a
 //! native module (compiled for its CPU) must round every operation alike.
@@ -44,7 +45,7 @@
 /// Whether builtin `name` is one of these functions, with a `_lane` form native code calls
 /// in vector lanes (`ir::rust`) and a source in [`ELEMENTARY_SRC`].
 pub fn has_lane_form(name: &str) -> bool {
-    matches!(name, "sin" | "cos" | "exp" | "tanh")
+    matches!(name, "sin" | "cos" | "exp" | "tanh" | "sigmoid")
 }
 
 /// Defines each function and collects the source of all of them, without their visibility,
@@ -398,6 +399,22 @@ shared_fns! {
         }
     }
 
+    /// The logistic function `1 / (1 + exp(-x))`, chad's own: with `e = exp(-|x|)` (this
+    /// module's [`exp`]), `1 / (1 + e)` for `x >= 0` and `e / (1 + e)` below, so nothing
+    /// overflows (the formula chad used before with libm's `exp`); `sigmoid NaN = NaN`.
+    #[inline]
+    @call pub fn sigmoid(x: f64) -> f64 {
+        let e = exp(-x.abs());
+        if x >= 0.0 { 1.0 / (1.0 + e) } else { e / (1.0 + e) }
+    }
+
+    /// [`sigmoid`] where `|x| < 512` ([`exp_lane`]'s range); else sets `bad`.
+    #[inline(always)]
+    pub fn sigmoid_lane(x: f64, bad: &mut bool) -> f64 {
+        let e = exp_lane(-x.abs(), bad);
+        if x >= 0.0 { 1.0 / (1.0 + e) } else { e / (1.0 + e) }
+    }
+
     /// [`tanh`] in vector lanes: both halves computed and one chosen, without branches (the
     /// large half's argument clamped to 22, where it is not chosen anyway); every argument is
     /// in its range, so `bad` is never set. The same bits as [`tanh`].
@@ -629,6 +646,50 @@ mod tests {
     }
 
     #[test]
+    fn sigmoid_keeps_its_formula_and_its_lane_form_is_the_same_bits() {
+        // The formula chad had with libm's `exp`: the same up to `exp`'s last bit.
+        let libm = |x: f64| {
+            if x >= 0.0 {
+                1.0 / (1.0 + (-x).exp())
+            } else {
+                let e = x.exp();
+                e / (1.0 + e)
+            }
+        };
+        let mut next = uniform(0x2545_f491_4f6c_dd1d);
+        for _ in 0..200_000 {
+            let u = next();
+            for x in [(u - 0.5) * 4.0, (u - 0.5) * 80.0, (u - 0.5) * 1000.0] {
+                let s = sigmoid(x);
+                // (`exp`'s last bit can move `e / (1 + e)` by two.)
+                assert!(
+                    ulps(s, libm(x)) <= 2,
+                    "sigmoid {x:e}: {s:e} against {:e}",
+                    libm(x)
+                );
+                let mut bad = false;
+                let l = sigmoid_lane(x, &mut bad);
+                if x.abs() < 512.0 {
+                    assert!(!bad, "{x:e}");
+                    assert_eq!(l.to_bits(), s.to_bits(), "{x:e}");
+                } else {
+                    assert!(bad, "{x:e}");
+                }
+            }
+        }
+        for x in [0.0, -0.0, 1e-300, 36.0, -36.0, 709.0, -745.0, -800.0, 800.0] {
+            assert_eq!(sigmoid(x).to_bits(), libm(x).to_bits(), "{x:e}");
+        }
+        for x in [f64::INFINITY, f64::NEG_INFINITY] {
+            assert_eq!(sigmoid(x), libm(x));
+        }
+        assert!(sigmoid(f64::NAN).is_nan());
+        let mut bad = false;
+        sigmoid_lane(f64::NAN, &mut bad);
+        assert!(bad);
+    }
+
+    #[test]
     fn the_source_is_the_code() {
         for name in [
             "fn trig_reduce",
@@ -637,6 +698,7 @@ mod tests {
             "fn exp_core",
             "fn exp_lane",
             "fn tanh_lane",
+            "fn sigmoid_lane",
         ] {
             assert!(ELEMENTARY_SRC.contains(name), "{name}");
         }
