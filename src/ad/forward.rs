@@ -452,7 +452,7 @@ impl Primitives for Forward {
                 // Where `Dop` applies `op` to the same arguments (tanh' = 1 - tanh x · tanh x,
                 // exp' = exp x), it reads the primal result instead.
                 let ty = self.primal(&cod);
-                super::with_shared_result(deriv, op, &args, ty, &mut lets, &mut value)
+                super::with_shared_result(deriv, ty, &mut lets, &mut value)
             }
             Derivative::JvpVjp { jvp, vjp } => {
                 // `Dop` as a kernel whose declared transpose is the given `DopT`, so that

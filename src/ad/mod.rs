@@ -210,38 +210,22 @@ pub(crate) fn no_derivative(op: &Prim) -> Error {
 }
 
 /// `deriv` (a primitive's `Dop` or `DopT` term) with every application of `op` to the
-/// primal's own arguments `args` replaced by `y`, the variable the rules bind to the primal
+/// primal's own arguments (`value`, syntactically: [`Term::syn_eq`]) replaced by `y`, the variable the rules bind to the primal
 /// result: `F(op) = let y = op x in (y, λ̲d. Dop(x; d)[y / op x])`, and `R(op)` alike. The
 /// derivatives of `tanh` (`1 - tanh x · tanh x`), `exp`, `sqrt`, `sigmoid`, `tan` apply `op`
 /// again; sharing `y` computes it once, and a derivative closure then captures the result
 /// rather than the argument (so over an array, the tape holds the results the primal made).
 /// The simplifier's `cse` cannot see this: `y` occurs once before the rewrite, so it is inlined
 /// first. `None` where `deriv` does not apply `op` (then the rules keep `(op x, λ̲d. ..)`).
-pub(crate) fn share_result(deriv: &Term, op: &Prim, args: &[Term], y: &Var) -> Option<Term> {
+pub(crate) fn share_result(deriv: &Term, value: &Term, y: &Var) -> Option<Term> {
     struct Share<'a> {
-        op: &'a Prim,
-        args: &'a [Term],
+        value: &'a Term,
         y: &'a Var,
         hit: bool,
     }
-    /// The same atom: a variable, a literal, or a projection chain of one.
-    fn same_atom(a: &Term, b: &Term) -> bool {
-        match (&a.kind, &b.kind) {
-            (TermKind::Var(x), TermKind::Var(y)) => x.id == y.id,
-            (TermKind::Lit(x), TermKind::Lit(y)) => x == y,
-            (TermKind::Fst(x), TermKind::Fst(y)) | (TermKind::Snd(x), TermKind::Snd(y)) => {
-                same_atom(x, y)
-            }
-            _ => false,
-        }
-    }
     impl crate::target::term::Rewrite for Share<'_> {
         fn term(&mut self, t: &Term) -> Term {
-            if let TermKind::Prim(op, args) = &t.kind
-                && op.name() == self.op.name()
-                && args.len() == self.args.len()
-                && args.iter().zip(self.args).all(|(a, b)| same_atom(a, b))
-            {
+            if Term::syn_eq(t, self.value) {
                 self.hit = true;
                 return Term::new(TermKind::Var(self.y.clone()), t.span);
             }
@@ -252,8 +236,7 @@ pub(crate) fn share_result(deriv: &Term, op: &Prim, args: &[Term], y: &Var) -> O
         }
     }
     let mut share = Share {
-        op,
-        args,
+        value,
         y,
         hit: false,
     };
@@ -261,19 +244,12 @@ pub(crate) fn share_result(deriv: &Term, op: &Prim, args: &[Term], y: &Var) -> O
     share.hit.then_some(out)
 }
 
-/// `deriv` with the primal result shared ([`share_result`]): where it applies `op` to `args`
-/// again, binds `y = value` (of type `ty`) in `lets`, makes `value` that variable, and returns
-/// the derivative reading it; else `deriv` as it is.
-pub(crate) fn with_shared_result(
-    deriv: Term,
-    op: &Prim,
-    args: &[Term],
-    ty: Ty,
-    lets: &mut Lets,
-    value: &mut Term,
-) -> Term {
+/// `deriv` with the primal result shared ([`share_result`]): where it applies the primitive
+/// to the same arguments as `value` again, binds `y = value` (of type `ty`) in `lets`, makes
+/// `value` that variable, and returns the derivative reading it; else `deriv` as it is.
+pub(crate) fn with_shared_result(deriv: Term, ty: Ty, lets: &mut Lets, value: &mut Term) -> Term {
     let y = Var::fresh(name("y"), ty);
-    match share_result(&deriv, op, args, &y) {
+    match share_result(&deriv, value, &y) {
         Some(shared) => {
             lets.push(Pat::Var(y.clone()), std::mem::replace(value, Term::var(&y)));
             shared

@@ -497,7 +497,7 @@ impl Primitives for Reverse {
                 // Where `DopT` applies `op` to the same arguments, it reads the primal result
                 // instead.
                 let ty = self.primal(&cod);
-                super::with_shared_result(deriv, op, &args, ty, &mut lets, &mut value)
+                super::with_shared_result(deriv, ty, &mut lets, &mut value)
             }
             Derivative::Jvp(rule) => {
                 // DopT = transpose (λ̲d. Dop(x; d)), sharing the primal result with it.

@@ -229,7 +229,7 @@ impl MapFact {
                 TermKind::Var(v) if v.id == self.b.id => {
                     matches!(&x.kind, TermKind::Var(u) if u.id == a.id)
                 }
-                _ => syn_eq(x, y),
+                _ => Term::syn_eq(x, y),
             })
     }
 }
@@ -343,7 +343,7 @@ impl Fuse<'_> {
     }
 
     fn same(&self, a: &Term, b: &Term) -> bool {
-        syn_eq(a, b) || syn_eq(&self.norm(a), &self.norm(b))
+        Term::syn_eq(a, b) || Term::syn_eq(&self.norm(a), &self.norm(b))
     }
 
     /// `closureConvert` on `let rs = e in scope` (with `unread`, `sndUnused` on a component no
@@ -1079,31 +1079,6 @@ fn cheap_lin(l: &LTerm) -> bool {
     }
 }
 
-/// Syntactic equality of small Cartesian terms (variables by identity).
-fn syn_eq(a: &Term, b: &Term) -> bool {
-    use TermKind as K;
-    match (&a.kind, &b.kind) {
-        (K::Var(x), K::Var(y)) => x.id == y.id,
-        (K::Lit(x), K::Lit(y)) => match (x, y) {
-            (Lit::Int(p), Lit::Int(q)) => p == q,
-            (Lit::Bool(p), Lit::Bool(q)) => p == q,
-            (Lit::Unit, Lit::Unit) => true,
-            (Lit::Real(p), Lit::Real(q)) => p.to_bits() == q.to_bits(),
-            _ => false,
-        },
-        (K::Fst(x), K::Fst(y)) | (K::Snd(x), K::Snd(y)) | (K::Length(x), K::Length(y)) => {
-            syn_eq(x, y)
-        }
-        (K::Index(x, i), K::Index(y, j)) => syn_eq(x, y) && syn_eq(i, j),
-        (K::Prim(p, xs), K::Prim(q, ys)) => {
-            p.name() == q.name()
-                && xs.len() == ys.len()
-                && xs.iter().zip(ys).all(|(x, y)| syn_eq(x, y))
-        }
-        _ => false,
-    }
-}
-
 pub(super) fn vars_of_term(t: &Term) -> HashSet<VarId> {
     let mut out = HashSet::default();
     collect(crate::target::term::Child::C(t), &mut out);
@@ -1411,7 +1386,7 @@ impl Closures {
         let inner = self.from_first.iter().rev().fold(inner, |acc, (c, path)| {
             let x = path.iter().fold(
                 first(),
-                |t, &first| if first { Term::fst(t) } else { Term::snd(t) },
+                |t, &left| if left { Term::fst(t) } else { Term::snd(t) },
             );
             LTerm::mk(LTermKind::Let(Pat::Var(c.clone()), x, acc))
         });
@@ -1792,7 +1767,7 @@ fn map_over(ys: &Term, xs: &Term, lets: &[(&Pat, &Term, Span)]) -> bool {
     };
     lets.iter().any(|(p, e, _)| {
         matches!(p, Pat::Var(v) if v.id == y.id)
-            && matches!(&e.kind, TermKind::Map(_, xs2) if syn_eq(xs2, xs))
+            && matches!(&e.kind, TermKind::Map(_, xs2) if Term::syn_eq(xs2, xs))
     })
 }
 

@@ -549,6 +549,34 @@ impl Term {
         }
     }
 
+    /// Syntactic equality of small Cartesian terms: variables by identity, literals bit for
+    /// bit (`0.0` is not `-0.0`), projections, lengths, indexes and primitive applications of
+    /// such terms; any other form is unequal. Recursive, so for small terms (atoms, the
+    /// arguments of a primitive).
+    pub fn syn_eq(a: &Term, b: &Term) -> bool {
+        use TermKind as K;
+        match (&a.kind, &b.kind) {
+            (K::Var(x), K::Var(y)) => x.id == y.id,
+            (K::Lit(x), K::Lit(y)) => match (x, y) {
+                (Lit::Int(p), Lit::Int(q)) => p == q,
+                (Lit::Bool(p), Lit::Bool(q)) => p == q,
+                (Lit::Unit, Lit::Unit) => true,
+                (Lit::Real(p), Lit::Real(q)) => p.to_bits() == q.to_bits(),
+                _ => false,
+            },
+            (K::Fst(x), K::Fst(y)) | (K::Snd(x), K::Snd(y)) | (K::Length(x), K::Length(y)) => {
+                Term::syn_eq(x, y)
+            }
+            (K::Index(x, i), K::Index(y, j)) => Term::syn_eq(x, y) && Term::syn_eq(i, j),
+            (K::Prim(p, xs), K::Prim(q, ys)) => {
+                p.name() == q.name()
+                    && xs.len() == ys.len()
+                    && xs.iter().zip(ys).all(|(x, y)| Term::syn_eq(x, y))
+            }
+            _ => false,
+        }
+    }
+
     /// Number of nodes, linear ones included (iteratively, so any depth is fine).
     pub fn size(&self) -> usize {
         size(Child::C(self))
